@@ -1,0 +1,190 @@
+"""Async client of the genv gym server (external-protocols §1.1 plus the execution-control endpoints
+of DESIGN.md §4.1).
+
+Why these retry rules: list/get/status/screenshot are reads and are retried on transport errors and
+5xx with exponential backoff; create, evaluate, act and terminate change server state (a retried create
+can leak a second desktop, a retried act clicks twice) and are sent exactly once. Every failure is a
+``GenvError`` carrying the server's ``detail``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+from urllib.parse import quote
+
+import httpx
+
+from ..http_retry import RetryPolicy, send_with_retry
+from .errors import GenvError
+from .models import Execution, Task
+from .reward import Evaluation
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GenvTimeouts:
+    """Seconds per kind of call. Creating a desktop/device and evaluating can be slow on real gyms."""
+
+    connect: float = 10.0
+    read: float = 60.0          # list / get / status / screenshot / terminate
+    create: float = 600.0
+    evaluate: float = 600.0
+    act: float = 120.0
+
+
+def error_detail(response: httpx.Response) -> str:
+    """The server's ``detail`` (FastAPI style), else the body text, shortened for logs."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    if isinstance(body, dict) and "detail" in body:
+        detail = body["detail"]
+        return detail if isinstance(detail, str) else json.dumps(detail)[:500]
+    return json.dumps(body)[:500]
+
+
+class GenvClient:
+    """``async with GenvClient(base_url, gym_id) as gym: tasks = await gym.list_tasks()``."""
+
+    def __init__(self, base_url: str, gym_id: str, *, timeouts: GenvTimeouts | None = None,
+                 retry: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if not base_url:
+            raise ValueError("GenvClient needs a gym base URL")
+        if not gym_id:
+            raise ValueError("GenvClient needs a gym id")
+        self.base_url = base_url.rstrip("/")
+        self.gym_id = gym_id
+        self.timeouts = timeouts or GenvTimeouts()
+        self.retry = retry or RetryPolicy()
+        t = self.timeouts
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(t.read, connect=t.connect), transport=transport)
+
+    async def __aenter__(self) -> "GenvClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    def _url(self, *parts: str) -> str:
+        return "/".join([self.base_url, "api/v1", quote(self.gym_id, safe="")] + [quote(p, safe="") for p in parts])
+
+    async def _request(self, method: str, url: str, *, idempotent: bool, timeout: float | None = None,
+                       **kwargs) -> httpx.Response:
+        if timeout is not None:
+            kwargs["timeout"] = httpx.Timeout(timeout, connect=self.timeouts.connect)
+        what = f"genv {method} {url}"
+        try:
+            response = await send_with_retry(self._http, method, url, policy=self.retry if idempotent else None,
+                                             what=what, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise GenvError(f"timed out ({type(exc).__name__})", url=url) from exc
+        except httpx.TransportError as exc:
+            raise GenvError(f"cannot reach gym: {type(exc).__name__}: {exc}", url=url) from exc
+        if response.status_code >= 400:
+            raise GenvError(error_detail(response), response.status_code, url=url)
+        return response
+
+    async def _json(self, method: str, url: str, *, idempotent: bool, **kwargs) -> Any:
+        response = await self._request(method, url, idempotent=idempotent, **kwargs)
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise GenvError(f"reply is not JSON: {response.text[:200]!r}", response.status_code, url=url) from exc
+
+    # -- tasks --------------------------------------------------------------------------------------
+    async def list_tasks(self) -> list[Task]:
+        """All tasks of the gym; accepts ``{"tasks": [...]}`` or a bare list."""
+        body = await self._json("GET", self._url("tasks"), idempotent=True)
+        items = body.get("tasks") if isinstance(body, dict) else body
+        if not isinstance(items, list):
+            raise GenvError(f"task list reply has no list of tasks: {str(body)[:200]}", url=self._url("tasks"))
+        return [Task.from_raw(item) for item in items]
+
+    async def get_task(self, task_id: str) -> Task:
+        """One full task (``{"task": {...}}`` is unwrapped)."""
+        body = await self._json("GET", self._url("tasks", task_id), idempotent=True)
+        if isinstance(body, dict) and isinstance(body.get("task"), dict):
+            body = body["task"]
+        return Task.from_raw(body)
+
+    # -- executions ---------------------------------------------------------------------------------
+    async def create_execution(self, task_id: str, options: dict | None = None) -> Execution:
+        """Start an execution (a fresh desktop/device). Sent once: a retry could leak a second one."""
+        payload = {"options": options} if options else {}
+        body = await self._json("POST", self._url("tasks", task_id), idempotent=False, json=payload,
+                                timeout=self.timeouts.create)
+        execution = Execution.from_raw(body)
+        logger.info("created execution %s of task %s (device %s)", execution.execution_id, task_id,
+                    execution.device_id)
+        return execution
+
+    async def get_execution(self, execution_id: str) -> dict:
+        """``{execution_id, status, task_id, screen: {width, height}}``."""
+        return await self._json("GET", self._url("executions", execution_id), idempotent=True)
+
+    async def screenshot(self, execution_id: str, format: str = "png") -> bytes:
+        """Image bytes; a JSON ``{"data_uri": "data:image/...;base64,..."}`` reply is decoded too."""
+        url = self._url("executions", execution_id, "screenshot")
+        response = await self._request("GET", url, idempotent=True, params={"format": format})
+        if "application/json" not in response.headers.get("content-type", ""):
+            return response.content
+        data_uri = str(response.json().get("data_uri", ""))
+        if ";base64," not in data_uri:
+            raise GenvError("screenshot reply is JSON without a base64 data_uri", response.status_code, url=url)
+        return base64.b64decode(data_uri.split(";base64,", 1)[1])
+
+    async def act(self, execution_id: str, action: dict) -> dict:
+        """Perform one action (DESIGN.md §4.1 schema). Sent once; a bad action is a 4xx ``GenvError``."""
+        return await self._json("POST", self._url("executions", execution_id, "actions"), idempotent=False,
+                                json={"action": action}, timeout=self.timeouts.act)
+
+    async def evaluate(self, execution_id: str, answer_text: str | None = None,
+                       execution_data: dict | None = None) -> Evaluation:
+        """Score the execution; the agent's answer travels as ``answer_text`` (the original never sent it)."""
+        payload: dict[str, Any] = {}
+        if answer_text is not None:
+            payload["answer_text"] = answer_text
+        if execution_data is not None:
+            payload["execution_data"] = execution_data
+        body = await self._json("POST", self._url("executions", execution_id, "evaluate"), idempotent=False,
+                                json=payload, timeout=self.timeouts.evaluate)
+        evaluation = Evaluation.from_raw(body)
+        logger.info("evaluated execution %s: reward=%.3f (%s) success=%s", execution_id, evaluation.reward,
+                    evaluation.source, evaluation.success)
+        return evaluation
+
+    async def terminate(self, execution_id: str) -> dict:
+        """Release the execution. Not retried automatically; the gym's TTL reaper is the backstop."""
+        body = await self._json("POST", self._url("executions", execution_id, "terminate"), idempotent=False)
+        logger.info("terminated execution %s", execution_id)
+        return body if isinstance(body, dict) else {"value": body}
+
+    @contextlib.asynccontextmanager
+    async def execution(self, task_id: str, options: dict | None = None) -> AsyncIterator[Execution]:
+        """Create an execution and always terminate it, even on error or cancellation.
+
+        A failing terminate is logged, not raised, so it never hides the error of the body.
+        """
+        execution = await self.create_execution(task_id, options)
+        try:
+            yield execution
+        finally:
+            try:
+                await asyncio.shield(self.terminate(execution.execution_id))
+            except (GenvError, asyncio.CancelledError) as exc:
+                logger.error("could not terminate execution %s: %s", execution.execution_id, exc)

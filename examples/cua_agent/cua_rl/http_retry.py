@@ -1,0 +1,75 @@
+"""Bounded retries with exponential backoff for the remote-service clients (genv, mini-agent, monitor).
+
+Why one helper: all three clients talk to services that drop connections under load (the genv gym is
+known to answer only one of several parallel requests). Retrying is only safe for calls that do not
+change server state twice, so each call site states its own policy: idempotent GETs retry on transport
+errors and 5xx; state-changing POSTs (create execution, evaluate, act, start run) pass ``policy=None``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry one request.
+
+    attempts: total tries (1 = no retry). Delay before try n+1 is ``backoff_s * 2**(n-1)``, capped at
+    ``max_backoff_s``. ``retry_5xx`` adds server errors (500-599) to the transport errors that are retried.
+    """
+
+    attempts: int = 3
+    backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    retry_5xx: bool = True
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
+        if self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ValueError("RetryPolicy backoff values must be >= 0")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to sleep after failed try number ``attempt`` (1-based)."""
+        return min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1)))
+
+
+async def send_with_retry(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    policy: RetryPolicy | None,
+    what: str,
+    **kwargs,
+) -> httpx.Response:
+    """Send one request, retrying per ``policy`` (``None`` = exactly one try).
+
+    Returns the last response, which may still be a 5xx when the retries are spent (the caller turns it
+    into its own error type); re-raises the last ``httpx.TransportError`` (timeouts included) likewise.
+    ``what`` names the call in log lines; never put secrets in it.
+    """
+    attempts = policy.attempts if policy else 1
+    for attempt in range(1, attempts + 1):
+        last = attempt == attempts
+        try:
+            response = await client.request(method, url, **kwargs)
+        except httpx.TransportError as exc:
+            if last:
+                raise
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if not (policy and policy.retry_5xx and response.status_code >= 500) or last:
+                return response
+            reason = f"HTTP {response.status_code}"
+        delay = policy.delay(attempt) if policy else 0.0
+        logger.warning("%s failed (%s); retry %d/%d in %.1fs", what, reason, attempt, attempts - 1, delay)
+        await asyncio.sleep(delay)
+    raise AssertionError("unreachable")  # the loop always returns or raises

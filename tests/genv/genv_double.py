@@ -1,0 +1,100 @@
+"""TEST DOUBLE standing in for a remote genv gym server, until the embedded gym (cua_rl.local_gym) lands.
+
+It follows the documented shapes of external-protocols §1.1-1.4 and DESIGN.md §4.1 (FastAPI-style
+``{"detail": ...}`` errors) and records every request, so client tests exercise real HTTP on loopback.
+Fault injection: ``fail_next[(method, path_suffix)] = [status, ...]`` answers those statuses first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+
+PNG_1x1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000100e221bc330000000049454e44ae426082")
+
+
+@dataclass
+class GymState:
+    tasks: list | dict = field(default_factory=lambda: {"tasks": [
+        {"task_id": "task-001", "name": "Open settings", "description": "Open the settings app",
+         "tags": ["easy", "settings"], "env_config": {"app": "settings"}, "evaluation": {"checks": []}},
+        {"id": "6f1c2d3e-0000-4000-8000-00000000abcd", "meta": {"number": "012", "displayName": "Write note"},
+         "instruction": "Write a note", "tags": ["hard"]},
+    ]})
+    evaluation_reply: dict = field(default_factory=lambda: {"success": True, "result": {"score": 0.0}})
+    create_reply: dict | None = None
+    requests: list = field(default_factory=list)
+    fail_next: dict = field(default_factory=dict)
+    delay_s: dict = field(default_factory=dict)
+    executions: dict = field(default_factory=dict)
+    terminated: list = field(default_factory=list)
+
+
+def build_gym_double(state: GymState) -> FastAPI:
+    app = FastAPI()
+
+    @app.middleware("http")
+    async def record_and_inject(request: Request, call_next):
+        body = await request.body()
+        state.requests.append((request.method, request.url.path, dict(request.query_params), body))
+        for (method, suffix), statuses in state.fail_next.items():
+            if request.method == method and request.url.path.endswith(suffix) and statuses:
+                return JSONResponse({"detail": f"injected failure {statuses[0]}"}, status_code=statuses.pop(0))
+        for (method, suffix), delay in state.delay_s.items():
+            if request.method == method and request.url.path.endswith(suffix):
+                await asyncio.sleep(delay)
+        return await call_next(request)
+
+    @app.get("/api/v1/{gym}/tasks")
+    async def list_tasks(gym: str):
+        return state.tasks
+
+    @app.get("/api/v1/{gym}/tasks/{task_id}")
+    async def get_task(gym: str, task_id: str):
+        tasks = state.tasks["tasks"] if isinstance(state.tasks, dict) else state.tasks
+        for task in tasks:
+            if task_id in (task.get("task_id"), task.get("id")):
+                return {"task": task}
+        raise HTTPException(404, f"task {task_id} not found")
+
+    @app.post("/api/v1/{gym}/tasks/{task_id}")
+    async def create(gym: str, task_id: str):
+        if state.create_reply is not None:
+            return state.create_reply
+        eid = f"exec-{len(state.executions) + 1}"
+        state.executions[eid] = task_id
+        return {"execution_id": eid, "task_id": task_id, "device": {"device_serial": "emulator-5554"}}
+
+    @app.get("/api/v1/{gym}/executions/{eid}")
+    async def get_execution(gym: str, eid: str):
+        if eid not in state.executions:
+            raise HTTPException(404, f"execution {eid} not found")
+        return {"execution_id": eid, "status": "running", "task_id": state.executions[eid],
+                "screen": {"width": 1280, "height": 800}}
+
+    @app.get("/api/v1/{gym}/executions/{eid}/screenshot")
+    async def screenshot(gym: str, eid: str, format: str = "png"):
+        return Response(PNG_1x1, media_type=f"image/{format}")
+
+    @app.post("/api/v1/{gym}/executions/{eid}/actions")
+    async def act(gym: str, eid: str, request: Request):
+        action = (await request.json()).get("action") or {}
+        if action.get("type") not in {"click", "move", "drag", "scroll", "type", "key", "wait"}:
+            raise HTTPException(422, f"unknown action type {action.get('type')!r}")
+        return {"ok": True, "screen_changed": action["type"] != "wait"}
+
+    @app.post("/api/v1/{gym}/executions/{eid}/evaluate")
+    async def evaluate(gym: str, eid: str):
+        return state.evaluation_reply
+
+    @app.post("/api/v1/{gym}/executions/{eid}/terminate")
+    async def terminate(gym: str, eid: str):
+        state.terminated.append(eid)
+        return {"ok": True}
+
+    return app

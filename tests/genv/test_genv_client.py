@@ -1,0 +1,123 @@
+"""GenvClient against the genv test double over real loopback HTTP (see genv_double.py)."""
+
+import json
+
+import pytest
+
+from cua_rl.genv import GenvClient, GenvError, GenvTimeouts
+from cua_rl.http_retry import RetryPolicy
+from genv_double import PNG_1x1
+
+FAST_RETRY = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02)
+
+
+def client_for(server, **kwargs) -> GenvClient:
+    return GenvClient(server.url, "my gym", retry=FAST_RETRY, **kwargs)
+
+
+async def test_list_and_get_tasks(gym_server, gym_state):
+    async with client_for(gym_server) as gym:
+        tasks = await gym.list_tasks()
+        assert [t.id for t in tasks] == ["task-001", "6f1c2d3e-0000-4000-8000-00000000abcd"]
+        assert [t.number for t in tasks] == [1, 12]
+        assert [t.difficulty for t in tasks] == ["easy", "hard"]
+        full = await gym.get_task("task-001")
+        assert full.env == {"app": "settings"}
+    # the gym id is URL-quoted as one path segment
+    assert gym_state.requests[0][1] == "/api/v1/my gym/tasks"
+
+
+async def test_bare_list_of_tasks(gym_server, gym_state):
+    gym_state.tasks = [{"task_id": "a"}, {"task_id": "b", "tags": ["normal"]}]
+    async with client_for(gym_server) as gym:
+        tasks = await gym.list_tasks()
+    assert [(t.id, t.difficulty) for t in tasks] == [("a", None), ("b", "normal")]
+
+
+async def test_execution_lifecycle_and_answer_text(gym_server, gym_state):
+    gym_state.evaluation_reply = {"success": True, "result": {"score": 0.0, "validators": []}}
+    async with client_for(gym_server) as gym:
+        ex = await gym.create_execution("task-001", options={"seed": 3})
+        assert ex.execution_id == "exec-1" and ex.device_id == "emulator-5554"
+        info = await gym.get_execution(ex.execution_id)
+        assert info["screen"] == {"width": 1280, "height": 800}
+        assert await gym.screenshot(ex.execution_id, format="png") == PNG_1x1
+        assert (await gym.act(ex.execution_id, {"type": "click", "x": 0.5, "y": 0.5}))["ok"] is True
+        ev = await gym.evaluate(ex.execution_id, answer_text="42", execution_data={"answer": "42"})
+        assert ev.reward == 0.0 and ev.success is True  # a real 0 is not turned into 1.0
+        assert await gym.terminate(ex.execution_id) == {"ok": True}
+    bodies = {(m, p): b for m, p, _, b in gym_state.requests}
+    assert json.loads(bodies[("POST", "/api/v1/my gym/tasks/task-001")]) == {"options": {"seed": 3}}
+    sent = json.loads(bodies[("POST", "/api/v1/my gym/executions/exec-1/evaluate")])
+    assert sent == {"answer_text": "42", "execution_data": {"answer": "42"}}
+    assert gym_state.terminated == ["exec-1"]
+
+
+async def test_get_retries_5xx_then_succeeds(gym_server, gym_state, caplog):
+    gym_state.fail_next[("GET", "/tasks")] = [503, 500]
+    async with client_for(gym_server) as gym:
+        tasks = await gym.list_tasks()
+    assert len(tasks) == 2
+    assert sum(1 for m, p, *_ in gym_state.requests if p.endswith("/tasks")) == 3
+    assert "retry 1/2" in caplog.text and "retry 2/2" in caplog.text
+
+
+async def test_get_gives_up_after_bounded_retries(gym_server, gym_state):
+    gym_state.fail_next[("GET", "/tasks")] = [502, 502, 502, 502]
+    async with client_for(gym_server) as gym:
+        with pytest.raises(GenvError) as info:
+            await gym.list_tasks()
+    assert info.value.status_code == 502
+    assert info.value.detail == "injected failure 502"
+    assert gym_state.fail_next[("GET", "/tasks")] == [502]  # exactly 3 attempts used
+
+
+async def test_create_is_never_retried(gym_server, gym_state):
+    gym_state.fail_next[("POST", "/tasks/task-001")] = [503]
+    async with client_for(gym_server) as gym:
+        with pytest.raises(GenvError) as info:
+            await gym.create_execution("task-001")
+    assert info.value.status_code == 503
+    assert sum(1 for m, p, *_ in gym_state.requests if m == "POST") == 1
+    assert gym_state.executions == {}
+
+
+async def test_error_detail_propagates(gym_server):
+    async with client_for(gym_server) as gym:
+        with pytest.raises(GenvError) as info:
+            await gym.get_task("missing")
+        assert info.value.status_code == 404 and info.value.detail == "task missing not found"
+        with pytest.raises(GenvError) as info:
+            await gym.act("exec-x", {"type": "teleport"})
+        assert info.value.status_code == 422 and "teleport" in info.value.detail
+
+
+async def test_malformed_create_reply_is_a_clear_error(gym_server, gym_state):
+    gym_state.create_reply = {"execution_id": 17}
+    async with client_for(gym_server) as gym:
+        with pytest.raises(GenvError, match="execution_id"):
+            await gym.create_execution("task-001")
+
+
+async def test_timeout_is_a_genv_error(gym_server, gym_state):
+    gym_state.delay_s[("POST", "/evaluate")] = 1.5
+    async with client_for(gym_server, timeouts=GenvTimeouts(evaluate=0.3)) as gym:
+        with pytest.raises(GenvError, match="timed out") as info:
+            await gym.evaluate("exec-1")
+    assert info.value.status_code is None
+    assert sum(1 for m, p, *_ in gym_state.requests if p.endswith("/evaluate")) == 1
+
+
+async def test_connection_refused_is_retried_then_raised():
+    gym = GenvClient("http://127.0.0.1:9", "g", retry=FAST_RETRY)
+    async with gym:
+        with pytest.raises(GenvError, match="cannot reach gym"):
+            await gym.list_tasks()
+
+
+async def test_execution_context_always_terminates(gym_server, gym_state):
+    async with client_for(gym_server) as gym:
+        with pytest.raises(RuntimeError):
+            async with gym.execution("task-001") as ex:
+                raise RuntimeError(f"agent crashed on {ex.execution_id}")
+    assert gym_state.terminated == ["exec-1"]
