@@ -1,0 +1,220 @@
+"""Typed configuration of the computer-use agent example.
+
+`CUAConfig` extends AReaL's `GRPOConfig` and is loaded exactly like any AReaL config:
+
+    config, config_file = load_expr_config(["--config", "config.yaml", *overrides], CUAConfig)
+
+The flat keys (`gym_base_url`, `max_turns`, ...) keep the names of the original example
+(external-protocols.md section 5.2) so that every train.sh flag maps 1:1 onto one key. Settings
+that only this project has live in small nested sections: `policy`, `embedded`, `task_source`.
+
+Secrets: `project_token` exists for compatibility, but train.sh never puts a token into the
+config (AReaL writes the resolved config to `<fileroot>/logs/.../config.yaml`). It exports the
+token as the environment variable PROJECT_TOKEN instead; read it with `resolve_project_token()`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from areal.api.cli_args import GRPOConfig
+
+TASK_SOURCE_KINDS = ("gym", "file", "ids")
+SPLIT_TYPES = ("train", "eval", "all")
+# One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
+_RANGE_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def parse_number_ranges(spec: str) -> list[tuple[int, int]]:
+    """Parse "001-032" or "1-8,12" into inclusive (low, high) pairs; ValueError on bad input."""
+    ranges: list[tuple[int, int]] = []
+    for part in spec.split(","):
+        m = _RANGE_PART.match(part)
+        if not m:
+            raise ValueError(
+                f"bad task number range {spec!r}: expected e.g. '001-032' or '1-8,12' (part {part!r})"
+            )
+        low = int(m.group(1))
+        high = int(m.group(2)) if m.group(2) is not None else low
+        if high < low:
+            raise ValueError(f"bad task number range {spec!r}: {low} > {high}")
+        ranges.append((low, high))
+    return ranges
+
+
+@dataclass
+class PolicyEndpointConfig:
+    """The OpenAI-compatible policy endpoint served from the rollout worker (DESIGN.md 4.3)."""
+
+    # Where the endpoint listens. 127.0.0.1 is enough when the agent service runs on the same
+    # machine (the embedded stack); use 0.0.0.0 when an external gbox-mini-agent must reach it.
+    bind_host: str = "127.0.0.1"
+    # 0 = pick a free port at start-up (several rollout workers may share a machine).
+    port: int = 0
+    # Host put into the agent's `model.baseUrl`. Empty = bind_host, or this machine's IP address
+    # when bind_host is a wildcard (0.0.0.0 / ::).
+    advertised_host: str = ""
+    # Screenshots kept in the prompt; older image parts are dropped before the processor runs.
+    # Every kept image is re-encoded into every later turn's training row, so this bounds memory.
+    max_screenshots_in_history: int = 3
+    # Processor pixel limits per image (None = the processor's own default). Qwen3-VL uses
+    # 32x32-pixel tokens: 1_003_520 pixels is about 1000 visual tokens for a 1280x800 desktop.
+    min_pixels: int | None = None
+    max_pixels: int | None = 1_003_520
+    # Caps for image parts given as http(s) URLs instead of data: URLs.
+    image_fetch_max_bytes: int = 20 * 1024 * 1024
+    image_fetch_timeout_seconds: float = 15.0
+
+    def __post_init__(self):
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"policy.port must be 0..65535, got {self.port}")
+        if self.max_screenshots_in_history < 1:
+            raise ValueError("policy.max_screenshots_in_history must be >= 1")
+        if self.min_pixels is not None and self.max_pixels is not None:
+            if self.min_pixels > self.max_pixels:
+                raise ValueError("policy.min_pixels must not exceed policy.max_pixels")
+        if self.image_fetch_max_bytes <= 0 or self.image_fetch_timeout_seconds <= 0:
+            raise ValueError("policy.image_fetch_* caps must be positive")
+
+
+@dataclass
+class EmbeddedStackConfig:
+    """Services launch.py starts on this machine when no external gym is given (train.sh
+    without --gym): the genv-compatible gym with X11 desktops, the agent service and, when no
+    GPU is present, a CPU inference server for a tiny model."""
+
+    # None = automatic: embedded iff gym_base_url is empty. true/false force it.
+    enabled: bool | None = None
+    host: str = "127.0.0.1"
+    # 0 = pick a free port (tests and CI run several stacks on one machine).
+    gym_port: int = 0
+    agent_port: int = 0
+    model_port: int = 0
+    gym_id: str = "desktop"
+    # Desktops the gym keeps ready (pool size). Each costs ~60-75 MB and a little CPU.
+    num_desktops: int = 2
+    # Tiny offline Qwen3-VL checkpoint (built with `cua-model build-tiny` if missing).
+    # Empty = <CUA_RL_HOME or ~/.cache/cua-rl>/models/tiny-qwen3-vl (see resolve_tiny_model_dir).
+    tiny_model_dir: str = ""
+    # Without a GPU there is no vLLM: serve the tiny model with the CPU inference server.
+    start_cpu_model_server: bool = True
+    # Seconds to wait for each embedded service to answer its health check.
+    ready_timeout_seconds: float = 180.0
+
+    def __post_init__(self):
+        for name in ("gym_port", "agent_port", "model_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ValueError(f"embedded.{name} must be 0..65535")
+        if self.num_desktops < 1:
+            raise ValueError("embedded.num_desktops must be >= 1")
+
+
+@dataclass
+class TaskSourceConfig:
+    """Where training tasks come from (dataset.py). Tag filter, split and limit (the gym_* keys)
+    apply to every kind."""
+
+    # gym: list the gym's tasks; file: a local JSONL/YAML task file; ids: these ids on the gym.
+    kind: str = "gym"
+    task_file: str = ""
+    task_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.kind not in TASK_SOURCE_KINDS:
+            raise ValueError(f"task_source.kind must be one of {TASK_SOURCE_KINDS}, got {self.kind!r}")
+        if self.kind == "file" and not self.task_file:
+            raise ValueError("task_source.kind=file needs task_source.task_file")
+        if self.kind == "ids" and not self.task_ids:
+            raise ValueError("task_source.kind=ids needs task_source.task_ids")
+
+
+@dataclass
+class CUAConfig(GRPOConfig):
+    """GRPOConfig plus the keys of the computer-use agent (external-protocols.md 5.2)."""
+
+    # Rollout workflow classes, import paths resolved on the rollout workers (areal-notes 1).
+    workflow: str = "cua_workflow.CUAAgentWorkflow"
+    eval_workflow: str = "cua_workflow.CUAAgentWorkflow"
+
+    # --- episode limits
+    max_turns: int = 20
+    max_task_time_seconds: int = 600
+    max_turn_time_seconds: int = 120
+
+    # --- gym server (genv API). Empty gym_base_url = the embedded gym (see `embedded`).
+    gym_base_url: str = ""
+    gym_id: str = ""
+    gym_train_ratio: float = 0.8
+    # Which split trains: "train" (default), "eval" or "all" (every task; a sanity/overfit run).
+    gym_split_type: str = "train"
+    gym_limit: int | None = None  # cap per split (seeded sample); None = no cap
+    gym_seed: int = 42
+    gym_tags: list[str] | None = None  # keep tasks having any of these tags
+    # Task numbers that form the eval split, e.g. "001-032"; overrides gym_train_ratio.
+    gym_eval_number_range: str | None = None
+
+    # --- agent service (gbox-mini-agent API)
+    gbox_mini_agent_base_url: str = "http://127.0.0.1:3000"
+    # "qwen3-vl" matches the default model (Qwen3-VL); use "mai-ui" for MAI-UI checkpoints.
+    gbox_mini_agent_agent: str = "qwen3-vl"
+    # "pc" for the embedded X11 desktops; "mobile" for phone gyms (the original's default).
+    gbox_mini_agent_standard_action_space: str = "pc"
+
+    # --- model the agent calls. Empty = the policy endpoint (the only trainable path).
+    # A non-empty URL sends the agent elsewhere (baselines, debugging): those turns are not trained.
+    model_base_url: str = ""
+    model_name: str = ""
+
+    # --- Training Monitor (nothing is sent while monitor_base_url is empty)
+    monitor_base_url: str = ""
+    project_id: str = ""
+    project_token: str = ""  # prefer the PROJECT_TOKEN environment variable (never saved)
+
+    policy: PolicyEndpointConfig = field(default_factory=PolicyEndpointConfig)
+    embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig)
+    task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("max_turns", "max_task_time_seconds", "max_turn_time_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.gym_train_ratio <= 1.0:
+            raise ValueError(f"gym_train_ratio must be within [0, 1], got {self.gym_train_ratio}")
+        if self.gym_split_type not in SPLIT_TYPES:
+            raise ValueError(f"gym_split_type must be one of {SPLIT_TYPES}, got {self.gym_split_type!r}")
+        if self.gym_limit is not None and self.gym_limit <= 0:
+            raise ValueError(f"gym_limit must be positive or null, got {self.gym_limit}")
+        if self.gym_eval_number_range:
+            parse_number_ranges(self.gym_eval_number_range)  # fail at load time, not mid-run
+        if isinstance(self.gym_tags, str):  # tolerate "easy,normal" from hand-written YAML
+            self.gym_tags = [t.strip() for t in self.gym_tags.split(",") if t.strip()]
+
+    # --- small derived values, so callers do not repeat the rules
+    @property
+    def embedded_enabled(self) -> bool:
+        """Whether launch.py starts the embedded stack."""
+        if self.embedded.enabled is None:
+            return not self.gym_base_url
+        return self.embedded.enabled
+
+    @property
+    def monitor_enabled(self) -> bool:
+        return bool(self.monitor_base_url)
+
+
+def resolve_project_token(config: CUAConfig, environ: dict | None = None) -> str:
+    """Monitor token: the config value, else PROJECT_TOKEN, else MONITOR_PROJECT_TOKEN."""
+    env = os.environ if environ is None else environ
+    return config.project_token or env.get("PROJECT_TOKEN", "") or env.get("MONITOR_PROJECT_TOKEN", "")
+
+
+def resolve_tiny_model_dir(config: CUAConfig, environ: dict | None = None) -> str:
+    """Directory of the tiny offline model used by the embedded CPU stack."""
+    if config.embedded.tiny_model_dir:
+        return os.path.expanduser(config.embedded.tiny_model_dir)
+    env = os.environ if environ is None else environ
+    home = env.get("CUA_RL_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "cua-rl")
+    return os.path.join(home, "models", "tiny-qwen3-vl")
