@@ -9,6 +9,7 @@ errors and 5xx; state-changing POSTs (create execution, evaluate, act, start run
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 
@@ -73,3 +74,15 @@ async def send_with_retry(
         logger.warning("%s failed (%s); retry %d/%d in %.1fs", what, reason, attempt, attempts - 1, delay)
         await asyncio.sleep(delay)
     raise AssertionError("unreachable")  # the loop always returns or raises
+
+
+def error_detail(response: httpx.Response) -> str:
+    """The server's ``detail`` (FastAPI style ``{"detail": ...}``), else the body text, shortened for logs."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    if isinstance(body, dict) and "detail" in body:
+        detail = body["detail"]
+        return detail if isinstance(detail, str) else json.dumps(detail)[:500]
+    return json.dumps(body)[:500]

@@ -9,10 +9,9 @@ can leak a second desktop, a retried act clicks twice) and are sent exactly once
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
-import asyncio
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
@@ -20,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..http_retry import RetryPolicy, send_with_retry
+from ..http_retry import RetryPolicy, error_detail, send_with_retry
 from .errors import GenvError
 from .models import Execution, Task
 from .reward import Evaluation
@@ -37,18 +36,6 @@ class GenvTimeouts:
     create: float = 600.0
     evaluate: float = 600.0
     act: float = 120.0
-
-
-def error_detail(response: httpx.Response) -> str:
-    """The server's ``detail`` (FastAPI style), else the body text, shortened for logs."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:500] or response.reason_phrase
-    if isinstance(body, dict) and "detail" in body:
-        detail = body["detail"]
-        return detail if isinstance(detail, str) else json.dumps(detail)[:500]
-    return json.dumps(body)[:500]
 
 
 class GenvClient:

@@ -1,0 +1,186 @@
+"""Async client of the gbox-mini-agent run API (external-protocols §2.1).
+
+Why polling: the service does not stream; the original polled ``events?from=<last ts>`` every 3 s and
+de-duplicated. Reads (status, events, steps) and cancel are retried with backoff; starting a run is
+sent once (a retry could start two agents on one execution). ``wait`` never raises for run failures:
+it returns a ``RunResult`` with the reason, keeping every event seen, and cancels the run on timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ..http_retry import RetryPolicy, error_detail, send_with_retry
+from .events import EventLog, answer_of_action
+from .models import TERMINAL_STATUSES, RunRequest, RunResult, RunStatus
+
+logger = logging.getLogger(__name__)
+
+
+class MiniAgentError(Exception):
+    """An agent-service call failed; ``detail`` is the server's message, ``status_code`` None if no reply."""
+
+    def __init__(self, detail: str, status_code: int | None = None) -> None:
+        self.detail, self.status_code = detail, status_code
+        super().__init__(f"HTTP {status_code}: {detail}" if status_code is not None else detail)
+
+
+def _unwrap_list(body: Any, key: str) -> list:
+    items = body.get(key) if isinstance(body, dict) else body
+    if not isinstance(items, list):
+        raise MiniAgentError(f"expected a list or {{{key!r}: [...]}}, got {str(body)[:200]}")
+    return items
+
+
+class MiniAgentClient:
+    """``async with MiniAgentClient(url) as agent: result = await agent.run(request, timeout_s=600)``."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 30.0, retry: RetryPolicy | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if not base_url:
+            raise ValueError("MiniAgentClient needs a base URL")
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy(attempts=5, backoff_s=0.5, max_backoff_s=4.0)
+        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport)
+
+    async def __aenter__(self) -> "MiniAgentClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, *, idempotent: bool, none_on_404: bool = False,
+                    **kwargs) -> Any:
+        url = f"{self.base_url}{path}"
+        try:
+            response = await send_with_retry(self._http, method, url, policy=self.retry if idempotent else None,
+                                             what=f"mini-agent {method} {path}", **kwargs)
+        except httpx.TransportError as exc:
+            raise MiniAgentError(f"cannot reach agent service at {url}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code == 404 and none_on_404:
+            return None
+        if response.status_code >= 400:
+            raise MiniAgentError(error_detail(response), response.status_code)
+        try:
+            return response.json() if response.content else {}
+        except ValueError as exc:
+            raise MiniAgentError(f"reply to {method} {path} is not JSON: {response.text[:200]!r}") from exc
+
+    @staticmethod
+    def _run_path(run_id: str, *rest: str) -> str:
+        return "/runs/" + "/".join([quote(run_id, safe="")] + list(rest))
+
+    async def start_run(self, request: RunRequest) -> str:
+        """``POST /runs``; returns the ``runId``. Sent once."""
+        logger.debug("starting agent run: %s", request.redacted_payload())
+        body = await self._call("POST", "/runs", idempotent=False, json=request.to_payload())
+        run_id = body.get("runId") if isinstance(body, dict) else None
+        if not isinstance(run_id, str) or not run_id:
+            raise MiniAgentError(f"start-run reply has no runId: {str(body)[:200]}")
+        logger.info("agent run %s started (agent=%s, execution=%s)", run_id, request.agent,
+                    request.env.execution_id)
+        return run_id
+
+    async def status(self, run_id: str) -> RunStatus:
+        body = await self._call("GET", self._run_path(run_id), idempotent=True)
+        if not isinstance(body, dict) or not isinstance(body.get("status"), str):
+            raise MiniAgentError(f"run status reply has no status: {str(body)[:200]}")
+        reason = body.get("reason")
+        return RunStatus(status=body["status"].lower(), reason=None if reason is None else str(reason), raw=body)
+
+    async def events(self, run_id: str, from_ts: str | None = None) -> list[dict]:
+        """Raw events (``from`` is inclusive); a 404 means none yet. Normalise them with ``EventLog``."""
+        params = {"from": from_ts} if from_ts is not None else None
+        body = await self._call("GET", self._run_path(run_id, "events"), idempotent=True, none_on_404=True,
+                                params=params)
+        return [] if body is None else _unwrap_list(body, "events")
+
+    async def steps(self, run_id: str) -> list[dict]:
+        """Step objects (``messages``, ``actions``, ``thinking``, ``text``); a 404 means none."""
+        body = await self._call("GET", self._run_path(run_id, "steps"), idempotent=True, none_on_404=True)
+        return [] if body is None else _unwrap_list(body, "steps")
+
+    async def cancel(self, run_id: str) -> None:
+        """``POST /runs/{id}/cancel``; cancelling twice is harmless, so it is retried. 404 = already gone."""
+        body = await self._call("POST", self._run_path(run_id, "cancel"), idempotent=True, none_on_404=True)
+        logger.info("agent run %s cancel requested (%s)", run_id, "unknown run" if body is None else "ok")
+
+    async def _safe_cancel(self, run_id: str, errors: list[str]) -> None:
+        try:
+            await asyncio.shield(self.cancel(run_id))
+        except (MiniAgentError, asyncio.CancelledError) as exc:
+            errors.append(f"cancel failed: {exc}")
+            logger.error("could not cancel agent run %s: %s", run_id, exc)
+
+    async def wait(self, run_id: str, timeout_s: float, poll_interval_s: float = 3.0, *,
+                   cancel_on_timeout: bool = True) -> RunResult:
+        """Poll until ``run_end`` or a terminal status, at most ``timeout_s``; then fetch the steps."""
+        log, errors = EventLog(), []
+        final: dict[str, Any] = {"status": None, "reason": None, "ok": False, "timed_out": False}
+
+        async def poll() -> None:
+            while True:
+                log.add(await self.events(run_id, from_ts=log.last_ts))
+                if log.run_end() is not None:
+                    return
+                status = await self.status(run_id)
+                final["status"], final["reason"] = status.status, status.reason
+                if status.terminal:
+                    log.add(await self.events(run_id, from_ts=log.last_ts))
+                    return
+                await asyncio.sleep(poll_interval_s)
+
+        try:
+            await asyncio.wait_for(poll(), timeout_s)
+        except asyncio.TimeoutError:
+            final["timed_out"], final["reason"] = True, f"timeout after {timeout_s:g}s"
+            logger.warning("agent run %s timed out after %gs", run_id, timeout_s)
+            if cancel_on_timeout:
+                await self._safe_cancel(run_id, errors)
+        except MiniAgentError as exc:
+            final["reason"] = f"agent service error: {exc}"
+            logger.error("polling agent run %s failed: %s", run_id, exc)
+            await self._safe_cancel(run_id, errors)
+        else:
+            end = log.run_end()
+            if end is not None:
+                final["ok"] = bool(end.data.get("ok"))
+                final["reason"] = end.data.get("reason", final["reason"])
+                if final["status"] not in TERMINAL_STATUSES:  # run_end can arrive before status flips
+                    final["status"] = "completed" if final["ok"] else "failed"
+            else:
+                final["ok"] = final["status"] == "completed"
+        try:
+            steps = await self.steps(run_id)
+        except MiniAgentError as exc:
+            steps = []
+            errors.append(f"steps unavailable: {exc}")
+        answer = log.answer()
+        if answer is None:  # older servers: the answer only shows in the step objects
+            for step in (s for s in steps if isinstance(s, dict)):
+                for action in step.get("actions") or []:
+                    answer = answer_of_action(action) or answer
+        result = RunResult(ok=final["ok"], reason=None if final["reason"] is None else str(final["reason"]),
+                           answer=answer, steps=steps, events=log.events(), model_outputs=log.model_outputs(),
+                           num_steps=max(log.num_steps(), len(steps)), run_id=run_id, status=final["status"],
+                           timed_out=final["timed_out"], errors=log.errors() + errors)
+        logger.info("agent run %s ended: ok=%s reason=%s steps=%d", run_id, result.ok, result.reason,
+                    result.num_steps)
+        return result
+
+    async def run(self, request: RunRequest, timeout_s: float, poll_interval_s: float = 3.0) -> RunResult:
+        """Start, wait, cancel on timeout. If the caller is cancelled, the remote run is cancelled too."""
+        run_id = await self.start_run(request)
+        try:
+            return await self.wait(run_id, timeout_s, poll_interval_s)
+        except asyncio.CancelledError:
+            await self._safe_cancel(run_id, [])
+            raise
