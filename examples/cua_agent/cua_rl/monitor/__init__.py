@@ -1,0 +1,9 @@
+"""Training Monitor ingest client and typed record builders (disabled without settings)."""
+
+from .client import IngestResult, MonitorClient, MonitorError
+from .records import (KINDS, SOURCE_TYPES, Record, now_iso, rollout_record, rollout_result, step_record,
+                      task_record, training_end, training_start, turn_record, validation_record)
+
+__all__ = ["IngestResult", "MonitorClient", "MonitorError", "KINDS", "SOURCE_TYPES", "Record", "now_iso",
+           "rollout_record", "rollout_result", "step_record", "task_record", "training_end", "training_start",
+           "turn_record", "validation_record"]

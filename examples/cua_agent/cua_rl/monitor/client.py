@@ -1,0 +1,141 @@
+"""Training Monitor ingest client: ``POST {base}/api/ingest/batch`` with a bearer token (§4).
+
+Why these rules: the monitor is an observer, so by default a failure is logged and training goes on
+(``raise_errors=True`` for callers that want to know). Transport errors (timeouts, refused connections)
+are retried with backoff; HTTP errors are not, as in the original (a 4xx will not heal, and a 5xx after
+the server wrote part of a batch is better dropped than duplicated). With no base URL or no token the
+client is disabled and sends nothing. The token appears in no log line, repr or error message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import httpx
+
+from ..http_retry import RetryPolicy, error_detail, send_with_retry
+from .records import KINDS, Record, training_end
+
+logger = logging.getLogger(__name__)
+
+
+class MonitorError(Exception):
+    """An ingest call failed (only raised with ``raise_errors=True``)."""
+
+
+@dataclass
+class IngestResult:
+    """``sent`` is False when disabled or failed; ``ids[kind][client_id]`` is the monitor's row id."""
+
+    sent: bool
+    training_id: int | None = None
+    ids: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str | None = None
+
+    def id_of(self, kind: str, client_id: str) -> Any:
+        return self.ids.get(kind, {}).get(client_id)
+
+
+class MonitorClient:
+    """``MonitorClient.from_settings(url, token)``; disabled (no HTTP at all) when either is empty."""
+
+    def __init__(self, base_url: str, token: str, *, project_id: str | None = None, timeout_s: float = 120.0,
+                 retry: RetryPolicy | None = None, raise_errors: bool = False,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base_url = (base_url or "").rstrip("/")
+        self._token = token or ""
+        self.project_id = project_id or None
+        self.raise_errors = raise_errors
+        self.retry = retry or RetryPolicy(attempts=6, backoff_s=1.0, max_backoff_s=8.0, retry_5xx=False)
+        self.enabled = bool(self.base_url and self._token)
+        if self.base_url and not self._token:
+            logger.warning("monitor base URL set but no project token: monitoring is disabled")
+        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport) if self.enabled else None
+
+    @classmethod
+    def from_settings(cls, base_url: str | None, token: str | None, project_id: str | None = None,
+                      **kwargs: Any) -> "MonitorClient":
+        return cls(base_url or "", token or "", project_id=project_id, **kwargs)
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> "MonitorClient":
+        """MONITOR_BASE_URL, MONITOR_PROJECT_TOKEN (else PROJECT_TOKEN), PROJECT_ID."""
+        token = os.environ.get("MONITOR_PROJECT_TOKEN") or os.environ.get("PROJECT_TOKEN")
+        return cls.from_settings(os.environ.get("MONITOR_BASE_URL"), token, os.environ.get("PROJECT_ID"), **kwargs)
+
+    def __repr__(self) -> str:
+        return f"MonitorClient(base_url={self.base_url!r}, enabled={self.enabled}, token=***)"
+
+    async def __aenter__(self) -> "MonitorClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+    def ui_url(self, training_id: int) -> str | None:
+        if not self.enabled:
+            return None
+        suffix = f"?project_id={self.project_id}" if self.project_id else ""
+        return f"{self.base_url}/{training_id}{suffix}"
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._token, "***") if self._token else text
+
+    async def ingest(self, *, training: dict | None = None, records: Iterable[Record] = ()) -> IngestResult:
+        """Send one batch; records are grouped into their kind's array. Re-sent client_ids upsert."""
+        body: dict[str, Any] = {}
+        if training is not None:
+            body["training"] = training
+        for record in records:
+            body.setdefault(record.kind, []).append(record.to_payload())
+        if not self.enabled or not body:
+            return IngestResult(sent=False)
+        url = f"{self.base_url}/api/ingest/batch"
+        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
+        try:
+            response = await send_with_retry(self._http, "POST", url, policy=self.retry, json=body,
+                                             headers=headers, what=f"monitor ingest {sorted(body)}")
+            if response.status_code >= 400:
+                raise MonitorError(f"HTTP {response.status_code}: {error_detail(response)}")
+            reply = response.json() if response.content else {}
+        except (httpx.TransportError, MonitorError, ValueError) as exc:
+            message = self._scrub(f"monitor ingest to {url} failed: {type(exc).__name__}: {exc}")
+            if self.raise_errors:
+                raise MonitorError(message) from None
+            logger.warning("%s", message)
+            return IngestResult(sent=False, error=message)
+        return self._parse_reply(reply)
+
+    @staticmethod
+    def _parse_reply(reply: Any) -> IngestResult:
+        result = IngestResult(sent=True)
+        if not isinstance(reply, dict):
+            return result
+        if isinstance(reply.get("training_id"), int):
+            result.training_id = reply["training_id"]
+        for kind in KINDS:
+            rows = reply.get(kind)
+            if isinstance(rows, list):
+                result.ids[kind] = {str(r["client_id"]): r.get("id") for r in rows
+                                    if isinstance(r, dict) and "client_id" in r}
+        return result
+
+    async def upsert(self, *records: Record) -> IngestResult:
+        return await self.ingest(records=records)
+
+    async def start_training(self, training: dict) -> int | None:
+        """Post a ``training_start(...)`` object; returns the monitor's training id (None if disabled)."""
+        result = await self.ingest(training=training)
+        if result.sent and result.training_id is not None:
+            logger.info("monitor training %s: %s", result.training_id, self.ui_url(result.training_id))
+        return result.training_id
+
+    async def finish_training(self, training_id: int, status: str = "completed") -> IngestResult:
+        return await self.ingest(training=training_end(training_id, status))
