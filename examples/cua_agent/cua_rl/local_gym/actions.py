@@ -1,0 +1,178 @@
+"""The desktop action schema of DESIGN.md §4.1: validation, mobile aliases, and playing it on a desktop.
+
+Validation happens before anything touches the desktop, so a bad action changes nothing: unknown or
+malformed actions are 422, coordinates outside 0..1 are 422, text over ``MAX_TEXT`` characters is 413.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+
+from .xinput import XInput, keysym_for_name
+
+MAX_TEXT = 4000
+MAX_WAIT_MS = 10_000
+MAX_SCROLL = 50
+BUTTONS = {"left": 1, "middle": 2, "right": 3}
+# Pressing Enter right after typing races GTK's file-chooser autocompletion (measurements §4): keep a gap.
+TYPE_TO_ENTER_GAP_S = 0.25
+MOBILE_KEYS = {"back": ["Escape"], "home": ["super"], "menu": ["Menu"], "enter": ["Return"]}
+
+
+class ActionError(ValueError):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass
+class Action:
+    type: str
+    x: float = 0.0
+    y: float = 0.0
+    x2: float = 0.0
+    y2: float = 0.0
+    button: int = 1
+    count: int = 1
+    dx: int = 0
+    dy: int = 0
+    text: str = ""
+    keysyms: list[int] = field(default_factory=list)
+    ms: int = 0
+
+
+def _num(raw: dict, *names: str, required: bool = True) -> float | None:
+    for n in names:
+        if n in raw and raw[n] is not None:
+            v = raw[n]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ActionError(422, f"{n} must be a number, got {v!r}")
+            return float(v)
+    if required:
+        raise ActionError(422, f"missing {names[0]}")
+    return None
+
+
+def _coord(raw: dict, *names: str) -> float:
+    v = _num(raw, *names)
+    if not 0.0 <= v <= 1.0:
+        raise ActionError(422, f"{names[0]}={v} is outside the screen: coordinates are fractions in 0..1")
+    return v
+
+
+def _int(raw: dict, name: str, default: int, lo: int, hi: int) -> int:
+    v = _num(raw, name, required=False)
+    if v is None:
+        return default
+    if v != int(v) or not lo <= v <= hi:
+        raise ActionError(422, f"{name} must be an integer in {lo}..{hi}, got {v}")
+    return int(v)
+
+
+def parse_action(raw: object) -> Action:
+    """Validate one wire action (including the genv mobile aliases) into an ``Action``."""
+    if not isinstance(raw, dict):
+        raise ActionError(422, "action must be a JSON object with a 'type'")
+    kind = raw.get("type")
+    if kind in ("tap", "long_press"):
+        ms = _int(raw, "duration_ms", 800, 0, MAX_WAIT_MS) if kind == "long_press" else 0
+        return Action("press" if kind == "long_press" else "click", x=_coord(raw, "x", "x_norm"),
+                      y=_coord(raw, "y", "y_norm"), ms=ms)
+    if kind == "swipe":
+        return Action("drag", x=_coord(raw, "x", "x_norm"), y=_coord(raw, "y", "y_norm"),
+                      x2=_coord(raw, "x2", "x2_norm"), y2=_coord(raw, "y2", "y2_norm"))
+    if kind == "click":
+        button = raw.get("button", "left")
+        if button not in BUTTONS:
+            raise ActionError(422, f"button must be one of {sorted(BUTTONS)}, got {button!r}")
+        return Action("click", x=_coord(raw, "x"), y=_coord(raw, "y"), button=BUTTONS[button],
+                      count=_int(raw, "count", 1, 1, 3))
+    if kind == "double_click":
+        return Action("click", x=_coord(raw, "x"), y=_coord(raw, "y"), count=2)
+    if kind == "move":
+        return Action("move", x=_coord(raw, "x"), y=_coord(raw, "y"))
+    if kind == "drag":
+        return Action("drag", x=_coord(raw, "x"), y=_coord(raw, "y"), x2=_coord(raw, "x2"), y2=_coord(raw, "y2"))
+    if kind == "scroll":
+        return Action("scroll", x=_coord(raw, "x"), y=_coord(raw, "y"), dx=_int(raw, "dx", 0, -MAX_SCROLL, MAX_SCROLL),
+                      dy=_int(raw, "dy", 0, -MAX_SCROLL, MAX_SCROLL))
+    if kind == "type":
+        text = raw.get("text")
+        if not isinstance(text, str):
+            raise ActionError(422, "type needs a string 'text'")
+        if len(text) > MAX_TEXT:
+            raise ActionError(413, f"text is {len(text)} characters; at most {MAX_TEXT} per action")
+        if any(ord(c) < 0x20 and c not in "\n\t" for c in text):
+            raise ActionError(422, "text has control characters; use a key action for those")
+        return Action("type", text=text)
+    if kind == "key":
+        keys = raw.get("keys")
+        if keys is None and isinstance(raw.get("key"), str):
+            key = raw["key"]
+            keys = MOBILE_KEYS.get(key.lower()) or key.replace("+", " ").split()
+        if isinstance(keys, str):
+            keys = keys.replace("+", " ").split()
+        if not isinstance(keys, list) or not keys or len(keys) > 6 or not all(isinstance(k, str) for k in keys):
+            raise ActionError(422, "key needs 'keys': a list of 1-6 key names, e.g. [\"ctrl\", \"s\"]")
+        syms = []
+        for k in keys:
+            sym = keysym_for_name(k)
+            if sym is None:
+                raise ActionError(422, f"unknown key name {k!r}")
+            syms.append(sym)
+        return Action("key", keysyms=syms)
+    if kind == "wait":
+        return Action("wait", ms=_int(raw, "ms", _int(raw, "duration_ms", 500, 0, MAX_WAIT_MS), 0, MAX_WAIT_MS))
+    raise ActionError(422, f"unknown action type {kind!r}; expected click, move, drag, scroll, type, key, wait "
+                           "(or tap, long_press, swipe)")
+
+
+RETURN_KEYSYMS = {0xFF0D, 0xFF8D}
+
+
+async def perform(action: Action, xin: XInput, width: int, height: int, state: dict) -> None:
+    """Play ``action``; ``state`` carries per-execution timing (last typing time) across actions."""
+    px = lambda f: min(int(f * width), width - 1)    # noqa: E731
+    py = lambda f: min(int(f * height), height - 1)  # noqa: E731
+    run = asyncio.to_thread
+    if action.type == "click":
+        await run(xin.click, px(action.x), py(action.y), action.button, action.count)
+    elif action.type == "press":
+        await run(xin.move, px(action.x), py(action.y))
+        await run(xin.button, 1, True)
+        await asyncio.sleep(action.ms / 1000)
+        await run(xin.button, 1, False)
+    elif action.type == "move":
+        await run(xin.move, px(action.x), py(action.y))
+    elif action.type == "drag":
+        # Toolkits need intermediate motion events to start a drag (measurements §4).
+        await run(xin.move, px(action.x), py(action.y))
+        await run(xin.button, 1, True)
+        for i in range(1, 9):
+            f = i / 8
+            await asyncio.sleep(0.02)
+            await run(xin.move, px(action.x + (action.x2 - action.x) * f), py(action.y + (action.y2 - action.y) * f))
+        await asyncio.sleep(0.05)
+        await run(xin.button, 1, False)
+    elif action.type == "scroll":
+        await run(xin.scroll, px(action.x), py(action.y), action.dx, action.dy)
+    elif action.type == "type":
+        text = action.text
+        if len(text) > 1 and text.endswith("\n"):
+            await run(xin.type_text, text[:-1])
+            await asyncio.sleep(TYPE_TO_ENTER_GAP_S)
+            text = "\n"
+        await run(xin.type_text, text)
+        state["last_type"] = time.monotonic()
+    elif action.type == "key":
+        if RETURN_KEYSYMS & set(action.keysyms):
+            gap = TYPE_TO_ENTER_GAP_S - (time.monotonic() - state.get("last_type", 0.0))
+            if gap > 0:
+                await asyncio.sleep(gap)
+        await run(xin.key_combo, action.keysyms)
+    elif action.type == "wait":
+        await asyncio.sleep(action.ms / 1000)

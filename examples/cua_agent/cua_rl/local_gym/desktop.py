@@ -1,0 +1,296 @@
+"""One desktop: a private Xvfb display, openbox, and the task's apps in a bubblewrap sandbox.
+
+Isolation (desktop-env-measurements.md §6): apps run as a per-slot unprivileged uid, in new user/pid/net/
+ipc/uts namespaces, see only read-only /usr and /etc, a fresh HOME made from the task's files, a small
+tmpfs /tmp, their own D-Bus session and only their own display's socket. Process and file-size rlimits
+cap fork bombs and disk fills. Nothing is ever reused between executions: a desktop is built for one
+execution and destroyed with it, so no X state (Caps Lock, pointer, clipboard) can leak.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import secrets
+import select
+import shlex
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from Xlib import X, display as xdisplay, error as xerror
+
+from . import procs
+from .apps import APPS, app_command
+from .screen import Screen
+from .xinput import XInput
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_HOME = "/home/user"
+OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
+<openbox_config xmlns="http://openbox.org/3.4/rc">
+  <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
+  <placement><policy>Smart</policy></placement>
+  <desktops><number>1</number></desktops>
+  <keyboard><keybind key="A-Tab"><action name="NextWindow"/></keybind></keyboard>
+  <applications>
+{rules}
+  </applications>
+</openbox_config>
+"""
+
+
+@dataclass(frozen=True)
+class AppLaunch:
+    name: str
+    args: tuple[str, ...] = ()
+    # fractions of the screen (x, y, w, h); None = maximised
+    geometry: tuple[float, float, float, float] | None = None
+
+
+@dataclass(frozen=True)
+class DesktopSpec:
+    """Everything that decides how a desktop looks when it is handed out (the pool key)."""
+
+    apps: tuple[AppLaunch, ...]
+    files: tuple[tuple[str, str], ...] = ()      # (path relative to HOME, text content)
+    dirs: tuple[str, ...] = ()
+    width: int = 1280
+    height: int = 800
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    nproc: int = 256            # per uid (one uid per slot)
+    fsize_bytes: int = 64 << 20  # largest file an app may write
+    tmp_bytes: int = 64 << 20    # size of the sandbox's tmpfs /tmp
+    nofile: int = 4096
+
+
+def _openbox_rules(spec: DesktopSpec) -> str:
+    rules = []
+    for app in spec.apps:
+        cls = APPS[app.name].wm_class
+        if app.geometry is None:
+            body = "<maximized>yes</maximized>"
+        else:
+            fx, fy, fw, fh = app.geometry
+            x, y = int(fx * spec.width), int(fy * spec.height)
+            w, h = int(fw * spec.width), int(fh * spec.height)
+            body = (f"<decor>no</decor><position force=\"yes\"><x>{x}</x><y>{y}</y></position>"
+                    f"<size><width>{w}</width><height>{h}</height></size>")
+        rules.append(f'    <application class="{cls}" type="normal">{body}</application>')
+    return "\n".join(rules)
+
+
+def _read_line(fd: int, timeout_s: float) -> str:
+    """Read up to a newline; Xvfb writes the number and the newline separately and dies on EPIPE."""
+    buf = b""
+    deadline = time.monotonic() + timeout_s
+    while not buf.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 64) if ready else b""
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode(errors="replace").strip()
+
+
+def _rlimits(limits: SandboxLimits):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.fsize_bytes, limits.fsize_bytes))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.nofile, limits.nofile))
+    return apply
+
+
+@dataclass
+class Desktop:
+    """A running desktop. Create with ``Desktop.start`` (blocking, call from a ``procs.Spawner`` thread)."""
+
+    spec: DesktopSpec
+    display_num: int
+    uid: int
+    root: Path
+    procs: list[subprocess.Popen] = field(default_factory=list, repr=False)
+    xinput: XInput | None = field(default=None, repr=False)
+    screen: Screen | None = field(default=None, repr=False)
+    started_s: float = 0.0
+
+    @property
+    def display(self) -> str:
+        return f":{self.display_num}"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    # -- start --------------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, spec: DesktopSpec, *, display_num: int, uid: int, workdir: Path,
+              limits: SandboxLimits = SandboxLimits(), timeout_s: float = 20.0) -> "Desktop":
+        t0 = time.monotonic()
+        root = workdir / f"d{display_num}-{secrets.token_hex(4)}"
+        desk = cls(spec=spec, display_num=display_num, uid=uid, root=root)
+        try:
+            desk._prepare_dirs()
+            desk._start_xvfb(timeout_s)
+            desk._start_openbox(timeout_s)
+            desk._start_sandbox(limits)
+            desk._wait_for_windows(timeout_s)
+            desk.xinput = XInput(desk.display)
+            desk.screen = Screen(desk.display)
+            desk.screen.wait_stable(stable_s=0.15, timeout_s=3.0)
+        except BaseException:
+            desk.stop()
+            raise
+        desk.started_s = time.monotonic() - t0
+        logger.info("desktop %s up in %.0f ms (uid %d)", desk.display, desk.started_s * 1e3, uid)
+        return desk
+
+    def _own(self, path: Path) -> None:
+        if os.geteuid() == 0:
+            os.chown(path, self.uid, self.uid)
+
+    def _prepare_dirs(self) -> None:
+        self.root.mkdir(mode=0o700)
+        self._own(self.root)
+        home = self.home
+        home.mkdir(mode=0o700)
+        for d in self.spec.dirs:
+            (home / d).mkdir(parents=True, exist_ok=True)
+        for rel, text in self.spec.files:
+            path = home / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        (self.root / "wm").mkdir()
+        (self.root / "rc.xml").write_text(OPENBOX_RC.format(rules=_openbox_rules(self.spec)))
+        (self.root / "passwd").write_text(f"root:x:0:0:root:/root:/bin/sh\n"
+                                          f"user:x:{self.uid}:{self.uid}:user:{SANDBOX_HOME}:/bin/bash\n")
+        (self.root / "group").write_text(f"root:x:0:\nuser:x:{self.uid}:\n")
+        if os.geteuid() == 0:
+            for dirpath, dirnames, filenames in os.walk(self.root):
+                for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+                    os.chown(name, self.uid, self.uid)
+
+    def _start_xvfb(self, timeout_s: float) -> None:
+        r, w = os.pipe()
+        try:
+            argv = ["Xvfb", self.display, "-screen", "0", f"{self.spec.width}x{self.spec.height}x24",
+                    "-nolisten", "tcp", "-displayfd", str(w), "-noreset"]
+            with open(self.root / "xvfb.log", "wb") as log:
+                proc = procs.popen(argv, uid=self.uid, pass_fds=(w,), env={"PATH": os.environ.get("PATH", "")},
+                                   stdout=log, stderr=log)
+            self.procs.append(proc)
+            os.close(w)
+            w = -1
+            got = _read_line(r, timeout_s)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+        if got != str(self.display_num):
+            tail = (self.root / "xvfb.log").read_text(errors="replace")[-500:]
+            raise RuntimeError(f"Xvfb {self.display} did not start (exit {proc.poll()}, said {got!r}): {tail}")
+
+    def _env(self, **extra: str) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin", "DISPLAY": self.display, "LANG": "C.UTF-8", **extra}
+
+    def _start_openbox(self, timeout_s: float) -> None:
+        proc = procs.popen(["openbox", "--config-file", str(self.root / "rc.xml")], uid=self.uid,
+                           env=self._env(HOME=str(self.root / "wm")))
+        self.procs.append(proc)
+        try:
+            d = xdisplay.Display(self.display)
+        except Exception as exc:
+            tail = (self.root / "xvfb.log").read_text(errors="replace")[-500:]
+            raise RuntimeError(f"cannot connect to {self.display} (Xvfb exit {self.procs[0].poll()}): {exc}; "
+                               f"Xvfb said: {tail}") from exc
+        try:
+            atom = d.intern_atom("_NET_SUPPORTING_WM_CHECK")
+            ok = procs.wait_until(lambda: d.screen().root.get_full_property(atom, X.AnyPropertyType) is not None,
+                                  timeout_s, 0.005)
+        finally:
+            d.close()
+        if not ok:
+            raise RuntimeError(f"openbox on {self.display} did not start (exit {proc.poll()})")
+
+    def bwrap_argv(self, limits: SandboxLimits) -> list[str]:
+        sock = f"/tmp/.X11-unix/X{self.display_num}"
+        launcher = "; ".join([f"cd {SANDBOX_HOME}"] + [app_command(a.name, list(a.args)) + " &"
+                                                        for a in self.spec.apps] + ["wait"])
+        launcher = launcher.replace("&;", "&")
+        env = {"HOME": SANDBOX_HOME, "USER": "user", "LOGNAME": "user", "SHELL": "/bin/bash",
+               "PATH": "/usr/local/bin:/usr/bin:/bin", "DISPLAY": self.display, "LANG": "C.UTF-8",
+               "GSETTINGS_BACKEND": "keyfile", "NO_AT_BRIDGE": "1", "GTK_OVERLAY_SCROLLING": "0",
+               "XDG_RUNTIME_DIR": "/tmp/runtime", "TERM": "xterm"}
+        argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "desktop",
+                "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
+                "--ro-bind", "/etc", "/etc",
+                "--ro-bind", str(self.root / "passwd"), "/etc/passwd",
+                "--ro-bind", str(self.root / "group"), "/etc/group",
+                "--ro-bind-try", "/var/cache/fontconfig", "/var/cache/fontconfig",
+                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
+                "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+                "--dir", "/tmp/.X11-unix", "--bind", sock, sock,
+                "--dir", "/tmp/runtime",
+                "--bind", str(self.home), SANDBOX_HOME, "--chdir", SANDBOX_HOME, "--clearenv"]
+        for k, v in env.items():
+            argv += ["--setenv", k, v]
+        return argv + ["--", "dbus-run-session", "--", "/bin/sh", "-c", launcher]
+
+    def _start_sandbox(self, limits: SandboxLimits) -> None:
+        argv = self.bwrap_argv(limits)
+        logger.debug("sandbox %s: %s", self.display, shlex.join(argv))
+        log = open(self.root / "apps.log", "wb")
+        try:
+            proc = procs.popen(argv, uid=self.uid, env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log,
+                               cwd=str(self.root), preexec=_rlimits(limits))
+        finally:
+            log.close()
+        self.procs.append(proc)
+
+    def _wait_for_windows(self, timeout_s: float) -> None:
+        want = {APPS[a.name].wm_class for a in self.spec.apps}
+        d = xdisplay.Display(self.display)
+        try:
+            client_list = d.intern_atom("_NET_CLIENT_LIST")
+            root = d.screen().root
+
+            def mapped() -> bool:
+                prop = root.get_full_property(client_list, X.AnyPropertyType)
+                seen = set()
+                for wid in (prop.value if prop else []):
+                    try:
+                        win = d.create_resource_object("window", wid)
+                        cls = win.get_wm_class()
+                        if cls and win.get_attributes().map_state == X.IsViewable:
+                            seen.add(cls[1])
+                    except xerror.XError:
+                        continue
+                return want <= seen
+
+            if not procs.wait_until(mapped, timeout_s, 0.01):
+                tail = (self.root / "apps.log").read_text(errors="replace")[-800:]
+                raise RuntimeError(f"apps {sorted(want)} did not map on {self.display}: {tail}")
+        finally:
+            d.close()
+
+    # -- stop ---------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        for obj in (self.xinput, self.screen):
+            if obj is not None:
+                obj.close()
+        self.xinput = self.screen = None
+        for proc in reversed(self.procs):
+            procs.kill_group(proc)
+        self.procs.clear()
+        shutil.rmtree(self.root, ignore_errors=True)

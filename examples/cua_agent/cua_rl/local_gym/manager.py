@@ -1,0 +1,252 @@
+"""Executions and the warm pool: who owns which desktop, the concurrency cap, the TTL reaper.
+
+Why a pool per desktop profile: a desktop (display + WM + the task's apps on the task's files) takes
+~0.4-0.8 s to build, so spares for recently used profiles are built in the background and
+create-execution just hands one out. A profile is the full ``DesktopSpec``; tasks with equal setups
+share spares. Spares never serve twice: every execution gets a never-used desktop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import procs
+from .desktop import Desktop, DesktopSpec, SandboxLimits
+from .tasks import TaskDef
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GymOptions:
+    gym_id: str = "desktop"
+    width: int = 1280
+    height: int = 800
+    max_executions: int = 16       # running executions; more -> 429
+    pool_size: int = 1             # spares kept per recently used profile
+    max_spares: int = 4            # spares over all profiles
+    prewarm: list[str] = field(default_factory=list)   # task ids whose profiles are warmed at start
+    ttl_s: float = 1800.0          # an execution idle this long is terminated by the reaper
+    reap_interval_s: float = 5.0
+    display_base: int = 300        # displays :300, :301, ... (skipping ones in use)
+    uid_base: int = 20000          # sandbox uid = uid_base + slot (only when the server runs as root)
+    workdir: str | None = None
+    tasks_dir: str | None = None
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    start_timeout_s: float = 30.0
+
+
+class CapacityError(RuntimeError):
+    pass
+
+
+@dataclass
+class Execution:
+    execution_id: str
+    task: TaskDef
+    desktop: Desktop
+    created: float
+    last_used: float
+    from_pool: bool
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    state: dict = field(default_factory=dict)
+
+
+class GymManager:
+    def __init__(self, options: GymOptions) -> None:
+        self.opt = options
+        self.executions: dict[str, Execution] = {}
+        self._reserved = 0                       # creates in flight (count against the cap)
+        self._spares: dict[DesktopSpec, collections.deque[Desktop]] = collections.defaultdict(collections.deque)
+        self._building: collections.Counter[DesktopSpec] = collections.Counter()
+        self._recent: collections.OrderedDict[DesktopSpec, None] = collections.OrderedDict()
+        self._free_slots = list(range(options.max_executions + options.max_spares + 8))
+        self._used_displays: set[int] = set()
+        self._display_lock = threading.Lock()
+        self._create_spawner = procs.Spawner(workers=4)
+        self._pool_spawner = procs.Spawner(workers=1)
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+        self.workdir = Path(tempfile.mkdtemp(prefix="cua-gym-", dir=options.workdir))
+        os.chmod(self.workdir, 0o711)  # sandbox uids must traverse it to their own 0700 dirs
+        self._ensure_x11_dir()
+
+    @staticmethod
+    def _ensure_x11_dir() -> None:
+        path = "/tmp/.X11-unix"
+        if not os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, 0o1777)
+
+    # -- desktops -----------------------------------------------------------------------------------
+    def _pick_display(self) -> int:
+        with self._display_lock:
+            return self._pick_display_locked()
+
+    def _pick_display_locked(self) -> int:
+        n = self.opt.display_base
+        while n in self._used_displays or os.path.exists(f"/tmp/.X{n}-lock") \
+                or os.path.exists(f"/tmp/.X11-unix/X{n}"):
+            n += 1
+        self._used_displays.add(n)
+        return n
+
+    def _build(self, spec: DesktopSpec) -> Desktop:
+        """Blocking; runs on a spawner thread. Retries on a display number taken by someone else."""
+        with self._display_lock:
+            slot = self._free_slots.pop(0)
+        uid = self.opt.uid_base + slot if os.geteuid() == 0 else os.getuid()
+        last: Exception | None = None
+        try:
+            for _ in range(3):
+                num = self._pick_display()
+                try:
+                    desk = Desktop.start(spec, display_num=num, uid=uid, workdir=self.workdir,
+                                         limits=self.opt.limits, timeout_s=self.opt.start_timeout_s)
+                    desk.slot = slot  # type: ignore[attr-defined]
+                    return desk
+                except Exception as exc:  # noqa: BLE001 - retried, then re-raised
+                    self._used_displays.discard(num)
+                    last = exc
+                    logger.warning("desktop on :%d failed: %s", num, exc)
+        except BaseException:
+            self._free_slots.append(slot)
+            raise
+        self._free_slots.append(slot)
+        raise RuntimeError(f"could not start a desktop: {last}")
+
+    def _destroy(self, desk: Desktop) -> None:
+        desk.stop()
+        self._used_displays.discard(desk.display_num)
+        slot = getattr(desk, "slot", None)
+        if slot is not None:
+            self._free_slots.append(slot)
+
+    async def _destroy_async(self, desk: Desktop) -> None:
+        await asyncio.to_thread(self._destroy, desk)
+
+    # -- pool ---------------------------------------------------------------------------------------
+    def _touch(self, spec: DesktopSpec) -> None:
+        self._recent.pop(spec, None)
+        self._recent[spec] = None
+        keep = max(1, self.opt.max_spares // max(1, self.opt.pool_size))
+        while len(self._recent) > keep:
+            old, _ = self._recent.popitem(last=False)
+            for desk in self._spares.pop(old, ()):
+                self._spawn_bg(self._destroy_async(desk))
+
+    def _spawn_bg(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _refill(self) -> None:
+        if self._closed or self.opt.pool_size <= 0:
+            return
+        total = sum(len(d) for d in self._spares.values()) + sum(self._building.values())
+        for spec in reversed(self._recent):
+            while len(self._spares[spec]) + self._building[spec] < self.opt.pool_size and total < self.opt.max_spares:
+                self._building[spec] += 1
+                total += 1
+                self._spawn_bg(self._build_spare(spec))
+
+    async def _build_spare(self, spec: DesktopSpec) -> None:
+        try:
+            desk = await asyncio.wrap_future(self._pool_spawner.submit(self._build, spec))
+        except Exception as exc:  # noqa: BLE001 - a failed spare only costs a cold start later
+            logger.error("could not build a spare desktop: %s", exc)
+            return
+        finally:
+            self._building[spec] -= 1
+        if self._closed or spec not in self._recent:
+            await self._destroy_async(desk)
+        else:
+            self._spares[spec].append(desk)
+
+    def prewarm(self, tasks: list[TaskDef]) -> None:
+        for t in tasks:
+            self._touch(t.desktop_spec(self.opt.width, self.opt.height))
+        self._refill()
+
+    def pool_stats(self) -> dict:
+        return {"spares": sum(len(d) for d in self._spares.values()), "building": sum(self._building.values()),
+                "profiles": len(self._recent)}
+
+    # -- executions ---------------------------------------------------------------------------------
+    async def create(self, task: TaskDef) -> Execution:
+        if self._closed:
+            raise CapacityError("the gym is shutting down")
+        running = len(self.executions) + self._reserved
+        if running >= self.opt.max_executions:
+            raise CapacityError(f"concurrency cap reached: {running} executions running, at most "
+                                f"{self.opt.max_executions}; terminate one or retry later")
+        self._reserved += 1
+        try:
+            spec = task.desktop_spec(self.opt.width, self.opt.height)
+            self._touch(spec)
+            spares = self._spares.get(spec)
+            desk = spares.popleft() if spares else None
+            from_pool = desk is not None
+            if desk is None:
+                desk = await asyncio.wrap_future(self._create_spawner.submit(self._build, spec))
+            self._refill()
+            now = time.monotonic()
+            ex = Execution(uuid.uuid4().hex, task, desk, now, now, from_pool)
+            if self._closed:
+                await self._destroy_async(desk)
+                raise CapacityError("the gym is shutting down")
+            self.executions[ex.execution_id] = ex
+        finally:
+            self._reserved -= 1
+        logger.info("execution %s of task %s on %s (%s)", ex.execution_id, task.task_id, desk.display,
+                    "warm" if from_pool else "cold")
+        return ex
+
+    def get(self, execution_id: str) -> Execution | None:
+        ex = self.executions.get(execution_id)
+        if ex is not None:
+            ex.last_used = time.monotonic()
+        return ex
+
+    async def terminate(self, execution_id: str) -> bool:
+        ex = self.executions.pop(execution_id, None)
+        if ex is None:
+            return False
+        async with ex.lock:  # let an action in flight finish first
+            await self._destroy_async(ex.desktop)
+        logger.info("terminated execution %s", execution_id)
+        return True
+
+    async def reap_forever(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.opt.reap_interval_s)
+            now = time.monotonic()
+            for eid, ex in list(self.executions.items()):
+                if now - ex.last_used > self.opt.ttl_s and not ex.lock.locked():
+                    logger.warning("reaping execution %s: idle %.0f s (ttl %.0f s)", eid, now - ex.last_used,
+                                   self.opt.ttl_s)
+                    await self.terminate(eid)
+
+    async def close(self) -> None:
+        """End every execution and spare, then the spawner threads."""
+        self._closed = True
+        # Spares being built finish and destroy themselves (they see _closed); never cancel a build
+        # mid-way, or its desktop would have no owner.
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await asyncio.gather(*(self.terminate(eid) for eid in list(self.executions)), return_exceptions=True)
+        spares = [d for dq in self._spares.values() for d in dq]
+        self._spares.clear()
+        await asyncio.gather(*(self._destroy_async(d) for d in spares), return_exceptions=True)
+        await asyncio.to_thread(self._create_spawner.close)
+        await asyncio.to_thread(self._pool_spawner.close)
+        shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,228 @@
+"""The genv-compatible HTTP API (external-protocols §1.1 + DESIGN.md §4.1) over ``GymManager``.
+
+``start_gym_server(host, port, **options)`` runs it in-process (tests, the embedded launcher) and returns a
+handle with ``.url``, ``.gym_id``, ``.manager`` and ``.stop()``; ``cua-gym serve`` runs it in the foreground.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field, fields
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..asgi_thread import ServedApp, serve_app_in_thread
+from . import validators
+from .actions import ActionError, parse_action, perform
+from .manager import CapacityError, Execution, GymManager, GymOptions
+from .tasks import TASKS_DIR, TaskSet, load_tasks
+
+logger = logging.getLogger(__name__)
+
+# Settling after an action (measurements §4): wait up to CHANGE_WAIT for the first changed pixels, then
+# until the screen is unchanged for STABLE, at most MAX_SETTLE in all.
+POLL_S, STABLE_S, CHANGE_WAIT_S, MAX_SETTLE_S = 0.008, 0.024, 0.12, 2.0
+
+
+async def settle(ex: Execution, before: bytes, change_wait_s: float) -> tuple[bool, bytes]:
+    screen = ex.desktop.screen
+    t0 = time.monotonic()
+    last, last_change, changed = before, t0, False
+    while True:
+        await asyncio.sleep(POLL_S)
+        cur = await asyncio.to_thread(screen.grab)
+        now = time.monotonic()
+        if cur != last:
+            last, last_change = cur, now
+            changed = changed or cur != before
+        elif changed and now - last_change >= STABLE_S:
+            break
+        elif not changed and now - t0 >= change_wait_s:
+            break
+        if now - t0 >= MAX_SETTLE_S:
+            break
+    return last != before, last
+
+
+def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) -> FastAPI:
+    opt = options or GymOptions()
+    taskset = tasks or load_tasks(opt.tasks_dir or TASKS_DIR)
+    state: dict = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        manager = GymManager(opt)
+        state["manager"] = manager
+        app.state.manager = manager
+        reaper = asyncio.create_task(manager.reap_forever())
+        if opt.prewarm:
+            manager.prewarm([t for t in (taskset.get(k) for k in opt.prewarm) if t is not None])
+        logger.info("gym %s: %d tasks, up to %d executions", opt.gym_id, len(taskset), opt.max_executions)
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            await manager.close()
+            logger.info("gym %s shut down; every desktop ended", opt.gym_id)
+
+    app = FastAPI(title="cua-gym (genv-compatible local desktop gym)", lifespan=lifespan)
+
+    def check_gym(gym_id: str) -> None:
+        if gym_id != opt.gym_id:
+            raise HTTPException(404, f"unknown gym {gym_id!r}; this server serves {opt.gym_id!r}")
+
+    def execution(gym_id: str, eid: str) -> Execution:
+        check_gym(gym_id)
+        ex = state["manager"].get(eid)
+        if ex is None:
+            raise HTTPException(404, f"unknown execution {eid!r} (never created, terminated or reaped)")
+        return ex
+
+    @app.get("/health")
+    async def health() -> dict:
+        m: GymManager = state["manager"]
+        return {"ok": True, "gym_id": opt.gym_id, "tasks": len(taskset), "executions": len(m.executions),
+                "pool": m.pool_stats()}
+
+    @app.get("/api/v1/{gym_id}/tasks")
+    async def list_tasks(gym_id: str) -> dict:
+        check_gym(gym_id)
+        return {"tasks": [t.to_wire() for t in taskset.tasks]}
+
+    @app.get("/api/v1/{gym_id}/tasks/{task_id}")
+    async def get_task(gym_id: str, task_id: str) -> dict:
+        check_gym(gym_id)
+        task = taskset.get(task_id)
+        if task is None:
+            raise HTTPException(404, f"unknown task {task_id!r}")
+        return task.to_wire()
+
+    @app.post("/api/v1/{gym_id}/tasks/{task_id}")
+    async def create_execution(gym_id: str, task_id: str, request: Request) -> JSONResponse:
+        check_gym(gym_id)
+        task = taskset.get(task_id)
+        if task is None:
+            raise HTTPException(404, f"unknown task {task_id!r}")
+        try:
+            ex = await state["manager"].create(task)
+        except CapacityError as exc:
+            raise HTTPException(429, str(exc)) from exc
+        except RuntimeError as exc:
+            logger.error("create execution of %s failed: %s", task_id, exc)
+            raise HTTPException(503, f"could not start a desktop: {exc}") from exc
+        d = ex.desktop
+        return JSONResponse({"execution_id": ex.execution_id, "task_id": task.task_id, "status": "running",
+                             "device": {"type": "desktop", "display": d.display, "width": d.spec.width,
+                                        "height": d.spec.height},
+                             "warm": ex.from_pool})
+
+    @app.get("/api/v1/{gym_id}/executions/{eid}")
+    async def get_execution(gym_id: str, eid: str) -> dict:
+        ex = execution(gym_id, eid)
+        return {"execution_id": ex.execution_id, "status": "running", "task_id": ex.task.task_id,
+                "screen": {"width": ex.desktop.spec.width, "height": ex.desktop.spec.height},
+                "age_s": round(time.monotonic() - ex.created, 3)}
+
+    @app.get("/api/v1/{gym_id}/executions/{eid}/screenshot")
+    async def screenshot(gym_id: str, eid: str, format: str = "png", quality: int = 85) -> Response:
+        ex = execution(gym_id, eid)
+        fmt = format.lower().replace("jpg", "jpeg")
+        if fmt not in ("png", "jpeg"):
+            raise HTTPException(422, f"format must be png or jpeg, got {format!r}")
+        if not 1 <= quality <= 100:
+            raise HTTPException(422, "quality must be in 1..100")
+        screen = ex.desktop.screen
+        raw = await asyncio.to_thread(screen.grab)
+        data = await asyncio.to_thread(screen.encode, raw, fmt, quality)
+        return Response(data, media_type=f"image/{fmt}")
+
+    @app.post("/api/v1/{gym_id}/executions/{eid}/actions")
+    async def act(gym_id: str, eid: str, request: Request) -> dict:
+        ex = execution(gym_id, eid)
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise HTTPException(422, "body must be JSON: {\"action\": {...}}") from exc
+        raw = body.get("action", body) if isinstance(body, dict) else body
+        try:
+            action = parse_action(raw)
+        except ActionError as exc:
+            raise HTTPException(exc.status, exc.detail) from exc
+        async with ex.lock:
+            if eid not in state["manager"].executions:
+                raise HTTPException(404, f"execution {eid!r} was terminated")
+            d = ex.desktop
+            before = await asyncio.to_thread(d.screen.grab)
+            try:
+                await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
+            except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
+                logger.warning("action %s on %s failed: %s", action.type, eid, exc)
+                await asyncio.to_thread(d.xinput.reset_modifiers)
+                return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "screen_changed": False}
+            wait = 0.0 if action.type in ("move", "wait") else CHANGE_WAIT_S
+            changed, _ = await settle(ex, before, wait)
+            ex.last_used = time.monotonic()
+        return {"ok": True, "screen_changed": changed}
+
+    @app.post("/api/v1/{gym_id}/executions/{eid}/evaluate")
+    async def evaluate(gym_id: str, eid: str, request: Request) -> dict:
+        ex = execution(gym_id, eid)
+        result = await asyncio.to_thread(validators.evaluate, ex.desktop.home, ex.task.validators)
+        result["execution_id"] = eid
+        result["task_id"] = ex.task.task_id
+        return result
+
+    @app.post("/api/v1/{gym_id}/executions/{eid}/terminate")
+    async def terminate(gym_id: str, eid: str) -> dict:
+        check_gym(gym_id)
+        if not await state["manager"].terminate(eid):
+            raise HTTPException(404, f"unknown execution {eid!r}")
+        return {"execution_id": eid, "status": "terminated"}
+
+    return app
+
+
+@dataclass
+class GymServer:
+    """A gym served in this process (``start_gym_server``); ``stop()`` ends every desktop."""
+
+    served: ServedApp
+    gym_id: str
+    app: FastAPI = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        return self.served.url
+
+    @property
+    def manager(self) -> GymManager:
+        return self.app.state.manager
+
+    def stop(self) -> None:
+        self.served.stop(timeout_s=60)
+
+    def __enter__(self) -> "GymServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def make_options(**opts) -> GymOptions:
+    known = {f.name for f in fields(GymOptions)}
+    unknown = set(opts) - known
+    if unknown:
+        raise TypeError(f"unknown gym options {sorted(unknown)}; known: {sorted(known)}")
+    return GymOptions(**opts)
+
+
+def start_gym_server(host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning", **opts) -> GymServer:
+    """Start the gym on ``host:port`` (0 = a free port) in a background thread; ``opts`` are ``GymOptions``."""
+    options = make_options(**opts)
+    app = create_app(options)
+    served = serve_app_in_thread(app, host, port, log_level=log_level)
+    return GymServer(served=served, gym_id=options.gym_id, app=app)

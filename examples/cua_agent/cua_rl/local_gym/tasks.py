@@ -1,0 +1,160 @@
+"""Task definitions: YAML files under ``local_gym/tasks/`` (one per task), loaded into typed models.
+
+A task says what the agent is told (instruction), what the desktop starts with (files, folders, apps),
+how it is scored (weighted validators reading real state in the execution's HOME), and a reference
+solution (desktop actions) that the tests play through the HTTP API to prove the task is solvable.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .apps import APPS
+from .desktop import AppLaunch, DesktopSpec
+
+TASKS_DIR = Path(__file__).parent / "tasks"
+CATEGORIES = ("text_editor", "file_manager", "terminal", "app_settings", "multi_step")
+DIFFICULTIES = ("easy", "normal", "hard")
+VALIDATOR_TYPES = ("file_exists", "file_absent", "file_equals", "file_contains", "file_not_contains",
+                   "file_matches", "dir_exists", "dir_entries", "ini_value")
+
+
+class AppSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    app: str
+    args: list[str] = []
+    geometry: tuple[float, float, float, float] | None = None  # x, y, w, h as fractions; None = maximised
+
+    @field_validator("app")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in APPS:
+            raise ValueError(f"unknown app {v!r}; known: {sorted(APPS)}")
+        return v
+
+
+class Setup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    files: dict[str, str] = {}
+    dirs: list[str] = []
+    apps: list[AppSpec] = Field(min_length=1)
+
+
+class ValidatorSpec(BaseModel):
+    """One check. ``path`` is relative to the execution's HOME; the other fields depend on ``type``."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    type: str
+    weight: float = Field(1.0, gt=0)
+    path: str = ""
+    text: str | None = None              # file_equals / file_contains / file_not_contains
+    pattern: str | None = None           # file_matches (re.search, MULTILINE)
+    names: list[str] | None = None       # dir_entries: names that must be present
+    exact: bool = False                  # dir_entries: and nothing else
+    section: str | None = None           # ini_value
+    key: str | None = None
+    value: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_for_type(self) -> "ValidatorSpec":
+        need = {"file_equals": ["text"], "file_contains": ["text"], "file_not_contains": ["text"],
+                "file_matches": ["pattern"], "dir_entries": ["names"], "ini_value": ["section", "key", "value"]}
+        if self.type not in VALIDATOR_TYPES:
+            raise ValueError(f"unknown validator type {self.type!r}")
+        missing = [f for f in need.get(self.type, []) if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"validator {self.id}: type {self.type} needs {missing}")
+        if not self.path:
+            raise ValueError(f"validator {self.id}: needs a path")
+        if self.pattern is not None:
+            re.compile(self.pattern)
+        return self
+
+
+class TaskDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    number: str
+    name: str
+    category: str
+    difficulty: str
+    instruction: str
+    setup: Setup
+    validators: list[ValidatorSpec] = Field(min_length=1)
+    solution: list[dict] = Field(min_length=1)
+
+    @field_validator("number")
+    @classmethod
+    def _number(cls, v: str) -> str:
+        if not re.fullmatch(r"\d{3}", v):
+            raise ValueError("number must be three digits, e.g. '001'")
+        return v
+
+    @field_validator("category")
+    @classmethod
+    def _category(cls, v: str) -> str:
+        if v not in CATEGORIES:
+            raise ValueError(f"category must be one of {CATEGORIES}")
+        return v
+
+    @field_validator("difficulty")
+    @classmethod
+    def _difficulty(cls, v: str) -> str:
+        if v not in DIFFICULTIES:
+            raise ValueError(f"difficulty must be one of {DIFFICULTIES}")
+        return v
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.number}-{self.name}"
+
+    def desktop_spec(self, width: int, height: int) -> DesktopSpec:
+        return DesktopSpec(
+            apps=tuple(AppLaunch(a.app, tuple(a.args), a.geometry) for a in self.setup.apps),
+            files=tuple(sorted(self.setup.files.items())), dirs=tuple(self.setup.dirs),
+            width=width, height=height)
+
+    def to_wire(self) -> dict:
+        """The genv task object (external-protocols §1.2); the reference solution stays server-side."""
+        return {
+            "task_id": self.task_id, "id": self.task_id, "task_number": self.number, "name": self.name,
+            "description": self.instruction, "instruction": self.instruction,
+            "tags": [self.difficulty, self.category], "category": self.category, "difficulty": self.difficulty,
+            "env_config": {"type": "desktop", "apps": [a.app for a in self.setup.apps]},
+            "evaluation": {"validators": [v.model_dump(exclude_none=True) for v in self.validators]},
+        }
+
+
+class TaskSet:
+    """All tasks, looked up by id ("001-name"), number ("001" or "1") or name."""
+
+    def __init__(self, tasks: list[TaskDef]) -> None:
+        self.tasks = sorted(tasks, key=lambda t: t.number)
+        self._by_key: dict[str, TaskDef] = {}
+        for t in self.tasks:
+            for key in (t.task_id, t.number, t.name, str(int(t.number))):
+                if key in self._by_key and self._by_key[key] is not t:
+                    raise ValueError(f"duplicate task key {key!r}")
+                self._by_key[key] = t
+
+    def get(self, key: str) -> TaskDef | None:
+        return self._by_key.get(key)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+
+def load_tasks(directory: Path | str = TASKS_DIR) -> TaskSet:
+    """Load and validate every ``*.yaml`` in ``directory``; a bad file is an error naming the file."""
+    tasks = []
+    for path in sorted(Path(directory).glob("*.yaml")):
+        try:
+            tasks.append(TaskDef.model_validate(yaml.safe_load(path.read_text())))
+        except Exception as exc:
+            raise ValueError(f"bad task file {path.name}: {exc}") from exc
+    return TaskSet(tasks)

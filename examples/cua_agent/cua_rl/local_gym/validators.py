@@ -1,0 +1,113 @@
+"""Validators: weighted checks of real state in an execution's HOME, with partial credit.
+
+Checks run on the host as the gym's user, so every path is resolved first and must stay inside the
+HOME: an agent could plant a symlink to a host file, and a checker must never follow it out.
+Messages never quote file contents (they go back over the API).
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .tasks import ValidatorSpec
+
+MAX_READ = 1 << 20
+
+
+@dataclass(frozen=True)
+class ValidatorResult:
+    id: str
+    passed: bool
+    score: float
+    weight: float
+    message: str
+
+    def to_wire(self) -> dict:
+        return {"id": self.id, "pass": self.passed, "score": self.score, "weight": self.weight,
+                "message": self.message}
+
+
+def _inside(home: Path, rel: str) -> Path | None:
+    home_real = os.path.realpath(home)
+    target = os.path.realpath(os.path.join(home_real, rel))
+    if target != home_real and not target.startswith(home_real + os.sep):
+        return None
+    return Path(target)
+
+
+def _read(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        return f.read(MAX_READ).decode("utf-8", errors="replace")
+
+
+def _norm(text: str) -> str:
+    """Compare texts modulo trailing whitespace per line and trailing blank lines (editors add them)."""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).rstrip("\n")
+
+
+def check(home: Path, spec: ValidatorSpec) -> ValidatorResult:
+    def result(ok: bool, msg: str) -> ValidatorResult:
+        return ValidatorResult(spec.id, ok, 1.0 if ok else 0.0, spec.weight, msg)
+
+    path = _inside(home, spec.path)
+    if path is None:
+        return result(False, f"{spec.path}: resolves outside HOME")
+    t = spec.type
+    if t == "file_exists":
+        return result(path.is_file(), f"{spec.path}: {'exists' if path.is_file() else 'missing'}")
+    if t == "file_absent":
+        return result(not path.exists(), f"{spec.path}: {'still exists' if path.exists() else 'absent'}")
+    if t == "dir_exists":
+        return result(path.is_dir(), f"{spec.path}: {'is a folder' if path.is_dir() else 'no such folder'}")
+    if t == "dir_entries":
+        if not path.is_dir():
+            return result(False, f"{spec.path}: no such folder")
+        have = set(os.listdir(path))
+        missing = [n for n in spec.names if n not in have]
+        extra = sorted(have - set(spec.names)) if spec.exact else []
+        ok = not missing and not extra
+        return result(ok, f"{spec.path}: missing {missing}, unexpected {extra}" if not ok else f"{spec.path}: ok")
+    if t == "ini_value":
+        text = _read(path)
+        if text is None:
+            return result(False, f"{spec.path}: missing")
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        try:
+            parser.read_string(text)
+            value = parser.get(spec.section, spec.key, fallback=None)
+        except configparser.Error:
+            value = None
+        ok = value is not None and value.strip() == spec.value
+        return result(ok, f"{spec.path}: [{spec.section}] {spec.key} {'is' if ok else 'is not'} {spec.value}")
+    text = _read(path)
+    if text is None:
+        return result(False, f"{spec.path}: missing")
+    if t == "file_equals":
+        ok = _norm(text) == _norm(spec.text)
+        return result(ok, f"{spec.path}: content {'matches' if ok else 'differs'}")
+    if t == "file_contains":
+        ok = spec.text in text
+        return result(ok, f"{spec.path}: {'contains' if ok else 'lacks'} the expected text")
+    if t == "file_not_contains":
+        ok = spec.text not in text
+        return result(ok, f"{spec.path}: {'free of' if ok else 'still has'} the unwanted text")
+    if t == "file_matches":
+        ok = re.search(spec.pattern, text, re.MULTILINE) is not None
+        return result(ok, f"{spec.path}: {'matches' if ok else 'does not match'} /{spec.pattern}/")
+    raise ValueError(f"unknown validator type {t}")
+
+
+def evaluate(home: Path, specs: list[ValidatorSpec]) -> dict:
+    """The genv evaluate reply: ``{success, result: {score, success, validators: [...]}}``."""
+    results = [check(home, s) for s in specs]
+    total = sum(r.weight for r in results)
+    score = sum(r.score * r.weight for r in results) / total if total else 0.0
+    success = all(r.passed for r in results)
+    return {"success": success, "score": score,
+            "result": {"score": score, "success": success, "validators": [r.to_wire() for r in results]}}
