@@ -44,6 +44,7 @@ class AgentState:
     reveal_per_poll: int = 4
     final_status: str = "completed"
     final_reason: str | None = None
+    status_answer: str | None = None  # the embedded service also reports the answer in GET /runs/{id}
     wrap_events: bool = True
     steps: list | None = field(default_factory=lambda: [{"actions": [], "text": "s1"}, {"actions": [], "text": "s2"}])
     endless: bool = False
@@ -75,6 +76,8 @@ def build_agent_double(state: AgentState) -> FastAPI:
     async def start(request: Request):
         payload = await request.json()
         state.payloads.append(payload)
+        if payload.get("task") == "echo":  # a careless server echoing the body in a 422
+            raise HTTPException(422, f"invalid run: {payload}")
         if payload.get("standardActionSpace") not in ("mobile", "pc"):
             raise HTTPException(400, "bad standardActionSpace")
         run_id = f"run-{len(state.runs) + 1}"
@@ -88,7 +91,10 @@ def build_agent_double(state: AgentState) -> FastAPI:
             return {"status": "failed", "reason": "cancelled"}
         if state.endless or run["revealed"] < len(state.script):
             return {"status": "running"}
-        return {"status": state.final_status, **({"reason": state.final_reason} if state.final_reason else {})}
+        extra = {"reason": state.final_reason} if state.final_reason else {}
+        if state.status_answer:
+            extra["answer"] = state.status_answer
+        return {"status": state.final_status, **extra}
 
     @app.get("/runs/{run_id}/events")
     async def events(run_id: str, request: Request):

@@ -129,3 +129,22 @@ async def test_timeout_on_request_is_an_error(agent_server, agent_state):
     async with agent:
         with pytest.raises(MiniAgentError, match="cannot reach"):
             await agent.status("run-1")
+
+
+async def test_echoed_api_key_is_scrubbed_from_errors(agent_server, caplog):
+    caplog.set_level(logging.DEBUG)
+    async with client_for(agent_server) as agent:
+        with pytest.raises(MiniAgentError) as info:
+            await agent.start_run(make_request(task="echo"))
+    assert info.value.status_code == 422 and "***" in info.value.detail
+    assert SECRET not in str(info.value) and SECRET not in caplog.text
+
+
+async def test_answer_from_status_when_events_have_none(agent_server, agent_state):
+    agent_state.script = [e for e in scripted_events(1, answer=None) if e["type"] != "run_end"]
+    async with client_for(agent_server) as agent:
+        first = await agent.run(make_request(), timeout_s=20, poll_interval_s=POLL)
+        agent_state.status_answer = "from status"
+        second = await agent.run(make_request(), timeout_s=20, poll_interval_s=POLL)
+    assert first.ok and first.answer is None  # nothing invented
+    assert second.ok and second.answer == "from status"

@@ -81,7 +81,13 @@ class MiniAgentClient:
     async def start_run(self, request: RunRequest) -> str:
         """``POST /runs``; returns the ``runId``. Sent once."""
         logger.debug("starting agent run: %s", request.redacted_payload())
-        body = await self._call("POST", "/runs", idempotent=False, json=request.to_payload())
+        try:
+            body = await self._call("POST", "/runs", idempotent=False, json=request.to_payload())
+        except MiniAgentError as exc:  # a 422 may echo the body back, api key included
+            key = request.model.api_key
+            if key and key in exc.detail:
+                raise MiniAgentError(exc.detail.replace(key, "***"), exc.status_code) from None
+            raise
         run_id = body.get("runId") if isinstance(body, dict) else None
         if not isinstance(run_id, str) or not run_id:
             raise MiniAgentError(f"start-run reply has no runId: {str(body)[:200]}")
@@ -124,7 +130,7 @@ class MiniAgentClient:
                    cancel_on_timeout: bool = True) -> RunResult:
         """Poll until ``run_end`` or a terminal status, at most ``timeout_s``; then fetch the steps."""
         log, errors = EventLog(), []
-        final: dict[str, Any] = {"status": None, "reason": None, "ok": False, "timed_out": False}
+        final: dict[str, Any] = {"status": None, "reason": None, "ok": False, "timed_out": False, "answer": None}
 
         async def poll() -> None:
             while True:
@@ -133,6 +139,8 @@ class MiniAgentClient:
                     return
                 status = await self.status(run_id)
                 final["status"], final["reason"] = status.status, status.reason
+                if isinstance(status.raw.get("answer"), str) and status.raw["answer"].strip():
+                    final["answer"] = status.raw["answer"]
                 if status.terminal:
                     log.add(await self.events(run_id, from_ts=log.last_ts))
                     return
@@ -163,7 +171,7 @@ class MiniAgentClient:
         except MiniAgentError as exc:
             steps = []
             errors.append(f"steps unavailable: {exc}")
-        answer = log.answer()
+        answer = log.answer() or final["answer"]
         if answer is None:  # older servers: the answer only shows in the step objects
             for step in (s for s in steps if isinstance(s, dict)):
                 for action in step.get("actions") or []:
