@@ -8,6 +8,7 @@ Fault injection: ``fail_next[(method, path_suffix)] = [status, ...]`` answers th
 from __future__ import annotations
 
 import asyncio
+import base64
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, HTTPException, Request
@@ -33,6 +34,7 @@ class GymState:
     delay_s: dict = field(default_factory=dict)
     executions: dict = field(default_factory=dict)
     terminated: list = field(default_factory=list)
+    screenshot_as_data_uri: bool = False  # older gyms answer {"data_uri": ...} instead of bytes
 
 
 def build_gym_double(state: GymState) -> FastAPI:
@@ -79,6 +81,8 @@ def build_gym_double(state: GymState) -> FastAPI:
 
     @app.get("/api/v1/{gym}/executions/{eid}/screenshot")
     async def screenshot(gym: str, eid: str, format: str = "png"):
+        if state.screenshot_as_data_uri:
+            return {"data_uri": "data:image/png;base64," + base64.b64encode(PNG_1x1).decode()}
         return Response(PNG_1x1, media_type=f"image/{format}")
 
     @app.post("/api/v1/{gym}/executions/{eid}/actions")

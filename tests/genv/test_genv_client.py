@@ -121,3 +121,27 @@ async def test_execution_context_always_terminates(gym_server, gym_state):
             async with gym.execution("task-001") as ex:
                 raise RuntimeError(f"agent crashed on {ex.execution_id}")
     assert gym_state.terminated == ["exec-1"]
+
+
+async def test_terminate_is_retried_because_leaks_are_worse(gym_server, gym_state):
+    gym_state.fail_next[("POST", "/terminate")] = [502]
+    async with client_for(gym_server) as gym:
+        async with gym.execution("task-001"):
+            pass
+    assert gym_state.terminated == ["exec-1"]
+    assert sum(1 for m, p, *_ in gym_state.requests if p.endswith("/terminate")) == 2
+
+
+async def test_failed_terminate_is_logged_not_raised(gym_server, gym_state, caplog):
+    gym_state.fail_next[("POST", "/terminate")] = [500, 500, 500]
+    async with client_for(gym_server) as gym:
+        async with gym.execution("task-001") as ex:
+            pass
+    assert gym_state.terminated == []
+    assert f"could not terminate execution {ex.execution_id}" in caplog.text
+
+
+async def test_screenshot_data_uri_reply_is_decoded(gym_server, gym_state):
+    gym_state.screenshot_as_data_uri = True
+    async with client_for(gym_server) as gym:
+        assert await gym.screenshot("exec-1") == PNG_1x1

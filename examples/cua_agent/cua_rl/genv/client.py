@@ -2,9 +2,10 @@
 of DESIGN.md §4.1).
 
 Why these retry rules: list/get/status/screenshot are reads and are retried on transport errors and
-5xx with exponential backoff; create, evaluate, act and terminate change server state (a retried create
-can leak a second desktop, a retried act clicks twice) and are sent exactly once. Every failure is a
-``GenvError`` carrying the server's ``detail``.
+5xx with exponential backoff; create, evaluate and act change server state (a retried create can leak a
+second desktop, a retried act clicks twice) and are sent exactly once. Terminate is retried too: ending
+an execution twice is harmless, and a lost terminate leaks a desktop. Every failure is a ``GenvError``
+carrying the server's ``detail``.
 """
 
 from __future__ import annotations
@@ -156,8 +157,9 @@ class GenvClient:
         return evaluation
 
     async def terminate(self, execution_id: str) -> dict:
-        """Release the execution. Not retried automatically; the gym's TTL reaper is the backstop."""
-        body = await self._json("POST", self._url("executions", execution_id, "terminate"), idempotent=False)
+        """Release the execution; retried like a read (see the module docstring). The gym's TTL reaper is
+        the last backstop. A 404 (already gone, e.g. after a retry whose first try did land) raises."""
+        body = await self._json("POST", self._url("executions", execution_id, "terminate"), idempotent=True)
         logger.info("terminated execution %s", execution_id)
         return body if isinstance(body, dict) else {"value": body}
 
