@@ -194,3 +194,13 @@ def test_system_prompts_declare_grid_and_function():
         assert f'"{action}"' in qwen_prompt
     mai_prompt = get_format("mai-ui").system_prompt(PromptContext(instruction="t"))
     assert '"mobile_use"' in mai_prompt and "0..999" in mai_prompt and "<thinking>" in mai_prompt
+
+
+def test_mai_ui_hotkey_exists_on_pc_only():
+    assert parse("mai-ui", mai(action="hotkey", keys=["ctrl", "s"])).actions[0].gym_action == \
+        {"type": "key", "keys": ["ctrl", "s"]}
+    with pytest.raises(InvalidAction, match="only available on a desktop"):
+        parse("mai-ui", mai(action="hotkey", keys=["ctrl", "s"]), "mobile")
+    fmt = get_format("mai-ui")
+    assert '"hotkey"' in fmt.system_prompt(PromptContext(instruction="t", space="pc"))
+    assert '"hotkey"' not in fmt.system_prompt(PromptContext(instruction="t", space="mobile"))

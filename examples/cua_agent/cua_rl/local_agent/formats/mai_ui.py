@@ -5,6 +5,8 @@ with coordinates on a 0..999 grid. MAI-UI is a phone agent, so its actions are m
 ``mobile`` action space they become the genv mobile aliases, in ``pc`` they map onto the desktop schema:
 swipe -> wheel scroll (a finger swiping up reveals content below, i.e. scrolls down), long_press -> right
 click (the desktop gesture for a context menu), system_button back/home/menu -> Escape/Super/Menu keys.
+A phone has no key chords, but a desktop cannot save a file without one, so the ``pc`` action space adds
+``{"action": "hotkey", "keys": [...]}``; MAI-UI's own actions are unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ _ACTION_SPACE = """{"action": "click", "coordinate": [x, y]}
 {"action": "wait"}
 {"action": "terminate", "status": "success or fail"}
 {"action": "answer", "text": "xxx"} # escape quotes and newlines in the text as in JSON strings."""
+_PC_EXTRA = '\n{"action": "hotkey", "keys": ["ctrl", "s"]} # press a key combination (desktop only)'
 
 _DEVICE = {"mobile": "a phone", "pc": "a desktop computer (a long_press opens the context menu, "
                                       "a swipe scrolls the content under the pointer)"}
@@ -49,7 +52,7 @@ class MaiUIFormat(PromptFormat):
             "## Output Format\nReturn your reasoning in <thinking></thinking> tags, then one JSON object with "
             "the function name and arguments in <tool_call></tool_call> tags:\n```\n<thinking>\n...\n"
             '</thinking>\n<tool_call>\n{"name": "mobile_use", "arguments": <args-json-object>}\n</tool_call>\n'
-            "```\n\n## Action Space\n\n" + _ACTION_SPACE + "\n\n"
+            "```\n\n## Action Space\n\n" + _ACTION_SPACE + (_PC_EXTRA if ctx.space == "pc" else "") + "\n\n"
             "## Note\n- Coordinates are on a 0..999 grid of the screenshot: [0, 0] is the top-left corner and "
             "[999, 999] the bottom-right.\n- In <thinking>, plan briefly and end with the next action and its "
             "target element in one sentence.\n- Follow the action space strictly.")
@@ -89,6 +92,10 @@ class MaiUIFormat(PromptFormat):
                 raise InvalidAction(f"system_button needs button back, home, menu or enter, got {button!r}")
             keys = [button] if space == "mobile" and button in ("back", "home") else _PC_BUTTONS[button]
             return make(A.key(keys))
+        if name == "hotkey":
+            if space != "pc":
+                raise InvalidAction("hotkey is only available on a desktop; use system_button")
+            return make(A.key(arguments.get("keys")))
         if name == "wait":
             return make(A.wait(arguments.get("time", 1.0)))
         if name == "terminate":

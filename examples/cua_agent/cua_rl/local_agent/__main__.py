@@ -1,0 +1,53 @@
+"""``cua-agent serve --host 127.0.0.1 --port 3000`` (also ``python -m cua_rl.local_agent serve``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .formats import format_names
+from .runner import AgentSettings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cua-agent", description="gbox-mini-agent-compatible agent service")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the agent API (POST /runs, GET /runs/{id}/events, ...)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=3000)
+    serve.add_argument("--history-images", type=int, default=AgentSettings.history_images,
+                       help="screenshots kept in the prompt, the current one included (default %(default)s)")
+    serve.add_argument("--max-invalid-turns", type=int, default=AgentSettings.max_invalid_turns,
+                       help="consecutive unusable model replies that end a run (default %(default)s)")
+    serve.add_argument("--max-run-time", type=float, default=AgentSettings.max_run_time_s,
+                       help="seconds a run may last when its payload sets no maxRunTimeSec (default %(default)s)")
+    serve.add_argument("--max-concurrent-runs", type=int, default=AgentSettings.max_concurrent_runs)
+    serve.add_argument("--no-token-hints", action="store_true",
+                       help="do not ask the model endpoint for logprobs / return_token_ids")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import uvicorn  # imported late so `--help` stays fast
+
+    from .server import create_app
+
+    for name, low in (("history_images", 1), ("max_invalid_turns", 1), ("max_concurrent_runs", 1)):
+        if getattr(args, name) < low:
+            print(f"cua-agent: --{name.replace('_', '-')} must be >= {low}", file=sys.stderr)
+            return 2
+    settings = AgentSettings(history_images=args.history_images, max_invalid_turns=args.max_invalid_turns,
+                             max_run_time_s=args.max_run_time, max_concurrent_runs=args.max_concurrent_runs,
+                             send_token_hints=not args.no_token_hints)
+    logging.getLogger(__name__).info("agent service on http://%s:%d (agents: %s)", args.host, args.port,
+                                     ", ".join(format_names()))
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Chat completions against the run's OpenAI-compatible ``model.baseUrl``, with retries.
+
+Why the token hints: training needs the sampled token ids and their logprobs. ``logprobs: true`` is
+OpenAI-standard; ``return_token_ids: true`` is vLLM's (and our policy endpoint's) extension. An endpoint
+that rejects them with a 400 naming the field gets the plain request instead, and that choice is
+remembered per base URL, so a strict server costs one extra request per service lifetime.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import httpx
+
+from ..http_retry import RetryPolicy, send_with_retry
+
+logger = logging.getLogger(__name__)
+
+TOKEN_HINTS: dict[str, Any] = {"logprobs": True, "return_token_ids": True}
+
+
+class ModelError(Exception):
+    """The model endpoint failed for good (after retries) or replied with something unusable."""
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300]
+    if isinstance(body, dict):
+        error = body.get("error", body.get("detail", body))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        return str(error)[:300]
+    return str(body)[:300]
+
+
+class ModelClient:
+    """One run's view of its model endpoint (the ``http`` client is shared by all runs)."""
+
+    def __init__(self, http: httpx.AsyncClient, base_url: str, api_key: str | None, *,
+                 retry: RetryPolicy, timeout_s: float, hints_supported: dict[str, bool],
+                 send_token_hints: bool = True) -> None:
+        self.http = http
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._hints_supported = hints_supported  # shared cache: base URL -> accepts TOKEN_HINTS
+        self._send_hints = send_token_hints
+
+    async def _send(self, method: str, path: str, what: str, **kwargs) -> httpx.Response:
+        url = f"{self.base_url}{path}"
+        try:
+            return await send_with_retry(self.http, method, url, policy=self.retry, what=what,
+                                         headers=self._headers, timeout=self.timeout_s, **kwargs)
+        except httpx.TransportError as exc:
+            raise ModelError(f"model endpoint {url} unreachable after {self.retry.attempts} tries: "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+    async def model_name(self) -> str:
+        """The first id of ``GET {baseUrl}/models`` (servers reject names they do not serve)."""
+        response = await self._send("GET", "/models", "model list")
+        if response.status_code >= 400:
+            raise ModelError(f"GET {self.base_url}/models: HTTP {response.status_code}: {_detail(response)}")
+        try:
+            return str(response.json()["data"][0]["id"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ModelError(f"GET {self.base_url}/models has no data[0].id: {response.text[:200]!r}") from None
+
+    async def complete(self, body: dict[str, Any], on_request: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """POST ``/chat/completions``; ``on_request`` sees each body exactly as sent (for events)."""
+        use_hints = self._send_hints and self._hints_supported.get(self.base_url, True)
+        sent = {**body, **TOKEN_HINTS} if use_hints else body
+        on_request(sent)
+        response = await self._send("POST", "/chat/completions", "chat completion", json=sent)
+        if use_hints and response.status_code in (400, 422) and any(k in response.text for k in TOKEN_HINTS):
+            logger.info("model endpoint %s rejects token hints (%s); sending plain requests from now on",
+                        self.base_url, _detail(response))
+            self._hints_supported[self.base_url] = False
+            on_request(body)
+            response = await self._send("POST", "/chat/completions", "chat completion", json=body)
+        if response.status_code >= 400:
+            raise ModelError(f"chat completion: HTTP {response.status_code}: {_detail(response)}")
+        try:
+            data = response.json()
+            message = data["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ModelError(f"chat completion reply has no choices[0].message: {response.text[:200]!r}") from None
+        if not isinstance(message, dict):
+            raise ModelError("chat completion reply: choices[0].message is not an object")
+        return data
+
+
+def token_record(step: int, response: dict[str, Any]) -> dict[str, Any]:
+    """What ``GET /runs/{id}/tokens`` lists per model call: ids and logprobs when the server sent them."""
+    choice = response.get("choices", [{}])[0]
+    logprobs = choice.get("logprobs") or {}
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    return {
+        "step": step,
+        "model": response.get("model"),
+        "promptTokenIds": response.get("prompt_token_ids") or choice.get("prompt_token_ids"),
+        "tokenIds": choice.get("token_ids"),
+        "logprobs": [c.get("logprob") for c in content] if isinstance(content, list) else None,
+        "finishReason": choice.get("finish_reason"),
+        "usage": response.get("usage"),
+    }

@@ -1,0 +1,121 @@
+"""What the service keeps about one run: status, events, steps, tokens, screenshots.
+
+Why in memory and append-only: a run's record is written only by its own asyncio task and read by the
+HTTP handlers on the same event loop, so no locks are needed and runs cannot see each other's state.
+Screenshots are stored once, as the data-URL string sent to the model; request bodies in ``model_call``
+events reference the same string objects, so keeping the exact bodies costs no extra copies.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
+
+
+def iso(dt: datetime) -> str:
+    """ISO-8601 UTC with milliseconds and ``Z`` (what JavaScript's ``toISOString`` writes)."""
+    return dt.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(value: str) -> datetime:
+    """A ``from``/``to`` query value: ISO-8601 (``Z`` or offset; naive = UTC) or epoch milliseconds."""
+    text = value.strip()
+    if text.lstrip("-").replace(".", "", 1).isdigit():
+        return datetime.fromtimestamp(float(text) / 1000.0, tz=timezone.utc)
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def _ms(dt: datetime) -> datetime:
+    """Truncate to milliseconds so stored times compare equal to the ISO strings clients send back."""
+    return dt.replace(microsecond=dt.microsecond // 1000 * 1000)
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    request: dict[str, Any]                      # redacted payload
+    agent: str
+    status: str = RUNNING
+    ok: bool | None = None
+    reason: str | None = None
+    answer: str | None = None
+    created_at: datetime = field(default_factory=lambda: _ms(datetime.now(timezone.utc)))
+    ended_at: datetime | None = None
+    ended_monotonic: float | None = None
+    invalid_turns: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+    screenshots: dict[str, str] = field(default_factory=dict)   # name -> data URL
+    cancel_requested: bool = False
+    _event_times: list[datetime] = field(default_factory=list, repr=False)
+
+    # -- events --------------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """Current time, never earlier than the last event's (so ``from=<last ts>`` polling is safe)."""
+        now = _ms(datetime.now(timezone.utc))
+        if self._event_times and now < self._event_times[-1]:
+            now = self._event_times[-1]
+        return now
+
+    def emit(self, type: str, step: int | None = None, **fields: Any) -> dict[str, Any]:
+        at = self.now()
+        event: dict[str, Any] = {"type": type, "ts": iso(at)}
+        if step is not None:
+            event["step"] = step
+        event.update(fields)
+        self.events.append(event)
+        self._event_times.append(at)
+        return event
+
+    def events_between(self, start: datetime | None, end: datetime | None) -> list[dict[str, Any]]:
+        """Events with ``start <= ts < end`` (either bound optional), in order."""
+        lo = bisect.bisect_left(self._event_times, start) if start else 0
+        hi = bisect.bisect_left(self._event_times, end) if end else len(self.events)
+        return self.events[lo:hi]
+
+    # -- end ---------------------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self.status != RUNNING
+
+    def finish(self, ok: bool, reason: str, status: str | None = None) -> None:
+        """Set the final state once and emit ``run_end``; later calls are ignored."""
+        if self.finished:
+            return
+        self.ok, self.reason = ok, reason
+        self.status = status or (COMPLETED if ok else FAILED)
+        self.ended_at = self.now()
+        self.ended_monotonic = time.monotonic()
+        fields: dict[str, Any] = {"ok": ok, "reason": reason}
+        if self.answer is not None:
+            fields["answer"] = self.answer
+        self.emit("run_end", **fields)
+
+    # -- views -------------------------------------------------------------------------------------
+
+    def screenshot_png(self, name: str) -> tuple[bytes, str] | None:
+        data_url = self.screenshots.get(name)
+        if data_url is None:
+            return None
+        header, _, payload = data_url.partition(",")
+        media = header[5:].split(";")[0] or "image/png"
+        return base64.b64decode(payload), media
+
+    def summary(self) -> dict[str, Any]:
+        """``GET /runs/{id}``: status plus the result (answer included)."""
+        return {
+            "runId": self.run_id, "status": self.status, "ok": self.ok, "reason": self.reason,
+            "answer": self.answer, "agent": self.agent, "steps": len(self.steps),
+            "invalidTurns": self.invalid_turns, "createdAt": iso(self.created_at),
+            "endedAt": iso(self.ended_at) if self.ended_at else None, "request": self.request,
+        }

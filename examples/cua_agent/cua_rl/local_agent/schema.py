@@ -1,0 +1,105 @@
+"""The start-run payload the agent service accepts (external-protocols §2.2, plus apiKey and sampling).
+
+Why pydantic with camelCase aliases: the payload is the gbox-mini-agent's JSON; FastAPI turns a bad
+payload into a 422 naming the offending field, so a caller learns what is wrong and nothing starts.
+``apiKey`` is a ``SecretStr`` so it never reaches a log line, an event or ``GET /runs/{id}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from .formats import format_names
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class ModelSpec(_Model):
+    """The OpenAI-compatible endpoint called every step; ``name`` empty = first id of ``GET /models``."""
+
+    base_url: str = Field(alias="baseUrl", min_length=1)
+    name: str | None = None
+    provider: str = "openai"
+    api_key: SecretStr | None = Field(default=None, alias="apiKey")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"model.baseUrl must be an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+
+class EnvSpec(_Model):
+    """The gym execution the agent screenshots and acts on."""
+
+    type: Literal["genv"] = "genv"
+    gym_base_url: str = Field(alias="gymBaseUrl", min_length=1)
+    gym_id: str = Field(alias="gymId", min_length=1)
+    execution_id: str = Field(alias="executionId", min_length=1)
+
+    @field_validator("gym_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"env.gymBaseUrl must be an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+
+class Sampling(BaseModel):
+    """Sampling fields copied into every chat-completion request. Extra OpenAI fields (seed, stop, ...)
+    pass through unchanged; ``model``/``messages`` cannot be overridden this way."""
+
+    model_config = ConfigDict(extra="allow")
+
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+
+    def to_body(self) -> dict[str, Any]:
+        body = {k: v for k, v in self.model_dump().items() if v is not None}
+        for reserved in ("model", "messages", "stream"):
+            body.pop(reserved, None)
+        return body
+
+
+class RunRequest(_Model):
+    """``POST /runs`` body."""
+
+    task: str = Field(min_length=1)
+    agent: str = "mai-ui"
+    max_steps: int = Field(default=20, alias="maxSteps", ge=1, le=1000)
+    max_run_time_sec: float | None = Field(default=None, alias="maxRunTimeSec", gt=0)
+    max_step_time_sec: float | None = Field(default=None, alias="maxStepTimeSec", gt=0)
+    model: ModelSpec
+    env: EnvSpec
+    standard_action_space: Literal["pc", "mobile"] = Field(default="pc", alias="standardActionSpace")
+    sampling: Sampling | None = None
+    # Extensions of this service (absent from the original protocol); the server's defaults apply if unset.
+    history_images: int | None = Field(default=None, alias="historyImages", ge=1, le=32)
+    max_invalid_turns: int | None = Field(default=None, alias="maxInvalidTurns", ge=1)
+
+    @field_validator("agent")
+    @classmethod
+    def _known_agent(cls, value: str) -> str:
+        if value not in format_names():
+            raise ValueError(f"unknown agent {value!r}; known: {', '.join(format_names())}")
+        return value
+
+    @field_validator("task")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("task (the instruction) is blank")
+        return value
+
+    def redacted(self) -> dict[str, Any]:
+        """The payload as JSON with the api key masked, for ``GET /runs/{id}`` and logs."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if self.model.api_key is not None:
+            data["model"]["apiKey"] = "***"
+        return data

@@ -1,0 +1,219 @@
+"""The HTTP API of the agent service (external-protocols §2.1), compatible with the gbox-mini-agent.
+
+``POST /runs`` starts a run as an asyncio task on the server's loop and answers ``{"runId"}`` at once;
+the other endpoints read that run's record. ``POST /runs/{id}/cancel`` ends a run (``run_end`` with reason
+``cancelled``). Finished runs stay readable until ``keep_finished_runs``/``finished_ttl_s`` push them out.
+
+In-process use (tests, the embedded launcher)::
+
+    handle = start_agent_server()          # 127.0.0.1, a free port
+    ... MiniAgentClient(handle.url) ...
+    handle.stop()                          # cancels running runs, closes the port
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, HTTPException, Query, Request, Response
+
+from ..asgi_thread import ServedApp, serve_app_in_thread
+from .formats import format_names
+from .record import RUNNING, RunRecord, parse_time
+from .runner import AgentRun, AgentSettings
+from .schema import RunRequest
+
+logger = logging.getLogger(__name__)
+
+
+class RunManager:
+    """All runs of one service instance. Lives on the server's event loop."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self.runs: dict[str, RunRecord] = {}
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.hints_supported: dict[str, bool] = {}
+        self.http: httpx.AsyncClient | None = None
+
+    async def open(self) -> None:
+        limits = httpx.Limits(max_connections=4 * self.settings.max_concurrent_runs, max_keepalive_connections=64)
+        self.http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(self.settings.model_timeout_s,
+                                                                           connect=10.0))
+
+    async def close(self) -> None:
+        """Cancel what still runs (each ends with ``run_end``), then close the shared HTTP client."""
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self.http is not None:
+            await self.http.aclose()
+
+    @property
+    def running(self) -> int:
+        return len(self.tasks)
+
+    def start(self, request: RunRequest) -> RunRecord:
+        if self.running >= self.settings.max_concurrent_runs:
+            raise HTTPException(503, f"{self.running} runs in progress; this service allows "
+                                     f"{self.settings.max_concurrent_runs} at once (retry later)")
+        self._prune()
+        run_id = uuid.uuid4().hex
+        record = RunRecord(run_id=run_id, request=request.redacted(), agent=request.agent)
+        self.runs[run_id] = record
+        assert self.http is not None, "RunManager.open() was not awaited"
+        run = AgentRun(record, request, self.settings, self.http, self.hints_supported)
+        task = asyncio.create_task(run.run(), name=f"agent-run-{run_id}")
+        self.tasks[run_id] = task
+        task.add_done_callback(lambda _t, rid=run_id: self.tasks.pop(rid, None))
+        logger.info("run %s started: agent=%s execution=%s maxSteps=%d", run_id, request.agent,
+                    request.env.execution_id, request.max_steps)
+        return record
+
+    async def cancel(self, run_id: str) -> RunRecord:
+        record = self.get(run_id)
+        task = self.tasks.get(run_id)
+        if task is not None and not record.finished:
+            record.cancel_requested = True
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return record
+
+    def get(self, run_id: str) -> RunRecord:
+        record = self.runs.get(run_id)
+        if record is None:
+            raise HTTPException(404, f"run {run_id} not found")
+        return record
+
+    def _prune(self) -> None:
+        """Forget finished runs past the TTL, then the oldest beyond ``keep_finished_runs``."""
+        now = time.monotonic()
+        finished = [r for r in self.runs.values() if r.finished and r.ended_monotonic is not None]
+        for record in finished:
+            if now - record.ended_monotonic > self.settings.finished_ttl_s:
+                del self.runs[record.run_id]
+        finished = sorted((r for r in self.runs.values() if r.finished), key=lambda r: r.ended_monotonic or 0)
+        for record in finished[: max(0, len(finished) - self.settings.keep_finished_runs)]:
+            del self.runs[record.run_id]
+
+
+def _absolute(request: Request, value: Any) -> Any:
+    """Screenshot paths in steps are stored relative; callers get URLs on this server."""
+    base = str(request.base_url).rstrip("/")
+    if isinstance(value, dict):
+        return {k: (base + v if k == "url" and isinstance(v, str) and v.startswith("/runs/") else _absolute(request, v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_absolute(request, v) for v in value]
+    return value
+
+
+def _time_param(value: str | None, name: str) -> datetime | None:
+    if value is None or value == "":
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise HTTPException(400, f"'{name}' must be ISO-8601 or epoch milliseconds, got {value!r}") from None
+
+
+def create_app(settings: AgentSettings | None = None) -> FastAPI:
+    """The FastAPI app; one :class:`RunManager` per app."""
+    manager = RunManager(settings or AgentSettings())
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await manager.open()
+        try:
+            yield
+        finally:
+            await manager.close()
+
+    app = FastAPI(title="cua-agent (gbox-mini-agent compatible)", lifespan=lifespan)
+    app.state.manager = manager
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"ok": True, "agents": format_names(), "running": manager.running, "runs": len(manager.runs)}
+
+    @app.post("/runs")
+    async def start_run(request: RunRequest) -> dict[str, Any]:
+        record = manager.start(request)
+        return {"runId": record.run_id, "status": record.status}
+
+    @app.get("/runs")
+    async def list_runs() -> dict[str, Any]:
+        return {"runs": [{"runId": r.run_id, "status": r.status, "reason": r.reason, "steps": len(r.steps)}
+                         for r in manager.runs.values()]}
+
+    @app.get("/runs/{run_id}")
+    async def run_status(run_id: str) -> dict[str, Any]:
+        return manager.get(run_id).summary()
+
+    @app.post("/runs/{run_id}/cancel")
+    async def cancel_run(run_id: str) -> dict[str, Any]:
+        record = await manager.cancel(run_id)
+        return {"runId": run_id, "status": record.status, "ok": record.ok, "reason": record.reason}
+
+    @app.get("/runs/{run_id}/events")
+    async def run_events(run_id: str, from_: str | None = Query(None, alias="from"),
+                         to: str | None = None) -> dict[str, Any]:
+        record = manager.get(run_id)
+        events = record.events_between(_time_param(from_, "from"), _time_param(to, "to"))
+        return {"runId": run_id, "status": record.status, "events": events}
+
+    @app.get("/runs/{run_id}/steps")
+    async def run_steps(request: Request, run_id: str) -> dict[str, Any]:
+        return {"runId": run_id, "steps": _absolute(request, manager.get(run_id).steps)}
+
+    @app.get("/runs/{run_id}/steps/{index}")
+    async def run_step(request: Request, run_id: str, index: int) -> dict[str, Any]:
+        steps = manager.get(run_id).steps
+        if not 0 <= index < len(steps) or "endTs" not in steps[index]:
+            raise HTTPException(404, f"step {index} (0-based) of run {run_id} is not available yet")
+        return {"step": _absolute(request, steps[index])}
+
+    @app.get("/runs/{run_id}/trajectory")
+    async def run_trajectory(request: Request, run_id: str) -> dict[str, Any]:
+        record = manager.get(run_id)
+        trajectory = [{"step": s["step"], "screenshot": f"/runs/{run_id}/screenshots/{s['step']}",
+                       "thinking": s.get("thinking"), "text": s.get("text"), "invalid": s.get("invalid"),
+                       "actions": [{"name": a["name"], "args": a["args"], "gymAction": a["gymAction"],
+                                    "result": a["rawResult"], "error": a.get("rawFeedback")} for a in s["actions"]],
+                       "timing": s.get("timing")} for s in record.steps]
+        final = f"/runs/{run_id}/screenshots/final" if "final" in record.screenshots else None
+        return _absolute(request, {"runId": run_id, "status": record.status, "answer": record.answer,
+                                   "trajectory": trajectory, "finalScreenshot": final})
+
+    @app.get("/runs/{run_id}/tokens")
+    async def run_tokens(run_id: str) -> dict[str, Any]:
+        return {"runId": run_id, "tokens": manager.get(run_id).tokens}
+
+    @app.get("/runs/{run_id}/screenshots/{name}")
+    async def run_screenshot(run_id: str, name: str) -> Response:
+        found = manager.get(run_id).screenshot_png(name)
+        if found is None:
+            raise HTTPException(404, f"run {run_id} has no screenshot {name!r}")
+        data, media = found
+        return Response(content=data, media_type=media)
+
+    return app
+
+
+def start_agent_server(host: str = "127.0.0.1", port: int = 0, settings: AgentSettings | None = None,
+                       *, log_level: str = "warning") -> ServedApp:
+    """Serve the agent API on a background thread; returns a handle with ``.url`` and ``.stop()``.
+
+    ``port=0`` picks a free port. ``stop()`` cancels running runs (each gets its ``run_end``) and frees
+    the port. Also usable as a context manager: ``with start_agent_server() as agent: ...``.
+    """
+    return serve_app_in_thread(create_app(settings), host, port, log_level=log_level)

@@ -1,0 +1,236 @@
+"""The agent service end to end on loopback: real embedded gym (Xvfb desktops), real agent service, real
+mini-agent client, and the scripted model server (the documented policy test double)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from conftest import fast_settings, gym_execution, run_request
+from cua_rl.local_agent import start_agent_server
+from cua_rl.local_gym import load_tasks
+from cua_rl.mini_agent import MiniAgentClient
+from model_double import mai_call, mai_script, qwen_call, qwen_script
+
+pytestmark = pytest.mark.desktop
+
+TASKS = load_tasks()
+EDITOR = TASKS.get("001")
+
+
+def events_of(result, kind):
+    return [e for e in result.events if e.type == kind]
+
+
+async def run_to_end(agent, request, timeout_s: float = 120):
+    async with MiniAgentClient(agent.url) as client:
+        return await client.run(request, timeout_s=timeout_s, poll_interval_s=0.1)
+
+
+async def test_qwen3_vl_run_solves_a_task_and_the_gym_scores_it_1(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("solve-qwen", qwen_script(EDITOR.solution))
+    async with gym_execution(gym, EDITOR.task_id) as (client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, base, key, task=EDITOR.instruction))
+        evaluation = await client.evaluate(eid, answer_text=result.answer)
+    assert result.ok, result.reason
+    assert result.status == "completed" and "terminate" in result.reason
+    assert evaluation.reward == pytest.approx(1.0), evaluation.raw
+    n = len(EDITOR.solution) + 1
+    assert result.num_steps == n and len(result.steps) == n
+    # events: 1-based steps, one of each per step, in order, ISO timestamps
+    starts = events_of(result, "step_start")
+    assert [e.step for e in starts] == list(range(1, n + 1))
+    assert len(events_of(result, "step_end")) == n and len(events_of(result, "model_output")) == n
+    assert all(str(e.ts).endswith("Z") and "T" in str(e.ts) for e in result.events)
+    first_call = events_of(result, "model_call")[0].data["modelSpecificInput"]
+    assert first_call["model"] == "scripted-policy"  # discovered from GET /v1/models
+    assert first_call["messages"][0]["role"] == "system"
+    image = first_call["messages"][-1]["content"][-1]
+    assert image["image_url"]["url"].startswith("data:image/png;base64,")
+    assert first_call == scripted.requests[key][0]  # the event holds the exact body the model got
+    executed = [e for e in events_of(result, "action_executed") if e.data["action"]["gymAction"] is not None]
+    assert len(executed) == len(EDITOR.solution)
+    assert events_of(result, "action_executed")[-1].data["action"]["name"] == "terminate"
+    assert all(e.data["durationMs"] >= 0 and e.data["action"]["rawResult"]["ok"] for e in executed)
+    assert executed[0].data["action"]["gymAction"] == EDITOR.solution[0]
+    assert events_of(result, "run_end")[0].data["ok"] is True
+    assert result.model_outputs[0].output["choices"][0]["token_ids"]  # full response kept
+    async with httpx.AsyncClient(base_url=agent.url) as http:
+        tokens = (await http.get(f"/runs/{result.run_id}/tokens")).json()["tokens"]
+        assert len(tokens) == n and tokens[0]["tokenIds"] and len(tokens[0]["logprobs"]) == len(tokens[0]["tokenIds"])
+        step0 = (await http.get(f"/runs/{result.run_id}/steps/0")).json()["step"]
+        shot_url = step0["actions"][0]["obs"]["screenshots"][0]["url"]
+        shot = await http.get(shot_url)
+        assert shot.status_code == 200 and shot.content[:8] == b"\x89PNG\r\n\x1a\n"
+        assert {s["name"] for s in step0["actions"][0]["obs"]["screenshots"]} == {"screenshot_before", "screenshot_after"}
+        trajectory = (await http.get(f"/runs/{result.run_id}/trajectory")).json()
+        assert len(trajectory["trajectory"]) == n and trajectory["finalScreenshot"]
+
+
+async def test_history_is_bounded_to_three_screenshots(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("history", [qwen_call(action="wait", time=0)] * 5 + [qwen_call(action="answer", text="done")])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, base, key))
+    assert result.ok and result.answer == "done"
+    counts = [sum(p.get("type") == "image_url" for m in body["messages"] if isinstance(m["content"], list)
+                  for p in m["content"]) for body in scripted.requests[key]]
+    assert counts == [1, 2, 3, 3, 3, 3]
+    last_text = scripted.requests[key][-1]["messages"][1]["content"][0]["text"]
+    assert "Step 1:" in last_text and "Step 3:" in last_text and "Step 4:" not in last_text
+
+
+async def test_answer_reaches_the_run_result(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("answer", [qwen_call(action="answer", text="Bread")])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, base, key))
+    assert result.answer == "Bread"
+    async with httpx.AsyncClient(base_url=agent.url) as http:
+        status = (await http.get(f"/runs/{result.run_id}")).json()
+    assert status["answer"] == "Bread" and status["status"] == "completed" and status["ok"] is True
+    assert status["request"]["model"]["apiKey"] == "***"  # the key never comes back
+
+
+async def test_mai_ui_run_drives_the_desktop(gym, model, agent):
+    """MAI-UI replies on the 0..999 grid, in both action spaces, reach the real desktop."""
+    scripted, base = model
+    key = scripted.script("solve-mai", mai_script(EDITOR.solution))
+    async with gym_execution(gym, EDITOR.task_id) as (client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, base, key, agent="mai-ui", task=EDITOR.instruction))
+        evaluation = await client.evaluate(eid)
+    assert result.ok, result.reason
+    assert evaluation.reward == pytest.approx(1.0), evaluation.raw
+    for space, expected in (("pc", "click"), ("mobile", "tap")):
+        key = scripted.script(f"mai-{space}", [mai_call(action="click", coordinate=[500, 500]),
+                                               mai_call(action="swipe", direction="up"),
+                                               mai_call(action="terminate", status="success")])
+        async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+            result = await run_to_end(agent, run_request(gym, eid, base, key, agent="mai-ui", space=space))
+        assert result.ok, result.reason
+        executed = [e.data["action"] for e in events_of(result, "action_executed") if e.data["action"]["gymAction"]]
+        assert [a["gymAction"]["type"] for a in executed] == [expected, "scroll" if space == "pc" else "swipe"]
+        assert all(a["rawResult"]["ok"] for a in executed)
+        assert executed[0]["gymAction"]["x"] == pytest.approx(500 / 999)
+        body = scripted.requests[key][0]
+        assert body["temperature"] == 0.0 and "mobile_use" in body["messages"][0]["content"]
+
+
+async def test_garbage_model_ends_the_run_with_a_reason_and_the_service_keeps_serving(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("garbage", ["Sure! I would click the button.", "<tool_call>{oops</tool_call>", "<<>>"])
+    async with gym_execution(gym, EDITOR.task_id) as (client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, base, key, task=EDITOR.instruction))
+        evaluation = await client.evaluate(eid)
+    assert not result.ok and result.status == "failed"
+    assert "3 invalid model replies in a row" in result.reason
+    assert evaluation.reward < 1.0
+    errors = [e.data["message"] for e in events_of(result, "error") if e.step is not None]
+    assert len(errors) == 3 and "no <tool_call>" in errors[0] and "not valid JSON" in errors[1]
+    # the reason was fed back to the model with the next screenshot
+    second = scripted.requests[key][1]["messages"][-1]["content"]
+    assert second[0]["type"] == "text" and "no <tool_call>" in second[0]["text"]
+    # still serving: a good run right after
+    good = scripted.script("after-garbage", [qwen_call(action="answer", text="ok")])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        again = await run_to_end(agent, run_request(gym, eid, base, good))
+    assert again.ok and again.answer == "ok"
+
+
+async def test_rejected_action_is_fed_back_and_not_fatal(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("bad-key", [qwen_call(action="key", keys=["nosuchkey"]),
+                                      qwen_call(action="answer", text="recovered")])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, base, key))
+    assert result.ok and result.answer == "recovered"
+    assert any("rejected key" in e for e in result.errors)
+    feedback = scripted.requests[key][1]["messages"][-1]["content"][0]["text"]
+    assert "unknown key name" in feedback
+
+
+async def test_cancel_ends_a_running_run(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("slow", [{"delay": 6, "content": qwen_call(action="answer", text="late")}])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        async with MiniAgentClient(agent.url) as client:
+            run_id = await client.start_run(run_request(gym, eid, base, key))
+            for _ in range(100):  # until the model call is in flight
+                if any(e["type"] == "model_call" for e in await client.events(run_id)):
+                    break
+                await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            await client.cancel(run_id)
+            result = await client.wait(run_id, timeout_s=10, poll_interval_s=0.1)
+            async with httpx.AsyncClient(base_url=agent.url) as http:
+                status = (await http.get(f"/runs/{run_id}")).json()
+    assert time.monotonic() - t0 < 5
+    assert not result.ok and result.reason == "cancelled"
+    assert status["status"] == "cancelled" and status["reason"] == "cancelled"
+    assert [e.type for e in result.events][-1] == "run_end"
+
+
+async def test_max_run_time_is_a_hard_cap(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("too-slow", [{"delay": 6, "content": qwen_call(action="answer", text="late")}])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        t0 = time.monotonic()
+        result = await run_to_end(agent, run_request(gym, eid, base, key, max_run_time_s=1.0, max_step_time_s=0))
+    assert time.monotonic() - t0 < 10
+    assert not result.ok and "maxRunTimeSec" in result.reason
+
+
+async def test_model_errors_are_retried_then_fail_with_a_reason(gym, model, agent):
+    scripted, base = model
+    flaky = scripted.script("flaky", [{"status": 500}, {"status": 503},
+                                      qwen_call(action="answer", text="after retries")])
+    broken = scripted.script("broken", [{"status": 500}])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        ok = await run_to_end(agent, run_request(gym, eid, base, flaky))
+        failed = await run_to_end(agent, run_request(gym, eid, base, broken))
+    assert ok.ok and ok.answer == "after retries"
+    assert not failed.ok and "HTTP 500" in failed.reason
+
+
+async def test_unknown_execution_fails_the_run_with_the_gym_error(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("no-exec", [qwen_call(action="answer", text="x")])
+    result = await run_to_end(agent, run_request(gym, "no-such-execution", base, key))
+    assert not result.ok and "gym get execution failed" in result.reason and "404" in result.reason
+
+
+async def test_token_hints_are_dropped_for_an_endpoint_that_rejects_them(gym, model):
+    scripted, base = model
+    scripted.reject_token_hints = True
+    key = scripted.script("strict", [qwen_call(action="wait", time=0), qwen_call(action="answer", text="fine")])
+    with start_agent_server(settings=fast_settings()) as agent:
+        async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+            result = await run_to_end(agent, run_request(gym, eid, base, key))
+    assert result.ok and result.answer == "fine"
+    sent = [e.data["modelSpecificInput"] for e in events_of(result, "model_call")]
+    assert "return_token_ids" in sent[0] and all("return_token_ids" not in b for b in sent[1:])
+    assert len(sent) == 3  # one rejected try, then plain requests for both steps
+
+
+async def test_32_concurrent_runs_are_isolated(gym, model, agent):
+    scripted, base = model
+    n = 32
+    keys = [scripted.script(f"par-{i}", [qwen_call(action="wait", time=0.05)] * (1 + i % 3)
+                            + [qwen_call(action="answer", text=f"run-{i}")]) for i in range(n)]
+    async with gym_execution(gym, EDITOR.task_id) as (_c1, eid1), gym_execution(gym, EDITOR.task_id) as (_c2, eid2):
+        requests = [run_request(gym, eid1 if i % 2 else eid2, base, keys[i]) for i in range(n)]
+        async with MiniAgentClient(agent.url) as client:
+            run_ids = [await client.start_run(r) for r in requests]
+            async with httpx.AsyncClient(base_url=agent.url) as http:
+                running = (await http.get("/health")).json()["running"]
+            results = await asyncio.gather(*(client.wait(rid, timeout_s=180, poll_interval_s=0.2) for rid in run_ids))
+    assert running > 1  # they really overlapped
+    for i, result in enumerate(results):
+        assert result.ok, (i, result.reason)
+        assert result.answer == f"run-{i}"
+        assert result.num_steps == 2 + i % 3
+        assert len(events_of(result, "model_output")) == 2 + i % 3
