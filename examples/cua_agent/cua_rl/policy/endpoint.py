@@ -1,0 +1,266 @@
+"""``PolicyEndpoint``: an OpenAI-compatible ``/v1/chat/completions`` in front of ``engine.agenerate``.
+
+One call = one recorded ``Turn``: the processor builds the prompt (expanded image tokens, pixel values),
+the engine generates with the *trainer's* ``gconfig`` (the agent's sampling fields are ignored and
+logged: on-policy RL needs a known behaviour policy), and the reply carries the text plus vLLM-style
+``token_ids``/``prompt_token_ids``/``logprobs`` so agents that log responses keep them.
+
+vLLM and weight updates (areal-notes §3.5): an update aborts in-flight requests and AReaL resumes a vision
+request by regenerating from the messages, so an output whose tokens carry more than one policy version is
+corrupt. Such outputs are regenerated from scratch (``max_straddle_retries``), then answered with 503.
+SGLang resumes from token ids correctly, so mixed versions are kept there (AReaL's partial rollouts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from .images import BadImage, ImageFetchLimits, decode_image_url, fit_pixels
+from .prompt import BadRequest, build_prompt, parse_messages
+from .records import Episode, Turn
+from .server import get_loop_server
+
+logger = logging.getLogger(__name__)
+
+# Fields a client may send that we accept but do not obey (the trainer's gconfig decides).
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "stop",
+                   "frequency_penalty", "presence_penalty", "seed", "min_p", "repetition_penalty")
+HARMLESS_FIELDS = {"model", "messages", "stream", "n", "tools", "tool_choice", "logprobs", "top_logprobs",
+                   "stream_options", "return_token_ids", "user", "metadata", "parallel_tool_calls",
+                   "response_format", "extra_body", "chat_template_kwargs", "skip_special_tokens"}
+
+
+@dataclass(frozen=True)
+class EndpointSettings:
+    """Where the endpoint listens and what it accepts (the keys of ``CUAConfig.policy`` plus a few).
+
+    ``bind_host`` is the bind address; ``advertised_host`` goes into ``base_url`` (empty: ``bind_host``,
+    or this machine's address when binding a wildcard). ``backend`` is ``auto`` (from the engine's class),
+    ``vllm`` or ``sglang``; it only decides how version-straddling outputs are treated.
+    """
+
+    bind_host: str = "127.0.0.1"
+    port: int = 0
+    advertised_host: str = ""
+    max_screenshots_in_history: int | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    image_fetch_max_bytes: int = 20 * 1024 * 1024
+    image_fetch_timeout_seconds: float = 15.0
+    allow_http_images: bool = True
+    max_images_per_request: int = 64
+    model_name: str = "policy"
+    backend: str = "auto"
+    max_straddle_retries: int = 2
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "EndpointSettings":
+        d = dict(d or {})
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown policy endpoint settings: {sorted(unknown)}")
+        return cls(**d)
+
+    @property
+    def image_limits(self) -> ImageFetchLimits:
+        return ImageFetchLimits(max_bytes=self.image_fetch_max_bytes, timeout_s=self.image_fetch_timeout_seconds,
+                                allow_http=self.allow_http_images)
+
+
+def engine_backend(engine: Any, configured: str = "auto") -> str:
+    if configured in ("vllm", "sglang"):
+        return configured
+    if configured != "auto":
+        raise ValueError(f"backend must be auto, vllm or sglang, got {configured!r}")
+    return "sglang" if "sglang" in type(engine).__name__.lower() else "vllm"
+
+
+def _advertised(settings: EndpointSettings) -> str:
+    if settings.advertised_host:
+        return settings.advertised_host
+    if settings.bind_host in ("0.0.0.0", "::", ""):
+        from areal.utils.network import gethostip
+
+        return gethostip()
+    return settings.bind_host
+
+
+class PolicyEndpoint:
+    """Serve one policy (engine + processor + gconfig) to agents, one bearer key per episode."""
+
+    def __init__(self, engine, processor, tokenizer, gconfig, settings: EndpointSettings | None = None):
+        self.engine = engine
+        self.processor = processor
+        self.tokenizer = tokenizer
+        # n_samples=1: the engine generates one sample per request; groups are episodes, not samples.
+        self.gconfig = gconfig.new_with_stop_and_pad_token_ids(tokenizer).new(n_samples=1)
+        self.settings = settings or EndpointSettings()
+        self.backend = engine_backend(engine, self.settings.backend)
+        self._cpu_lock = asyncio.Lock()  # one processor run at a time, off the event loop
+        self._http: aiohttp.ClientSession | None = None
+
+    # ---- episodes -------------------------------------------------------------------------------
+    async def open_episode(self) -> Episode:
+        server = await get_loop_server(self.settings.bind_host, self.settings.port)
+        host = _advertised(self.settings)
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        ep = Episode(id=uuid.uuid4().hex[:12], key="cua-" + secrets.token_urlsafe(24),
+                     base_url=f"http://{host}:{server.port}/v1", model=self.settings.model_name)
+        server.routes[ep.key] = (self, ep)
+        ep._server = server  # type: ignore[attr-defined]
+        return ep
+
+    def close_episode(self, ep: Episode) -> None:
+        """Revoke the key: late calls from a run that outlives its episode get 401 and record nothing."""
+        server = getattr(ep, "_server", None)
+        if server is not None:
+            server.routes.pop(ep.key, None)
+        ep.closed = True
+
+    @asynccontextmanager
+    async def episode(self):
+        ep = await self.open_episode()
+        try:
+            yield ep
+        finally:
+            self.close_episode(ep)
+
+    # ---- one chat completion --------------------------------------------------------------------
+    async def complete(self, ep: Episode, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Answer one request: (HTTP status, JSON body). Records a Turn on success."""
+        ignored = {k for k in body if k in SAMPLING_FIELDS} | {k for k in body if k not in HARMLESS_FIELDS
+                                                              and k not in SAMPLING_FIELDS}
+        if ignored - ep.ignored_params:
+            logger.info("episode %s: ignoring client fields %s (sampling comes from the trainer's gconfig)",
+                        ep.id, sorted(ignored - ep.ignored_params))
+            ep.ignored_params |= ignored
+        if body.get("n") not in (None, 1):
+            return 400, _err(400, "n must be 1")
+        started = time.perf_counter()
+        try:
+            parsed = parse_messages(body.get("messages"), self.settings.max_screenshots_in_history)
+            if len(parsed.image_urls) > self.settings.max_images_per_request:
+                raise BadRequest(f"{len(parsed.image_urls)} images exceed the limit of "
+                                 f"{self.settings.max_images_per_request} per request")
+            images = [await decode_image_url(u, self._session, self.settings.image_limits)
+                      for u in parsed.image_urls]
+            tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+            if tools and self.backend == "vllm" and images:
+                # AReaL's vLLM vision path sends only the messages; the server would template without the
+                # tools and sample from a prompt different from the one we train on.
+                raise BadRequest("'tools' with images is not supported on the vLLM backend: put the tool "
+                                 "specification in the system prompt")
+            async with self._cpu_lock:
+                prompt = await asyncio.to_thread(self._build, parsed, images, tools)
+            if len(prompt.input_ids) >= self.gconfig.max_tokens:
+                raise BadRequest(f"prompt has {len(prompt.input_ids)} tokens; the policy allows "
+                                 f"{self.gconfig.max_tokens} in total")
+        except (BadRequest, BadImage) as exc:
+            logger.info("episode %s: rejected request: %s", ep.id, exc)
+            return 400, _err(400, str(exc))
+        try:
+            resp = await self._generate(ep, prompt)
+        except Exception as exc:  # engine/infra failure: the workflow turns this episode into None
+            ep.failed_turns += 1
+            logger.error("episode %s: generation failed: %s: %s", ep.id, type(exc).__name__, exc)
+            return 503, _err(503, f"policy generation failed ({type(exc).__name__})", "server_error")
+        if resp is None:
+            ep.failed_turns += 1
+            return 503, _err(503, "policy output straddled a weight update; retry the request", "server_error")
+        turn = Turn(prompt_ids=list(resp.input_tokens), output_ids=list(resp.output_tokens),
+                    output_logprobs=[float(x) for x in resp.output_logprobs],
+                    output_versions=[int(v) for v in resp.output_versions],
+                    prompt_mm_token_type_ids=prompt.mm_token_type_ids,
+                    multi_modal_input=prompt.multi_modal_input, stop_reason=resp.stop_reason,
+                    n_images=len(prompt.images), latency_s=time.perf_counter() - started)
+        if turn.prompt_ids != prompt.input_ids:
+            ep.failed_turns += 1
+            logger.error("episode %s: engine echoed different prompt ids; turn not recorded", ep.id)
+            return 503, _err(503, "engine prompt mismatch", "server_error")
+        ep.turns.append(turn)
+        return 200, self._completion_json(ep, turn)
+
+    def _build(self, parsed, images, tools):
+        s = self.settings
+        images = [fit_pixels(d, s.min_pixels, s.max_pixels) for d in images]
+        return build_prompt(self.processor, self.tokenizer, parsed, images, tools)
+
+    async def _generate(self, ep: Episode, prompt):
+        from areal.api.io_struct import ModelRequest
+
+        for attempt in range(self.settings.max_straddle_retries + 1):
+            req = ModelRequest(rid=uuid.uuid4().hex, input_ids=list(prompt.input_ids),
+                               image_data=[d.b64 for d in prompt.images],
+                               vision_msg_vllm=[_fresh(prompt.for_vllm)] if prompt.images else None,
+                               gconfig=self.gconfig.new(), tokenizer=self.tokenizer, processor=self.processor)
+            resp = await self.engine.agenerate(req)
+            if self.backend != "vllm" or len(set(resp.output_versions)) <= 1:
+                return resp
+            ep.dropped_straddles += 1
+            logger.warning("episode %s: output spans policy versions %s (vLLM resume regenerates from the "
+                           "messages); regenerating, attempt %d", ep.id, sorted(set(resp.output_versions)),
+                           attempt + 1)
+        return None
+
+    def _completion_json(self, ep: Episode, turn: Turn) -> dict[str, Any]:
+        tok = self.tokenizer
+        stop_ids = set(self.gconfig.stop_token_ids)
+        body_ids = list(turn.output_ids)
+        while body_ids and body_ids[-1] in stop_ids:
+            body_ids.pop()
+        text = tok.decode(body_ids, skip_special_tokens=True)
+        pieces = tok.batch_decode([[t] for t in turn.output_ids], skip_special_tokens=False)
+        finish = "length" if turn.stop_reason in ("length", "abort") else "stop"
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": ep.model,
+            "choices": [{
+                "index": 0, "finish_reason": finish,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": {"content": [
+                    {"token": p, "logprob": lp, "bytes": list(p.encode("utf-8")), "top_logprobs": []}
+                    for p, lp in zip(pieces, turn.output_logprobs)]},
+                "token_ids": list(turn.output_ids),
+            }],
+            "prompt_token_ids": list(turn.prompt_ids),
+            "usage": {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.output_ids),
+                      "total_tokens": len(turn.prompt_ids) + len(turn.output_ids)},
+            "policy_versions": sorted(turn.versions),
+        }
+
+    async def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = session = aiohttp.ClientSession()
+            try:  # close it with AReaL's rollout loop; aclose() does it elsewhere
+                from areal.infra.utils.concurrent import register_loop_cleanup
+
+                register_loop_cleanup(session.close)
+            except Exception:
+                pass
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+
+def _fresh(messages: list[dict]) -> list[dict]:
+    # AReaL's vLLM backend writes the data URLs into the message parts in place: give each try its own copy.
+    import copy
+
+    return copy.deepcopy(messages)
+
+
+def _err(status: int, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": status}}

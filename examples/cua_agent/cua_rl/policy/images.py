@@ -1,0 +1,144 @@
+"""Image parts of an OpenAI chat request -> decoded images plus the exact bytes the engine must see.
+
+Why keep the bytes: the training row's ``pixel_values`` come from *our* processor run on the decoded image,
+while vLLM decodes the image again on its side from what we forward. Forwarding the agent's original bytes
+(base64, unchanged) means both sides decode the same file, so the pixels the policy sampled from are the
+pixels we train on. http(s) URLs are fetched once here, with a size and a time cap, for the same reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+from dataclasses import dataclass
+
+import aiohttp
+from PIL import Image, UnidentifiedImageError
+
+_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)$", re.S)
+
+
+class BadImage(ValueError):
+    """An image part that cannot be used; the message says which one and why (becomes HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class ImageFetchLimits:
+    """Caps for images given as http(s) URLs (data URLs are capped by ``max_bytes`` too)."""
+
+    max_bytes: int = 20 * 1024 * 1024
+    timeout_s: float = 15.0
+    allow_http: bool = True
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """One image as the agent sent it: ``b64`` is the original file, base64 (no data-URL prefix)."""
+
+    b64: str
+    image: Image.Image
+    source: str  # "data" or the URL's scheme, for logs (never the payload itself)
+
+
+def image_url_of(part: dict) -> str | None:
+    """The URL of an image content part, or None if ``part`` is not an image part.
+
+    Accepts OpenAI's ``{"type":"image_url","image_url":{"url":...}}`` (also a bare string), and the
+    ``{"type":"image","url"|"image":...}`` shape gbox-mini-agent steps use.
+    """
+    kind = part.get("type")
+    if kind == "image_url":
+        value = part.get("image_url")
+        url = value.get("url") if isinstance(value, dict) else value
+    elif kind in ("image", "input_image"):
+        url = part.get("url") or part.get("image") or part.get("image_url")
+        if isinstance(url, dict):
+            url = url.get("url")
+    else:
+        return None
+    if not isinstance(url, str) or not url.strip():
+        raise BadImage(f"{kind} content part has no URL")
+    return url.strip()
+
+
+def _open(raw: bytes, what: str) -> Image.Image:
+    try:
+        img = Image.open(io.BytesIO(raw))
+        img.load()
+    except (UnidentifiedImageError, OSError) as exc:
+        raise BadImage(f"{what}: not a decodable image ({exc})") from exc
+    return img.convert("RGB") if img.mode != "RGB" else img
+
+
+def decode_data_url(url: str, limits: ImageFetchLimits) -> DecodedImage:
+    match = _DATA_URL.match(url)
+    if not match:
+        raise BadImage("data URL is not base64 (expected data:<mime>;base64,<data>)")
+    b64 = re.sub(r"\s+", "", match.group("data"))
+    if len(b64) * 3 // 4 > limits.max_bytes:
+        raise BadImage(f"data URL image exceeds {limits.max_bytes} bytes")
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadImage(f"data URL has invalid base64 ({exc})") from exc
+    return DecodedImage(b64=b64, image=_open(raw, "data URL"), source="data")
+
+
+async def fetch_http_image(url: str, session: aiohttp.ClientSession, limits: ImageFetchLimits) -> DecodedImage:
+    if not limits.allow_http:
+        raise BadImage("http(s) image URLs are disabled on this endpoint; send data URLs")
+    timeout = aiohttp.ClientTimeout(total=limits.timeout_s)
+    try:
+        async with session.get(url, timeout=timeout, allow_redirects=True) as resp:
+            if resp.status != 200:
+                raise BadImage(f"image URL answered HTTP {resp.status}")
+            if resp.content_length is not None and resp.content_length > limits.max_bytes:
+                raise BadImage(f"image URL body exceeds {limits.max_bytes} bytes")
+            buf = bytearray()
+            async for chunk in resp.content.iter_chunked(65536):
+                buf.extend(chunk)
+                if len(buf) > limits.max_bytes:
+                    raise BadImage(f"image URL body exceeds {limits.max_bytes} bytes")
+    except TimeoutError as exc:
+        raise BadImage(f"image URL timed out after {limits.timeout_s}s") from exc
+    except aiohttp.ClientError as exc:
+        raise BadImage(f"image URL could not be fetched ({type(exc).__name__}: {exc})") from exc
+    raw = bytes(buf)
+    scheme = url.split(":", 1)[0].lower()
+    return DecodedImage(b64=base64.b64encode(raw).decode("ascii"), image=_open(raw, "image URL"), source=scheme)
+
+
+async def decode_image_url(url: str, session_factory, limits: ImageFetchLimits) -> DecodedImage:
+    """Decode one image URL. ``session_factory`` is an async callable returning an aiohttp session
+    (only awaited for http(s) URLs, so data-URL-only traffic never opens a client)."""
+    if url.startswith("data:"):
+        return decode_data_url(url, limits)
+    scheme = url.split(":", 1)[0].lower()
+    if scheme in ("http", "https"):
+        return await fetch_http_image(url, await session_factory(), limits)
+    raise BadImage(f"unsupported image URL scheme {scheme!r} (use data: or http(s):)")
+
+
+def fit_pixels(decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> DecodedImage:
+    """Rescale (keeping the aspect ratio) into [min_pixels, max_pixels] and re-encode as PNG.
+
+    Why here and not in the processor's settings: the inference server runs its own processor on the
+    bytes we forward. Shrinking the image itself, once, means both processors see the same pixels and
+    only round to their patch grid the same way; changing our processor's limits alone would not.
+    """
+    w, h = decoded.image.size
+    area = w * h
+    if max_pixels and area > max_pixels:
+        scale = (max_pixels / area) ** 0.5
+    elif min_pixels and area < min_pixels:
+        scale = (min_pixels / area) ** 0.5
+    else:
+        return decoded
+    size = (max(1, int(w * scale)), max(1, int(h * scale)))
+    img = decoded.image.resize(size, Image.Resampling.BICUBIC)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    # Decode what we send, so our pixels are exactly the engine's (PNG is lossless, this is a no-op copy).
+    return DecodedImage(b64=base64.b64encode(buf.getvalue()).decode("ascii"), image=img, source=decoded.source)

@@ -1,0 +1,61 @@
+"""What the policy endpoint records: one ``Turn`` per answered chat completion, grouped by ``Episode``.
+
+A turn holds exactly what the engine consumed and produced (prompt ids with expanded image tokens, output
+ids, behaviour logprobs, per-token policy versions) and the image tensors the processor built for that
+prompt, so the trajectory module never re-tokenises anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+
+
+def tensor_sha256(t: torch.Tensor) -> str:
+    """Hash of a tensor's dtype, shape and bytes (the gates compare training rows with processor output)."""
+    t = t.detach().contiguous().cpu()
+    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
+    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+@dataclass
+class Turn:
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]
+    output_versions: list[int]
+    prompt_mm_token_type_ids: list[int] | None = None
+    multi_modal_input: dict[str, torch.Tensor] | None = None  # pixel_values, image_grid_thw
+    stop_reason: str = "stop"
+    n_images: int = 0
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        n = len(self.output_ids)
+        if len(self.output_logprobs) != n or len(self.output_versions) != n:
+            raise ValueError(f"turn has {n} output ids but {len(self.output_logprobs)} logprobs and "
+                             f"{len(self.output_versions)} versions")
+        if self.prompt_mm_token_type_ids is not None and len(self.prompt_mm_token_type_ids) != len(self.prompt_ids):
+            raise ValueError("prompt_mm_token_type_ids must align with prompt_ids")
+
+    @property
+    def versions(self) -> set[int]:
+        return set(self.output_versions)
+
+
+@dataclass
+class Episode:
+    """One agent run's view of the endpoint. ``key`` is the bearer secret: never log it (use ``id``)."""
+
+    id: str
+    key: str = field(repr=False)
+    base_url: str
+    model: str
+    turns: list[Turn] = field(default_factory=list)
+    failed_turns: int = 0  # engine/infra failures answered with 5xx (bad client input is not counted)
+    dropped_straddles: int = 0  # vLLM outputs that spanned a weight update and were regenerated
+    ignored_params: set[str] = field(default_factory=set)
+    closed: bool = False

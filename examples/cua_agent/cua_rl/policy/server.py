@@ -1,0 +1,166 @@
+"""The HTTP side of the policy endpoint: one aiohttp server per event loop, routing by bearer key.
+
+Why per event loop: AReaL runs every rollout of an inference engine on one background event loop
+(``AsyncTaskRunner``); ``engine.agenerate`` and its shared aiohttp session belong to that loop, so the
+server answering the agent must live there too. It is started lazily by the first episode and closed by
+AReaL's loop-cleanup hook when the runner shuts down. Train and eval engines have separate loops and
+therefore separate servers; each episode's key maps to the ``PolicyEndpoint`` that opened it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from .endpoint import PolicyEndpoint
+    from .records import Episode
+
+logger = logging.getLogger(__name__)
+
+
+def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+
+
+def _bearer(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None
+    return request.headers.get("x-api-key") or None
+
+
+@dataclass
+class LoopServer:
+    """A running server; ``port`` is the bound port, ``routes`` maps episode keys to their owners."""
+
+    host: str
+    port: int
+    runner: web.AppRunner
+    routes: dict[str, tuple["PolicyEndpoint", "Episode"]] = field(default_factory=dict)
+
+    async def close(self) -> None:
+        self.routes.clear()
+        await self.runner.cleanup()
+
+    # ---- handlers -------------------------------------------------------------------------------
+    def _lookup(self, request: web.Request):
+        key = _bearer(request)
+        return self.routes.get(key) if key else None
+
+    async def models(self, request: web.Request) -> web.Response:
+        # Listing models needs no key: the original client calls GET /models before it has one.
+        names = sorted({ep.model for _, ep in self.routes.values()}) or ["policy"]
+        return web.json_response({"object": "list", "data": [
+            {"id": n, "object": "model", "created": 0, "owned_by": "cua-rl"} for n in names]})
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        found = self._lookup(request)
+        if found is None:
+            return openai_error(401, "missing or unknown API key (each episode has its own key)",
+                                "authentication_error")
+        endpoint, episode = found
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return openai_error(400, "request body is not JSON")
+        if not isinstance(body, dict):
+            return openai_error(400, "request body must be a JSON object")
+        status, payload = await endpoint.complete(episode, body)
+        if status != 200:
+            return web.json_response(payload, status=status)
+        if body.get("stream"):
+            return await _stream(request, payload)
+        return web.json_response(payload)
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "episodes": len(self.routes)})
+
+
+async def _stream(request: web.Request, completion: dict[str, Any]) -> web.StreamResponse:
+    """Answer ``stream: true`` with the finished completion as one SSE chunk (generation is not
+    incremental here; the agent still gets a well-formed stream)."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    choice = completion["choices"][0]
+    chunk = {k: completion[k] for k in ("id", "created", "model")}
+    chunk["object"] = "chat.completion.chunk"
+    first = {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                        "content": choice["message"]["content"]},
+                                   "logprobs": choice.get("logprobs"), "finish_reason": None}]}
+    last = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+            "usage": completion.get("usage")}
+    for event in (first, last):
+        await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+_servers: dict[tuple[int, str], LoopServer] = {}
+_start_lock: dict[int, asyncio.Lock] = {}
+
+
+async def get_loop_server(host: str, port: int) -> LoopServer:
+    """The server of the running loop for ``host``; started on first use (``port`` 0 = any free port;
+    a busy fixed port falls back to a free one, with a warning, so train and eval loops can coexist)."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), host)
+    lock = _start_lock.setdefault(id(loop), asyncio.Lock())
+    async with lock:
+        server = _servers.get(key)
+        if server is not None:
+            return server
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        runner = web.AppRunner(app, access_log=None)
+        server = LoopServer(host=host, port=0, runner=runner)
+        app.router.add_post("/v1/chat/completions", server.chat_completions)
+        app.router.add_post("/chat/completions", server.chat_completions)
+        app.router.add_get("/v1/models", server.models)
+        app.router.add_get("/models", server.models)
+        app.router.add_get("/health", server.health)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+        except OSError as exc:
+            if port == 0 or exc.errno != errno.EADDRINUSE:
+                await runner.cleanup()
+                raise
+            logger.warning("policy endpoint port %d is busy on %s; using a free port instead", port, host)
+            site = web.TCPSite(runner, host, 0)
+            await site.start()
+        server.port = site._server.sockets[0].getsockname()[1]  # aiohttp has no public accessor for it
+        _servers[key] = server
+        _register_cleanup(loop, key, server)
+        logger.info("policy endpoint listening on %s:%d", host, server.port)
+        return server
+
+
+def _register_cleanup(loop, key, server: LoopServer) -> None:
+    async def _close() -> None:
+        _servers.pop(key, None)
+        _start_lock.pop(key[0], None)
+        await server.close()
+
+    try:
+        from areal.infra.utils.concurrent import register_loop_cleanup
+
+        register_loop_cleanup(_close, loop=loop)
+    except Exception:  # outside AReaL's runner (tests): close_loop_servers() does it
+        logger.debug("AReaL loop cleanup unavailable; close_loop_servers() must be called")
+
+
+async def close_loop_servers() -> None:
+    """Close the running loop's servers (tests and short-lived scripts; AReaL's runner does it itself)."""
+    loop_id = id(asyncio.get_running_loop())
+    for key in [k for k in _servers if k[0] == loop_id]:
+        server = _servers.pop(key)
+        await server.close()
+    _start_lock.pop(loop_id, None)

@@ -1,0 +1,61 @@
+"""A GRPO group of episodes (same task, several attempts) -> one AReaL batch with group-relative rewards.
+
+Why we normalise here and set ``actor.reward_norm: null`` in the config: AReaL's group normalisation
+slices the concatenated batch into fixed blocks of ``group_size`` *rows*. Our episodes yield a varying
+number of rows (one per turn), and a failed episode yields none, so those blocks would straddle episodes
+and even tasks. Here the group is known exactly (the attempts this workflow ran for one task), so each
+episode's reward is centred (and scaled) against its own siblings before it is copied onto its rows.
+``adv_norm`` at batch level then whitens the advantages across the whole batch, as usual for GRPO.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from areal.utils.data import concat_padded_tensors
+
+from cua_rl.policy.records import Turn
+
+from .rows import ExportStyle, episode_rows
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EpisodeOutcome:
+    """One finished, evaluated episode: its recorded turns and its task reward (0..1)."""
+
+    turns: list[Turn]
+    reward: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def normalise_group(rewards: list[float], scale_by_std: bool = True, eps: float = 1e-6) -> list[float]:
+    """GRPO advantages of one group: ``r - mean`` (divided by the std when ``scale_by_std``)."""
+    if not rewards:
+        return []
+    mean = sum(rewards) / len(rewards)
+    centred = [r - mean for r in rewards]
+    if not scale_by_std:
+        return centred
+    std = math.sqrt(sum(c * c for c in centred) / max(1, len(rewards) - 1)) if len(rewards) > 1 else 0.0
+    return [c / (std + eps) for c in centred]
+
+
+def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
+                style: ExportStyle = "individual", discount: float = 1.0) -> dict[str, Any] | None:
+    """Rows of all episodes of one group, concatenated; None when no episode produced a row."""
+    if not outcomes:
+        return None
+    raw = [o.reward for o in outcomes]
+    values = normalise_group(raw, scale_by_std) if normalise else raw
+    rows: list[dict[str, Any]] = []
+    for outcome, value in zip(outcomes, values):
+        rows.extend(episode_rows(outcome.turns, value, style, discount))
+    if not rows:
+        logger.warning("group of %d episodes recorded no model turns; nothing to train", len(outcomes))
+        return None
+    return concat_padded_tensors(rows)

@@ -1,0 +1,101 @@
+"""Recorded turns + an episode reward -> AReaL training rows (tensor dicts with batch dimension 1).
+
+A row is what ``areal/workflow/vision_rlvr.py`` builds for one generation: prompt ids masked out
+(loss_mask 0, logprob 0, version -1), the sampled completion masked in with the engine's logprobs and
+policy versions, ``mm_token_type_ids`` for Qwen-VL's 3-D positions, and the prompt's image tensors in
+``multi_modal_input``. Every row carries the same keys (``concat_padded_tensors`` requires it), so a
+text-only row has ``multi_modal_input=[{}]``.
+
+Export styles:
+- ``individual`` (default): one row per turn. Always correct; the history is repeated in every row.
+- ``concat``: one row per episode, only when every turn's prompt starts with the previous turn's prompt
+  and output token for token (then the last row contains all earlier ones). Dropping old screenshots or
+  re-rendered assistant text breaks the chain; the episode then falls back to ``individual``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import torch
+
+from cua_rl.policy.records import Turn
+
+logger = logging.getLogger(__name__)
+
+ExportStyle = Literal["individual", "concat"]
+
+
+def _row(ids: list[int], loss_mask: list[int], logprobs: list[float], versions: list[int],
+         mm_types: list[int] | None, mmi: dict | None, reward: float) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "input_ids": torch.tensor([ids], dtype=torch.long),
+        "loss_mask": torch.tensor([loss_mask], dtype=torch.int32),
+        "logprobs": torch.tensor([logprobs], dtype=torch.float32),
+        "versions": torch.tensor([versions], dtype=torch.int32),
+        "attention_mask": torch.ones((1, len(ids)), dtype=torch.bool),
+        "rewards": torch.tensor([reward], dtype=torch.float32),
+        "multi_modal_input": [dict(mmi) if mmi else {}],
+    }
+    if mm_types is not None:
+        row["mm_token_type_ids"] = torch.tensor([mm_types], dtype=torch.long)
+    return row
+
+
+def turn_row(turn: Turn, reward: float) -> dict[str, Any]:
+    """One turn as one training row."""
+    p, g = len(turn.prompt_ids), len(turn.output_ids)
+    mm = None if turn.prompt_mm_token_type_ids is None else list(turn.prompt_mm_token_type_ids) + [0] * g
+    return _row(list(turn.prompt_ids) + list(turn.output_ids), [0] * p + [1] * g,
+                [0.0] * p + list(turn.output_logprobs), [-1] * p + list(turn.output_versions),
+                mm, turn.multi_modal_input, reward)
+
+
+def is_prefix_chain(turns: list[Turn]) -> bool:
+    """True when each turn's prompt extends the previous turn's prompt + output exactly."""
+    for prev, cur in zip(turns, turns[1:]):
+        full = list(prev.prompt_ids) + list(prev.output_ids)
+        if len(cur.prompt_ids) < len(full) or list(cur.prompt_ids[: len(full)]) != full:
+            return False
+    return True
+
+
+def concat_row(turns: list[Turn], reward: float) -> dict[str, Any]:
+    """All turns of a prefix chain as one row: every turn's completion is trained, nothing else."""
+    if not turns or not is_prefix_chain(turns):
+        raise ValueError("concat_row needs a non-empty strict prefix chain of turns")
+    last = turns[-1]
+    ids = list(last.prompt_ids) + list(last.output_ids)
+    n = len(ids)
+    loss_mask, logprobs, versions = [0] * n, [0.0] * n, [-1] * n
+    for t in turns:
+        start = len(t.prompt_ids)
+        for j, (lp, v) in enumerate(zip(t.output_logprobs, t.output_versions)):
+            loss_mask[start + j], logprobs[start + j], versions[start + j] = 1, lp, v
+    mm = None
+    if last.prompt_mm_token_type_ids is not None:
+        mm = list(last.prompt_mm_token_type_ids) + [0] * len(last.output_ids)
+    return _row(ids, loss_mask, logprobs, versions, mm, last.multi_modal_input, reward)
+
+
+def turn_rewards(reward: float, n_turns: int, discount: float = 1.0) -> list[float]:
+    """Reward of each turn's row: the episode reward, discounted by ``discount`` per turn before the end
+    (``discount=1`` gives every turn the full reward; <1 credits late turns more)."""
+    if not 0.0 < discount <= 1.0:
+        raise ValueError(f"turn discount must be in (0, 1], got {discount}")
+    return [reward * discount ** (n_turns - 1 - i) for i in range(n_turns)]
+
+
+def episode_rows(turns: list[Turn], reward: float, style: ExportStyle = "individual",
+                 discount: float = 1.0) -> list[dict[str, Any]]:
+    """Training rows of one episode (empty when it has no turns)."""
+    if style not in ("individual", "concat"):
+        raise ValueError(f"export style must be 'individual' or 'concat', got {style!r}")
+    if not turns:
+        return []
+    if style == "concat":
+        if is_prefix_chain(turns):
+            return [concat_row(turns, reward)]
+        logger.info("episode is not a prefix chain (%d turns); exporting one row per turn", len(turns))
+    return [turn_row(t, r) for t, r in zip(turns, turn_rewards(reward, len(turns), discount))]

@@ -1,0 +1,249 @@
+"""Request/record plumbing of the policy endpoint, with an engine test double.
+
+The engine here is ``EngineDouble``, a scripted stand-in for AReaL's ``InferenceEngine.agenerate``: these
+tests check only what the endpoint does around the engine (auth, parsing, processor, recording, the reply,
+straddle handling). The correctness gates against the real CPU inference server live in test_gates.py.
+"""
+
+import asyncio
+import base64
+import io
+
+import httpx
+import pytest
+from aiohttp import web
+from areal.api.cli_args import GenerationHyperparameters
+from areal.api.io_struct import ModelResponse
+from PIL import Image
+
+from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
+
+from policy_helpers import png_data_url
+
+
+class EngineDouble:
+    """Test double of AReaL's inference engine (scripted outputs; records every ModelRequest)."""
+
+    def __init__(self, tokenizer, text="click <tool_call>ok</tool_call>", versions=None):
+        self.tok = tokenizer
+        self.out = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        self.versions = list(versions or [])  # one entry per call: a version list, or None for all-0
+        self.requests = []
+
+    async def agenerate(self, req):
+        self.requests.append(req)
+        script = self.versions.pop(0) if self.versions else None
+        vers = script if script is not None else [0] * len(self.out)
+        return ModelResponse(input_tokens=list(req.input_ids), output_tokens=list(self.out),
+                             output_logprobs=[-0.5] * len(self.out), output_versions=list(vers),
+                             stop_reason="stop", tokenizer=req.tokenizer)
+
+
+def _user(*parts):
+    return {"role": "user", "content": list(parts)}
+
+
+def _img(url):
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+@pytest.fixture
+async def endpoint(processor):
+    engine = EngineDouble(processor.tokenizer)
+    gconfig = GenerationHyperparameters(max_new_tokens=32, temperature=0.7, max_tokens=4096)
+    ep = PolicyEndpoint(engine, processor, processor.tokenizer, gconfig,
+                        EndpointSettings(model_name="tiny", max_screenshots_in_history=2))
+    yield ep
+    await ep.aclose()
+    await close_loop_servers()
+
+
+async def _post(ep, body, key):
+    async with httpx.AsyncClient(timeout=30) as c:
+        return await c.post(ep.base_url + "/chat/completions", json=body,
+                            headers={"Authorization": f"Bearer {key}"} if key else {})
+
+
+async def test_records_processor_exact_turn_and_answers_like_vllm(endpoint, processor):
+    ep = await endpoint.open_episode()
+    url = png_data_url()
+    messages = [{"role": "system", "content": "You operate a computer."},
+                _user({"type": "text", "text": "Open the editor."}, _img(url))]
+    r = await _post(ep, {"model": "tiny", "messages": messages, "temperature": 0.0, "max_tokens": 5}, ep.key)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    # independent processor run on the same screenshot
+    img = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+    tpl = [messages[0], {"role": "user", "content": [{"type": "text", "text": "Open the editor."}, {"type": "image"}]}]
+    text = processor.apply_chat_template(tpl, add_generation_prompt=True, tokenize=False)
+    ref = processor(images=[img], text=[text], return_tensors="pt")
+    (turn,) = ep.turns
+    assert turn.prompt_ids == ref["input_ids"][0].tolist()
+    assert turn.prompt_mm_token_type_ids == ref["mm_token_type_ids"][0].tolist()
+    assert sum(turn.prompt_mm_token_type_ids) == int(ref["image_grid_thw"].prod()) // 4  # expanded tokens
+    assert tensor_sha256(turn.multi_modal_input["pixel_values"]) == tensor_sha256(ref["pixel_values"])
+    assert turn.output_ids == endpoint.engine.out and turn.output_versions == [0] * len(turn.output_ids)
+    # the trainer's sampling settings reached the engine, not the agent's
+    req = endpoint.engine.requests[0]
+    assert req.gconfig.temperature == 0.7 and req.gconfig.max_new_tokens == 32 and req.gconfig.n_samples == 1
+    assert processor.tokenizer.eos_token_id in req.gconfig.stop_token_ids
+    assert {"temperature", "max_tokens"} <= ep.ignored_params
+    # images go to the engine as the agent's own bytes, and as vLLM chat messages
+    assert req.image_data == [url.split(",", 1)[1]]
+    assert req.vision_msg_vllm[0][1]["content"][1]["type"] == "image_url"
+    # the reply: text without the stop token, vLLM field names for ids and logprobs
+    choice = body["choices"][0]
+    assert choice["message"]["content"] == "click <tool_call>ok</tool_call>"
+    assert choice["token_ids"] == turn.output_ids
+    assert [c["logprob"] for c in choice["logprobs"]["content"]] == [-0.5] * len(turn.output_ids)
+    assert body["prompt_token_ids"] == turn.prompt_ids and body["model"] == "tiny"
+    assert body["usage"]["completion_tokens"] == len(turn.output_ids)
+
+
+async def test_auth_models_and_closed_episodes(endpoint):
+    ep = await endpoint.open_episode()
+    other = await endpoint.open_episode()
+    assert ep.key != other.key and ep.base_url == other.base_url
+    msg = {"messages": [{"role": "user", "content": "hi"}]}
+    assert (await _post(ep, msg, None)).status_code == 401
+    assert (await _post(ep, msg, "cua-wrong")).status_code == 401
+    async with httpx.AsyncClient() as c:
+        models = (await c.get(ep.base_url + "/models")).json()
+    assert models["data"][0]["id"] == "tiny"
+    assert (await _post(ep, msg, other.key)).status_code == 200
+    assert len(other.turns) == 1 and ep.turns == []
+    endpoint.close_episode(other)
+    assert (await _post(ep, msg, other.key)).status_code == 401
+    assert len(other.turns) == 1
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"messages": []}, "non-empty"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
+    ({"messages": [_user(_img("data:image/png;base64,!!!"))]}, "base64"),
+    ({"messages": [_user(_img("data:image/png;base64," + base64.b64encode(b"not an image").decode()))]},
+     "decodable"),
+    ({"messages": [_user(_img("file:///etc/passwd"))]}, "scheme"),
+    ({"messages": [_user({"type": "audio", "audio": "x"})]}, "unsupported"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n must be 1"),
+])
+async def test_bad_requests_get_400_with_reason_and_record_nothing(endpoint, bad, why):
+    ep = await endpoint.open_episode()
+    r = await _post(ep, bad, ep.key)
+    assert r.status_code == 400 and why in r.json()["error"]["message"]
+    assert ep.turns == [] and ep.failed_turns == 0
+
+
+async def test_old_screenshots_are_dropped_and_large_ones_shrunk(processor):
+    engine = EngineDouble(processor.tokenizer)
+    ep_ = PolicyEndpoint(engine, processor, processor.tokenizer, GenerationHyperparameters(max_new_tokens=8),
+                         EndpointSettings(max_screenshots_in_history=2, max_pixels=100 * 100))
+    try:
+        ep = await ep_.open_episode()
+        urls = [png_data_url((i * 60, 20, 20), size=(400, 300)) for i in range(3)]
+        msgs = [_user(_img(urls[0])), {"role": "assistant", "content": "a", "tool_calls": None},
+                _user(_img(urls[1])), {"role": "assistant", "content": "b"}, _user(_img(urls[2]))]
+        r = await _post(ep, {"messages": msgs}, ep.key)
+        assert r.status_code == 200, r.text
+        req = engine.requests[0]
+        assert len(req.image_data) == 2 and ep.turns[0].n_images == 2
+        sent = [Image.open(io.BytesIO(base64.b64decode(b))) for b in req.image_data]
+        assert all(im.size[0] * im.size[1] <= 100 * 100 for im in sent)
+        assert sent[0].getpixel((200 * 100 // 400 + 5, 40)) == (60, 20, 20)  # the 2nd screenshot, resized
+    finally:
+        await ep_.aclose()
+        await close_loop_servers()
+
+
+async def test_http_image_urls_are_fetched_with_caps(endpoint):
+    big = b"x" * 4096
+    png = base64.b64decode(png_data_url().split(",", 1)[1])
+
+    async def shot(_):
+        return web.Response(body=png, content_type="image/png")
+
+    async def large(_):
+        return web.Response(body=big)
+
+    app = web.Application()
+    app.router.add_get("/shot.png", shot)
+    app.router.add_get("/big", large)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        ep = await endpoint.open_episode()
+        ok = await _post(ep, {"messages": [_user(_img(f"http://127.0.0.1:{port}/shot.png"))]}, ep.key)
+        assert ok.status_code == 200, ok.text
+        assert endpoint.engine.requests[-1].image_data == [base64.b64encode(png).decode()]
+        small = PolicyEndpoint(endpoint.engine, endpoint.processor, endpoint.tokenizer,
+                               GenerationHyperparameters(), EndpointSettings(image_fetch_max_bytes=1024))
+        ep2 = await small.open_episode()
+        r = await _post(ep2, {"messages": [_user(_img(f"http://127.0.0.1:{port}/big"))]}, ep2.key)
+        assert r.status_code == 400 and "exceeds" in r.json()["error"]["message"]
+        r = await _post(ep2, {"messages": [_user(_img(f"http://127.0.0.1:{port}/missing"))]}, ep2.key)
+        assert r.status_code == 400 and "404" in r.json()["error"]["message"]
+        await small.aclose()
+    finally:
+        await runner.cleanup()
+
+
+async def test_vllm_output_straddling_a_weight_update_is_regenerated(processor):
+    n = len(processor.tokenizer("x", add_special_tokens=False)["input_ids"])
+    engine = EngineDouble(processor.tokenizer, text="x")
+    mixed = [0] * n + [1]  # the last token came from the next policy version
+    engine.versions = [mixed, None]
+    ep_ = PolicyEndpoint(engine, processor, processor.tokenizer, GenerationHyperparameters(max_new_tokens=4),
+                         EndpointSettings(backend="vllm", max_straddle_retries=1))
+    try:
+        ep = await ep_.open_episode()
+        msg = {"messages": [{"role": "user", "content": "hi"}]}
+        assert (await _post(ep, msg, ep.key)).status_code == 200
+        assert ep.dropped_straddles == 1 and len(engine.requests) == 2 and ep.turns[0].versions == {0}
+        engine.versions = [mixed, mixed]
+        r = await _post(ep, msg, ep.key)
+        assert r.status_code == 503 and ep.failed_turns == 1 and len(ep.turns) == 1
+        # SGLang resumes from token ids, so mixed versions there are a legitimate partial rollout
+        ep_.backend = "sglang"
+        engine.versions = [mixed]
+        assert (await _post(ep, msg, ep.key)).status_code == 200
+        assert ep.turns[-1].versions == {0, 1}
+    finally:
+        await close_loop_servers()
+
+
+async def test_engine_failure_is_a_503_and_counted(processor):
+    class Broken(EngineDouble):
+        async def agenerate(self, req):
+            raise ConnectionError("server gone")
+
+    ep_ = PolicyEndpoint(Broken(processor.tokenizer), processor, processor.tokenizer, GenerationHyperparameters())
+    try:
+        ep = await ep_.open_episode()
+        r = await _post(ep, {"messages": [{"role": "user", "content": "hi"}]}, ep.key)
+        assert r.status_code == 503 and ep.failed_turns == 1 and ep.turns == []
+    finally:
+        await close_loop_servers()
+
+
+async def test_openai_sdk_client_plain_and_streaming(endpoint):
+    from openai import AsyncOpenAI
+
+    ep = await endpoint.open_episode()
+    client = AsyncOpenAI(base_url=ep.base_url, api_key=ep.key, max_retries=0)
+    models = await client.models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    res = await client.chat.completions.create(
+        model="tiny", temperature=0, logprobs=True,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "look"},
+                                               {"type": "image_url", "image_url": {"url": png_data_url()}}]}])
+    assert res.choices[0].message.content == "click <tool_call>ok</tool_call>"
+    assert len(res.choices[0].logprobs.content) == len(ep.turns[0].output_ids)
+    stream = await client.chat.completions.create(model="tiny", stream=True,
+                                                  messages=[{"role": "user", "content": "again"}])
+    chunks = [c async for c in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == res.choices[0].message.content
+    assert len(ep.turns) == 2
+    await client.close()

@@ -1,0 +1,121 @@
+"""Turn records -> AReaL rows and GRPO groups (pure tensor logic; no services needed)."""
+
+import pytest
+import torch
+from areal.utils.data import concat_padded_tensors
+
+from cua_rl.policy.records import Turn
+from cua_rl.trajectory import (
+    EpisodeOutcome,
+    concat_row,
+    episode_rows,
+    group_batch,
+    is_prefix_chain,
+    normalise_group,
+    turn_rewards,
+    turn_row,
+)
+
+
+def _turn(prompt, out, version=0, images=0, mm=True):
+    mmi = None
+    if images:
+        mmi = {"pixel_values": torch.arange(images * 8, dtype=torch.float32).reshape(images * 2, 4),
+               "image_grid_thw": torch.tensor([[1, 1, 2]] * images)}
+    return Turn(prompt_ids=list(prompt), output_ids=list(out),
+                output_logprobs=[-0.1 * (i + 1) for i in range(len(out))],
+                output_versions=[version] * len(out),
+                prompt_mm_token_type_ids=[0] * len(prompt) if mm else None,
+                multi_modal_input=mmi, n_images=images)
+
+
+def test_turn_row_masks_prompt_and_keeps_engine_values():
+    t = _turn([1, 2, 3], [7, 8], version=3, images=1)
+    row = turn_row(t, 0.5)
+    assert row["input_ids"].tolist() == [[1, 2, 3, 7, 8]]
+    assert row["loss_mask"].tolist() == [[0, 0, 0, 1, 1]]
+    assert row["logprobs"][0, 3:].tolist() == pytest.approx([-0.1, -0.2])
+    assert row["logprobs"][0, :3].tolist() == [0.0, 0.0, 0.0]
+    assert row["versions"].tolist() == [[-1, -1, -1, 3, 3]]
+    assert row["mm_token_type_ids"].shape == (1, 5)
+    assert row["rewards"].tolist() == [0.5]
+    assert row["multi_modal_input"][0]["pixel_values"] is t.multi_modal_input["pixel_values"]
+    assert row["input_ids"].dtype == torch.long and row["attention_mask"].dtype == torch.bool
+
+
+def test_text_only_row_has_same_keys_and_empty_mm_dict():
+    row = turn_row(_turn([1, 2], [3]), 1.0)
+    assert row["multi_modal_input"] == [{}]
+    img = turn_row(_turn([1, 2], [3], images=1), 1.0)
+    assert set(row) == set(img)
+    merged = concat_padded_tensors([row, img])
+    assert len(merged["multi_modal_input"]) == 2 and merged["input_ids"].shape == (2, 3)
+
+
+def test_turn_rejects_misaligned_lengths():
+    with pytest.raises(ValueError):
+        Turn(prompt_ids=[1], output_ids=[2, 3], output_logprobs=[-1.0], output_versions=[0, 0])
+
+
+def test_prefix_chain_concat_trains_every_completion_once():
+    t1 = _turn([1, 2], [3, 4], version=0)
+    t2 = _turn([1, 2, 3, 4, 5], [6], version=1)
+    assert is_prefix_chain([t1, t2])
+    row = concat_row([t1, t2], 1.0)
+    assert row["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6]]
+    assert row["loss_mask"].tolist() == [[0, 0, 1, 1, 0, 1]]
+    assert row["versions"].tolist() == [[-1, -1, 0, 0, -1, 1]]
+    assert row["logprobs"][0].tolist() == pytest.approx([0, 0, -0.1, -0.2, 0, -0.1])
+
+
+def test_concat_falls_back_when_history_was_edited():
+    t1 = _turn([1, 2], [3, 4])
+    t2 = _turn([1, 9, 3, 4, 5], [6])  # the second prompt re-rendered an earlier token
+    assert not is_prefix_chain([t1, t2])
+    rows = episode_rows([t1, t2], 1.0, style="concat")
+    assert len(rows) == 2
+    with pytest.raises(ValueError):
+        concat_row([t1, t2], 1.0)
+
+
+def test_turn_discount():
+    assert turn_rewards(1.0, 3, 0.5) == [0.25, 0.5, 1.0]
+    assert turn_rewards(0.8, 2) == [0.8, 0.8]
+    with pytest.raises(ValueError):
+        turn_rewards(1.0, 2, 0.0)
+    rows = episode_rows([_turn([1], [2]), _turn([1, 2], [3])], 1.0, discount=0.9)
+    assert [r["rewards"].item() for r in rows] == pytest.approx([0.9, 1.0])
+
+
+def test_bad_style_is_an_error():
+    with pytest.raises(ValueError):
+        episode_rows([_turn([1], [2])], 1.0, style="tree")
+
+
+def test_normalise_group():
+    assert normalise_group([1.0, 0.0]) == pytest.approx([0.7071, -0.7071], abs=1e-3)
+    assert normalise_group([1.0, 0.0], scale_by_std=False) == [0.5, -0.5]
+    assert normalise_group([0.3, 0.3, 0.3]) == [0.0, 0.0, 0.0]
+    assert normalise_group([]) == []
+
+
+def test_group_batch_copies_each_episodes_advantage_onto_its_rows():
+    good = EpisodeOutcome(turns=[_turn([1, 2], [3], images=1), _turn([1, 2, 3, 4], [5, 6], images=2)], reward=1.0)
+    bad = EpisodeOutcome(turns=[_turn([1, 2], [9], images=1)], reward=0.0)
+    silent = EpisodeOutcome(turns=[], reward=0.0)  # evaluated, but the agent never called the model
+    batch = group_batch([good, bad, silent])
+    adv = normalise_group([1.0, 0.0, 0.0])
+    assert batch["input_ids"].shape == (3, 6)
+    assert batch["rewards"].tolist() == pytest.approx([adv[0], adv[0], adv[1]])
+    assert len(batch["multi_modal_input"]) == 3
+    assert batch["multi_modal_input"][1]["pixel_values"].shape[0] == 4
+    # padding: attention mask zero beyond each row's length, loss mask never set on padding
+    assert batch["attention_mask"][2].tolist() == [True] * 3 + [False] * 3
+    assert batch["loss_mask"][2, 3:].sum() == 0
+
+
+def test_group_batch_raw_rewards_and_empty_groups():
+    batch = group_batch([EpisodeOutcome([_turn([1], [2])], 0.25)], normalise=False)
+    assert batch["rewards"].tolist() == [0.25]
+    assert group_batch([]) is None
+    assert group_batch([EpisodeOutcome([], 1.0)]) is None
