@@ -82,7 +82,8 @@ class ValidatorResult:
 
 
 def _validators(raw: dict) -> list[ValidatorResult]:
-    result, final, legacy = _dict(raw.get("result")), _dict(raw.get("final_result")), _dict(raw.get("evaluation_result"))
+    result, final = _dict(raw.get("result")), _dict(raw.get("final_result"))
+    legacy = _dict(raw.get("evaluation_result"))
     for source in (result.get("validators"), raw.get("validators"), final.get("checks"),
                    legacy.get("validators"), legacy.get("checks"), raw.get("checks")):
         if isinstance(source, dict):  # genv LocalEnv: {check_id: {status, score}}
@@ -111,7 +112,8 @@ def _validator_average(validators: list[ValidatorResult]) -> float | None:
 
 
 def _total_score(raw: dict) -> tuple[float, str] | None:
-    result, final, legacy = _dict(raw.get("result")), _dict(raw.get("final_result")), _dict(raw.get("evaluation_result"))
+    result, final = _dict(raw.get("result")), _dict(raw.get("final_result"))
+    legacy = _dict(raw.get("evaluation_result"))
     candidates = (("result.score", result, "score"), ("score", raw, "score"), ("reward", raw, "reward"),
                   ("result.reward", result, "reward"), ("evaluation_result.score", legacy, "score"),
                   ("final_result.score", final, "score"))
