@@ -31,6 +31,12 @@ def test_payload_without_key_or_sampling():
     assert "apiKey" not in payload["model"] and "sampling" not in payload
 
 
+def test_extra_service_fields_pass_through_but_cannot_override():
+    assert make_request(extra={"historyImages": 2}).to_payload()["historyImages"] == 2
+    with pytest.raises(ValueError, match="model"):
+        make_request(extra={"model": {}})
+
+
 def test_secret_never_in_repr_or_redacted_payload():
     request = make_request()
     assert SECRET not in repr(request)

@@ -13,6 +13,8 @@ from typing import Any
 from .events import ModelOutput, RunEvent
 
 ACTION_SPACES = ("mobile", "pc")
+_CORE_KEYS = frozenset({"task", "agent", "maxSteps", "maxRunTimeSec", "maxStepTimeSec", "model", "env",
+                        "standardActionSpace", "sampling"})
 
 
 def _seconds(value: float) -> int | float:
@@ -74,6 +76,9 @@ class RunRequest:
     max_step_time_s: float = 120.0
     standard_action_space: str = "mobile"
     sampling: Sampling | None = None
+    # Service-specific fields sent as-is (e.g. the embedded agent's ``historyImages``); they cannot
+    # override the documented keys above.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.task or not self.task.strip():
@@ -85,6 +90,9 @@ class RunRequest:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if not self.env.execution_id:
             raise ValueError("RunRequest.env.execution_id is empty")
+        clash = set(self.extra) & _CORE_KEYS
+        if clash:
+            raise ValueError(f"RunRequest.extra may not override {sorted(clash)}")
 
     def to_payload(self, *, redact: bool = False) -> dict:
         """The §2.2 JSON body; time limits only when > 0 (0 = the agent's own default)."""
@@ -98,6 +106,7 @@ class RunRequest:
         payload["standardActionSpace"] = self.standard_action_space
         if self.sampling and self.sampling.to_payload():
             payload["sampling"] = self.sampling.to_payload()
+        payload.update(self.extra)
         return payload
 
     def redacted_payload(self) -> dict:
