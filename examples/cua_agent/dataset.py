@@ -1,0 +1,253 @@
+"""Task sources -> Hugging Face datasets (train, eval) of task rows.
+
+Sources (`task_source.kind`): the gym's task list, a local task file (JSONL, or YAML/JSON list),
+or explicit ids looked up on the gym. Every task is parsed by `cua_rl.genv.Task.from_raw`, so a
+file accepts the same task shapes as a gym (external-protocols.md 1.2). Then, for every source:
+
+1. keep tasks having any tag of `gym_tags` (case-insensitive);
+2. split: tasks numbered inside `gym_eval_number_range` ("001-032") are eval, the rest train;
+   without a range, a seeded shuffle puts `gym_train_ratio` of the tasks into train;
+3. `gym_split_type` picks what trains: the train split, the eval split, or all tasks;
+4. `gym_limit` caps each split with a seeded sample (order kept).
+
+Rows: task_id, number, name, instruction, description, tags, difficulty, gym_base_url, gym_id.
+Bad input raises `TaskSourceError` naming the file and line, the gym, or the missing ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+from datasets import Dataset, Features, Sequence, Value
+
+from configs import CUAConfig, parse_number_ranges
+from cua_rl.genv import GenvClient, GenvError, Task
+
+logger = logging.getLogger(__name__)
+
+ROW_FEATURES = Features({
+    "task_id": Value("string"),
+    "number": Value("int64"),          # None when the task has no number
+    "name": Value("string"),
+    "instruction": Value("string"),    # what the agent is told to do
+    "description": Value("string"),
+    "tags": Sequence(Value("string")),
+    "difficulty": Value("string"),     # easy/normal/hard from the tags, None when unknown
+    "gym_base_url": Value("string"),
+    "gym_id": Value("string"),
+})
+
+
+class TaskSourceError(ValueError):
+    """The task source gave nothing usable: empty, malformed, or ids that do not exist."""
+
+
+# --- reading tasks ------------------------------------------------------------------------------
+def read_task_file(path: str | Path) -> list[Task]:
+    """Tasks from a .jsonl file (one object per line; blank and '#' lines skipped) or a
+    .yaml/.yml/.json file holding a list of tasks or {"tasks": [...]}."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TaskSourceError(f"cannot read task file {path}: {exc}") from exc
+    entries = _jsonl_entries(path, text) if path.suffix == ".jsonl" else _document_entries(path, text)
+    tasks: list[Task] = []
+    first_line: dict[str, int] = {}
+    for line, raw in entries:
+        try:
+            task = Task.from_raw(raw)
+        except GenvError as exc:
+            raise TaskSourceError(f"{path}:{line}: {exc.detail}") from exc
+        if task.id in first_line:
+            raise TaskSourceError(f"{path}:{line}: duplicate task id {task.id!r} (first at line {first_line[task.id]})")
+        first_line[task.id] = line
+        tasks.append(task)
+    if not tasks:
+        raise TaskSourceError(f"task file {path} holds no tasks")
+    return tasks
+
+
+def _jsonl_entries(path: Path, text: str) -> list[tuple[int, object]]:
+    entries = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            entries.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise TaskSourceError(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})") from exc
+    return entries
+
+
+def _document_entries(path: Path, text: str) -> list[tuple[int, object]]:
+    """YAML (JSON is YAML too); line numbers come from the node tree."""
+    if path.suffix not in (".yaml", ".yml", ".json"):
+        raise TaskSourceError(f"task file {path}: unknown format {path.suffix!r} (use .jsonl, .yaml, .yml or .json)")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise TaskSourceError(f"{path}{where}: not valid YAML/JSON ({getattr(exc, 'problem', exc)})") from exc
+    if isinstance(data, dict) and "tasks" in data:
+        node = next(v for k, v in root.value if k.value == "tasks")
+        data = data["tasks"]
+    else:
+        node = root
+    if not isinstance(data, list):
+        raise TaskSourceError(f"{path}: expected a list of tasks or a mapping with a 'tasks' list")
+    return [(item.start_mark.line + 1, raw) for item, raw in zip(node.value, data)]
+
+
+def _needs_detail(task: Task) -> bool:
+    """A list entry with neither instruction nor description: the agent would get only the name."""
+    meta = task.raw.get("meta") if isinstance(task.raw.get("meta"), dict) else {}
+    return not any(src.get(k) for src in (task.raw, meta) for k in ("instruction", "description"))
+
+
+async def fetch_gym_tasks(gym: GenvClient) -> list[Task]:
+    """The gym's task list; entries without instruction/description are fetched in full."""
+    tasks = await gym.list_tasks()
+    if not tasks:
+        raise TaskSourceError(f"gym {gym.gym_id!r} at {gym.base_url} lists no tasks")
+    incomplete = [i for i, t in enumerate(tasks) if _needs_detail(t)]
+    if incomplete:
+        logger.info("fetching %d task(s) without instruction in full", len(incomplete))
+        full = await asyncio.gather(*(gym.get_task(tasks[i].id) for i in incomplete))
+        for i, task in zip(incomplete, full):
+            tasks[i] = task
+    return tasks
+
+
+def select_ids(tasks: list[Task], ids: Iterable[str]) -> list[Task]:
+    """Tasks for the requested ids, in request order. An id matches a task id, then a name,
+    then (when all digits) a task number. Unknown ids are an error, never a silent substitute."""
+    by_id = {t.id: t for t in tasks}
+    by_name = {t.name: t for t in tasks}
+    by_number = {t.number: t for t in tasks if t.number is not None}
+    chosen, missing = [], []
+    for wanted in ids:
+        wanted = str(wanted)
+        task = by_id.get(wanted) or by_name.get(wanted)
+        if task is None and wanted.isdigit():
+            task = by_number.get(int(wanted))
+        if task is None:
+            missing.append(wanted)
+        elif task not in chosen:
+            chosen.append(task)
+    if missing:
+        known = ", ".join(sorted(by_id)[:10])
+        raise TaskSourceError(f"task id(s) not found on the gym: {', '.join(missing)} (known ids include: {known})")
+    return chosen
+
+
+# --- filtering and splitting ----------------------------------------------------------------------
+def filter_by_tags(tasks: list[Task], tags: Iterable[str] | None) -> list[Task]:
+    wanted = {t.strip().lower() for t in (tags or []) if t.strip()}
+    if not wanted:
+        return list(tasks)
+    kept = [t for t in tasks if wanted & {tag.lower() for tag in t.tags}]
+    if not kept:
+        seen = sorted({tag for t in tasks for tag in t.tags})
+        raise TaskSourceError(f"no task has any of the tags {sorted(wanted)}; tags present: {seen}")
+    return kept
+
+
+def split_tasks(tasks: list[Task], *, eval_number_range: str | None, train_ratio: float,
+                seed: int) -> tuple[list[Task], list[Task]]:
+    """(train, eval). A number range wins over the ratio; tasks without a number then train."""
+    if eval_number_range:
+        ranges = parse_number_ranges(eval_number_range)
+        in_range = lambda t: t.number is not None and any(lo <= t.number <= hi for lo, hi in ranges)
+        unnumbered = sum(t.number is None for t in tasks)
+        if unnumbered:
+            logger.warning("%d task(s) have no number; they go to the train split", unnumbered)
+        return [t for t in tasks if not in_range(t)], [t for t in tasks if in_range(t)]
+    # Shuffle a canonical (number, id) order so the split does not depend on the order the gym
+    # lists tasks in; each split then keeps the source's order.
+    ordered = sorted(tasks, key=lambda t: (t.number is None, t.number or 0, t.id))
+    random.Random(seed).shuffle(ordered)
+    n = len(ordered)
+    n_train = round(n * train_ratio)
+    if 0.0 < train_ratio < 1.0 and n >= 2:
+        n_train = min(max(n_train, 1), n - 1)  # both splits get at least one task
+    train_ids = {t.id for t in ordered[:n_train]}
+    return [t for t in tasks if t.id in train_ids], [t for t in tasks if t.id not in train_ids]
+
+
+def apply_limit(tasks: list[Task], limit: int | None, seed: int) -> list[Task]:
+    """At most `limit` tasks, a seeded sample that keeps the original order."""
+    if limit is None or len(tasks) <= limit:
+        return list(tasks)
+    keep = set(random.Random(seed).sample(range(len(tasks)), limit))
+    return [t for i, t in enumerate(tasks) if i in keep]
+
+
+def choose_splits(tasks: list[Task], config: CUAConfig) -> tuple[list[Task], list[Task]]:
+    """Steps 1-4 of the module docstring: (train tasks, eval tasks)."""
+    tasks = filter_by_tags(tasks, config.gym_tags)
+    train, evaluation = split_tasks(tasks, eval_number_range=config.gym_eval_number_range,
+                                    train_ratio=config.gym_train_ratio, seed=config.gym_seed)
+    if config.gym_split_type == "eval":
+        train = evaluation
+    elif config.gym_split_type == "all":
+        train = list(tasks)
+    train = apply_limit(train, config.gym_limit, config.gym_seed)
+    evaluation = apply_limit(evaluation, config.gym_limit, config.gym_seed)
+    if not train:
+        raise TaskSourceError(
+            f"the training split is empty ({len(tasks)} task(s) after the tag filter; "
+            f"gym_eval_number_range={config.gym_eval_number_range!r}, gym_train_ratio={config.gym_train_ratio}, "
+            f"gym_split_type={config.gym_split_type!r})")
+    return train, evaluation
+
+
+# --- rows and datasets ---------------------------------------------------------------------------
+def task_row(task: Task, gym_base_url: str, gym_id: str) -> dict:
+    return {"task_id": task.id, "number": task.number, "name": task.name, "instruction": task.instruction,
+            "description": task.description, "tags": list(task.tags), "difficulty": task.difficulty,
+            "gym_base_url": gym_base_url, "gym_id": gym_id}
+
+
+def tasks_to_dataset(tasks: list[Task], gym_base_url: str, gym_id: str) -> Dataset:
+    return Dataset.from_list([task_row(t, gym_base_url, gym_id) for t in tasks], features=ROW_FEATURES)
+
+
+async def aload_tasks(config: CUAConfig) -> list[Task]:
+    """Every task of the configured source, before filtering and splitting."""
+    source = config.task_source
+    if source.kind == "file":
+        return read_task_file(source.task_file)
+    if not config.gym_base_url or not config.gym_id:
+        raise TaskSourceError(
+            f"task_source.kind={source.kind} needs gym_base_url and gym_id (got {config.gym_base_url!r}, "
+            f"{config.gym_id!r}): pass --gym/--gym-id, or let launch.py start the embedded gym")
+    async with GenvClient(config.gym_base_url, config.gym_id) as gym:
+        try:
+            tasks = await fetch_gym_tasks(gym)
+        except GenvError as exc:
+            raise TaskSourceError(f"cannot list the tasks of gym {config.gym_id!r}: {exc}") from exc
+    return select_ids(tasks, source.task_ids) if source.kind == "ids" else tasks
+
+
+async def aload_task_datasets(config: CUAConfig) -> tuple[Dataset, Dataset | None]:
+    """(train dataset, eval dataset or None when the eval split is empty)."""
+    train, evaluation = choose_splits(await aload_tasks(config), config)
+    logger.info("task source %s: %d train task(s), %d eval task(s)", config.task_source.kind,
+                len(train), len(evaluation))
+    train_ds = tasks_to_dataset(train, config.gym_base_url, config.gym_id)
+    eval_ds = tasks_to_dataset(evaluation, config.gym_base_url, config.gym_id) if evaluation else None
+    return train_ds, eval_ds
+
+
+def load_task_datasets(config: CUAConfig) -> tuple[Dataset, Dataset | None]:
+    """Synchronous `aload_task_datasets` for train.py (call the async one inside an event loop)."""
+    return asyncio.run(aload_task_datasets(config))
