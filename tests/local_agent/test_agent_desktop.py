@@ -4,6 +4,7 @@ mini-agent client, and the scripted model server (the documented policy test dou
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import httpx
@@ -12,7 +13,7 @@ import pytest
 from conftest import fast_settings, gym_execution, run_request
 from cua_rl.local_agent import start_agent_server
 from cua_rl.local_gym import load_tasks
-from cua_rl.mini_agent import MiniAgentClient
+from cua_rl.mini_agent import MiniAgentClient, Sampling
 from model_double import mai_call, mai_script, qwen_call, qwen_script
 
 pytestmark = pytest.mark.desktop
@@ -234,3 +235,29 @@ async def test_32_concurrent_runs_are_isolated(gym, model, agent):
         assert result.answer == f"run-{i}"
         assert result.num_steps == 2 + i % 3
         assert len(events_of(result, "model_output")) == 2 + i % 3
+
+
+async def test_step_time_limit_and_sampling_pass_through(gym, model, agent):
+    scripted, base = model
+    slow = scripted.script("slow-step", [qwen_call(action="wait", time=0),
+                                         {"delay": 6, "content": qwen_call(action="answer", text="late")}])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        request = run_request(gym, eid, base, slow, max_step_time_s=1.0,
+                              sampling=Sampling(temperature=0.7, top_p=0.9, max_tokens=64))
+        t0 = time.monotonic()
+        result = await run_to_end(agent, request)
+    assert time.monotonic() - t0 < 10
+    assert not result.ok and "step 2 exceeded maxStepTimeSec" in result.reason
+    assert [e.type for e in result.events if e.step == 2][-1] == "step_end"  # the step is closed
+    body = scripted.requests[slow][0]
+    assert (body["temperature"], body["top_p"], body["max_tokens"]) == (0.7, 0.9, 64)
+    assert body["logprobs"] is True and body["return_token_ids"] is True
+
+
+async def test_unreachable_model_fails_the_run_after_retries(gym, agent):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, dead, "k"))
+    assert not result.ok and "unreachable after 3 tries" in result.reason

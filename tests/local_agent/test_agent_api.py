@@ -1,0 +1,172 @@
+"""The agent service's HTTP surface without desktops: payload validation, 404s, event windows, retention,
+the command line. Runs here point at a closed port for the gym, which is a real failure mode."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from conftest import fast_settings
+from cua_rl.local_agent import start_agent_server
+from cua_rl.local_agent.record import RunRecord, iso, parse_time
+from cua_rl.local_agent.server import RunManager
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def payload(**overrides):
+    body = {"task": "open the editor", "agent": "qwen3-vl", "maxSteps": 3,
+            "model": {"baseUrl": "http://127.0.0.1:9/v1", "name": "m", "apiKey": "sk-secret"},
+            "env": {"type": "genv", "gymBaseUrl": f"http://127.0.0.1:{closed_port()}", "gymId": "desktop",
+                    "executionId": "e1"},
+            "standardActionSpace": "pc"}
+    body.update(overrides)
+    return body
+
+
+async def wait_finished(http: httpx.AsyncClient, run_id: str, timeout_s: float = 30) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = (await http.get(f"/runs/{run_id}")).json()
+        if status["status"] != "running":
+            return status
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} still running after {timeout_s}s")
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"agent": "gpt-agent"}, "unknown agent"),
+    ({"standardActionSpace": "tablet"}, "standardActionSpace"),
+    ({"task": "   "}, "blank"),
+    ({"maxSteps": 0}, "maxSteps"),
+    ({"env": {"type": "genv", "gymId": "d", "executionId": "e"}}, "gymBaseUrl"),
+    ({"model": {"baseUrl": "ftp://x"}}, "http(s) URL"),
+    ({"sampling": {"temperature": -1}}, "temperature"),
+])
+async def test_bad_payloads_are_rejected_with_the_field_named(agent, change, field):
+    async with httpx.AsyncClient(base_url=agent.url) as http:
+        response = await http.post("/runs", json=payload(**change))
+        assert response.status_code == 422
+        assert field in response.text
+        assert (await http.get("/runs")).json()["runs"] == []  # nothing started
+
+
+async def test_unknown_runs_are_404(agent):
+    async with httpx.AsyncClient(base_url=agent.url) as http:
+        for method, path in (("GET", "/runs/nope"), ("GET", "/runs/nope/events"), ("GET", "/runs/nope/steps"),
+                             ("GET", "/runs/nope/steps/0"), ("GET", "/runs/nope/tokens"),
+                             ("GET", "/runs/nope/trajectory"), ("POST", "/runs/nope/cancel")):
+            response = await http.request(method, path)
+            assert response.status_code == 404, path
+            assert "not found" in response.json()["detail"]
+
+
+async def test_unreachable_gym_fails_the_run_with_a_reason_and_events_can_be_windowed(agent):
+    async with httpx.AsyncClient(base_url=agent.url) as http:
+        run_id = (await http.post("/runs", json=payload())).json()["runId"]
+        status = await wait_finished(http, run_id)
+        assert status["status"] == "failed" and status["ok"] is False
+        assert "gym get execution failed" in status["reason"] and "cannot reach gym" in status["reason"]
+        assert "sk-secret" not in str(status)  # the api key is never echoed
+        events = (await http.get(f"/runs/{run_id}/events")).json()["events"]
+        assert [e["type"] for e in events] == ["error", "run_end"]
+        end = events[-1]
+        assert end["ok"] is False and end["reason"] == status["reason"]
+        # from is inclusive, to exclusive; epoch milliseconds work too
+        assert (await http.get(f"/runs/{run_id}/events", params={"from": end["ts"]})).json()["events"][-1] == end
+        assert (await http.get(f"/runs/{run_id}/events", params={"to": events[0]["ts"]})).json()["events"] == []
+        ms = int(parse_time(end["ts"]).timestamp() * 1000)
+        assert (await http.get(f"/runs/{run_id}/events", params={"from": str(ms)})).json()["events"][-1] == end
+        bad = await http.get(f"/runs/{run_id}/events", params={"from": "yesterday"})
+        assert bad.status_code == 400 and "ISO-8601" in bad.json()["detail"]
+        assert (await http.get(f"/runs/{run_id}/steps/0")).status_code == 404
+        assert (await http.get(f"/runs/{run_id}/screenshots/1")).status_code == 404
+        # cancelling a finished run changes nothing
+        cancelled = (await http.post(f"/runs/{run_id}/cancel")).json()
+        assert cancelled["status"] == "failed"
+
+
+def test_event_windows_and_timestamps():
+    record = RunRecord(run_id="r", request={}, agent="qwen3-vl")
+    for i in range(5):
+        record.emit("step_start", i + 1)
+    times = [parse_time(e["ts"]) for e in record.events]
+    assert times == sorted(times)  # never goes backwards
+    assert all(e["ts"].endswith("Z") for e in record.events)
+    assert record.events_between(times[2], None) == [e for e in record.events if parse_time(e["ts"]) >= times[2]]
+    assert record.events_between(None, times[0]) == []
+    assert parse_time("2026-01-01T00:00:00") == parse_time("2026-01-01T00:00:00.000Z")
+    assert iso(parse_time("1767225600000")) == "2026-01-01T00:00:00.000Z"
+    record.finish(True, "done")
+    record.finish(False, "again")  # only the first end counts
+    assert record.status == "completed" and [e["type"] for e in record.events].count("run_end") == 1
+
+
+def test_finished_runs_are_pruned_oldest_first():
+    manager = RunManager(fast_settings(keep_finished_runs=2, finished_ttl_s=100))
+    for i in range(4):
+        record = RunRecord(run_id=f"r{i}", request={}, agent="qwen3-vl")
+        record.finish(True, "done")
+        record.ended_monotonic = time.monotonic() - 10 + i
+        manager.runs[record.run_id] = record
+    running = RunRecord(run_id="live", request={}, agent="qwen3-vl")
+    manager.runs["live"] = running
+    manager._prune()
+    assert sorted(manager.runs) == ["live", "r2", "r3"]
+    manager.runs["r3"].ended_monotonic = time.monotonic() - 1000
+    manager._prune()
+    assert sorted(manager.runs) == ["live", "r2"]
+
+
+async def test_concurrency_cap_answers_503():
+    with start_agent_server(settings=fast_settings(max_concurrent_runs=1)) as agent:
+        slow_gym = payload()
+        async with httpx.AsyncClient(base_url=agent.url) as http:
+            # a gym that accepts the connection but never answers keeps the first run busy
+            with socket.socket() as listener:
+                listener.bind(("127.0.0.1", 0))
+                listener.listen(8)
+                slow_gym["env"]["gymBaseUrl"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
+                first = await http.post("/runs", json=slow_gym)
+                assert first.status_code == 200
+                second = await http.post("/runs", json=slow_gym)
+                assert second.status_code == 503 and "allows 1 at once" in second.json()["detail"]
+                await http.post(f"/runs/{first.json()['runId']}/cancel")
+                status = (await http.get(f"/runs/{first.json()['runId']}")).json()
+                assert status["status"] == "cancelled"
+
+
+def test_cli_serves_and_validates_flags():
+    env = dict(os.environ)
+    bad = subprocess.run([sys.executable, "-m", "cua_rl.local_agent", "serve", "--history-images", "0"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "--history-images must be >= 1" in bad.stderr
+    port = closed_port()
+    proc = subprocess.Popen([sys.executable, "-m", "cua_rl.local_agent", "serve", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline, "cua-agent serve did not come up"
+                time.sleep(0.2)
+        assert health["ok"] is True and {"qwen3-vl", "mai-ui"} <= set(health["agents"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
