@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -156,14 +157,18 @@ class TinyEngine:
             self._active.clear()
 
     def update_weights(self, path: str, version: int | None = None) -> int:
-        """Load weights from a HF checkpoint directory; aborts in-flight requests first, like vLLM."""
+        """Load weights from a HF checkpoint directory; aborts in-flight requests first, like vLLM.
+
+        The new version is ``version`` if given, else the ``_v{N}`` suffix AReaL puts on the directory,
+        else the old version + 1.
+        """
         if not Path(path).is_dir():
             raise BadRequest(f"model_path {path!r} is not a directory")
         new_model = self._load(path)   # outside the lock: generation keeps going while we read the disk
         self.abort_all()
         with self._model_lock:
             self.model = new_model
-            self.version = self.version + 1 if version is None else int(version)
+            self.version = _version_of(path, self.version + 1) if version is None else int(version)
             self.weights_path = str(path)
         logger.info("loaded weights from %s; version %d", path, self.version)
         return self.version
@@ -290,6 +295,12 @@ class TinyEngine:
     def _fail(self, req: _Request, exc: Exception) -> None:
         req.past = None
         req.loop.call_soon_threadsafe(_set_exception, req.future, exc)
+
+
+def _version_of(path: str, default: int) -> int:
+    """AReaL names disk updates ``.../weight_update_v{version}`` (WeightUpdateMeta.with_version)."""
+    m = re.search(r"_v(\d+)/*$", str(path))
+    return int(m.group(1)) if m else default
 
 
 def _set_result(fut: asyncio.Future, value) -> None:
