@@ -1,0 +1,154 @@
+"""config.yaml / config.cpu.yaml / CUAConfig through AReaL's own load_expr_config (no GPU needed)."""
+
+import dataclasses
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+from areal.api.cli_args import GRPOConfig, load_expr_config
+from omegaconf import OmegaConf
+
+from configs import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
+from trainsh import ALL_FLAGS, EXAMPLE, run
+
+SECTION_5_2_KEYS = {  # external-protocols.md 5.2, with our defaults
+    "max_turns": 20, "max_task_time_seconds": 600, "max_turn_time_seconds": 120, "gym_base_url": "",
+    "gym_id": "", "gym_train_ratio": 0.8, "gym_split_type": "train", "gym_limit": None, "gym_seed": 42,
+    "gym_tags": None, "gym_eval_number_range": None, "gbox_mini_agent_base_url": "http://127.0.0.1:3000",
+    "gbox_mini_agent_agent": "qwen3-vl", "gbox_mini_agent_standard_action_space": "pc", "model_base_url": "",
+    "model_name": "", "monitor_base_url": "", "project_id": "", "project_token": "",
+}
+
+
+def load(tmp_path: Path, *overrides: str, config: str = "config.yaml") -> CUAConfig:
+    cfg, config_file = load_expr_config(
+        ["--config", str(EXAMPLE / config), f"cluster.fileroot={tmp_path}", *overrides], CUAConfig)
+    assert isinstance(cfg, CUAConfig) and config_file == str(EXAMPLE / config)
+    return cfg
+
+
+def saved_config(tmp_path: Path) -> str:
+    (path,) = tmp_path.glob("logs/*/*/*/config.yaml")
+    return path.read_text()
+
+
+def test_cuaconfig_extends_grpo_with_every_section_5_2_key():
+    assert issubclass(CUAConfig, GRPOConfig)
+    defaults = CUAConfig()
+    for key, value in SECTION_5_2_KEYS.items():
+        assert getattr(defaults, key) == value, key
+    assert defaults.policy.port == 0 and defaults.policy.bind_host == "127.0.0.1"
+    assert defaults.task_source.kind == "gym" and defaults.embedded.enabled is None
+    assert defaults.embedded_enabled  # no gym URL: the embedded stack
+    assert not dataclasses.replace(defaults, gym_base_url="http://127.0.0.1:5010").embedded_enabled
+
+
+def test_no_public_address_in_the_defaults_or_the_config_files(tmp_path):
+    def strings(obj):
+        if dataclasses.is_dataclass(obj):
+            for f in dataclasses.fields(obj):
+                yield from strings(getattr(obj, f.name))
+        elif isinstance(obj, (list, tuple)):
+            for item in obj:
+                yield from strings(item)
+        elif isinstance(obj, str):
+            yield obj
+    configs = (CUAConfig(), load(tmp_path / "gpu"), load(tmp_path / "cpu", config="config.cpu.yaml"))
+    urls = [s for cfg in configs for s in strings(cfg) if "://" in s]
+    assert any("3000" in url for url in urls), "expected the agent URL among the checked values"
+    for url in urls:
+        assert urlparse(url).hostname in ("127.0.0.1", "localhost"), url
+
+
+def test_gpu_config_loads_with_the_documented_choices(tmp_path):
+    cfg = load(tmp_path)
+    assert cfg.actor.path == "Qwen/Qwen3-VL-2B-Instruct" and cfg.tokenizer_path == cfg.actor.path
+    assert cfg.rollout.backend.startswith("vllm:") and cfg.actor.backend.startswith("fsdp:")
+    assert cfg.actor.weight_update_mode == "disk"
+    assert (cfg.gconfig.n_samples, cfg.gconfig.temperature, cfg.gconfig.greedy) == (4, 1.0, False)
+    assert cfg.actor.reward_norm is None
+    assert (cfg.actor.adv_norm.mean_level, cfg.actor.adv_norm.std_level) == ("batch", "batch")
+    assert cfg.actor.recompute_logprob and cfg.actor.use_decoupled_loss
+    assert cfg.rollout.consumer_batch_size == cfg.train_dataset.batch_size
+    for section in (cfg.saver, cfg.evaluator, cfg.recover, cfg.stats_logger):
+        assert section.fileroot == str(tmp_path)
+    assert cfg.rollout.fileroot == str(tmp_path)
+    assert cfg.eval_workflow == cfg.workflow
+    assert cfg.actor.scheduling_spec[0].gpu == 1
+    assert "max_turns: 20" in saved_config(tmp_path)  # AReaL saved the resolved config under the fileroot
+
+
+def test_cpu_overlay_starts_from_config_yaml(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = load(tmp_path, config="config.cpu.yaml")
+    tiny = str(tmp_path / "home" / "models" / "tiny-qwen3-vl")
+    assert cfg.embedded.tiny_model_dir == tiny and cfg.actor.path == tiny == cfg.vllm.model
+    assert resolve_tiny_model_dir(cfg) == tiny
+    assert (cfg.rollout.backend, cfg.actor.backend, cfg.actor.weight_update_mode) == ("vllm:d1", "fsdp:d1", "disk")
+    assert cfg.actor.attn_impl == "sdpa" and cfg.actor.scheduling_spec[0].gpu == 0
+    # inherited from config.yaml
+    assert cfg.workflow == "cua_workflow.CUAAgentWorkflow" and cfg.actor.use_decoupled_loss
+    assert cfg.actor.optimizer.type == "adam" and cfg.actor.optimizer.lr == 1e-5
+
+
+def test_train_sh_overrides_load_into_the_intended_values(tmp_path):
+    r = run(["--dry-run", *ALL_FLAGS, "actor.optimizer.lr=1e-6", "--config", str(EXAMPLE / "config.yaml")])
+    assert r.returncode == 0, r.stderr
+    cfg = load(tmp_path, *r.launch_overrides)
+    assert (cfg.gym_base_url, cfg.gym_id) == ("http://127.0.0.1:5010", "desk")
+    assert cfg.gbox_mini_agent_base_url == "http://127.0.0.1:3100"
+    assert (cfg.gbox_mini_agent_agent, cfg.gbox_mini_agent_standard_action_space) == ("mai-ui", "mobile")
+    assert (cfg.model_base_url, cfg.model_name) == ("http://127.0.0.1:8000/v1", "m1")
+    assert (cfg.monitor_base_url, cfg.project_id) == ("http://127.0.0.1:9000", "p1")
+    assert cfg.train_dataset.batch_size == cfg.valid_dataset.batch_size == cfg.rollout.consumer_batch_size == 2
+    assert (cfg.max_turns, cfg.max_task_time_seconds, cfg.max_turn_time_seconds) == (7, 300, 30)
+    assert cfg.rollout.max_concurrent_rollouts == 3
+    assert (cfg.gym_train_ratio, cfg.gym_seed, cfg.gym_limit) == (0.5, 0, 10)
+    assert cfg.gym_tags == ["easy", "normal"] and cfg.gym_eval_number_range == "001-032"
+    assert cfg.actor.optimizer.lr == 1e-6
+    assert not cfg.embedded_enabled
+    # the token went through the environment only: not in the config AReaL saved to disk
+    assert cfg.project_token == "" and "tok" not in saved_config(tmp_path).replace("token", "")
+    assert resolve_project_token(cfg, {"PROJECT_TOKEN": "tok"}) == "tok"
+    assert resolve_project_token(cfg, {"MONITOR_PROJECT_TOKEN": "old"}) == "old"
+
+
+def test_strings_that_look_like_numbers_stay_strings(tmp_path):
+    r = run(["--dry-run", "--gym", "http://127.0.0.1:1", "--gym-id", "007", "--model-name", "Qwen 3,VL",
+             "--config", str(EXAMPLE / "config.yaml")])
+    cfg = load(tmp_path, *r.launch_overrides)
+    assert cfg.gym_id == "007" and cfg.model_name == "Qwen 3,VL"
+
+
+def test_every_key_train_sh_sets_is_in_config_yaml():
+    """So train.sh's plain `key=value` overrides never need Hydra's `+` (areal-notes 1)."""
+    r = run(["--dry-run", *ALL_FLAGS])
+    document = OmegaConf.create(yaml.safe_load((EXAMPLE / "config.yaml").read_text()))
+    missing = object()
+    for override in r.overrides:
+        key = override.split("=", 1)[0]
+        assert OmegaConf.select(document, key, default=missing) is not missing, key
+
+
+@pytest.mark.parametrize("override, message", [
+    ("gym_train_ratio=1.5", "gym_train_ratio must be within"),
+    ("gym_eval_number_range=abc", "bad task number range"),
+    ("gym_split_type=test", "gym_split_type must be one of"),
+    ("max_turns=0", "max_turns must be positive"),
+    ("task_source.kind=file", "needs task_source.task_file"),
+    ("task_source.kind=web", "task_source.kind must be one of"),
+    ("policy.port=70000", "policy.port must be 0..65535"),
+    ("embedded.num_desktops=0", "embedded.num_desktops must be >= 1"),
+])
+def test_bad_values_fail_at_load_time(tmp_path, override, message):
+    with pytest.raises(Exception, match=message):
+        load(tmp_path, override)
+
+
+def test_number_ranges():
+    assert parse_number_ranges("001-032") == [(1, 32)]
+    assert parse_number_ranges("1-8, 12,20-24") == [(1, 8), (12, 12), (20, 24)]
+    for bad in ("", "a-b", "5-1", "1-2-3"):
+        with pytest.raises(ValueError):
+            parse_number_ranges(bad)
