@@ -24,8 +24,10 @@ from .tasks import TASKS_DIR, TaskSet, load_tasks
 logger = logging.getLogger(__name__)
 
 # Settling after an action (measurements §4): wait up to CHANGE_WAIT for the first changed pixels, then
-# until the screen is unchanged for STABLE, at most MAX_SETTLE in all.
-POLL_S, STABLE_S, CHANGE_WAIT_S, MAX_SETTLE_S = 0.008, 0.024, 0.12, 2.0
+# until the screen is unchanged for STABLE, at most MAX_SETTLE in all. Keys and clicks may open dialogs,
+# whose first pixels come 80-300 ms later; typed characters show within ~10-20 ms.
+POLL_S, STABLE_S, MAX_SETTLE_S = 0.008, 0.024, 2.0
+CHANGE_WAIT_S = {"key": 0.3, "click": 0.3, "press": 0.3, "type": 0.12, "scroll": 0.12, "drag": 0.12}
 
 
 async def settle(ex: Execution, before: bytes, change_wait_s: float) -> tuple[bool, bytes]:
@@ -163,7 +165,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
                 logger.warning("action %s on %s failed: %s", action.type, eid, exc)
                 await asyncio.to_thread(d.xinput.reset_modifiers)
                 return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "screen_changed": False}
-            wait = 0.0 if action.type in ("move", "wait") else CHANGE_WAIT_S
+            wait = CHANGE_WAIT_S.get(action.type, 0.0)
             changed, _ = await settle(ex, before, wait)
             ex.last_used = time.monotonic()
         return {"ok": True, "screen_changed": changed}

@@ -1,0 +1,109 @@
+"""Task files and validators, without desktops: the task set is well formed and validators score real files."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cua_rl.local_gym.actions import ActionError, parse_action
+from cua_rl.local_gym.tasks import CATEGORIES, TaskDef, load_tasks
+from cua_rl.local_gym.validators import evaluate
+
+
+def test_at_least_40_tasks_in_5_categories_with_difficulties():
+    tasks = load_tasks().tasks
+    assert len(tasks) >= 40
+    cats = Counter(t.category for t in tasks)
+    assert set(cats) == set(CATEGORIES) and min(cats.values()) >= 5, cats
+    assert {t.difficulty for t in tasks} == {"easy", "normal", "hard"}
+    numbers = [t.number for t in tasks]
+    assert numbers == [f"{i:03d}" for i in range(1, len(tasks) + 1)]
+
+
+def test_every_solution_action_parses():
+    for task in load_tasks().tasks:
+        for action in task.solution:
+            parse_action(action)
+
+
+def test_wire_task_shape_and_lookup():
+    ts = load_tasks()
+    t = ts.get("1")
+    assert t is ts.get("001") is ts.get(t.task_id) is ts.get(t.name)
+    wire = t.to_wire()
+    assert wire["task_id"] == t.task_id and wire["task_number"] == "001"
+    assert "solution" not in wire and wire["instruction"]
+    assert t.difficulty in wire["tags"]
+
+
+def test_bad_task_file_is_rejected(tmp_path: Path):
+    (tmp_path / "001-x.yaml").write_text("number: '001'\nname: x\ncategory: nope\n")
+    with pytest.raises(ValueError, match="001-x.yaml"):
+        load_tasks(tmp_path)
+
+
+def _task(validators: list[dict]) -> TaskDef:
+    return TaskDef.model_validate({
+        "number": "001", "name": "t", "category": "terminal", "difficulty": "easy", "instruction": "i",
+        "setup": {"apps": [{"app": "xterm"}]}, "validators": validators, "solution": [{"type": "wait", "ms": 1}]})
+
+
+def test_validators_give_partial_credit(tmp_path: Path):
+    (tmp_path / "a.txt").write_text("hello\nworld\n")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x").write_text("")
+    (tmp_path / "s.ini").write_text("[org/x]\nflag=true\n")
+    task = _task([
+        {"id": "eq", "type": "file_equals", "path": "a.txt", "text": "hello\nworld", "weight": 2},
+        {"id": "re", "type": "file_matches", "path": "a.txt", "pattern": "^world$"},
+        {"id": "no", "type": "file_contains", "path": "a.txt", "text": "absent"},
+        {"id": "dir", "type": "dir_entries", "path": "d", "names": ["x"], "exact": True},
+        {"id": "ini", "type": "ini_value", "path": "s.ini", "section": "org/x", "key": "flag", "value": "true"},
+        {"id": "gone", "type": "file_absent", "path": "missing.txt"},
+    ])
+    result = evaluate(tmp_path, task.validators)
+    passed = {v["id"]: v["pass"] for v in result["result"]["validators"]}
+    assert passed == {"eq": True, "re": True, "no": False, "dir": True, "ini": True, "gone": True}
+    assert result["success"] is False
+    assert result["result"]["score"] == pytest.approx(6 / 7)
+
+
+def test_validator_never_follows_symlink_out_of_home(tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    (home / "link.txt").symlink_to(secret)
+    task = _task([{"id": "c", "type": "file_contains", "path": "link.txt", "text": "top secret"}])
+    result = evaluate(home, task.validators)
+    v = result["result"]["validators"][0]
+    assert v["pass"] is False and "outside HOME" in v["message"] and "top secret" not in v["message"]
+
+
+@pytest.mark.parametrize("raw,status", [
+    ({"type": "click", "x": 1.5, "y": 0.2}, 422),
+    ({"type": "click", "x": -0.1, "y": 0.2}, 422),
+    ({"type": "click", "x": "a", "y": 0.2}, 422),
+    ({"type": "click", "x": 0.5}, 422),
+    ({"type": "fly"}, 422),
+    ({"type": "key", "keys": ["ctrl", "nosuchkey"]}, 422),
+    ({"type": "key", "keys": []}, 422),
+    ({"type": "type", "text": "x" * 5000}, 413),
+    ({"type": "scroll", "x": 0.5, "y": 0.5, "dy": 1000}, 422),
+    ("click", 422),
+])
+def test_bad_actions_are_rejected(raw, status):
+    with pytest.raises(ActionError) as err:
+        parse_action(raw)
+    assert err.value.status == status and err.value.detail
+
+
+def test_mobile_aliases_map_onto_desktop_actions():
+    assert parse_action({"type": "tap", "x_norm": 0.1, "y_norm": 0.2}).type == "click"
+    swipe = parse_action({"type": "swipe", "x_norm": 0.1, "y_norm": 0.2, "x2_norm": 0.3, "y2_norm": 0.4})
+    assert swipe.type == "drag" and swipe.x2 == 0.3
+    assert parse_action({"type": "long_press", "x": 0.5, "y": 0.5}).type == "press"
+    assert parse_action({"type": "key", "key": "back"}).type == "key"
+    assert parse_action({"type": "wait", "duration_ms": 20}).ms == 20
