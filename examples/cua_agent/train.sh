@@ -198,8 +198,15 @@ fi
 OVERRIDES+=("${PASSTHROUGH[@]}")   # last: the user's own overrides win over the flags
 
 # --- mode and config -----------------------------------------------------------------------------
-EMBEDDED=0
-[[ -z ${GYM_BASE_URL:-} ]] && EMBEDDED=1
+# Embedded unless a gym URL comes from a flag, the environment or an override. (A gym URL inside a
+# custom --config file is seen by launch.py, which decides with CUAConfig.embedded_enabled.)
+EMBEDDED=1
+GYM_FROM=${GYM_BASE_URL:-}
+gym_re="^[+]{0,2}gym_base_url=(.*)$"
+for o in "${PASSTHROUGH[@]}"; do
+  if [[ $o =~ $gym_re ]]; then GYM_FROM=${BASH_REMATCH[1]}; fi
+done
+[[ -n $GYM_FROM && $GYM_FROM != "''" && $GYM_FROM != '""' ]] && EMBEDDED=0
 if [[ -n ${CUA_CONFIG:-} ]]; then
   CONFIG=$CUA_CONFIG why="given"
 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -224,12 +231,17 @@ mask() {
   fi
 }
 
+for o in "${PASSTHROUGH[@]}"; do
+  [[ $(mask "$o") != "$o" ]] && echo "train.sh: warning: ${o%%=*} given as an override lands in argv and in the" \
+    "run's saved config.yaml; prefer the environment (e.g. PROJECT_TOKEN in .env)" >&2
+done
+
 if ((DRY_RUN)); then
   echo "train.sh --dry-run: nothing is started"
   if ((EMBEDDED)); then
     echo "mode: embedded stack (no --gym / GYM_BASE_URL)"
   else
-    echo "mode: external gym $GYM_BASE_URL"
+    echo "mode: external gym $GYM_FROM"
   fi
   echo "config: $CONFIG ($why)"
   echo "overrides:"

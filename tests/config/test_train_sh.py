@@ -70,13 +70,21 @@ def test_no_gym_means_embedded():
     assert r.mode.startswith("embedded") and r.argv[-2:] == ["--embedded", "--"]
 
 
+def test_gym_url_from_an_override_also_means_external():
+    r = run(["--dry-run", "gym_base_url=http://127.0.0.1:7"])
+    assert r.mode == "external gym http://127.0.0.1:7" and "--embedded" not in r.argv
+    r = run(["--dry-run", "gym_base_url="], env=clean_env(GYM_BASE_URL="http://127.0.0.1:7"))
+    assert r.mode.startswith("embedded") and "--embedded" in r.argv
+
+
 def test_passthrough_overrides_come_last_and_secrets_are_masked():
     r = run(["--dry-run", "--max-turns", "5", "+foo.bar=1", "max_turns=9", "project_token=hunter2",
              "rollout.agent.admin_api_key=k3y", "--", "actor.path=/models/x"])
     assert r.returncode == 0, r.stderr
     assert r.overrides == ["max_turns=5", "+foo.bar=1", "max_turns=9", "project_token=****",
                            "rollout.agent.admin_api_key=****", "actor.path=/models/x"]
-    assert "hunter2" not in r.stdout and "k3y" not in r.stdout
+    assert "hunter2" not in r.stdout + r.stderr and "k3y" not in r.stdout + r.stderr
+    assert "warning: project_token given as an override" in r.stderr
     assert "project_token=****" in r.argv
     # keys that merely contain "token" are not secrets
     r = run(["--dry-run", "actor.mb_spec.max_tokens_per_mb=8192"])
