@@ -41,9 +41,9 @@ async def test_reference_solutions_score_one_and_untouched_tasks_do_not(gym, tmp
         async def one(task):
             async with sem:
                 return task.task_id, await _play(client, task, shots)
-        results = await asyncio.gather(*(one(t) for t in tasks))
-    failures = []
-    for task_id, (before, after, validators) in results:
+        results = await asyncio.gather(*(one(t) for t in tasks), return_exceptions=True)
+    failures = [f"{t.task_id}: {type(r).__name__}: {r}" for t, r in zip(tasks, results) if isinstance(r, BaseException)]
+    for task_id, (before, after, validators) in [r for r in results if not isinstance(r, BaseException)]:
         if before >= 1.0:
             failures.append(f"{task_id}: untouched task already scores {before}")
         if after != 1.0:

@@ -46,6 +46,49 @@ class GymOptions:
     start_timeout_s: float = 30.0
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _display_free(n: int) -> bool:
+    """True when display ``n`` is unused; clears the lock and socket a killed X server left behind."""
+    lock, sock = f"/tmp/.X{n}-lock", f"/tmp/.X11-unix/X{n}"
+    if os.path.exists(lock):
+        try:
+            pid = int(open(lock).read().strip() or 0)
+        except (OSError, ValueError):
+            return False
+        if pid and _pid_alive(pid):
+            return False
+        try:  # stale: its server is gone (e.g. the gym was SIGKILLed)
+            os.unlink(lock)
+        except OSError:
+            return False
+    if os.path.exists(sock):
+        try:  # Xvfb takes the lock before it makes the socket, so a socket without a lock is stale
+            os.unlink(sock)
+        except OSError:
+            return False
+    return True
+
+
+def _remove_stale_workdirs(parent: str) -> None:
+    """Delete work folders of gym servers that died without cleaning up (their pid file names a dead pid)."""
+    for path in Path(parent).glob("cua-gym-*"):
+        try:
+            pid = int((path / "server.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if not _pid_alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 class CapacityError(RuntimeError):
     pass
 
@@ -77,8 +120,11 @@ class GymManager:
         self._pool_spawner = procs.Spawner(workers=1)
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
-        self.workdir = Path(tempfile.mkdtemp(prefix="cua-gym-", dir=options.workdir))
+        parent = options.workdir or tempfile.gettempdir()
+        _remove_stale_workdirs(parent)
+        self.workdir = Path(tempfile.mkdtemp(prefix="cua-gym-", dir=parent))
         os.chmod(self.workdir, 0o711)  # sandbox uids must traverse it to their own 0700 dirs
+        (self.workdir / "server.pid").write_text(str(os.getpid()))
         self._ensure_x11_dir()
 
     @staticmethod
@@ -95,8 +141,7 @@ class GymManager:
 
     def _pick_display_locked(self) -> int:
         n = self.opt.display_base
-        while n in self._used_displays or os.path.exists(f"/tmp/.X{n}-lock") \
-                or os.path.exists(f"/tmp/.X11-unix/X{n}"):
+        while n in self._used_displays or not _display_free(n):
             n += 1
         self._used_displays.add(n)
         return n
@@ -115,8 +160,8 @@ class GymManager:
                                          limits=self.opt.limits, timeout_s=self.opt.start_timeout_s)
                     desk.slot = slot  # type: ignore[attr-defined]
                     return desk
-                except Exception as exc:  # noqa: BLE001 - retried, then re-raised
-                    self._used_displays.discard(num)
+                except Exception as exc:  # noqa: BLE001 - retried on another display, then re-raised
+                    # Keep ``num`` marked used: another server may hold it (e.g. only its abstract socket).
                     last = exc
                     logger.warning("desktop on :%d failed: %s", num, exc)
         except BaseException:
