@@ -13,6 +13,7 @@ import collections
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -56,8 +57,26 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _x_listening(n: int) -> bool:
+    """Whether an X server accepts connections on display ``n`` (abstract or path socket)."""
+    for address in (f"\0/tmp/.X11-unix/X{n}", f"/tmp/.X11-unix/X{n}"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(0.5)
+            try:
+                sock.connect(address)
+                return True
+            except OSError:
+                continue
+    return False
+
+
 def _display_free(n: int) -> bool:
-    """True when display ``n`` is unused; clears the lock and socket a killed X server left behind."""
+    """True when display ``n`` is unused; clears the lock and socket a killed X server left behind.
+
+    Xvfb started with -displayfd keeps no lock file, so "in use" is decided by connecting, never by
+    which files exist: a socket nobody answers on is stale (its server was SIGKILLed)."""
+    if _x_listening(n):
+        return False
     lock, sock = f"/tmp/.X{n}-lock", f"/tmp/.X11-unix/X{n}"
     if os.path.exists(lock):
         try:
@@ -66,12 +85,12 @@ def _display_free(n: int) -> bool:
             return False
         if pid and _pid_alive(pid):
             return False
-        try:  # stale: its server is gone (e.g. the gym was SIGKILLed)
+        try:
             os.unlink(lock)
         except OSError:
             return False
     if os.path.exists(sock):
-        try:  # Xvfb takes the lock before it makes the socket, so a socket without a lock is stale
+        try:
             os.unlink(sock)
         except OSError:
             return False
