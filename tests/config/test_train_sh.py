@@ -183,3 +183,26 @@ def test_env_example_documents_every_variable_and_holds_no_values():
     for line in text.splitlines():
         if line and not line.startswith("#"):
             assert line.split("=", 1)[1].split("#")[0].strip() == "", line
+
+
+def test_real_run_execs_the_launcher_with_the_dry_run_argv_and_the_token_in_the_environment(tmp_path):
+    """STAND-IN for scripts/env.sh and the launcher: the copy's env.sh puts a `python` first on PATH that
+    records its argv, working directory and PROJECT_TOKEN. Checks the hand-over, not the launcher."""
+    script = copy_example(tmp_path)
+    repo = script.parent.parent.parent
+    (script.parent / "cua_rl").mkdir()
+    (script.parent / "cua_rl" / "launch.py").write_text("# stand-in\n")
+    bin_dir, record = tmp_path / "bin", tmp_path / "record.txt"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(
+        f'#!/bin/bash\n{{ pwd; echo "TOKEN=${{PROJECT_TOKEN:-}}"; printf "%s\\n" "$@"; }} > {record}\n')
+    (bin_dir / "python").chmod(0o755)
+    (repo / "scripts").mkdir()
+    (repo / "scripts" / "env.sh").write_text(f'export PATH="{bin_dir}:$PATH"\n')
+    args = ["--gym", "http://127.0.0.1:5010", "--gym-id", "g1", "--project-token", "SECRET", "max_turns=4"]
+    dry = run(["--dry-run", *args], script=script, cwd=tmp_path)
+    real = run(args, script=script, cwd=tmp_path)
+    assert real.returncode == 0, real.stderr
+    cwd, token, *argv = record.read_text().splitlines()
+    assert cwd == str(repo) and token == "TOKEN=SECRET"
+    assert ["python", *argv] == dry.argv and "SECRET" not in " ".join(argv)
