@@ -1,0 +1,142 @@
+"""The gym's HTTP contract through the genv client, on real desktops: shapes, errors, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+
+import httpx
+import pytest
+from PIL import Image
+
+from cua_rl.genv import GenvClient, GenvError
+from cua_rl.local_gym import start_gym_server
+
+from gym_helpers import descendants, wait_gone
+
+pytestmark = pytest.mark.desktop
+EDITOR_TASK = "001"   # mousepad on notes.txt; its solution types and saves
+
+
+def desktop_pids(gym, execution_id: str) -> set[int]:
+    return descendants(gym.manager.executions[execution_id].desktop.pids())
+
+
+async def test_tasks_and_execution_contract(gym):
+    async with GenvClient(gym.url, gym.gym_id) as c:
+        tasks = await c.list_tasks()
+        assert len(tasks) >= 40
+        task = await c.get_task("001")
+        assert task.id == tasks[0].id and task.instruction and task.difficulty in ("easy", "normal", "hard")
+        with pytest.raises(GenvError) as err:
+            await c.get_task("999")
+        assert err.value.status_code == 404 and "999" in err.value.detail
+
+        async with c.execution(EDITOR_TASK) as ex:
+            assert isinstance(ex.execution_id, str) and ex.execution_id
+            status = await c.get_execution(ex.execution_id)
+            assert status["execution_id"] == ex.execution_id and status["status"] == "running"
+            assert status["task_id"] == task.id and status["screen"] == {"width": 1280, "height": 800}
+
+            png = await c.screenshot(ex.execution_id)
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and Image.open(io.BytesIO(png)).size == (1280, 800)
+            jpeg = await c.screenshot(ex.execution_id, format="jpeg")
+            assert jpeg[:2] == b"\xff\xd8" and Image.open(io.BytesIO(jpeg)).size == (1280, 800)
+
+            first = await c.evaluate(ex.execution_id)
+            raw = first.raw
+            assert raw["success"] is False and 0 <= raw["result"]["score"] < 1
+            for v in raw["result"]["validators"]:
+                assert {"id", "pass", "score", "weight"} <= set(v)
+            assert first.reward == pytest.approx(raw["result"]["score"])
+
+            reply = await c.act(ex.execution_id, {"type": "key", "keys": ["ctrl", "end"]})
+            assert reply["ok"] is True and "screen_changed" in reply
+            reply = await c.act(ex.execution_id, {"type": "type", "text": "Buy milk"})
+            assert reply == {"ok": True, "screen_changed": True}
+            assert await c.screenshot(ex.execution_id) != png
+            await c.act(ex.execution_id, {"type": "key", "keys": ["ctrl", "s"]})
+            done = await c.evaluate(ex.execution_id)
+            assert done.reward == 1.0 and done.success is True
+            pids = desktop_pids(gym, ex.execution_id)
+            assert len(pids) >= 5  # Xvfb, openbox, bwrap (x2), dbus, the editor
+
+        assert wait_gone(pids) == set(), "terminate left desktop processes behind"
+        for call in (c.get_execution(ex.execution_id), c.terminate(ex.execution_id),
+                     c.act(ex.execution_id, {"type": "wait", "ms": 1})):
+            with pytest.raises(GenvError) as err:
+                await call
+            assert err.value.status_code == 404
+
+
+async def test_bad_input_is_rejected_and_desktop_stays_usable(gym):
+    async with GenvClient(gym.url, gym.gym_id) as c:
+        with pytest.raises(GenvError) as err:
+            await c.create_execution("no-such-task")
+        assert err.value.status_code == 404
+        async with c.execution(EDITOR_TASK) as ex:
+            eid = ex.execution_id
+            cases = [({"type": "click", "x": 1.2, "y": 0.5}, 422, "outside the screen"),
+                     ({"type": "click", "x": 0.5}, 422, "missing y"),
+                     ({"type": "jump"}, 422, "unknown action type"),
+                     ({"type": "key", "keys": ["ctrl", "bogus"]}, 422, "unknown key"),
+                     ({"type": "type", "text": "x" * 10_000}, 413, "at most")]
+            for action, status, words in cases:
+                with pytest.raises(GenvError) as err:
+                    await c.act(eid, action)
+                assert err.value.status_code == status and words in err.value.detail, (action, err.value)
+            async with httpx.AsyncClient() as h:  # not JSON at all
+                r = await h.post(f"{gym.url}/api/v1/{gym.gym_id}/executions/{eid}/actions", content=b"{nope")
+                assert r.status_code == 422 and "JSON" in r.json()["detail"]
+                r = await h.get(f"{gym.url}/api/v1/{gym.gym_id}/executions/{eid}/screenshot?format=gif")
+                assert r.status_code == 422
+                r = await h.get(f"{gym.url}/api/v1/other-gym/tasks")
+                assert r.status_code == 404 and "unknown gym" in r.json()["detail"]
+            # nothing above touched the desktop: the task is still solvable, and only our text lands
+            await c.act(eid, {"type": "key", "keys": ["ctrl", "end"]})
+            await c.act(eid, {"type": "type", "text": "Buy milk"})
+            await c.act(eid, {"type": "key", "keys": ["ctrl", "s"]})
+            assert (await c.evaluate(eid)).reward == 1.0
+        with pytest.raises(GenvError) as err:
+            await c.get_execution("0" * 32)
+        assert err.value.status_code == 404
+
+
+async def test_cap_pool_reaper_and_shutdown():
+    """Separate small server: concurrency cap (429), warm pool, TTL reaper, shutdown ends every desktop."""
+    server = start_gym_server(port=0, max_executions=2, pool_size=1, max_spares=1, prewarm=["012"],
+                              ttl_s=1.5, reap_interval_s=0.2)
+    all_pids: set[int] = set()
+    try:
+        async with GenvClient(server.url, server.gym_id) as c:
+            deadline = time.monotonic() + 30
+            while server.manager.pool_stats()["spares"] < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            warm = await c.create_execution("012")
+            assert warm.raw["warm"] is True
+            cold = await c.create_execution("001")
+            assert cold.raw["warm"] is False
+            for eid in (warm.execution_id, cold.execution_id):
+                all_pids |= desktop_pids(server, eid)
+            with pytest.raises(GenvError) as err:
+                await c.create_execution("001")
+            assert err.value.status_code == 429 and "concurrency cap" in err.value.detail
+
+            # keep one alive with activity, let the other go idle past its TTL
+            for _ in range(12):
+                await c.get_execution(cold.execution_id)
+                await asyncio.sleep(0.25)
+            with pytest.raises(GenvError) as err:
+                await c.get_execution(warm.execution_id)
+            assert err.value.status_code == 404
+            await c.get_execution(cold.execution_id)
+            deadline = time.monotonic() + 30
+            while server.manager.pool_stats()["spares"] < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            for dq in server.manager._spares.values():
+                for desk in dq:
+                    all_pids |= descendants(desk.pids())
+    finally:
+        server.stop()
+    assert all_pids and wait_gone(all_pids) == set(), "shutdown left desktop processes behind"

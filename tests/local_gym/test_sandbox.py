@@ -1,0 +1,113 @@
+"""Isolation, probed from inside: shell commands typed into a sandboxed terminal through the API.
+
+Each probe writes its outcome into the execution's HOME, which the test reads from the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cua_rl.genv import GenvClient
+
+from gym_helpers import descendants, wait_gone
+
+pytestmark = pytest.mark.desktop
+TERMINAL_TASK = "012"   # xterm, maximised, focused
+
+
+async def _wait_file(path: Path, timeout_s: float = 15.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("rc=") >= 1 and path.read_text().endswith("\n"):
+            return path.read_text()
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"probe never wrote {path.name}")
+
+
+async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
+    secret = "HOST-SECRET-" + secrets.token_hex(8)
+    host_file = Path(f"/tmp/cua-probe-{secrets.token_hex(4)}.txt")
+    host_file.write_text(secret + "\n")
+    os.chmod(host_file, 0o644)          # world-readable: only the sandbox can keep it out
+    gym_port = int(gym.url.rsplit(":", 1)[1])
+    try:
+        async with GenvClient(gym.url, gym.gym_id) as c:
+            async with c.execution(TERMINAL_TASK) as a, c.execution(TERMINAL_TASK) as b:
+                mine = gym.manager.executions[a.execution_id].desktop
+                other = gym.manager.executions[b.execution_id].desktop
+                probes = [
+                    f"{{ cat {host_file}; cat /work/main/pyproject.toml; ls /root; }} > files.txt 2>&1; "
+                    f"echo rc=$? >> files.txt",
+                    f"timeout 3 bash -c 'echo > /dev/tcp/127.0.0.1/{gym_port}' > net.txt 2>&1; echo rc=$? >> net.txt; "
+                    f"timeout 3 bash -c 'echo > /dev/tcp/1.1.1.1/80' >> net.txt 2>&1; echo rc=$? >> net.txt",
+                    f"xdpyinfo -display {other.display} > /dev/null 2> dpy.txt; echo rc=$? >> dpy.txt; "
+                    f"xdpyinfo -display {mine.display} | head -1 > own.txt; echo rc=$? >> own.txt",
+                    "id -u > who.txt; touch /usr/probe 2>> who.txt; echo rc=$? >> who.txt",
+                ]
+                for cmd in probes:
+                    await c.act(a.execution_id, {"type": "type", "text": cmd + "\n"})
+                home = mine.home
+                files = await _wait_file(home / "files.txt")
+                net = await _wait_file(home / "net.txt")
+                dpy = await _wait_file(home / "dpy.txt")
+                own = await _wait_file(home / "own.txt")
+                who = await _wait_file(home / "who.txt")
+    finally:
+        host_file.unlink()
+    assert secret not in files and "[build-system]" not in files and "No such file" in files, files
+    assert net.count("rc=") == 2 and "rc=0" not in net, net
+    assert "unable to open display" in dpy and "rc=0" not in dpy, dpy
+    assert "name of display" in own, own   # the probe itself works: its own display is reachable
+    uid_line, *rest = who.splitlines()
+    assert int(uid_line) != 0 and "Read-only file system" in who and who.strip().endswith("rc=1"), who
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sigkill_of_the_server_leaves_no_desktop_process():
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "cua_rl.local_gym", "serve", "--port", str(port),
+                               "--max-executions", "4", "--pool-size", "1", "--max-spares", "2",
+                               "--prewarm", "012,001", "--log-level", "warning"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = httpx.get(f"{base}/health", timeout=2).json()
+                if health["pool"]["spares"] >= 2:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "gym did not come up"
+            time.sleep(0.2)
+        for task in ("001", "012"):
+            r = httpx.post(f"{base}/api/v1/desktop/tasks/{task}", json={}, timeout=60)
+            assert r.status_code == 200, r.text
+        time.sleep(1.0)  # let the pool start refilling too
+        procs = descendants([server.pid]) - {server.pid}
+        names = {open(f"/proc/{p}/comm").read().strip() for p in procs if os.path.exists(f"/proc/{p}/comm")}
+        assert {"Xvfb", "openbox", "bwrap", "dbus-daemon", "mousepad", "xterm"} <= names, names
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+        assert wait_gone(procs) == set(), "desktop processes outlived the SIGKILLed gym"
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)
