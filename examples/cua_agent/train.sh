@@ -57,12 +57,6 @@ EOF
 
 die() { echo "train.sh: $*" >&2; exit 2; }
 
-# Every variable a flag can come from (plus the few the run itself reads).
-ENV_VARS=(GYM_BASE_URL GYM_ID GBOX_MINI_AGENT_BASE_URL GBOX_AGENT STANDARD_ACTION_SPACE MODEL_BASE_URL
-          MODEL_NAME MONITOR_BASE_URL PROJECT_ID PROJECT_TOKEN BATCH_SIZE MAX_TURNS MAX_TASK_TIME
-          MAX_STEP_TIME MAX_CONCURRENT_ROLLOUTS GYM_TRAIN_RATIO GYM_SEED GYM_LIMIT GYM_TAGS
-          GYM_EVAL_NUMBER_RANGE CUA_CONFIG)
-
 # --- .env files: KEY=value lines, read as data (never executed); set variables are exported ------
 declare -A PRESET=()
 while IFS= read -r name; do PRESET[$name]=1; done < <(compgen -e)
