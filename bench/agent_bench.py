@@ -130,7 +130,7 @@ async def main() -> None:
                               "--log-level", "warning"], stdout=subprocess.DEVNULL)
     agent_url = f"http://127.0.0.1:{port}"
     try:
-        with start_gym_server(port=0, max_executions=6) as gym:
+        with start_gym_server(port=0, max_executions=6, display_base=800) as gym:  # clear of other gyms
             deadline = time.monotonic() + 60
             while True:
                 try:

@@ -44,7 +44,8 @@ def gym() -> Any:
     """The real embedded gym (Xvfb desktops); one per test module to amortise start-up."""
     from cua_rl.local_gym import start_gym_server
 
-    with start_gym_server(port=0, max_executions=6) as server:
+    # Own display range: other gyms on a shared host (launcher runs, other suites) hold the default :300+.
+    with start_gym_server(port=0, max_executions=6, display_base=700) as server:
         yield server
 
 

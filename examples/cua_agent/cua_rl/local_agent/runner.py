@@ -46,8 +46,8 @@ class AgentSettings:
     model_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=4, backoff_s=0.5))
     gym_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=4, backoff_s=0.5))
     send_token_hints: bool = True
-    keep_finished_runs: int = 256         # finished runs kept for GETs; the oldest are dropped first
-    finished_ttl_s: float = 3600.0
+    keep_finished_runs: int = 64          # finished runs kept for GETs (~2-3 MB each with screenshots)
+    finished_ttl_s: float = 900.0
 
 
 class RunFailed(Exception):
@@ -61,11 +61,13 @@ def _retryable_act_error(exc: GenvError) -> bool:
 
 
 class AgentRun:
-    """Drives one run; owns nothing but its record, its gym client and its model client."""
+    """Drives one run. It owns its record and history; the HTTP clients (model, gym) are shared by all
+    runs of the service, so a run costs no connection or TLS set-up of its own."""
 
     def __init__(self, record: RunRecord, request: RunRequest, settings: AgentSettings,
-                 http: httpx.AsyncClient, hints_supported: dict[str, bool]) -> None:
+                 http: httpx.AsyncClient, gym: GenvClient, hints_supported: dict[str, bool]) -> None:
         self.record = record
+        self.gym = gym
         self.req = request
         self.settings = settings
         self.format = get_format(request.agent)
@@ -91,9 +93,7 @@ class AgentRun:
         deadline = asyncio.timeout(limit)
         try:
             async with deadline:
-                env = self.req.env
-                async with GenvClient(env.gym_base_url, env.gym_id, retry=self.settings.gym_retry) as gym:
-                    await self._loop(gym)
+                await self._loop(self.gym)
         except asyncio.CancelledError:
             rec.finish(False, "cancelled" if rec.cancel_requested else "agent service shutting down",
                        status=CANCELLED)

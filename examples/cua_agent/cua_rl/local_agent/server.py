@@ -25,6 +25,7 @@ import httpx
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 
 from ..asgi_thread import ServedApp, serve_app_in_thread
+from ..genv import GenvClient
 from .formats import format_names
 from .record import RUNNING, RunRecord, parse_time
 from .runner import AgentRun, AgentSettings
@@ -42,6 +43,7 @@ class RunManager:
         self.tasks: dict[str, asyncio.Task] = {}
         self.hints_supported: dict[str, bool] = {}
         self.http: httpx.AsyncClient | None = None
+        self.gyms: dict[tuple[str, str], GenvClient] = {}  # (gymBaseUrl, gymId) -> shared client
 
     async def open(self) -> None:
         limits = httpx.Limits(max_connections=4 * self.settings.max_concurrent_runs, max_keepalive_connections=64)
@@ -57,6 +59,8 @@ class RunManager:
             await asyncio.gather(*tasks, return_exceptions=True)
         if self.http is not None:
             await self.http.aclose()
+        for gym in self.gyms.values():
+            await gym.aclose()
 
     @property
     def running(self) -> int:
@@ -71,7 +75,10 @@ class RunManager:
         record = RunRecord(run_id=run_id, request=request.redacted(), agent=request.agent)
         self.runs[run_id] = record
         assert self.http is not None, "RunManager.open() was not awaited"
-        run = AgentRun(record, request, self.settings, self.http, self.hints_supported)
+        key = (request.env.gym_base_url, request.env.gym_id)
+        if key not in self.gyms:
+            self.gyms[key] = GenvClient(*key, retry=self.settings.gym_retry)
+        run = AgentRun(record, request, self.settings, self.http, self.gyms[key], self.hints_supported)
         task = asyncio.create_task(run.run(), name=f"agent-run-{run_id}")
         self.tasks[run_id] = task
         task.add_done_callback(lambda _t, rid=run_id: self.tasks.pop(rid, None))
