@@ -59,6 +59,7 @@ async def test_qwen3_vl_run_solves_a_task_and_the_gym_scores_it_1(gym, model, ag
     assert all(e.data["durationMs"] >= 0 and e.data["action"]["rawResult"]["ok"] for e in executed)
     assert executed[0].data["action"]["gymAction"] == EDITOR.solution[0]
     assert events_of(result, "run_end")[0].data["ok"] is True
+    assert [e.type for e in result.events][-2:] == ["step_end", "run_end"]
     assert result.model_outputs[0].output["choices"][0]["token_ids"]  # full response kept
     async with httpx.AsyncClient(base_url=agent.url) as http:
         tokens = (await http.get(f"/runs/{result.run_id}/tokens")).json()["tokens"]

@@ -83,6 +83,7 @@ class AgentRun:
                                  history_images=request.history_images or settings.history_images)
         self.max_invalid = request.max_invalid_turns or settings.max_invalid_turns
         self.history: list[HistoryStep] = []
+        self.end_reason = ""
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -133,7 +134,8 @@ class AgentRun:
             else:
                 outcome = await self._step(gym, step, model_name, feedback)
             done, feedback = outcome
-            if done:
+            if done:  # finished here, after the step's step_end, so run_end is the last event
+                rec.finish(True, self.end_reason)
                 return
             consecutive_invalid = consecutive_invalid + 1 if feedback else 0
             if consecutive_invalid >= self.max_invalid:
@@ -189,7 +191,7 @@ class AgentRun:
                     if action.answer is not None:
                         rec.answer = action.answer
                     gym_s += await self._final_screenshot(gym)
-                    rec.finish(True, f"agent called {action.name} ({action.status})")
+                    self.end_reason = f"agent called {action.name} ({action.status})"
                     return True, None
             self._remember(step, shot, feedback, reply, turn)
             return False, None
