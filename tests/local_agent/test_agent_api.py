@@ -170,3 +170,21 @@ def test_cli_serves_and_validates_flags():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+async def test_stop_cancels_running_runs_and_returns_promptly():
+    agent = start_agent_server(settings=fast_settings())
+    with socket.socket() as listener:  # a gym that accepts connections and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        body = payload()
+        body["env"]["gymBaseUrl"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        async with httpx.AsyncClient(base_url=agent.url) as http:
+            run_id = (await http.post("/runs", json=body)).json()["runId"]
+        manager = agent.server.config.app.state.manager
+        record = manager.runs[run_id]
+        t0 = time.monotonic()
+        await asyncio.to_thread(agent.stop)
+        assert time.monotonic() - t0 < 15 and not agent.thread.is_alive()
+    assert record.status == "cancelled" and record.reason == "agent service shutting down"
+    assert record.events[-1]["type"] == "run_end"
