@@ -138,7 +138,8 @@ async def perform(action: Action, xin: XInput, width: int, height: int, state: d
     """Play ``action``; ``state`` carries per-execution timing (last typing time) across actions."""
     px = lambda f: min(int(f * width), width - 1)    # noqa: E731
     py = lambda f: min(int(f * height), height - 1)  # noqa: E731
-    run = asyncio.to_thread
+    async def run(fn, *args):  # XTEST calls are sub-millisecond: run inline, no thread hop
+        fn(*args)
     if action.type == "click":
         await run(xin.click, px(action.x), py(action.y), action.button, action.count)
     elif action.type == "press":

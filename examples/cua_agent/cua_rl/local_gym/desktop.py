@@ -147,7 +147,7 @@ class Desktop:
             desk._wait_for_windows(timeout_s)
             desk.xinput = XInput(desk.display)
             desk.screen = Screen(desk.display)
-            desk.screen.wait_stable(stable_s=0.15, timeout_s=3.0)
+            desk.screen.wait_stable(stable_s=0.1, timeout_s=3.0)
         except BaseException:
             desk.stop()
             raise
