@@ -262,3 +262,12 @@ async def test_unreachable_model_fails_the_run_after_retries(gym, agent):
     async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
         result = await run_to_end(agent, run_request(gym, eid, dead, "k"))
     assert not result.ok and "unreachable after 3 tries" in result.reason
+
+
+async def test_max_steps_ends_the_run_after_the_last_step(gym, model, agent):
+    scripted, base = model
+    key = scripted.script("endless", [qwen_call(action="wait", time=0)])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, base, key, max_steps=2))
+    assert not result.ok and result.reason == "maxSteps (2) reached without terminate or answer"
+    assert result.num_steps == 2 and len(scripted.requests[key]) == 2

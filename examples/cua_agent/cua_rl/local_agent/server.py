@@ -27,7 +27,7 @@ from fastapi import FastAPI, HTTPException, Query, Request, Response
 from ..asgi_thread import ServedApp, serve_app_in_thread
 from ..genv import GenvClient
 from .formats import format_names
-from .record import RUNNING, RunRecord, parse_time
+from .record import RunRecord, parse_time
 from .runner import AgentRun, AgentSettings
 from .schema import RunRequest
 
