@@ -1,0 +1,44 @@
+"""Keep the stdlib logging tree intact when AReaL is imported.
+
+Why: ``areal.utils.logging.getLogger`` (1.0.4) installs a *new* ``RootLogger`` and ``Manager`` on every
+call (to undo transformer_engine's config). Every ``logging.getLogger(__name__)`` made afterwards hangs
+off that detached WARNING-level root, which has no handlers: our INFO lines vanish even after
+``logging.basicConfig`` and WARNINGs only reach Python's last-resort stderr handler. ``keep_stdlib_logging``
+wraps AReaL's function so that, after it has configured its own loggers (which carry their own
+handlers), the process-wide root and manager are put back. Call it once, early, in every entry point
+that imports areal (train.py, the launcher); it is idempotent.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+_INSTALLED_FLAG = "_cua_keeps_stdlib_root"
+
+
+def keep_stdlib_logging() -> bool:
+    """Patch ``areal.utils.logging.getLogger``; returns False when areal is not installed."""
+    try:
+        from areal.utils import logging as areal_logging
+    except ImportError:
+        return False
+    original = areal_logging.getLogger
+    if getattr(original, _INSTALLED_FLAG, False):
+        return True
+    root, manager = logging.root, logging.Logger.manager
+    if manager.root is not root:  # areal already swapped them: find the interpreter's own manager
+        import asyncio.log  # its logger is made by the first manager whenever asyncio came before areal
+
+        manager = asyncio.log.logger.manager if asyncio.log.logger.manager.root is root else logging.Manager(root)
+    logging.Logger.root, logging.Logger.manager = root, manager
+
+    @functools.wraps(original)
+    def get_logger(*args, **kwargs):
+        result = original(*args, **kwargs)
+        logging.Logger.root, logging.Logger.manager = root, manager
+        return result
+
+    setattr(get_logger, _INSTALLED_FLAG, True)
+    areal_logging.getLogger = get_logger
+    return True
