@@ -140,3 +140,27 @@ async def test_cap_pool_reaper_and_shutdown():
     finally:
         server.stop()
     assert all_pids and wait_gone(all_pids) == set(), "shutdown left desktop processes behind"
+
+
+async def test_no_x_state_carries_over_to_the_next_execution():
+    """Caps Lock left on in one execution must not reach the next one of the same task (warm pool)."""
+    server = start_gym_server(port=0, max_executions=2, pool_size=1, max_spares=1, prewarm=[EDITOR_TASK])
+    try:
+        async with GenvClient(server.url, server.gym_id) as c:
+            async with c.execution(EDITOR_TASK) as first:
+                await c.act(first.execution_id, {"type": "key", "keys": ["capslock"]})
+                await c.act(first.execution_id, {"type": "type", "text": "shouting"})
+                await c.act(first.execution_id, {"type": "key", "keys": ["ctrl", "s"]})
+                home = server.manager.executions[first.execution_id].desktop.home
+                assert "SHOUTING" in (home / "notes.txt").read_text()  # Caps Lock really was on
+            deadline = time.monotonic() + 30
+            while server.manager.pool_stats()["spares"] < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            async with c.execution(EDITOR_TASK) as second:
+                assert second.raw["warm"] is True
+                await c.act(second.execution_id, {"type": "key", "keys": ["ctrl", "end"]})
+                await c.act(second.execution_id, {"type": "type", "text": "Buy milk"})
+                await c.act(second.execution_id, {"type": "key", "keys": ["ctrl", "s"]})
+                assert (await c.evaluate(second.execution_id)).reward == 1.0
+    finally:
+        server.stop()

@@ -54,6 +54,7 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
                     f"xdpyinfo -display {other.display} > /dev/null 2> dpy.txt; echo rc=$? >> dpy.txt; "
                     f"xdpyinfo -display {mine.display} | head -1 > own.txt; echo rc=$? >> own.txt",
                     "id -u > who.txt; touch /usr/probe 2>> who.txt; echo rc=$? >> who.txt",
+                    "{ ulimit -u; ulimit -f; df -k /tmp | tail -1; } > limits.txt; echo rc=$? >> limits.txt",
                 ]
                 for cmd in probes:
                     await c.act(a.execution_id, {"type": "type", "text": cmd + "\n"})
@@ -63,6 +64,8 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
                 dpy = await _wait_file(home / "dpy.txt")
                 own = await _wait_file(home / "own.txt")
                 who = await _wait_file(home / "who.txt")
+                limits = await _wait_file(home / "limits.txt")
+                sandbox_limits = gym.manager.opt.limits
     finally:
         host_file.unlink()
     assert secret not in files and "[build-system]" not in files and "No such file" in files, files
@@ -71,6 +74,10 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
     assert "name of display" in own, own   # the probe itself works: its own display is reachable
     uid_line, *rest = who.splitlines()
     assert int(uid_line) != 0 and "Read-only file system" in who and who.strip().endswith("rc=1"), who
+    nproc, fsize_blocks, df_line, _ = limits.splitlines()
+    assert int(nproc) == sandbox_limits.nproc, limits                 # fork bombs stop here
+    assert int(fsize_blocks) * 1024 == sandbox_limits.fsize_bytes, limits  # ulimit -f counts 1 KiB blocks
+    assert int(df_line.split()[1]) * 1024 == sandbox_limits.tmp_bytes, limits  # tmpfs /tmp is capped
 
 
 def _free_port() -> int:
@@ -111,3 +118,26 @@ def test_sigkill_of_the_server_leaves_no_desktop_process():
         if server.poll() is None:
             server.kill()
             server.wait(10)
+
+
+async def test_filling_home_past_its_quota_ends_the_execution():
+    from cua_rl.genv import GenvError
+    from cua_rl.local_gym import start_gym_server
+    from cua_rl.local_gym.desktop import SandboxLimits
+
+    server = start_gym_server(port=0, max_executions=1, pool_size=0, reap_interval_s=0.2,
+                              limits=SandboxLimits(home_bytes=2 << 20))
+    try:
+        async with GenvClient(server.url, server.gym_id) as c:
+            ex = await c.create_execution(TERMINAL_TASK)
+            pids = descendants(server.manager.executions[ex.execution_id].desktop.pids())
+            await c.act(ex.execution_id, {"type": "type", "text": "head -c 5000000 /dev/zero > big.bin\n"})
+            deadline = time.monotonic() + 20
+            while ex.execution_id in server.manager.executions and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            with pytest.raises(GenvError) as err:
+                await c.get_execution(ex.execution_id)
+            assert err.value.status_code == 404
+            assert wait_gone(pids) == set()
+    finally:
+        server.stop()

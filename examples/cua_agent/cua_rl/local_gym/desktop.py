@@ -69,6 +69,7 @@ class SandboxLimits:
     fsize_bytes: int = 64 << 20  # largest file an app may write
     tmp_bytes: int = 64 << 20    # size of the sandbox's tmpfs /tmp
     nofile: int = 4096
+    home_bytes: int = 256 << 20  # HOME quota, enforced by the gym's watchdog (HOME is a host folder)
 
 
 def _openbox_rules(spec: DesktopSpec) -> str:
@@ -131,6 +132,21 @@ class Desktop:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
+
+    def home_usage(self, cap: int) -> int:
+        """Bytes under HOME (stops counting past ``cap``); symlinks are not followed."""
+        total, todo = 0, [str(self.home)]
+        while todo and total <= cap:
+            try:
+                with os.scandir(todo.pop()) as it:
+                    for entry in it:
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_blocks * 512
+            except OSError:
+                continue
+        return total
 
     # -- start --------------------------------------------------------------------------------------
     @classmethod

@@ -295,10 +295,15 @@ class GymManager:
         while not self._closed:
             await asyncio.sleep(self.opt.reap_interval_s)
             now = time.monotonic()
+            quota = self.opt.limits.home_bytes
             for eid, ex in list(self.executions.items()):
                 if now - ex.last_used > self.opt.ttl_s and not ex.lock.locked():
                     logger.warning("reaping execution %s: idle %.0f s (ttl %.0f s)", eid, now - ex.last_used,
                                    self.opt.ttl_s)
+                    await self.terminate(eid)
+                elif await asyncio.to_thread(ex.desktop.home_usage, quota) > quota:
+                    # The disk limit: a HOME over quota ends its execution (the agent filled the disk).
+                    logger.warning("ending execution %s: HOME over its %d MiB quota", eid, quota >> 20)
                     await self.terminate(eid)
 
     async def close(self) -> None:

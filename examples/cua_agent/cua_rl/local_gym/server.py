@@ -139,8 +139,12 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         if not 1 <= quality <= 100:
             raise HTTPException(422, "quality must be in 1..100")
         screen = ex.desktop.screen
-        raw = screen.grab()
-        data = screen.cached(raw, fmt, quality) or await asyncio.to_thread(screen.encode, raw, fmt, quality)
+        try:
+            raw = screen.grab()
+            data = screen.cached(raw, fmt, quality) or await asyncio.to_thread(screen.encode, raw, fmt, quality)
+        except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
+            logger.error("screenshot of %s failed: %s", eid, exc)
+            raise HTTPException(503, f"desktop of execution {eid} is not responding: {exc}") from exc
         return Response(data, media_type=f"image/{fmt}")
 
     @app.post("/api/v1/{gym_id}/executions/{eid}/actions")
@@ -159,15 +163,22 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
             if eid not in state["manager"].executions:
                 raise HTTPException(404, f"execution {eid!r} was terminated")
             d = ex.desktop
-            before = d.screen.grab()
+            try:
+                before = d.screen.grab()
+            except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
+                raise HTTPException(503, f"desktop of execution {eid} is not responding: {exc}") from exc
             try:
                 await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
             except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
                 logger.warning("action %s on %s failed: %s", action.type, eid, exc)
-                await asyncio.to_thread(d.xinput.reset_modifiers)
+                with contextlib.suppress(Exception):
+                    d.xinput.reset_modifiers()
                 return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "screen_changed": False}
             wait = CHANGE_WAIT_S.get(action.type, 0.0)
-            changed, frame = await settle(ex, before, wait)
+            try:
+                changed, frame = await settle(ex, before, wait)
+            except Exception as exc:  # noqa: BLE001
+                raise HTTPException(503, f"desktop of execution {eid} is not responding: {exc}") from exc
             ex.last_used = time.monotonic()
             # The agent's next call is almost always a PNG screenshot of this very frame: start on it now.
             asyncio.get_running_loop().run_in_executor(None, d.screen.encode, frame, "png")
