@@ -86,7 +86,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_sigkill_of_the_server_leaves_no_desktop_process():
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_killing_the_server_leaves_no_desktop_process(sig):
+    """SIGKILL: no cleanup code runs, the kernel's parent-death signal must do it. SIGTERM: orderly shutdown."""
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "cua_rl.local_gym", "serve", "--port", str(port),
                                "--max-executions", "4", "--pool-size", "1", "--max-spares", "2",
@@ -111,9 +113,15 @@ def test_sigkill_of_the_server_leaves_no_desktop_process():
         procs = descendants([server.pid]) - {server.pid}
         names = {open(f"/proc/{p}/comm").read().strip() for p in procs if os.path.exists(f"/proc/{p}/comm")}
         assert {"Xvfb", "openbox", "bwrap", "dbus-daemon", "mousepad", "xterm"} <= names, names
-        server.send_signal(signal.SIGKILL)
-        server.wait(10)
-        assert wait_gone(procs) == set(), "desktop processes outlived the SIGKILLed gym"
+        workdirs = [p.parent for p in Path("/tmp").glob("cua-gym-*/server.pid")
+                    if p.read_text().strip() == str(server.pid)]
+        assert len(workdirs) == 1
+        server.send_signal(sig)
+        code = server.wait(30)
+        assert code in ((0, -signal.SIGTERM) if sig == signal.SIGTERM else (-signal.SIGKILL,))
+        if sig == signal.SIGTERM:  # the orderly shutdown ran: it removes its work folder last
+            assert not workdirs[0].exists()
+        assert wait_gone(procs) == set(), f"desktop processes outlived the gym ({sig.name})"
     finally:
         if server.poll() is None:
             server.kill()
