@@ -33,7 +33,14 @@ fi
 # --- Python environment, keyed by what decides its contents ----------------------------------
 # Bump ENV_REVISION when the way the environment is built changes; pyproject.toml covers the rest.
 ENV_REVISION=1
-key="$( (echo "$ENV_REVISION"; cat "$ROOT/pyproject.toml") | sha256sum | cut -c1-16)"
+# Only what decides the environment's contents counts, so edits to tool settings reuse it.
+deps="$("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
+import json, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print(json.dumps([project.get(k) for k in ("requires-python", "dependencies", "optional-dependencies")], sort_keys=True))
+PY
+)"
+key="$( (echo "$ENV_REVISION"; echo "$deps") | sha256sum | cut -c1-16)"
 VENV="$CUA_RL_HOME/venv-$key"
 TOOLS="$CUA_RL_HOME/tools"
 export UV_CACHE_DIR="$CUA_RL_HOME/uv-cache" UV_PYTHON_DOWNLOADS=never
