@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 # Settling after an action (measurements §4): wait up to CHANGE_WAIT for the first changed pixels, then
 # until the screen is unchanged for STABLE, at most MAX_SETTLE in all. Keys and clicks may open dialogs,
 # whose first pixels come 80-300 ms later; typed characters show within ~10-20 ms.
-POLL_S, STABLE_S, MAX_SETTLE_S = 0.008, 0.016, 2.0
+POLL_S, STABLE_S, MAX_SETTLE_S = 0.006, 0.012, 2.0
 CHANGE_WAIT_S = {"key": 0.3, "click": 0.3, "press": 0.3, "type": 0.12, "scroll": 0.12, "drag": 0.12}
 
 
@@ -139,6 +139,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         if not 1 <= quality <= 100:
             raise HTTPException(422, "quality must be in 1..100")
         screen = ex.desktop.screen
+        ex.state["shot_format"] = (fmt, quality)
         try:
             raw = screen.grab()
             data = screen.cached(raw, fmt, quality) or await asyncio.to_thread(screen.encode, raw, fmt, quality)
@@ -180,8 +181,10 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
             except Exception as exc:  # noqa: BLE001
                 raise HTTPException(503, f"desktop of execution {eid} is not responding: {exc}") from exc
             ex.last_used = time.monotonic()
-            # The agent's next call is almost always a PNG screenshot of this very frame: start on it now.
-            asyncio.get_running_loop().run_in_executor(None, d.screen.encode, frame, "png")
+            # The agent's next call is almost always a screenshot of this very frame, in the format it
+            # asked for last time: start encoding it now.
+            fmt, quality = ex.state.get("shot_format", ("png", 85))
+            asyncio.get_running_loop().run_in_executor(None, d.screen.encode, frame, fmt, quality)
         return {"ok": True, "screen_changed": changed}
 
     @app.post("/api/v1/{gym_id}/executions/{eid}/evaluate")
