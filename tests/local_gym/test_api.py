@@ -164,3 +164,24 @@ async def test_no_x_state_carries_over_to_the_next_execution():
                 assert (await c.evaluate(second.execution_id)).reward == 1.0
     finally:
         server.stop()
+
+
+async def test_pointer_actions_drag_right_click_scroll(gym):
+    """Mouse-only: dragging a file icon onto a folder in the file manager moves it on disk (task 027)."""
+    async with GenvClient(gym.url, gym.gym_id) as c:
+        async with c.execution("027") as ex:
+            eid = ex.execution_id
+            # icons in the maximised file manager, sorted: Archive at (206, 118), old-notes.txt at (300, 118)
+            reply = await c.act(eid, {"type": "drag", "x": 300 / 1280, "y": 118 / 800,
+                                      "x2": 206 / 1280, "y2": 118 / 800})
+            assert reply["ok"] is True
+            deadline = time.monotonic() + 5
+            while (await c.evaluate(eid)).reward < 1.0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert (await c.evaluate(eid)).reward == 1.0
+            menu = await c.act(eid, {"type": "click", "x": 0.6, "y": 0.6, "button": "right"})
+            assert menu == {"ok": True, "screen_changed": True}       # the context menu opened
+            closed = await c.act(eid, {"type": "key", "keys": ["Escape"]})
+            assert closed == {"ok": True, "screen_changed": True}
+            assert (await c.act(eid, {"type": "scroll", "x": 0.6, "y": 0.6, "dy": 3}))["ok"] is True
+            assert (await c.act(eid, {"type": "tap", "x_norm": 0.6, "y_norm": 0.9}))["ok"] is True

@@ -101,9 +101,27 @@ def _read_line(fd: int, timeout_s: float) -> str:
     return buf.decode(errors="replace").strip()
 
 
-def _rlimits(limits: SandboxLimits):
+def _tasks_of_uid(uid: int) -> int:
+    """Processes and threads owned by ``uid`` (what RLIMIT_NPROC counts)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                st = os.stat(f"/proc/{entry}")
+                if st.st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                continue
+    return count
+
+
+def _rlimits(limits: SandboxLimits, uid: int):
+    # RLIMIT_NPROC counts every task of the real uid. As root each slot has a uid of its own; otherwise
+    # the sandbox shares the server's uid, so the cap is "what runs now + nproc".
+    nproc = limits.nproc if os.geteuid() == 0 else _tasks_of_uid(uid) + limits.nproc
+
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.fsize_bytes, limits.fsize_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.nofile, limits.nofile))
     return apply
@@ -269,7 +287,7 @@ class Desktop:
         log = open(self.root / "apps.log", "wb")
         try:
             proc = procs.popen(argv, uid=self.uid, env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log,
-                               cwd=str(self.root), preexec=_rlimits(limits))
+                               cwd=str(self.root), preexec=_rlimits(limits, self.uid))
         finally:
             log.close()
         self.procs.append(proc)
