@@ -107,3 +107,12 @@ def test_mobile_aliases_map_onto_desktop_actions():
     assert parse_action({"type": "long_press", "x": 0.5, "y": 0.5}).type == "press"
     assert parse_action({"type": "key", "key": "back"}).type == "key"
     assert parse_action({"type": "wait", "duration_ms": 20}).ms == 20
+
+
+def test_key_combos_in_any_spelling():
+    from cua_rl.local_gym.xinput import keysym_for_name
+    ctrl_s = [keysym_for_name("ctrl"), keysym_for_name("s")]
+    for raw in ({"keys": ["ctrl", "s"]}, {"keys": ["ctrl+s"]}, {"keys": "ctrl+s"}, {"key": "ctrl+s"}):
+        assert parse_action({"type": "key", **raw}).keysyms == ctrl_s, raw
+    assert parse_action({"type": "key", "keys": ["+"]}).keysyms == [ord("+")]
+    assert parse_action({"type": "key", "keys": ["ctrl", "plus"]}).keysyms[1] == ord("+")

@@ -116,6 +116,8 @@ def parse_action(raw: object) -> Action:
             keys = MOBILE_KEYS.get(key.lower()) or key.replace("+", " ").split()
         if isinstance(keys, str):
             keys = keys.replace("+", " ").split()
+        if isinstance(keys, list) and all(isinstance(k, str) for k in keys):  # ["ctrl+s"] == ["ctrl", "s"]
+            keys = [part for k in keys for part in (k.split("+") if len(k) > 1 and "+" in k.strip("+") else [k])]
         if not isinstance(keys, list) or not keys or len(keys) > 6 or not all(isinstance(k, str) for k in keys):
             raise ActionError(422, "key needs 'keys': a list of 1-6 key names, e.g. [\"ctrl\", \"s\"]")
         syms = []
