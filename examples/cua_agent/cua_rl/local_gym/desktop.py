@@ -258,9 +258,9 @@ class Desktop:
 
     def bwrap_argv(self, limits: SandboxLimits) -> list[str]:
         sock = f"/tmp/.X11-unix/X{self.display_num}"
-        launcher = "; ".join([f"cd {SANDBOX_HOME}"] + [app_command(a.name, list(a.args)) + " &"
-                                                        for a in self.spec.apps] + ["wait"])
-        launcher = launcher.replace("&;", "&")
+        # every app in the background, then wait: the sandbox lives while any app does
+        apps = " ".join(app_command(a.name, list(a.args)) + " &" for a in self.spec.apps)
+        launcher = f"cd {SANDBOX_HOME}; {apps} wait"
         env = {"HOME": SANDBOX_HOME, "USER": "user", "LOGNAME": "user", "SHELL": "/bin/bash",
                "PATH": "/usr/local/bin:/usr/bin:/bin", "DISPLAY": self.display, "LANG": "C.UTF-8",
                "GSETTINGS_BACKEND": "keyfile", "NO_AT_BRIDGE": "1", "GTK_OVERLAY_SCROLLING": "0",

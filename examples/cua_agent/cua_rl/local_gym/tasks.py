@@ -8,7 +8,6 @@ solution (desktop actions) that the tests play through the HTTP API to prove the
 from __future__ import annotations
 
 import re
-from functools import cached_property
 from pathlib import Path
 
 import yaml
