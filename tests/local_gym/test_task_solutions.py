@@ -21,7 +21,7 @@ async def _play(client: GenvClient, task, shots_dir) -> tuple[float, float, list
         for action in task.solution:
             reply = await client.act(ex.execution_id, action)
             assert reply["ok"], (task.task_id, action, reply)
-        after = await client.evaluate(ex.execution_id)
+        after = await client.evaluate(ex.execution_id, answer_text=task.answer)
         if after.reward != 1.0:  # keep the evidence: what the desktop looked like at the end
             (shots_dir / f"{task.task_id}.png").write_bytes(await client.screenshot(ex.execution_id))
         return before.reward, after.reward, after.raw["result"]["validators"]

@@ -116,3 +116,14 @@ def test_key_combos_in_any_spelling():
         assert parse_action({"type": "key", **raw}).keysyms == ctrl_s, raw
     assert parse_action({"type": "key", "keys": ["+"]}).keysyms == [ord("+")]
     assert parse_action({"type": "key", "keys": ["ctrl", "plus"]}).keysyms[1] == ord("+")
+
+
+def test_answer_validator_reads_answer_text_or_execution_data(tmp_path: Path):
+    from cua_rl.local_gym.validators import answer_from
+    task = _task([{"id": "a", "type": "answer_matches", "pattern": "12"}])
+    assert evaluate(tmp_path, task.validators, None)["success"] is False
+    assert evaluate(tmp_path, task.validators, " 12\n")["success"] is True
+    assert evaluate(tmp_path, task.validators, "112")["success"] is False
+    assert answer_from({"answer_text": "12"}) == "12"
+    assert answer_from({"execution_data": {"answer": "12"}}) == "12"   # where the original workflow put it
+    assert answer_from({}) is None

@@ -190,7 +190,12 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
     @app.post("/api/v1/{gym_id}/executions/{eid}/evaluate")
     async def evaluate(gym_id: str, eid: str, request: Request) -> dict:
         ex = execution(gym_id, eid)
-        result = await asyncio.to_thread(validators.evaluate, ex.desktop.home, ex.task.validators)
+        try:
+            body = await request.json() if await request.body() else {}
+        except ValueError as exc:
+            raise HTTPException(422, "evaluate body must be JSON (or empty)") from exc
+        answer = validators.answer_from(body) if isinstance(body, dict) else None
+        result = await asyncio.to_thread(validators.evaluate, ex.desktop.home, ex.task.validators, answer)
         result["execution_id"] = eid
         result["task_id"] = ex.task.task_id
         return result

@@ -20,7 +20,7 @@ TASKS_DIR = Path(__file__).parent / "tasks"
 CATEGORIES = ("text_editor", "file_manager", "terminal", "app_settings", "multi_step")
 DIFFICULTIES = ("easy", "normal", "hard")
 VALIDATOR_TYPES = ("file_exists", "file_absent", "file_equals", "file_contains", "file_not_contains",
-                   "file_matches", "dir_exists", "dir_entries", "ini_value")
+                   "file_matches", "dir_exists", "dir_entries", "ini_value", "answer_matches")
 
 
 class AppSpec(BaseModel):
@@ -45,7 +45,10 @@ class Setup(BaseModel):
 
 
 class ValidatorSpec(BaseModel):
-    """One check. ``path`` is relative to the execution's HOME; the other fields depend on ``type``."""
+    """One check. ``path`` is relative to the execution's HOME; the other fields depend on ``type``.
+
+    ``answer_matches`` checks the agent's final answer (evaluate's ``answer_text``) against ``pattern``
+    (re.fullmatch after stripping, case-insensitive) and needs no path."""
 
     model_config = ConfigDict(extra="forbid")
     id: str
@@ -63,13 +66,14 @@ class ValidatorSpec(BaseModel):
     @model_validator(mode="after")
     def _fields_for_type(self) -> "ValidatorSpec":
         need = {"file_equals": ["text"], "file_contains": ["text"], "file_not_contains": ["text"],
-                "file_matches": ["pattern"], "dir_entries": ["names"], "ini_value": ["section", "key", "value"]}
+                "file_matches": ["pattern"], "dir_entries": ["names"], "ini_value": ["section", "key", "value"],
+                "answer_matches": ["pattern"]}
         if self.type not in VALIDATOR_TYPES:
             raise ValueError(f"unknown validator type {self.type!r}")
         missing = [f for f in need.get(self.type, []) if getattr(self, f) is None]
         if missing:
             raise ValueError(f"validator {self.id}: type {self.type} needs {missing}")
-        if not self.path:
+        if not self.path and self.type != "answer_matches":
             raise ValueError(f"validator {self.id}: needs a path")
         if self.pattern is not None:
             re.compile(self.pattern)
@@ -86,6 +90,7 @@ class TaskDef(BaseModel):
     setup: Setup
     validators: list[ValidatorSpec] = Field(min_length=1)
     solution: list[dict] = Field(min_length=1)
+    answer: str | None = None            # the reference solution's final answer, for answer_matches tasks
 
     @field_validator("number")
     @classmethod

@@ -51,9 +51,15 @@ def _norm(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).rstrip("\n")
 
 
-def check(home: Path, spec: ValidatorSpec) -> ValidatorResult:
+def check(home: Path, spec: ValidatorSpec, answer: str | None = None) -> ValidatorResult:
     def result(ok: bool, msg: str) -> ValidatorResult:
         return ValidatorResult(spec.id, ok, 1.0 if ok else 0.0, spec.weight, msg)
+
+    if spec.type == "answer_matches":
+        if answer is None:
+            return result(False, "no answer was given")
+        ok = re.fullmatch(spec.pattern, answer.strip(), re.IGNORECASE | re.DOTALL) is not None
+        return result(ok, f"answer {'matches' if ok else 'does not match'} the expected one")
 
     path = _inside(home, spec.path)
     if path is None:
@@ -103,9 +109,22 @@ def check(home: Path, spec: ValidatorSpec) -> ValidatorResult:
     raise ValueError(f"unknown validator type {t}")
 
 
-def evaluate(home: Path, specs: list[ValidatorSpec]) -> dict:
+def answer_from(body: dict) -> str | None:
+    """The agent's answer from an evaluate body: ``answer_text``, else ``execution_data.answer`` (where the
+    original workflow actually put it, external-protocols §1.4)."""
+    if isinstance(body.get("answer_text"), str):
+        return body["answer_text"]
+    data = body.get("execution_data")
+    if isinstance(data, dict):
+        for key in ("answer_text", "answer"):
+            if isinstance(data.get(key), str):
+                return data[key]
+    return None
+
+
+def evaluate(home: Path, specs: list[ValidatorSpec], answer: str | None = None) -> dict:
     """The genv evaluate reply: ``{success, result: {score, success, validators: [...]}}``."""
-    results = [check(home, s) for s in specs]
+    results = [check(home, s, answer) for s in specs]
     total = sum(r.weight for r in results)
     score = sum(r.score * r.weight for r in results) / total if total else 0.0
     success = all(r.passed for r in results)
