@@ -77,8 +77,10 @@ def test_logprobs_are_full_vocab_at_temperature(served, tiny_dir, prompt_ids):
     got = torch.tensor(out.output_logprobs)
     assert torch.max(torch.abs(got - ref_t)) < 1e-4
     assert torch.max(torch.abs(got - ref_1)) > 1e-2
-    # every sampled token is inside the top-5 of its step
-    top5 = torch.topk(logits, 5, dim=-1).indices
+    # every sampled token is inside the top-5 of its step (placeholder tokens are never drawn)
+    drawable = logits.clone()
+    drawable[:, served.engine.never_sample] = float("-inf")
+    top5 = torch.topk(drawable, 5, dim=-1).indices
     assert all(t in row for t, row in zip(out.output_tokens, top5.tolist()))
 
 
@@ -94,6 +96,15 @@ def test_greedy_seed_and_top_k_one(served, prompt_ids):
     assert gen(temperature=1.0, seed=11) == gen(temperature=1.0, seed=11)
     samples = {tuple(gen(temperature=1.5, seed=s)) for s in range(4)}
     assert len(samples) > 1
+
+
+def test_vision_placeholders_are_never_sampled(served, prompt_ids):
+    never = set(served.engine.never_sample.tolist())
+    assert served.engine.image_token_id in never and len(never) >= 4
+    body = {"prompt": prompt_ids, "max_tokens": 300, "temperature": 3.0, "ignore_eos": True, "seed": 0,
+            "logprobs": 0}
+    ids = post(served, "/v1/completions", body).json()["choices"][0]["token_ids"]
+    assert len(ids) == 300 and not never & set(ids)
 
 
 def test_stop_token_ids_end_the_output(served, prompt_ids):
@@ -117,6 +128,15 @@ def test_concurrent_requests_do_not_interfere(served, prompt_ids):
     for a, b in zip(alone, together):
         assert a["token_ids"] == b["token_ids"]
         assert a["logprobs"]["token_logprobs"] == pytest.approx(b["logprobs"]["token_logprobs"], abs=1e-5)
+
+
+def test_concurrent_image_chats_do_not_interfere(served):
+    bodies = [{"messages": image_messages(png_b64(screenshot(seed=i))), "max_tokens": 5, "seed": i,
+               "temperature": 1.0, "logprobs": True, "ignore_eos": True} for i in range(3)]
+    alone = [post(served, "/v1/chat/completions", b).json()["choices"][0]["token_ids"] for b in bodies]
+    with ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(lambda b: post(served, "/v1/chat/completions", b).json(), bodies))
+    assert [t["choices"][0]["token_ids"] for t in together] == alone
 
 
 def test_chat_with_image_matches_offline_processor_ids(served, tiny_dir):

@@ -6,6 +6,7 @@ engine uses. See docs/cpu-backend.md.
 """
 
 from .launch import ModelServerProcess, start_model_server
+from .packed_attention import enable_packed_sdpa
 from .tiny import TinySpec, build_tiny
 
-__all__ = ["build_tiny", "TinySpec", "start_model_server", "ModelServerProcess"]
+__all__ = ["build_tiny", "TinySpec", "start_model_server", "ModelServerProcess", "enable_packed_sdpa"]

@@ -48,7 +48,7 @@ class GenResult:
     first_token_s: float | None = None
 
 
-@dataclass
+@dataclass(eq=False)   # identity semantics: requests are compared with `in` lists; fields hold tensors
 class _Request:
     prompt: Prompt
     params: SamplingParams
@@ -88,6 +88,9 @@ class TinyEngine:
         cfg = self.model.config
         self.image_token_id = cfg.image_token_id
         self.vocab_size = cfg.text_config.vocab_size
+        placeholders = [cfg.image_token_id, cfg.video_token_id, cfg.vision_start_token_id,
+                         cfg.vision_end_token_id, self.tokenizer.convert_tokens_to_ids("<|vision_pad|>")]
+        self.never_sample = torch.tensor(sorted({t for t in placeholders if isinstance(t, int) and t >= 0}))
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         self._queue: queue.Queue[_Request] = queue.Queue()
@@ -177,35 +180,48 @@ class TinyEngine:
     def _run(self) -> None:
         torch.set_grad_enabled(False)
         while not self._stop.is_set():
-            block = not self._active
             try:
-                while True:
-                    item = self._queue.get(block=block, timeout=None if block else 0)
-                    block = False
-                    if item is None:
-                        break
-                    self._active.append(item)
-            except queue.Empty:
-                pass
-            if self._stop.is_set():
-                break
-            for req in list(self._active):
+                self._admit(block=not self._active)
+                if self._stop.is_set():
+                    break
+                for req in list(self._active):
+                    self._advance(req)
+            except Exception:   # never let the worker die silently: fail what is active, keep serving
+                logger.exception("engine loop error")
                 with self._model_lock:
-                    if req not in self._active:       # aborted while we waited for the lock
-                        continue
-                    if req.aborted or req.epoch < self._abort_epoch:
-                        self._active.remove(req)
-                        self._finish(req, "abort", None)
-                        continue
-                    try:
-                        done = self._step(req)
-                    except Exception as exc:  # a bad request must not kill the worker
-                        logger.exception("generation failed")
-                        self._active.remove(req)
-                        self._fail(req, exc)
-                        continue
-                    if done:
-                        self._active.remove(req)
+                    for req in self._active:
+                        self._fail(req, RuntimeError("engine loop error"))
+                    self._active.clear()
+
+    def _admit(self, block: bool) -> None:
+        """Move queued requests into the active set (waiting for one when idle)."""
+        try:
+            while True:
+                item = self._queue.get(block=block)
+                block = False
+                if item is None:
+                    return
+                self._active.append(item)
+        except queue.Empty:
+            return
+
+    def _advance(self, req: _Request) -> None:
+        with self._model_lock:
+            if req not in self._active:       # aborted while we waited for the lock
+                return
+            if req.aborted or req.epoch < self._abort_epoch:
+                self._active.remove(req)
+                self._finish(req, "abort", None)
+                return
+            try:
+                done = self._step(req)
+            except Exception as exc:  # a bad request must not take the others down
+                logger.exception("generation failed")
+                self._active.remove(req)
+                self._fail(req, exc)
+                return
+            if done:
+                self._active.remove(req)
 
     def _positions(self, ids: torch.Tensor, grid: torch.Tensor | None) -> tuple[torch.Tensor, int]:
         """3-D M-RoPE positions of the prompt (as HF's get_rope_index) and the next text position."""
@@ -245,7 +261,7 @@ class TinyEngine:
             self._finish(req, "length", None)
             return True
         logp = scaled_logprobs(logits, p.temperature)
-        token = sample_token(logp, p, req.gen)
+        token = sample_token(logp, p, req.gen, self.never_sample)
         if req.first_token_s is None:
             req.first_token_s = time.perf_counter() - req.started
         req.out_ids.append(token)

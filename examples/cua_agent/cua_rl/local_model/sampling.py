@@ -90,11 +90,19 @@ def scaled_logprobs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.log_softmax(logits.float() / t, dim=-1)
 
 
-def sample_token(logp: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> int:
-    """Draw the next token from ``logp`` (already temperature-scaled) after top-k / top-p filtering."""
-    if params.greedy:
-        return int(torch.argmax(logp))
+def sample_token(logp: torch.Tensor, params: SamplingParams, gen: torch.Generator,
+                 never: torch.Tensor | None = None) -> int:
+    """Draw the next token from ``logp`` (already temperature-scaled) after top-k / top-p filtering.
+
+    ``never``: ids that are never drawn (input-only vision placeholders: a random tiny model would
+    otherwise emit <|image_pad|>, which breaks the trainer's image-feature count). Like top-k, this shapes
+    only the draw; the reported logprob stays the full-vocabulary one the trainer recomputes.
+    """
     filtered = logp.clone()
+    if never is not None and never.numel():
+        filtered[never] = float("-inf")
+    if params.greedy:
+        return int(torch.argmax(filtered))
     if params.top_k and params.top_k > 0 and params.top_k < filtered.numel():
         kth = torch.topk(filtered, params.top_k).values[-1]
         filtered[filtered < kth] = float("-inf")

@@ -1,0 +1,89 @@
+"""AReaL's own remote vLLM engine (RemotevLLMEngine) generating from ``cua-model serve`` (a real child
+process started the way training starts it), for text and image prompts, through an interruption."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from areal.api import ModelRequest
+from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
+from areal.engine.vllm_remote import RemotevLLMEngine
+from lm_helpers import png_b64, screenshot
+from PIL import Image
+from transformers import AutoProcessor
+
+from cua_rl.local_model import ModelServerProcess
+
+
+@pytest.fixture(scope="module")
+def server_proc(tiny_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("logs") / "serve.log"
+    with ModelServerProcess(tiny_dir, threads=1, log_path=log) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def engine(server_proc):
+    cfg = InferenceEngineConfig(backend="vllm:d1", experiment_name="lm-engine", trial_name=uuid.uuid4().hex,
+                                setup_timeout=60, request_timeout=120, max_concurrent_rollouts=4)
+    eng = RemotevLLMEngine(cfg)
+    eng.initialize(addr=[server_proc.addr])
+    yield eng
+    eng.destroy()
+
+
+@pytest.fixture(scope="module")
+def processor(tiny_dir):
+    return AutoProcessor.from_pretrained(tiny_dir)
+
+
+async def test_text_prompt_via_token_ids(engine, processor):
+    tok = processor.tokenizer
+    text = processor.apply_chat_template([{"role": "user", "content": "Open the editor."}],
+                                         add_generation_prompt=True, tokenize=False)
+    ids = tok.encode(text)
+    g = GenerationHyperparameters(max_new_tokens=12, temperature=1.0, stop_token_ids=[tok.eos_token_id])
+    resp = await engine.agenerate(ModelRequest(input_ids=ids, gconfig=g, tokenizer=tok))
+    assert resp.input_tokens == ids
+    assert 1 <= resp.output_len <= 12 and len(resp.output_logprobs) == resp.output_len
+    assert resp.stop_reason in ("stop", "length")
+    if resp.stop_reason == "stop":
+        assert resp.output_tokens[-1] == tok.eos_token_id
+    assert resp.output_versions == [0] * resp.output_len
+
+
+async def test_image_prompt_via_vision_messages(engine, processor):
+    """The image path AReaL's vLLM backend takes: ``vision_msg_vllm`` -> /v1/chat/completions."""
+    b64 = png_b64(screenshot(seed=3))
+    tok_msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Click OK."}]}]
+    vllm_msgs = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ""}},
+                                              {"type": "text", "text": "Click OK."}]}]
+    text = processor.apply_chat_template(tok_msgs, add_generation_prompt=True, tokenize=False)
+    import base64
+    import io
+    pil = Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB")
+    ids = processor(images=[pil], text=[text], return_tensors="pt")["input_ids"][0].tolist()
+    g = GenerationHyperparameters(max_new_tokens=10, temperature=1.0)
+    resp = await engine.agenerate(ModelRequest(input_ids=ids, image_data=[b64], vision_msg_vllm=[vllm_msgs],
+                                               gconfig=g, tokenizer=processor.tokenizer, processor=processor))
+    assert resp.input_tokens == ids
+    assert 1 <= resp.output_len <= 10 and len(resp.output_logprobs) == resp.output_len
+    assert all(lp <= 0 for lp in resp.output_logprobs)
+
+
+async def test_generation_survives_pause_and_continue(engine, processor):
+    """AReaL pauses servers around weight updates; agenerate must resume and still return a whole answer.
+    Token-id path: the partial output comes back with 'abort' and AReaL continues from it."""
+    ids = processor.tokenizer.encode("Type the text into the search box")
+    g = GenerationHyperparameters(max_new_tokens=400, temperature=1.0, ignore_eos=True)
+    task = asyncio.create_task(engine.agenerate(ModelRequest(input_ids=ids, gconfig=g)))
+    await asyncio.sleep(1.5)
+    await asyncio.to_thread(engine.pause_generation)
+    await asyncio.sleep(0.5)
+    assert not task.done()                     # the aborted request is retried, held by the paused server
+    await asyncio.to_thread(engine.continue_generation)
+    resp = await asyncio.wait_for(task, 300)
+    assert resp.output_len == 400 and resp.stop_reason == "length"
+    assert len(resp.output_logprobs) == 400
