@@ -168,12 +168,15 @@ class PolicyEndpoint:
         except (BadRequest, BadImage) as exc:
             logger.info("episode %s: rejected request: %s", ep.id, exc)
             return 400, _err(400, str(exc))
+        ep.in_flight += 1
         try:
             resp = await self._generate(ep, prompt)
         except Exception as exc:  # engine/infra failure: the workflow turns this episode into None
             ep.failed_turns += 1
             logger.error("episode %s: generation failed: %s: %s", ep.id, type(exc).__name__, exc)
             return 503, _err(503, f"policy generation failed ({type(exc).__name__})", "server_error")
+        finally:
+            ep.in_flight -= 1
         if resp is None:
             ep.failed_turns += 1
             return 503, _err(503, "policy output straddled a weight update; retry the request", "server_error")

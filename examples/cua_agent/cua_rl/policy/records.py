@@ -57,5 +57,6 @@ class Episode:
     turns: list[Turn] = field(default_factory=list)
     failed_turns: int = 0  # engine/infra failures answered with 5xx (bad client input is not counted)
     dropped_straddles: int = 0  # vLLM outputs that spanned a weight update and were regenerated
+    in_flight: int = 0  # generations still running (a run that ends with one pending was cut short by us)
     ignored_params: set[str] = field(default_factory=set)
     closed: bool = False

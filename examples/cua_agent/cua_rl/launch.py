@@ -1,0 +1,226 @@
+"""What ``train.sh`` execs: ``python -m cua_rl.launch --config CONFIG [--embedded] -- OVERRIDES...``.
+
+- ``--embedded``: start the gym (X11 desktops) and the agent service in this process, point the config at
+  them, and run training against them.
+- No GPU: serve the model with the CPU inference server (a tiny model is built first if missing) and run
+  ``train.py`` in AReaL's SPMD mode, one process (``AREAL_SPMD_MODE=1``, ``AREAL_LLM_SERVER_ADDRS``,
+  ``RANK/WORLD_SIZE/MASTER_*``; areal-notes §6). With a GPU: ``train.py`` in single-controller mode, and
+  AReaL launches vLLM itself.
+
+Everything started here is stopped on exit, error or Ctrl-C (the trainer gets SIGTERM, then SIGKILL), and
+the end prints where the logs, checkpoints and statistics are, plus the last rewards seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger("cua_rl.launch")
+EXAMPLE_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = EXAMPLE_DIR.parents[1]
+
+
+def has_gpu() -> bool:
+    if os.environ.get("CUA_RL_FORCE_CPU") == "1":
+        return False
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return any(line.startswith("GPU") for line in out.splitlines())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunPaths:
+    logs: Path
+    checkpoints: Path
+    tensorboard: Path
+
+    @classmethod
+    def of(cls, config) -> "RunPaths":
+        from areal.utils.saver import Saver
+        from areal.utils.stats_logger import StatsLogger
+
+        logs = Path(StatsLogger.get_log_path(config.stats_logger))
+        ckpt = Path(Saver.get_save_root(config.saver.experiment_name, config.saver.trial_name,
+                                        config.saver.fileroot))
+        return cls(logs=logs, checkpoints=ckpt, tensorboard=logs / "tensorboard")
+
+
+def read_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Scalars from tensorboard event files (TFRecord framing + tensorboardX's Event proto; no TF needed)."""
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(tb_dir.glob("**/events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            record = data[pos + 12: pos + 12 + length]
+            pos += 12 + length + 4
+            event = event_pb2.Event.FromString(record)
+            for v in event.summary.value:
+                scalars.setdefault(v.tag, []).append((event.step, v.simple_value))
+    return scalars
+
+
+def _load_config(config_file: str, overrides: list[str]):
+    sys.path.insert(0, str(EXAMPLE_DIR))
+    from areal.api.cli_args import load_expr_config
+
+    from configs import CUAConfig
+
+    config, _ = load_expr_config(["--config", config_file, *overrides], CUAConfig)
+    return config
+
+
+def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
+    """Gym + agent service in this process; returns the overrides that point training at them."""
+    from cua_rl.local_agent.server import start_agent_server
+    from cua_rl.local_gym.server import start_gym_server
+
+    emb = config.embedded
+    t0 = time.monotonic()
+    gym = start_gym_server(emb.host, emb.gym_port, gym_id=emb.gym_id, pool_size=emb.num_desktops)
+    stack.callback(gym.stop)
+    agent = start_agent_server(emb.host, emb.agent_port)
+    stack.callback(agent.stop)
+    logger.info("embedded gym at %s (gym id %s), agent service at %s (%.1fs)", gym.url, gym.gym_id, agent.url,
+                time.monotonic() - t0)
+    return [f"gym_base_url={gym.url}", f"gym_id={gym.gym_id}", f"gbox_mini_agent_base_url={agent.url}"]
+
+
+def _start_cpu_model(config, paths: RunPaths, stack: contextlib.ExitStack) -> dict[str, str]:
+    """The CPU inference server for ``actor.path`` (built as the tiny model when missing); SPMD env vars."""
+    from cua_rl.local_model import ModelServerProcess, build_tiny
+
+    model_dir = Path(config.actor.path)
+    if not (model_dir / "config.json").exists():
+        logger.info("building the tiny offline model at %s", model_dir)
+        build_tiny(model_dir)
+    server = ModelServerProcess(model_dir, config.embedded.host, config.embedded.model_port or None,
+                                max_model_len=config.vllm.max_model_len, threads=1,
+                                log_path=paths.logs / "model_server.log",
+                                start_timeout_s=config.embedded.ready_timeout_seconds)
+    stack.callback(server.stop)
+    logger.info("CPU model server for %s at %s", model_dir, server.url)
+    return {"AREAL_SPMD_MODE": "1", "AREAL_LLM_SERVER_ADDRS": server.addr, "RANK": "0", "WORLD_SIZE": "1",
+            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port())}
+
+
+def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path) -> int:
+    """Run train.py in its own process group, mirroring its output to the console and ``log_file``."""
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+    def pump() -> None:
+        with open(log_file, "ab") as f:
+            for line in iter(proc.stdout.readline, b""):
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+                f.write(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+
+    def stop(signum, _frame) -> None:
+        logger.warning("signal %d: stopping the trainer", signum)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            rc = proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            raise
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # helpers the trainer forked
+            os.killpg(proc.pid, signal.SIGKILL)
+        reader.join(10)
+        for s, h in old.items():
+            signal.signal(s, h)
+    return rc
+
+
+def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
+    print(f"\n[cua-rl] training {'finished' if rc == 0 else f'FAILED (exit code {rc})'} in {elapsed:.0f} s")
+    print(f"[cua-rl] logs:        {paths.logs}  (train.log, model_server.log)")
+    print(f"[cua-rl] checkpoints: {paths.checkpoints}")
+    print(f"[cua-rl] statistics:  {paths.tensorboard}  (tensorboard event files)")
+    try:
+        scalars = read_scalars(paths.tensorboard)
+    except Exception as exc:  # a summary must never hide the run's own exit code
+        print(f"[cua-rl] (could not read statistics: {exc})")
+        return
+    for tag in sorted(t for t in scalars if t.endswith("reward/avg") or t.endswith("task_success/avg")):
+        print(f"[cua-rl]   {tag}: " + ", ".join(f"step {s}: {v:.3f}" for s, v in scalars[tag]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cua_rl.launch")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--embedded", action="store_true", help="start the embedded gym and agent service")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    started = time.monotonic()
+    config_file = str(Path(args.config).resolve())
+    overrides = list(args.overrides)
+    config = _load_config(config_file, overrides)  # validates the config before anything starts
+    paths = RunPaths.of(config)
+    overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(EXAMPLE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    rc = 1
+    with contextlib.ExitStack() as stack:
+        try:
+            if args.embedded or config.embedded_enabled:
+                overrides += _start_embedded(config, stack)
+            if not has_gpu():
+                if not config.embedded.start_cpu_model_server:
+                    raise SystemExit("no GPU found and embedded.start_cpu_model_server is false")
+                env.update(_start_cpu_model(config, paths, stack))
+            cmd = [sys.executable, str(EXAMPLE_DIR / "train.py"), "--config", config_file, *overrides]
+            logger.info("starting the trainer: %s", " ".join(cmd[:4]) + " ...")
+            rc = _run_trainer(cmd, env, paths.logs / "train.log")
+        except KeyboardInterrupt:
+            logger.warning("interrupted; shutting everything down")
+            rc = 130
+    _summary(paths, time.monotonic() - started, rc)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""``CUAAgentWorkflow``: one GRPO group of computer-use episodes for one task row -> AReaL tensors.
+
+Per episode: create an execution on the gym -> open a policy-endpoint episode (its own bearer key) ->
+start the agent run with ``model.baseUrl`` = the endpoint and ``apiKey`` = the key -> wait -> evaluate
+(the reward) -> terminate (always, in ``finally``). The endpoint recorded every model turn exactly as
+the engine saw it; ``cua_rl.trajectory`` turns the group into rows with group-normalised rewards.
+
+Outcomes: an infrastructure failure (gym or agent service unreachable, evaluation failing, the policy
+engine failing a turn) ends that episode with ``None`` and a logged reason. A run that merely ends badly
+(timeout, the agent gave up, unparseable output) is still evaluated and keeps its real, possibly zero,
+reward. A group keeps only its evaluated episodes; with fewer than ``min_group_size`` of them it is
+rejected, so a group never mixes tasks and a failure never shifts another group's boundaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from areal import workflow_context
+from areal.api.cli_args import GenerationHyperparameters
+from areal.api.workflow_api import RolloutWorkflow
+from areal.utils import stats_tracker
+
+from cua_rl.genv import GenvClient, GenvError
+from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
+from cua_rl.policy import EndpointSettings, PolicyEndpoint
+from cua_rl.trajectory import EpisodeOutcome, group_batch
+
+logger = logging.getLogger(__name__)
+
+
+class CUAAgentWorkflow(RolloutWorkflow):
+    """All arguments are plain values so AReaL can rebuild the workflow on a rollout worker."""
+
+    def __init__(self, gconfig: GenerationHyperparameters, model_path: str, gym_base_url: str, gym_id: str,
+                 agent_base_url: str, agent: str = "qwen3-vl", action_space: str = "pc", max_turns: int = 20,
+                 max_task_time_seconds: float = 600, max_turn_time_seconds: float = 120,
+                 policy: dict | None = None, group_size: int = 1, min_group_size: int | None = None,
+                 export_style: str = "individual", turn_discount: float = 1.0,
+                 normalise_in_group: bool = True, scale_by_std: bool = True,
+                 model_base_url: str = "", model_name: str = "", poll_interval_s: float = 1.0):
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
+        self.gconfig = gconfig
+        self.model_path = model_path
+        self.gym_base_url, self.gym_id = gym_base_url, gym_id
+        self.agent_base_url, self.agent, self.action_space = agent_base_url, agent, action_space
+        self.max_turns = max_turns
+        self.max_task_time_s, self.max_turn_time_s = float(max_task_time_seconds), float(max_turn_time_seconds)
+        self.settings = EndpointSettings.from_dict(asdict(policy) if is_dataclass(policy) else policy)
+        self.group_size = group_size
+        # One evaluated episode has no sibling to compare with: its GRPO advantage would be 0.
+        self.min_group_size = min_group_size if min_group_size is not None else min(2, group_size)
+        self.export_style, self.turn_discount = export_style, turn_discount
+        self.normalise_in_group, self.scale_by_std = normalise_in_group, scale_by_std
+        self.model_base_url, self.model_name = model_base_url, model_name
+        self.poll_interval_s = poll_interval_s
+        self._endpoint: PolicyEndpoint | None = None
+        self._endpoint_engine = None
+
+    # ---- the policy endpoint, built lazily on the rollout worker -------------------------------------
+    def _policy(self, engine) -> PolicyEndpoint:
+        if self._endpoint is None or self._endpoint_engine is not engine:
+            from areal.utils.hf_utils import load_hf_processor_and_tokenizer
+
+            processor, tokenizer = load_hf_processor_and_tokenizer(self.model_path)
+            self._endpoint = PolicyEndpoint(engine, processor, tokenizer, self.gconfig, self.settings)
+            self._endpoint_engine = engine
+        return self._endpoint
+
+    # ---- AReaL entry point ------------------------------------------------------------------------
+    async def arun_episode(self, engine, data: dict[str, Any]) -> dict[str, Any] | None:
+        task_id, instruction = data.get("task_id"), data.get("instruction") or data.get("description")
+        if not task_id or not instruction:
+            logger.error("task row without task_id/instruction rejected: keys=%s", sorted(data))
+            return None
+        endpoint = None if self.model_base_url else self._policy(engine)
+        results = await asyncio.gather(*(self._episode(endpoint, data, i) for i in range(self.group_size)),
+                                       return_exceptions=True)
+        outcomes: list[EpisodeOutcome] = []
+        for i, res in enumerate(results):
+            if isinstance(res, BaseException):
+                logger.error("task %s episode %d crashed: %s: %s", task_id, i, type(res).__name__, res,
+                             exc_info=res)
+            elif res is not None:
+                outcomes.append(res)
+        scope = stats_tracker.get(workflow_context.stat_scope())
+        for o in outcomes:
+            scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
+                         num_turns=len(o.turns), episode_seconds=o.info["seconds"])
+        if endpoint is None:
+            return None  # the agent used another model: nothing of this run is trainable
+        if len(outcomes) < self.min_group_size:
+            logger.warning("task %s: %d of %d episodes evaluated (< %d); group rejected", task_id,
+                           len(outcomes), self.group_size, self.min_group_size)
+            return None
+        return group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
+                           style=self.export_style, discount=self.turn_discount)
+
+    async def _episode(self, endpoint: PolicyEndpoint | None, data: dict, index: int) -> EpisodeOutcome | None:
+        gym_url = data.get("gym_base_url") or self.gym_base_url
+        gym_id = data.get("gym_id") or self.gym_id
+        task_id = str(data["task_id"])
+        started = time.monotonic()
+        where = f"task {task_id} episode {index}"
+        try:
+            async with GenvClient(gym_url, gym_id) as gym, gym.execution(task_id) as execution:
+                run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id)
+                if run is None:
+                    return None
+                evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
+                                                execution_data=run.as_execution_data())
+        except (GenvError, MiniAgentError) as exc:
+            logger.error("%s: infrastructure failure, episode dropped: %s", where, exc)
+            return None
+        seconds = time.monotonic() - started
+        logger.info("%s: reward=%.3f run_ok=%s reason=%s turns=%d %.1fs", where, evaluation.reward, run.ok,
+                    run.reason, len(turns), seconds)
+        return EpisodeOutcome(turns=turns, reward=float(evaluation.reward),
+                              info={"success": evaluation.success, "run_ok": run.ok, "reason": run.reason,
+                                    "seconds": seconds, "run_id": run.run_id, "execution_id": execution.execution_id})
+
+    async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id):
+        """(run result, recorded turns), or (None, []) when the failure is the infrastructure's."""
+        episode = await endpoint.open_episode() if endpoint else None
+        model = (ModelEndpoint(base_url=episode.base_url, name=episode.model, api_key=episode.key) if episode
+                 else ModelEndpoint(base_url=self.model_base_url, name=self.model_name or "default"))
+        request = RunRequest(
+            task=str(data.get("instruction") or data.get("description")), model=model,
+            env=GenvEnv(gym_base_url=gym_url, gym_id=gym_id, execution_id=execution_id), agent=self.agent,
+            max_steps=self.max_turns, max_run_time_s=self.max_task_time_s, max_step_time_s=self.max_turn_time_s,
+            standard_action_space=self.action_space,
+            # Informational: the endpoint samples with the trainer's gconfig whatever the agent sends.
+            sampling=Sampling(temperature=self.gconfig.temperature, top_p=self.gconfig.top_p,
+                              max_tokens=self.gconfig.max_new_tokens))
+        try:
+            async with MiniAgentClient(self.agent_base_url) as agent:
+                run = await agent.run(request, timeout_s=self.max_task_time_s + 60, poll_interval_s=self.poll_interval_s)
+        finally:
+            if episode is not None:
+                endpoint.close_episode(episode)
+        if run.reason and run.reason.startswith("agent service error"):
+            logger.error("execution %s: agent service failed mid-run (%s)", execution_id, run.reason)
+            return None, []
+        if episode is not None and (episode.failed_turns or episode.in_flight):
+            logger.error("execution %s: %d policy turn(s) failed and %d never finished in the engine; episode "
+                         "dropped", execution_id, episode.failed_turns, episode.in_flight)
+            return None, []
+        return run, (episode.turns if episode else [])
+
+    # ---- train.py helper ----------------------------------------------------------------------------
+    @staticmethod
+    def kwargs_from_config(config, gconfig: GenerationHyperparameters, group_size: int) -> dict[str, Any]:
+        """Serialisable constructor kwargs from a ``CUAConfig`` (train and eval differ in gconfig/group)."""
+        return dict(
+            gconfig=gconfig, model_path=config.actor.path, gym_base_url=config.gym_base_url,
+            gym_id=config.gym_id, agent_base_url=config.gbox_mini_agent_base_url,
+            agent=config.gbox_mini_agent_agent, action_space=config.gbox_mini_agent_standard_action_space,
+            max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
+            max_turn_time_seconds=config.max_turn_time_seconds, policy=asdict(config.policy),
+            group_size=group_size, model_base_url=config.model_base_url, model_name=config.model_name)
+
+
+def has_reward_variance(batch: dict[str, Any]) -> bool:
+    """Optional ``dynamic_filter_fn`` ("cua_workflow.has_reward_variance"): drop groups whose episodes all
+    scored the same (their normalised rewards are all 0, so they carry no GRPO signal)."""
+    return bool(batch["rewards"].abs().sum() > 0)

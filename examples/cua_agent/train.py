@@ -1,0 +1,57 @@
+"""GRPO training of a computer-use VLM agent on AReaL (shape of AReaL's examples/agent_workflow/train.py).
+
+    python examples/cua_agent/train.py --config examples/cua_agent/config.yaml [key=value ...]
+
+Normally started by ``train.sh`` -> ``python -m cua_rl.launch``, which also starts the embedded gym,
+agent service and (without a GPU) the CPU model server, and sets AReaL's launch environment.
+"""
+
+import logging as pylogging
+import sys
+
+from areal import PPOTrainer
+from areal.api.cli_args import load_expr_config
+from areal.utils import logging
+
+import cua_rl.packed_attention  # noqa: F401  (CPU: sdpa that honours AReaL's packed micro-batches)
+from configs import CUAConfig
+from cua_workflow import CUAAgentWorkflow
+from dataset import load_task_datasets
+
+logger = logging.getLogger("cua-train")
+
+
+def main(args: list[str]) -> None:
+    # Our modules log with the standard library; give them a handler (AReaL only sets up its own loggers).
+    handler = pylogging.StreamHandler()
+    handler.setFormatter(pylogging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("cua_rl", "cua_workflow", "dataset"):
+        pylogging.getLogger(name).addHandler(handler)
+        pylogging.getLogger(name).setLevel(pylogging.INFO)
+    config, _ = load_expr_config(args, CUAConfig)
+    train_dataset, valid_dataset = load_task_datasets(config)
+
+    # GRPO groups are run by the workflow itself (group-normalised rewards, see cua_rl/trajectory/groups.py),
+    # so AReaL must not repeat each task n_samples times on top: it gets one "sample" per group.
+    group_size, eval_group_size = config.gconfig.n_samples, config.eval_gconfig.n_samples
+    config.gconfig = config.gconfig.new(n_samples=1)
+    config.eval_gconfig = config.eval_gconfig.new(n_samples=1)
+    if config.actor.reward_norm is not None:
+        logger.warning("actor.reward_norm is set: rewards are already normalised per group by the workflow")
+
+    workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig, group_size)
+    eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size)
+    logger.info("train tasks: %d, eval tasks: %d, group size: %d", len(train_dataset),
+                0 if valid_dataset is None else len(valid_dataset), group_size)
+
+    with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+        trainer.train(
+            workflow=config.workflow,
+            workflow_kwargs=workflow_kwargs,
+            eval_workflow=config.eval_workflow if valid_dataset is not None else None,
+            eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,115 @@
+"""CUAAgentWorkflow on the real embedded stack: real gym (Xvfb desktops), real agent service, real CPU
+inference server behind AReaL's RemotevLLMEngine, real policy endpoint. No doubles.
+
+Gates checked on real episodes: every training row's ``pixel_values`` hash-equal the processor's output
+for the screenshots the agent itself sent (read back from the agent's own ``model_call`` events), and the
+rows' completion ids are the token ids the engine returned to the agent (``model_output`` events).
+"""
+
+import base64
+import io
+
+import pytest
+from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
+from areal.engine.vllm_remote import RemotevLLMEngine
+from PIL import Image
+
+from cua_rl.mini_agent import MiniAgentClient
+from cua_rl.policy import close_loop_servers, tensor_sha256
+
+pytestmark = [pytest.mark.desktop]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    from cua_rl.local_agent.server import start_agent_server
+    from cua_rl.local_gym.server import start_gym_server
+    from cua_rl.local_model import build_tiny, start_model_server
+
+    model_dir = str(build_tiny(tmp_path_factory.mktemp("tiny")))
+    gym = start_gym_server(gym_id="desktop", pool_size=1)
+    agent = start_agent_server()
+    model = start_model_server(model_dir, threads=1)
+    engine = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", max_concurrent_rollouts=4,
+                                                    request_timeout=300, setup_timeout=60))
+    engine.initialize(addr=model.addr)
+    try:
+        yield {"gym": gym, "agent": agent, "model": model, "engine": engine, "model_dir": model_dir}
+    finally:
+        engine.destroy()
+        model.stop()
+        agent.stop()
+        gym.stop()
+
+
+def _workflow(stack, **kw):
+    from cua_workflow import CUAAgentWorkflow
+
+    args = dict(gconfig=GenerationHyperparameters(max_new_tokens=48, temperature=1.0), model_path=stack["model_dir"],
+                gym_base_url=stack["gym"].url, gym_id="desktop", agent_base_url=stack["agent"].url,
+                agent="qwen3-vl", action_space="pc", max_turns=2, max_task_time_seconds=120,
+                max_turn_time_seconds=60, policy={"max_screenshots_in_history": 2, "max_pixels": 200704},
+                group_size=2, poll_interval_s=0.5)
+    args.update(kw)
+    return CUAAgentWorkflow(**args)
+
+
+async def _first_task(stack):
+    from cua_rl.genv import GenvClient
+
+    async with GenvClient(stack["gym"].url, "desktop") as gym:
+        task = (await gym.list_tasks())[0]
+    return {"task_id": task.id, "instruction": task.instruction}
+
+
+async def test_group_of_real_episodes_becomes_exact_rows(stack):
+    wf = _workflow(stack)
+    row = await _first_task(stack)
+    try:
+        outcomes = [await wf._episode(wf._policy(stack["engine"]), row, i) for i in range(2)]
+        assert all(o is not None for o in outcomes), "an episode failed on the embedded stack"
+        for o in outcomes:
+            assert 0.0 <= o.reward <= 1.0
+            assert o.turns, f"the agent made no model call: {o.info}"
+            async with MiniAgentClient(stack["agent"].url) as agent:
+                events = await agent.events(o.info["run_id"])
+            calls = [e for e in events if e.get("type") == "model_call"]
+            outputs = [e for e in events if e.get("type") == "model_output"]
+            assert len(calls) >= len(o.turns)
+            proc = wf._endpoint.processor
+            for turn, call, out in zip(o.turns, calls, outputs):
+                body = call.get("modelSpecificInput") or call.get("request") or {}
+                urls = [p["image_url"]["url"] for m in body["messages"] if isinstance(m.get("content"), list)
+                        for p in m["content"] if p.get("type") == "image_url"][-2:]
+                imgs = [Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))).convert("RGB") for u in urls]
+                from cua_rl.policy.images import DecodedImage, fit_pixels
+
+                imgs = [fit_pixels(DecodedImage("", im, "data"), None, 200704).image for im in imgs]
+                ref = proc.image_processor(images=imgs, return_tensors="pt")
+                assert tensor_sha256(turn.multi_modal_input["pixel_values"]) == tensor_sha256(ref["pixel_values"])
+                reply = out.get("modelOutput") or out.get("response") or {}
+                assert reply["choices"][0]["token_ids"] == turn.output_ids
+        batch = wf_batch = None
+        from cua_rl.trajectory import group_batch
+
+        wf_batch = group_batch(outcomes)
+        n_rows = sum(len(o.turns) for o in outcomes)
+        assert wf_batch["input_ids"].shape[0] == n_rows == len(wf_batch["multi_modal_input"])
+        del batch
+    finally:
+        await close_loop_servers()
+
+
+async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
+    wf = _workflow(stack)
+    try:
+        batch = await wf.arun_episode(stack["engine"], await _first_task(stack))
+        assert batch is not None
+        assert {"input_ids", "loss_mask", "logprobs", "versions", "rewards", "multi_modal_input",
+                "mm_token_type_ids", "attention_mask"} <= set(batch)
+        # an unreachable gym is an infrastructure failure: the group is rejected, nothing raises
+        broken = _workflow(stack, gym_base_url="http://127.0.0.1:9")
+        assert await broken.arun_episode(stack["engine"], await _first_task(stack)) is None
+        assert await wf.arun_episode(stack["engine"], {"instruction": "no id"}) is None
+    finally:
+        await close_loop_servers()
