@@ -13,8 +13,8 @@ from areal import PPOTrainer
 from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
-import cua_rl.packed_attention  # noqa: F401  (CPU: sdpa that honours AReaL's packed micro-batches)
 from configs import CUAConfig
+from cua_rl.local_model.packed_attention import enable_packed_sdpa
 from cua_workflow import CUAAgentWorkflow
 from dataset import load_task_datasets
 
@@ -29,6 +29,9 @@ def main(args: list[str]) -> None:
         pylogging.getLogger(name).addHandler(handler)
         pylogging.getLogger(name).setLevel(pylogging.INFO)
     config, _ = load_expr_config(args, CUAConfig)
+    # AReaL packs each micro-batch into one row; without flash-attention (CPU) the stock sdpa would let a
+    # sequence attend to the ones packed before it. Harmless with flash_attention_2.
+    enable_packed_sdpa()
     train_dataset, valid_dataset = load_task_datasets(config)
 
     # GRPO groups are run by the workflow itself (group-normalised rewards, see cua_rl/trajectory/groups.py),

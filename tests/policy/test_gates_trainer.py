@@ -2,7 +2,7 @@
 FSDPPPOActor (CPU, gloo) and the real CPU inference server:
 
 1. trainer-recomputed logprobs agree with the inference logprobs the endpoint recorded (median/max printed),
-   for every row of a multi-row group batch (this needs cua_rl.packed_attention on the CPU);
+   for every row of a multi-row group batch (this needs local_model's packed sdpa on the CPU);
 2. one PPO step on those rows changes the weights; AReaL's disk weight update reaches the server, whose
    next answers (through the endpoint) carry the new policy version and agree with the updated trainer.
 """
@@ -29,9 +29,9 @@ from areal.engine.vllm_remote import RemotevLLMEngine
 from areal.utils import name_resolve
 from policy_helpers import png_data_url
 
-import cua_rl.packed_attention  # noqa: F401  (AReaL packs micro-batches; stock sdpa ignores the boundaries)
 from cua_rl.local_model import ModelServerProcess
 from cua_rl.local_model.launch import free_port
+from cua_rl.local_model.packed_attention import enable_packed_sdpa
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 
@@ -84,6 +84,7 @@ def _diffs(batch, logp) -> torch.Tensor:
 
 
 def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_the_server(tiny_model_dir, processor, tmp_path, dist_env):
+    enable_packed_sdpa()  # AReaL packs the group's rows into one micro-batch; see local_model/packed_attention.py
     exp, trial = "cua-gates", uuid.uuid4().hex[:8]
     with ModelServerProcess(tiny_model_dir, threads=1, log_path=tmp_path / "serve.log") as srv:
         rollout = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", experiment_name=exp, trial_name=trial,
