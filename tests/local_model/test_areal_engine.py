@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import httpx
 import pytest
 from areal.api import ModelRequest
 from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
@@ -73,17 +74,29 @@ async def test_image_prompt_via_vision_messages(engine, processor):
     assert all(lp <= 0 for lp in resp.output_logprobs)
 
 
-async def test_generation_survives_pause_and_continue(engine, processor):
+async def test_generation_survives_pause_and_continue(engine, processor, server_proc):
     """AReaL pauses servers around weight updates; agenerate must resume and still return a whole answer.
     Token-id path: the partial output comes back with 'abort' and AReaL continues from it."""
     ids = processor.tokenizer.encode("Type the text into the search box")
-    g = GenerationHyperparameters(max_new_tokens=400, temperature=1.0, ignore_eos=True)
+    n = 4000
+    g = GenerationHyperparameters(max_new_tokens=n, temperature=1.0, ignore_eos=True)
+    before = httpx.get(server_proc.url + "/version").json()["aborted_requests"]
     task = asyncio.create_task(engine.agenerate(ModelRequest(input_ids=ids, gconfig=g)))
-    await asyncio.sleep(1.5)
+    await _until(lambda: httpx.get(server_proc.url + "/version").json()["running_requests"] == 1)
+    await asyncio.sleep(0.2)
     await asyncio.to_thread(engine.pause_generation)
     await asyncio.sleep(0.5)
+    info = httpx.get(server_proc.url + "/version").json()
+    assert info["aborted_requests"] == before + 1 and info["paused"]
     assert not task.done()                     # the aborted request is retried, held by the paused server
     await asyncio.to_thread(engine.continue_generation)
     resp = await asyncio.wait_for(task, 300)
-    assert resp.output_len == 400 and resp.stop_reason == "length"
-    assert len(resp.output_logprobs) == 400
+    assert resp.output_len == n and resp.stop_reason == "length"
+    assert len(resp.output_logprobs) == n
+
+
+async def _until(cond, timeout_s: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await asyncio.to_thread(cond):
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)

@@ -203,7 +203,11 @@ def test_pause_aborts_in_flight_and_holds_new_requests(served, prompt_ids):
     with ThreadPoolExecutor(3) as pool:
         f1 = pool.submit(post, served, "/v1/completions", long_completion)
         f2 = pool.submit(post, served, "/v1/chat/completions", long_chat)
-        time.sleep(2.0)   # both are decoding by now
+        deadline = time.monotonic() + 30
+        while httpx.get(served.url + "/version").json()["running_requests"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)   # both are decoding by now
         assert post(served, "/areal_pause_generation", {}).json()["success"]
         r1, r2 = f1.result(60).json()["choices"][0], f2.result(60).json()
         assert r1["finish_reason"] == "abort" and 0 < len(r1["token_ids"]) < 3000
@@ -257,7 +261,11 @@ def test_update_aborts_in_flight_requests(served, prompt_ids):
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(1.5)
+    deadline = time.monotonic() + 30
+    while httpx.get(served.url + "/version").json()["running_requests"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)
     assert post(served, "/areal_update_weights",
                 {"model_path": str(served.engine.model_dir), "version": 0}).json()["success"]
     t.join(60)

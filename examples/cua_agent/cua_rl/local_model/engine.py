@@ -45,7 +45,8 @@ class GenResult:
     finish_reason: str                             # stop | length | abort
     stop_reason: int | str | None
     version: int
-    first_token_s: float | None = None
+    first_token_s: float | None = None   # from admission to the first sampled token (queueing + prefill)
+    total_s: float = 0.0
 
 
 @dataclass(eq=False)   # identity semantics: requests are compared with `in` lists; fields hold tensors
@@ -97,6 +98,7 @@ class TinyEngine:
         self._active: list[_Request] = []
         self._model_lock = threading.Lock()   # held for every model step and for weight swaps
         self._abort_epoch = 0
+        self.aborted_total = 0                 # requests finished with 'abort' since start (observability)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tiny-engine", daemon=True)
         self._thread.start()
@@ -141,6 +143,11 @@ class TinyEngine:
         except asyncio.CancelledError:
             req.aborted = True   # client went away: stop spending CPU on it
             raise
+
+    @property
+    def running(self) -> int:
+        """Requests admitted or queued and not finished."""
+        return len(self._active) + self._queue.qsize()
 
     def abort_all(self) -> None:
         """Abort every queued and running request (they finish with finish_reason 'abort')."""
@@ -296,6 +303,8 @@ class TinyEngine:
 
     def _finish(self, req: _Request, reason: str, stop_reason) -> None:
         keep = not (reason == "abort" and req.discard_on_abort)
+        if reason == "abort":
+            self.aborted_total += 1
         result = GenResult(
             prompt_ids=list(req.prompt.input_ids),
             output_ids=list(req.out_ids) if keep else [],
@@ -303,7 +312,7 @@ class TinyEngine:
             top_logprobs=list(req.out_top) if keep else [],
             prompt_logprobs=list(req.prompt_lps),
             finish_reason=reason, stop_reason=stop_reason, version=self.version,
-            first_token_s=req.first_token_s,
+            first_token_s=req.first_token_s, total_s=time.perf_counter() - req.started,
         )
         req.past = None
         req.loop.call_soon_threadsafe(_set_result, req.future, result)

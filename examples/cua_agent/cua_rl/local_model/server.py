@@ -65,7 +65,8 @@ def create_app(engine: TinyEngine, served_model_name: str | None = None) -> Fast
     @app.get("/version")
     async def version():
         return {"version": engine.version, "weights_path": engine.weights_path, "model_dir": engine.model_dir,
-                "paused": not state["running"].is_set()}
+                "paused": not state["running"].is_set(), "running_requests": engine.running,
+                "aborted_requests": engine.aborted_total}
 
     @app.get("/v1/models")
     async def models():
@@ -162,6 +163,10 @@ def _text(engine: TinyEngine, params: SamplingParams, res: GenResult) -> str:
     return text
 
 
+def _metrics(res: GenResult) -> dict:
+    return {"ttft_s": res.first_token_s, "total_s": res.total_s}
+
+
 def _usage(res: GenResult) -> dict:
     n_in, n_out = len(res.prompt_ids), len(res.output_ids)
     return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
@@ -195,7 +200,7 @@ def _completion_response(engine, name, body, params: SamplingParams, res: GenRes
         "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": res.finish_reason,
                      "stop_reason": res.stop_reason, "prompt_logprobs": prompt_logprobs,
                      "prompt_token_ids": res.prompt_ids, "token_ids": res.output_ids}],
-        "usage": _usage(res), "version": res.version,
+        "usage": _usage(res), "version": res.version, "metrics": _metrics(res),
     }
 
 
@@ -215,4 +220,5 @@ def _chat_response(engine, name, params: SamplingParams, res: GenResult) -> dict
                      "logprobs": logprobs, "finish_reason": res.finish_reason, "stop_reason": res.stop_reason,
                      "token_ids": res.output_ids}],
         "prompt_token_ids": res.prompt_ids, "usage": _usage(res), "version": res.version,
+        "metrics": _metrics(res),
     }
