@@ -152,19 +152,26 @@ class TinyEngine:
     def abort_all(self) -> None:
         """Abort every queued and running request (they finish with finish_reason 'abort')."""
         with self._model_lock:
-            self._abort_epoch += 1
-            pending = []
-            while True:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    pending.append(item)
-            for req in self._active + pending:
-                req.aborted = True
-                self._finish(req, "abort", None)
-            self._active.clear()
+            self._abort_locked()
+
+    def _abort_locked(self) -> None:
+        self._abort_epoch += 1
+        pending, stopping = [], False
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                stopping = True          # close()'s wake-up sentinel: keep it for the worker
+            else:
+                pending.append(item)
+        if stopping:
+            self._queue.put(None)  # type: ignore[arg-type]
+        for req in self._active + pending:
+            req.aborted = True
+            self._finish(req, "abort", None)
+        self._active.clear()
 
     def update_weights(self, path: str, version: int | None = None) -> int:
         """Load weights from a HF checkpoint directory; aborts in-flight requests first, like vLLM.
@@ -175,8 +182,8 @@ class TinyEngine:
         if not Path(path).is_dir():
             raise BadRequest(f"model_path {path!r} is not a directory")
         new_model = self._load(path)   # outside the lock: generation keeps going while we read the disk
-        self.abort_all()
-        with self._model_lock:
+        with self._model_lock:         # abort and swap atomically: no step runs on a half-updated state
+            self._abort_locked()
             self.model = new_model
             self.version = _version_of(path, self.version + 1) if version is None else int(version)
             self.weights_path = str(path)
@@ -315,17 +322,24 @@ class TinyEngine:
             first_token_s=req.first_token_s, total_s=time.perf_counter() - req.started,
         )
         req.past = None
-        req.loop.call_soon_threadsafe(_set_result, req.future, result)
+        _deliver(req.loop, _set_result, req.future, result)
 
     def _fail(self, req: _Request, exc: Exception) -> None:
         req.past = None
-        req.loop.call_soon_threadsafe(_set_exception, req.future, exc)
+        _deliver(req.loop, _set_exception, req.future, exc)
 
 
 def _version_of(path: str, default: int) -> int:
     """AReaL names disk updates ``.../weight_update_v{version}`` (WeightUpdateMeta.with_version)."""
     m = re.search(r"_v(\d+)/*$", str(path))
     return int(m.group(1)) if m else default
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, fn, fut: asyncio.Future, value) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, fut, value)
+    except RuntimeError:   # the caller's event loop is gone (server shutting down): nobody to tell
+        pass
 
 
 def _set_result(fut: asyncio.Future, value) -> None:
