@@ -50,7 +50,11 @@ class ServedModel:
 def start_model_server(model_dir: str | Path, host: str = "127.0.0.1", port: int = 0, *,
                        max_model_len: int = 8192, threads: int | None = None,
                        served_model_name: str | None = None) -> ServedModel:
-    """Load the model and serve it on a background thread (port 0 = any free port)."""
+    """Load the model and serve it on a background thread (port 0 = any free port).
+
+    ``threads`` calls ``torch.set_num_threads``, which is process-wide: it also slows whatever else runs
+    torch in this process. Prefer ``ModelServerProcess`` when the caller trains or computes too.
+    """
     from cua_rl.asgi_thread import serve_app_in_thread
 
     from .engine import TinyEngine
