@@ -22,12 +22,6 @@ logger = logging.getLogger("cua-train")
 
 
 def main(args: list[str]) -> None:
-    # Our modules log with the standard library; give them a handler (AReaL only sets up its own loggers).
-    handler = pylogging.StreamHandler()
-    handler.setFormatter(pylogging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in ("cua_rl", "cua_workflow", "dataset"):
-        pylogging.getLogger(name).addHandler(handler)
-        pylogging.getLogger(name).setLevel(pylogging.INFO)
     config, _ = load_expr_config(args, CUAConfig)
     # AReaL packs each micro-batch into one row; without flash-attention (CPU) the stock sdpa would let a
     # sequence attend to the ones packed before it. Harmless with flash_attention_2.
@@ -48,12 +42,28 @@ def main(args: list[str]) -> None:
                 0 if valid_dataset is None else len(valid_dataset), group_size)
 
     with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+        _show_our_logs()
         trainer.train(
             workflow=config.workflow,
             workflow_kwargs=workflow_kwargs,
             eval_workflow=config.eval_workflow if valid_dataset is not None else None,
             eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
         )
+
+
+def _show_our_logs() -> None:
+    """Give our modules' loggers a handler. Why this way: AReaL's ``getLogger`` replaces the logging
+    manager and runs ``dictConfig(disable_existing_loggers=True)`` on every call, which orphans or disables
+    loggers created by other libraries; so reach the logger objects our modules actually hold."""
+    handler = pylogging.StreamHandler()
+    handler.setFormatter(pylogging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name, module in list(sys.modules.items()):
+        log = getattr(module, "logger", None)
+        if (name.startswith("cua_rl") or name in ("cua_workflow", "dataset")) and isinstance(log, pylogging.Logger):
+            log.disabled, log.propagate = False, False
+            log.setLevel(pylogging.INFO)
+            if handler not in log.handlers:
+                log.addHandler(handler)
 
 
 if __name__ == "__main__":

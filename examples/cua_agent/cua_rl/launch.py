@@ -96,6 +96,16 @@ def _load_config(config_file: str, overrides: list[str]):
     return config
 
 
+def _clear_name_records(config) -> None:
+    """Forget this experiment/trial's name-resolve records (as AReaL's own launchers do): a previous run
+    of the same trial leaves e.g. its weight-update entry, and the next update would then fail."""
+    from areal.utils import name_resolve, names
+
+    name_resolve.reconfigure(config.cluster.name_resolve)
+    name_resolve.clear_subtree(names.trial_root(experiment_name=config.experiment_name,
+                                                trial_name=config.trial_name))
+
+
 def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
     """Gym + agent service in this process; returns the overrides that point training at them."""
     from cua_rl.local_agent.server import start_agent_server
@@ -184,7 +194,9 @@ def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
     except Exception as exc:  # a summary must never hide the run's own exit code
         print(f"[cua-rl] (could not read statistics: {exc})")
         return
-    for tag in sorted(t for t in scalars if t.endswith("reward/avg") or t.endswith("task_success/avg")):
+    wanted = ("rollout/reward", "rollout/task_success", "eval-rollout/reward", "eval-rollout/task_success",
+              "ppo_actor/task_reward/avg")
+    for tag in (t for t in wanted if t in scalars):
         print(f"[cua-rl]   {tag}: " + ", ".join(f"step {s}: {v:.3f}" for s, v in scalars[tag]))
 
 
@@ -200,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = list(args.overrides)
     config = _load_config(config_file, overrides)  # validates the config before anything starts
     paths = RunPaths.of(config)
+    _clear_name_records(config)
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(EXAMPLE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])}

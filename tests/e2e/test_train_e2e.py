@@ -1,0 +1,62 @@
+"""The README's main command on the CPU: ``train.sh`` with no ``--gym`` starts the embedded gym (Xvfb
+desktops), the agent service and the CPU model server with the tiny model, and AReaL trains on real
+episodes. Checks: exit code 0, at least one PPO step and one weight update (the server loaded the
+trainer's snapshot), 2 tasks x group of 2, a checkpoint written, statistics that include the reward,
+and nothing left running. The runtime is printed.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(1800)]
+
+
+def _xvfb_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-x", "Xvfb"], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def test_train_sh_embedded_cpu_run(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples" / "cua_agent"))
+    from cua_rl.launch import read_scalars
+
+    env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_FORCE_CPU": "1"}
+    env.pop("GYM_BASE_URL", None)
+    xvfb_before = _xvfb_pids()
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=1", "train_dataset.batch_size=2",
+         "gconfig.n_samples=2", "saver.freq_steps=1", "trial_name=e2e"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1700)
+    runtime = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    print(f"E2E train.sh runtime: {runtime:.0f} s (exit code {proc.returncode})")
+    (tmp_path / "train_sh.log").write_text(out)
+    assert proc.returncode == 0, out[-6000:]
+
+    logs = next((tmp_path / "fileroot" / "logs").glob("*/cua-agent-cpu/e2e"))
+    ckpts = next((tmp_path / "fileroot" / "checkpoints").glob("*/cua-agent-cpu/e2e"))
+    # a PPO step ran and its weights reached the inference server (disk update -> /areal_update_weights)
+    assert re.search(r"Train step 1/\d+ done", out), out[-4000:]
+    server_log = (logs / "model_server.log").read_text()
+    assert "weight_update_v1" in server_log, server_log[-2000:]
+    # the checkpoint of step 1 holds a loadable model
+    saved = [p for p in ckpts.rglob("config.json")]
+    assert saved and any(p.parent.glob("*.safetensors") for p in saved), list(ckpts.rglob("*"))[:20]
+    # statistics: the reward of the real episodes (2 tasks x group of 2) was logged
+    scalars = read_scalars(logs / "tensorboard")
+    assert "rollout/reward" in scalars and "ppo_actor/task_reward/avg" in scalars, sorted(scalars)[:80]
+    assert all(0.0 <= v <= 1.0 for _, v in scalars["rollout/reward"])
+    assert scalars["rollout/num_turns"][0][1] >= 1  # the policy endpoint recorded real model turns
+    # the launcher's summary tells the user where everything went
+    assert "[cua-rl] checkpoints:" in out and "[cua-rl] statistics:" in out
+    # nothing left running: no desktops of this run
+    time.sleep(2)
+    assert not (_xvfb_pids() - xvfb_before), "Xvfb processes left behind"
