@@ -16,6 +16,8 @@ from PIL import Image
 
 from cua_rl.mini_agent import MiniAgentClient
 from cua_rl.policy import close_loop_servers, tensor_sha256
+from cua_rl.policy.images import DecodedImage, fit_pixels
+from cua_rl.trajectory import group_batch
 
 pytestmark = [pytest.mark.desktop]
 
@@ -82,20 +84,14 @@ async def test_group_of_real_episodes_becomes_exact_rows(stack):
                 urls = [p["image_url"]["url"] for m in body["messages"] if isinstance(m.get("content"), list)
                         for p in m["content"] if p.get("type") == "image_url"][-2:]
                 imgs = [Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))).convert("RGB") for u in urls]
-                from cua_rl.policy.images import DecodedImage, fit_pixels
-
                 imgs = [fit_pixels(DecodedImage("", im, "data"), None, 200704).image for im in imgs]
                 ref = proc.image_processor(images=imgs, return_tensors="pt")
                 assert tensor_sha256(turn.multi_modal_input["pixel_values"]) == tensor_sha256(ref["pixel_values"])
                 reply = out.get("modelOutput") or out.get("response") or {}
                 assert reply["choices"][0]["token_ids"] == turn.output_ids
-        batch = wf_batch = None
-        from cua_rl.trajectory import group_batch
-
-        wf_batch = group_batch(outcomes)
+        batch = group_batch(outcomes)
         n_rows = sum(len(o.turns) for o in outcomes)
-        assert wf_batch["input_ids"].shape[0] == n_rows == len(wf_batch["multi_modal_input"])
-        del batch
+        assert batch["input_ids"].shape[0] == n_rows == len(batch["multi_modal_input"])
     finally:
         await close_loop_servers()
 
