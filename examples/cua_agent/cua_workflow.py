@@ -155,8 +155,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
     # ---- train.py helper ----------------------------------------------------------------------------
     @staticmethod
     def kwargs_from_config(config, gconfig: GenerationHyperparameters, group_size: int) -> dict[str, Any]:
-        """Serialisable constructor kwargs from a ``CUAConfig`` (train and eval differ in gconfig/group)."""
-        return dict(
+        """Serialisable constructor kwargs from a ``CUAConfig`` (train and eval differ in gconfig/group).
+        An optional ``trajectory`` section (export_style, turn_discount, normalise_in_group, scale_by_std,
+        min_group_size) is passed through when the config has one."""
+        extra = asdict(config.trajectory) if is_dataclass(getattr(config, "trajectory", None)) else {}
+        return dict(**extra,
             gconfig=gconfig, model_path=config.actor.path, gym_base_url=config.gym_base_url,
             gym_id=config.gym_id, agent_base_url=config.gbox_mini_agent_base_url,
             agent=config.gbox_mini_agent_agent, action_space=config.gbox_mini_agent_standard_action_space,
