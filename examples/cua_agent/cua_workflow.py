@@ -159,13 +159,13 @@ class CUAAgentWorkflow(RolloutWorkflow):
         An optional ``trajectory`` section (export_style, turn_discount, normalise_in_group, scale_by_std,
         min_group_size) is passed through when the config has one."""
         extra = asdict(config.trajectory) if is_dataclass(getattr(config, "trajectory", None)) else {}
-        return dict(**extra,
+        return dict(
             gconfig=gconfig, model_path=config.actor.path, gym_base_url=config.gym_base_url,
             gym_id=config.gym_id, agent_base_url=config.gbox_mini_agent_base_url,
             agent=config.gbox_mini_agent_agent, action_space=config.gbox_mini_agent_standard_action_space,
             max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
             max_turn_time_seconds=config.max_turn_time_seconds, policy=asdict(config.policy),
-            group_size=group_size, model_base_url=config.model_base_url, model_name=config.model_name)
+            group_size=group_size, model_base_url=config.model_base_url, model_name=config.model_name, **extra)
 
 
 def has_reward_variance(batch: dict[str, Any]) -> bool:

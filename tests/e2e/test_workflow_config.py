@@ -1,0 +1,47 @@
+"""train.py's wiring without services: config -> workflow kwargs -> a workflow AReaL can rebuild."""
+
+import pickle
+from pathlib import Path
+
+import pytest
+from areal.api.cli_args import load_expr_config
+
+from configs import CUAConfig
+from cua_workflow import CUAAgentWorkflow, has_reward_variance
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cua_agent"
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "config.cpu.yaml"])
+def test_kwargs_from_shipped_configs_build_a_serialisable_workflow(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
+    config, _ = load_expr_config(["--config", str(EXAMPLE / name), "gym_base_url=http://127.0.0.1:5010",
+                                  "gym_id=desktop"], CUAConfig)
+    kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig.new(n_samples=1), config.gconfig.n_samples)
+    pickle.loads(pickle.dumps(kwargs))  # AReaL ships workflow kwargs to rollout workers
+    wf = CUAAgentWorkflow(**kwargs)
+    assert wf.group_size == config.gconfig.n_samples >= 2 and wf.min_group_size == 2
+    assert wf.settings.max_pixels == config.policy.max_pixels
+    assert wf.settings.max_screenshots_in_history == config.policy.max_screenshots_in_history
+    assert wf.settings.bind_host == config.policy.bind_host
+    assert wf.agent == config.gbox_mini_agent_agent and wf.max_turns == config.max_turns
+    # the design decision the config must keep: groups are normalised by the workflow, not by AReaL
+    assert config.actor.reward_norm is None
+
+
+def test_bad_settings_fail_at_construction():
+    from areal.api.cli_args import GenerationHyperparameters
+
+    base = dict(gconfig=GenerationHyperparameters(), model_path="/nonexistent", gym_base_url="http://x",
+                gym_id="g", agent_base_url="http://y")
+    with pytest.raises(ValueError):
+        CUAAgentWorkflow(**base, group_size=0)
+    with pytest.raises(ValueError):
+        CUAAgentWorkflow(**base, policy={"no_such_setting": 1})
+
+
+def test_reward_variance_filter():
+    import torch
+
+    assert has_reward_variance({"rewards": torch.tensor([0.7, -0.7])})
+    assert not has_reward_variance({"rewards": torch.tensor([0.0, 0.0, 0.0])})
