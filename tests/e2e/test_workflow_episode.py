@@ -106,6 +106,10 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         # an unreachable gym is an infrastructure failure: the group is rejected, nothing raises
         broken = _workflow(stack, gym_base_url="http://127.0.0.1:9")
         assert await broken.arun_episode(stack["engine"], await _first_task(stack)) is None
+        # an unreachable agent service: also None, and the executions created for it were terminated
+        no_agent = _workflow(stack, agent_base_url="http://127.0.0.1:9")
+        assert await no_agent.arun_episode(stack["engine"], await _first_task(stack)) is None
+        assert not stack["gym"].manager.executions, "an execution was left running"
         assert await wf.arun_episode(stack["engine"], {"instruction": "no id"}) is None
     finally:
         await close_loop_servers()
