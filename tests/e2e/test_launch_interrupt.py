@@ -1,0 +1,66 @@
+"""Ctrl-C during a CPU embedded run: the launcher stops the trainer, the model server, the agent service
+and the gym's desktops, prints its summary and exits; nothing it started keeps running."""
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(600)]
+
+
+def _descendants(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        p, pp = map(int, line.split())
+        children.setdefault(pp, []).append(p)
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for p in pids:
+        try:
+            os.kill(p, 0)
+            alive.add(p)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
+def test_ctrl_c_tears_everything_down(tmp_path):
+    env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_FORCE_CPU": "1"}
+    env.pop("GYM_BASE_URL", None)
+    log = open(tmp_path / "out.log", "w+")
+    proc = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=1",
+                             "trial_name=interrupt"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while "starting the trainer" not in (tmp_path / "out.log").read_text():
+            assert proc.poll() is None, (tmp_path / "out.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the trainer never started"
+            time.sleep(1)
+        time.sleep(20)  # the trainer is loading / rolling out; desktops and servers are up
+        started = _descendants(proc.pid)
+        assert started, "the launcher has no child processes"
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = (tmp_path / "out.log").read_text()
+    assert rc != 0 and "[cua-rl] training" in out and "[cua-rl] logs:" in out, out[-3000:]
+    time.sleep(2)
+    assert not _alive(started), f"left running: {_alive(started)}"
