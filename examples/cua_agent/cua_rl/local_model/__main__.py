@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--max-model-len", type=int, default=8192)
     s.add_argument("--served-model-name", default=None)
     s.add_argument("--log-level", default="info")
+    s.add_argument("--parent-pid", type=int, default=None,
+                   help="exit when this process is gone (set by ModelServerProcess: no orphaned servers)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, str(getattr(args, "log_level", "info")).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -39,12 +41,30 @@ def main(argv: list[str] | None = None) -> int:
     from .server import create_app
 
     engine = TinyEngine(args.model_dir, max_model_len=args.max_model_len, threads=args.threads)
+    if args.parent_pid:
+        _exit_with_parent(args.parent_pid)
     try:
         uvicorn.run(create_app(engine, args.served_model_name), host=args.host, port=args.port,
                     log_level="warning", timeout_graceful_shutdown=2)
     finally:
         engine.close()
     return 0
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A killed trainer or test must not leave this server running: poll the parent, SIGTERM self."""
+    import os
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        logging.getLogger(__name__).warning("parent %d is gone; shutting down", parent_pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 if __name__ == "__main__":

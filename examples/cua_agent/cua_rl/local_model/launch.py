@@ -83,7 +83,7 @@ class ModelServerProcess:
                  start_timeout_s: float = 120.0, extra_env: dict[str, str] | None = None):
         self.host, self.port = host, port or free_port(host)
         cmd = [sys.executable, "-m", "cua_rl.local_model", "serve", str(model_dir), "--host", host,
-               "--port", str(self.port), "--max-model-len", str(max_model_len)]
+               "--port", str(self.port), "--max-model-len", str(max_model_len), "--parent-pid", str(os.getpid())]
         if threads:
             cmd += ["--threads", str(threads)]
         env = {**os.environ, **(extra_env or {})}
