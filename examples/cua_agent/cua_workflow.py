@@ -107,16 +107,29 @@ class CUAAgentWorkflow(RolloutWorkflow):
         task_id = str(data["task_id"])
         started = time.monotonic()
         where = f"task {task_id} episode {index}"
-        try:
-            async with GenvClient(gym_url, gym_id) as gym, gym.execution(task_id) as execution:
-                run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id)
-                if run is None:
-                    return None
-                evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
-                                                execution_data=run.as_execution_data())
-        except (GenvError, MiniAgentError) as exc:
-            logger.error("%s: infrastructure failure, episode dropped: %s", where, exc)
-            return None
+        # A full gym answers create with 429/503 and creates nothing, so waiting and asking again is safe
+        # (and expected: max_concurrent_rollouts x group_size executions may exceed the gym's capacity).
+        wait_s, give_up = 2.0, started + self.max_task_time_s
+        while True:
+            entered = False
+            try:
+                async with GenvClient(gym_url, gym_id) as gym, gym.execution(task_id) as execution:
+                    entered = True
+                    run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id)
+                    if run is None:
+                        return None
+                    evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
+                                                    execution_data=run.as_execution_data())
+                break
+            except (GenvError, MiniAgentError) as exc:
+                busy = not entered and getattr(exc, "status_code", None) in (429, 503)
+                if busy and time.monotonic() + wait_s < give_up:
+                    logger.info("%s: gym busy (%s); retrying create in %.0fs", where, exc, wait_s)
+                    await asyncio.sleep(wait_s)
+                    wait_s = min(30.0, wait_s * 2)
+                    continue
+                logger.error("%s: infrastructure failure, episode dropped: %s", where, exc)
+                return None
         seconds = time.monotonic() - started
         logger.info("%s: reward=%.3f run_ok=%s reason=%s turns=%d %.1fs", where, evaluation.reward, run.ok,
                     run.reason, len(turns), seconds)

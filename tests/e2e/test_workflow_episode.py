@@ -113,3 +113,19 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         assert await wf.arun_episode(stack["engine"], {"instruction": "no id"}) is None
     finally:
         await close_loop_servers()
+
+
+async def test_a_full_gym_makes_episodes_wait_not_fail(stack):
+    """max_executions=1 and a group of 2: the second create gets 429, waits, and runs after the first."""
+    from cua_rl.local_gym.server import start_gym_server
+
+    small = start_gym_server(gym_id="desktop", pool_size=1, max_executions=1)
+    try:
+        wf = _workflow(stack, gym_base_url=small.url)
+        row = await _first_task(stack)
+        batch = await wf.arun_episode(stack["engine"], row)
+        assert batch is not None and batch["input_ids"].shape[0] >= 2
+        assert not small.manager.executions
+    finally:
+        await close_loop_servers()
+        small.stop()
