@@ -117,14 +117,13 @@ class PolicyEndpoint:
         ep = Episode(id=uuid.uuid4().hex[:12], key="cua-" + secrets.token_urlsafe(24),
                      base_url=f"http://{host}:{server.port}/v1", model=self.settings.model_name)
         server.routes[ep.key] = (self, ep)
-        ep._server = server  # type: ignore[attr-defined]
+        ep.server = server
         return ep
 
     def close_episode(self, ep: Episode) -> None:
         """Revoke the key: late calls from a run that outlives its episode get 401 and record nothing."""
-        server = getattr(ep, "_server", None)
-        if server is not None:
-            server.routes.pop(ep.key, None)
+        if ep.server is not None:
+            ep.server.routes.pop(ep.key, None)
         ep.closed = True
 
     @asynccontextmanager
@@ -138,8 +137,7 @@ class PolicyEndpoint:
     # ---- one chat completion --------------------------------------------------------------------
     async def complete(self, ep: Episode, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Answer one request: (HTTP status, JSON body). Records a Turn on success."""
-        ignored = {k for k in body if k in SAMPLING_FIELDS} | {k for k in body if k not in HARMLESS_FIELDS
-                                                              and k not in SAMPLING_FIELDS}
+        ignored = {k for k in body if k not in HARMLESS_FIELDS}  # sampling fields and anything unknown
         if ignored - ep.ignored_params:
             logger.info("episode %s: ignoring client fields %s (sampling comes from the trainer's gconfig)",
                         ep.id, sorted(ignored - ep.ignored_params))

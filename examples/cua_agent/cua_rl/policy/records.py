@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -60,3 +61,4 @@ class Episode:
     in_flight: int = 0  # generations still running (a run that ends with one pending was cut short by us)
     ignored_params: set[str] = field(default_factory=set)
     closed: bool = False
+    server: Any = field(default=None, repr=False, compare=False)  # the LoopServer routing this key
