@@ -247,3 +247,16 @@ async def test_openai_sdk_client_plain_and_streaming(endpoint):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == res.choices[0].message.content
     assert len(ep.turns) == 2
     await client.close()
+
+
+async def test_tools_are_templated_but_refused_with_images_on_vllm(endpoint):
+    tools = [{"type": "function", "function": {"name": "computer_use", "description": "act",
+                                                "parameters": {"type": "object", "properties": {}}}}]
+    ep = await endpoint.open_episode()
+    r = await _post(ep, {"messages": [{"role": "user", "content": "hi"}], "tools": tools}, ep.key)
+    assert r.status_code == 200, r.text
+    with_tools = endpoint.engine.requests[-1].input_ids
+    r = await _post(ep, {"messages": [{"role": "user", "content": "hi"}]}, ep.key)
+    assert len(with_tools) > len(endpoint.engine.requests[-1].input_ids)  # the tool block is in the prompt
+    r = await _post(ep, {"messages": [_user(_img(png_data_url()))], "tools": tools}, ep.key)
+    assert r.status_code == 400 and "tools" in r.json()["error"]["message"]
