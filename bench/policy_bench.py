@@ -147,6 +147,9 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=3)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # AReaL logs to stdout; keep stdout for the JSON alone by pointing fd 1 at stderr until the end.
+    json_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     from areal.api.cli_args import InferenceEngineConfig
     from areal.engine.vllm_remote import RemotevLLMEngine
     from transformers import AutoProcessor
@@ -170,7 +173,8 @@ def main() -> None:
             finally:
                 engine.destroy()
     print(json.dumps({"machine": {"cpus": os.cpu_count()}, "endpoint_overhead": endpoint,
-                      "trajectory_conversion": trajectory, "end_to_end": e2e}, indent=2))
+                      "trajectory_conversion": trajectory, "end_to_end": e2e}, indent=2), file=json_out)
+    json_out.flush()
 
 
 if __name__ == "__main__":
