@@ -10,6 +10,10 @@ engine failing a turn) ends that episode with ``None`` and a logged reason. A ru
 (timeout, the agent gave up, unparseable output) is still evaluated and keeps its real, possibly zero,
 reward. A group keeps only its evaluated episodes; with fewer than ``min_group_size`` of them it is
 rejected, so a group never mixes tasks and a failure never shifts another group's boundaries.
+
+Training Monitor (optional): with ``monitor_base_url`` and a token in the environment (PROJECT_TOKEN or
+MONITOR_PROJECT_TOKEN; never a kwarg, kwargs are logged and saved) each episode posts its rollout (running,
+then completed with reward or failed) and validation in the background; see ``cua_rl.monitor.reporter``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
@@ -27,6 +32,7 @@ from areal.utils import stats_tracker
 
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
+from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 
@@ -42,7 +48,9 @@ class CUAAgentWorkflow(RolloutWorkflow):
                  policy: dict | None = None, group_size: int = 1, min_group_size: int | None = None,
                  export_style: str = "individual", turn_discount: float = 1.0,
                  normalise_in_group: bool = True, scale_by_std: bool = True,
-                 model_base_url: str = "", model_name: str = "", poll_interval_s: float = 1.0):
+                 model_base_url: str = "", model_name: str = "", poll_interval_s: float = 1.0,
+                 monitor_base_url: str = "", monitor_project_id: str = "", monitor_training_id: int | None = None,
+                 is_eval: bool = False):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         self.gconfig = gconfig
@@ -59,8 +67,12 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self.normalise_in_group, self.scale_by_std = normalise_in_group, scale_by_std
         self.model_base_url, self.model_name = model_base_url, model_name
         self.poll_interval_s = poll_interval_s
+        self.monitor_base_url, self.monitor_project_id = monitor_base_url, monitor_project_id
+        self.monitor_training_id, self.is_eval = monitor_training_id, is_eval
         self._endpoint: PolicyEndpoint | None = None
         self._endpoint_engine = None
+        self._reporter: EpisodeReporter | None = None
+        self._reporter_loop = None
 
     # ---- the policy endpoint, built lazily on the rollout worker -------------------------------------
     def _policy(self, engine) -> PolicyEndpoint:
@@ -72,6 +84,34 @@ class CUAAgentWorkflow(RolloutWorkflow):
             self._endpoint_engine = engine
         return self._endpoint
 
+    # ---- the monitor reporter, one per event loop (its HTTP client belongs to the loop) ------------------
+    def _monitor(self) -> EpisodeReporter | None:
+        if not self.monitor_base_url:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._reporter is None or self._reporter_loop is not loop:
+            self._reporter = EpisodeReporter(self.monitor_base_url, self.monitor_project_id,
+                                             self.monitor_training_id)
+            self._reporter_loop = loop
+        return self._reporter if self._reporter.enabled else None
+
+    async def monitor_flush(self, timeout_s: float | None = None) -> None:
+        """Wait (bounded) for queued monitor sends: tests and short scripts; AReaL's loop lives on."""
+        if self._reporter is not None:
+            await self._reporter.flush(timeout_s)
+
+    def _report(self, engine, data: dict, task_id: str, index: int) -> RolloutReport | None:
+        monitor = self._monitor()
+        if monitor is None:
+            return None
+        version = engine.get_version() if hasattr(engine, "get_version") else None
+        return monitor.rollout(
+            uuid.uuid4().hex, task_id=task_id, task_name=str(data.get("name") or task_id),
+            task_description=str(data.get("description") or data.get("instruction") or ""), step=version,
+            source_type="step", is_eval=self.is_eval, group_num=data.get("item_idx"), env_index=index,
+            group_id=f"{task_id}:{data.get('item_idx', 0)}:{version}", max_turns=self.max_turns,
+            model_path=self.model_path)
+
     # ---- AReaL entry point ------------------------------------------------------------------------
     async def arun_episode(self, engine, data: dict[str, Any]) -> dict[str, Any] | None:
         task_id, instruction = data.get("task_id"), data.get("instruction") or data.get("description")
@@ -79,7 +119,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             logger.error("task row without task_id/instruction rejected: keys=%s", sorted(data))
             return None
         endpoint = None if self.model_base_url else self._policy(engine)
-        results = await asyncio.gather(*(self._episode(endpoint, data, i) for i in range(self.group_size)),
+        results = await asyncio.gather(*(self._reported_episode(engine, endpoint, data, i)
+                                         for i in range(self.group_size)),
                                        return_exceptions=True)
         outcomes: list[EpisodeOutcome] = []
         for i, res in enumerate(results):
@@ -101,7 +142,21 @@ class CUAAgentWorkflow(RolloutWorkflow):
         return group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
                            style=self.export_style, discount=self.turn_discount)
 
-    async def _episode(self, endpoint: PolicyEndpoint | None, data: dict, index: int) -> EpisodeOutcome | None:
+    async def _reported_episode(self, engine, endpoint, data: dict, index: int) -> EpisodeOutcome | None:
+        """``_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed."""
+        report = self._report(engine, data, str(data["task_id"]), index)
+        try:
+            outcome = await self._episode(endpoint, data, index, report)
+        except BaseException as exc:
+            if report is not None:
+                report.failed(f"{type(exc).__name__}: {exc}")
+            raise
+        if report is not None and outcome is None:
+            report.failed("episode dropped (infrastructure failure, see the rollout worker log)")
+        return outcome
+
+    async def _episode(self, endpoint: PolicyEndpoint | None, data: dict, index: int,
+                       report: RolloutReport | None = None) -> EpisodeOutcome | None:
         gym_url = data.get("gym_base_url") or self.gym_base_url
         gym_id = data.get("gym_id") or self.gym_id
         task_id = str(data["task_id"])
@@ -129,13 +184,21 @@ class CUAAgentWorkflow(RolloutWorkflow):
                     wait_s = min(30.0, wait_s * 2)
                     continue
                 logger.error("%s: infrastructure failure, episode dropped: %s", where, exc)
+                if report is not None:
+                    report.failed(f"{type(exc).__name__}: {exc}", {"task_id": task_id})
                 return None
         seconds = time.monotonic() - started
         logger.info("%s: reward=%.3f run_ok=%s reason=%s turns=%d %.1fs", where, evaluation.reward, run.ok,
                     run.reason, len(turns), seconds)
-        return EpisodeOutcome(turns=turns, reward=float(evaluation.reward),
-                              info={"success": evaluation.success, "run_ok": run.ok, "reason": run.reason,
-                                    "seconds": seconds, "run_id": run.run_id, "execution_id": execution.execution_id})
+        info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
+                "run_id": run.run_id, "execution_id": execution.execution_id}
+        if report is not None:
+            report.finished(reward=float(evaluation.reward), task_success=bool(evaluation.success),
+                            num_turns=len(turns), num_validators=len(evaluation.validators),
+                            evaluation=evaluation.raw,
+                            summary={**info, "reward": float(evaluation.reward), "task_success": bool(evaluation.success),
+                                     "num_turns": len(turns), "task_id": task_id})
+        return EpisodeOutcome(turns=turns, reward=float(evaluation.reward), info=info)
 
     async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id):
         """(run result, recorded turns), or (None, []) when the failure is the infrastructure's."""
@@ -167,8 +230,10 @@ class CUAAgentWorkflow(RolloutWorkflow):
 
     # ---- train.py helper ----------------------------------------------------------------------------
     @staticmethod
-    def kwargs_from_config(config, gconfig: GenerationHyperparameters, group_size: int) -> dict[str, Any]:
+    def kwargs_from_config(config, gconfig: GenerationHyperparameters, group_size: int, *, is_eval: bool = False,
+                           monitor_training_id: int | None = None) -> dict[str, Any]:
         """Serialisable constructor kwargs from a ``CUAConfig`` (train and eval differ in gconfig/group).
+        The monitor gets its URL, project and training id here, never its token (read from the environment).
         An optional ``trajectory`` section (export_style, turn_discount, normalise_in_group, scale_by_std,
         min_group_size) is passed through when the config has one."""
         extra = asdict(config.trajectory) if is_dataclass(getattr(config, "trajectory", None)) else {}
@@ -178,7 +243,9 @@ class CUAAgentWorkflow(RolloutWorkflow):
             agent=config.gbox_mini_agent_agent, action_space=config.gbox_mini_agent_standard_action_space,
             max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
             max_turn_time_seconds=config.max_turn_time_seconds, policy=asdict(config.policy),
-            group_size=group_size, model_base_url=config.model_base_url, model_name=config.model_name, **extra)
+            group_size=group_size, model_base_url=config.model_base_url, model_name=config.model_name,
+            monitor_base_url=config.monitor_base_url, monitor_project_id=config.project_id,
+            monitor_training_id=monitor_training_id, is_eval=is_eval, **extra)
 
 
 def has_reward_variance(batch: dict[str, Any]) -> bool:

@@ -7,14 +7,16 @@ agent service and (without a GPU) the CPU model server, and sets AReaL's launch 
 """
 
 import logging as pylogging
+import os
 import sys
 
 from areal import PPOTrainer
 from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
-from configs import CUAConfig
+from configs import CUAConfig, resolve_project_token
 from cua_rl.local_model.packed_attention import enable_packed_sdpa
+from cua_rl.monitor import training_run
 from cua_workflow import CUAAgentWorkflow
 from dataset import load_task_datasets
 
@@ -36,19 +38,28 @@ def main(args: list[str]) -> None:
     if config.actor.reward_norm is not None:
         logger.warning("actor.reward_norm is set: rewards are already normalised per group by the workflow")
 
-    workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig, group_size)
-    eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size)
     logger.info("train tasks: %d, eval tasks: %d, group size: %d", len(train_dataset),
                 0 if valid_dataset is None else len(valid_dataset), group_size)
 
-    with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
-        _show_our_logs()
-        trainer.train(
-            workflow=config.workflow,
-            workflow_kwargs=workflow_kwargs,
-            eval_workflow=config.eval_workflow if valid_dataset is not None else None,
-            eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
-        )
+    # Training Monitor (no-op without monitor_base_url + token). The token reaches rollout workers through
+    # the environment only: workflow kwargs are logged and saved.
+    token = resolve_project_token(config)
+    if token:
+        os.environ.setdefault("PROJECT_TOKEN", token)
+    with training_run(config.monitor_base_url, config.project_id, config.experiment_name, config.trial_name,
+                      token=token, enabled=int(os.environ.get("RANK", "0")) == 0) as training_id:
+        workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig, group_size,
+                                                              monitor_training_id=training_id)
+        eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
+                                                                   is_eval=True, monitor_training_id=training_id)
+        with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+            _show_our_logs()
+            trainer.train(
+                workflow=config.workflow,
+                workflow_kwargs=workflow_kwargs,
+                eval_workflow=config.eval_workflow if valid_dataset is not None else None,
+                eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
+            )
 
 
 def _show_our_logs() -> None:

@@ -22,6 +22,12 @@ from .records import KINDS, Record, training_end
 logger = logging.getLogger(__name__)
 
 
+def token_from_env(environ: dict | None = None) -> str:
+    """PROJECT_TOKEN, else MONITOR_PROJECT_TOKEN (the order of ``configs.resolve_project_token``)."""
+    env = os.environ if environ is None else environ
+    return env.get("PROJECT_TOKEN", "") or env.get("MONITOR_PROJECT_TOKEN", "")
+
+
 class MonitorError(Exception):
     """An ingest call failed (only raised with ``raise_errors=True``)."""
 
@@ -62,8 +68,8 @@ class MonitorClient:
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "MonitorClient":
-        """MONITOR_BASE_URL, MONITOR_PROJECT_TOKEN (else PROJECT_TOKEN), PROJECT_ID."""
-        token = os.environ.get("MONITOR_PROJECT_TOKEN") or os.environ.get("PROJECT_TOKEN")
+        """MONITOR_BASE_URL, PROJECT_TOKEN (else MONITOR_PROJECT_TOKEN), PROJECT_ID."""
+        token = token_from_env()
         return cls.from_settings(os.environ.get("MONITOR_BASE_URL"), token, os.environ.get("PROJECT_ID"), **kwargs)
 
     def __repr__(self) -> str:

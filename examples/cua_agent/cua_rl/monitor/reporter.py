@@ -1,0 +1,197 @@
+"""Monitor reporting for a training run: ``training_run`` (trainer, rank 0) and ``EpisodeReporter``
+(rollout workers).
+
+Why fire-and-forget: the monitor only observes. An episode must never wait on it or fail because of it,
+so every send runs as a background task on the worker's loop with a short timeout, and the first failure
+is logged (later ones only at DEBUG). Sends for one rollout are chained so that its completion can never
+overtake its start (the monitor upserts by ``client_id``; a late start would reset the row to running).
+The token is read from the environment here, never passed through workflow kwargs (AReaL may log or
+save those). Disabled (no base URL or no token) means no task and no HTTP at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from contextlib import contextmanager
+from typing import Any, Awaitable, Callable, Iterator
+
+from ..http_retry import RetryPolicy
+from .client import MonitorClient, token_from_env
+from .records import (Record, now_iso, rollout_record, rollout_result, step_record, task_record, training_start,
+                      validation_record)
+
+logger = logging.getLogger(__name__)
+
+# Short on purpose: a monitor that does not answer within seconds is skipped, not waited for.
+SEND_TIMEOUT_S = 10.0
+_RETRY = RetryPolicy(attempts=2, backoff_s=0.5, max_backoff_s=1.0, retry_5xx=False)  # training start/end
+# Episodes: one try per record. A retry would log a warning per episode while the monitor is down, and the
+# next record of the rollout re-sends its identity anyway (upsert by client_id).
+_EPISODE_RETRY = RetryPolicy(attempts=1, retry_5xx=False)
+
+
+@contextmanager
+def training_run(base_url: str, project_id: str | None, experiment_name: str, trial_name: str, *,
+                 token: str, enabled: bool = True, timeout_s: float = SEND_TIMEOUT_S) -> Iterator[int | None]:
+    """Post the ``training`` record, yield its id (None when disabled or unreachable), and mark it
+    ``completed`` on a clean exit or ``failed`` on any exception (then re-raised). Synchronous: the
+    trainer's entry point has no event loop. ``enabled=False`` (other ranks) sends nothing."""
+    if not (enabled and base_url and token):
+        yield None
+        return
+
+    async def call(method: str, *args: Any) -> Any:
+        async with MonitorClient.from_settings(base_url, token, project_id, timeout_s=timeout_s,
+                                               retry=_RETRY) as monitor:
+            return await getattr(monitor, method)(*args)
+
+    training_id = asyncio.run(call("start_training", training_start(experiment_name, trial_name)))
+    status = "failed"
+    try:
+        yield training_id
+        status = "completed"
+    finally:
+        if training_id is not None:
+            asyncio.run(call("finish_training", training_id, status))
+
+
+class EpisodeReporter:
+    """Background sends of task, step, rollout and validation records for one rollout worker's loop."""
+
+    def __init__(self, base_url: str, project_id: str | None, training_id: int | None, *,
+                 token: str | None = None, timeout_s: float = SEND_TIMEOUT_S, retry: RetryPolicy = _EPISODE_RETRY):
+        self.client = MonitorClient.from_settings(base_url, token_from_env() if token is None else token,
+                                                  project_id, timeout_s=timeout_s, retry=retry, raise_errors=True)
+        self.enabled = self.client.enabled
+        self.training_id = training_id
+        self.timeout_s = timeout_s
+        self.failures = 0
+        self._ids: dict[str, asyncio.Task] = {}       # "task:<id>" / "step:<n>" -> task giving the monitor id
+        self._chains: dict[str, asyncio.Task] = {}    # rollout uuid -> its last queued send
+        self._rollout_ids: dict[str, Any] = {}        # rollout uuid -> monitor row id
+        self._pending: set[asyncio.Task] = set()
+
+    # ---- what the workflow calls (all return at once) -------------------------------------------------
+    def rollout(self, rollout_uuid: str, *, task_id: str, task_name: str = "", task_description: str = "",
+                step: int | None = None, **identity: Any) -> "RolloutReport":
+        """Queue the task record (once per task), the step record (once per step) and the rollout's
+        start; returns the handle that reports its end."""
+        report = RolloutReport(self, rollout_uuid, identity)
+        if not self.enabled:
+            return report
+
+        async def start() -> list[Record]:
+            remote_task = await self._once(f"task:{task_id}", task_record(task_id, task_name or task_id,
+                                                                          task_description), "tasks")
+            step_id = None
+            if self.training_id is not None and step is not None:
+                step_id = await self._once(f"step:{step}", step_record(self.training_id, step), "steps")
+            report.identity.update(task_id=remote_task, step_id=step_id)
+            return [rollout_record(rollout_uuid, status="running", current_phase="env_creation",
+                                   start_time=now_iso(), **report.identity)]
+
+        self._chain(rollout_uuid, start)
+        return report
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Wait (bounded) for queued sends; for tests and shutdown, never called inside an episode."""
+        pending = set(self._pending)
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s if timeout_s is not None else 3 * self.timeout_s)
+
+    async def aclose(self) -> None:
+        await self.flush()
+        await self.client.aclose()
+
+    # ---- machinery ------------------------------------------------------------------------------------
+    def _chain(self, key: str, build: Callable[[], Awaitable[list[Record]]]) -> None:
+        previous = self._chains.get(key)
+        task = asyncio.get_running_loop().create_task(self._send_after(previous, key, build))
+        self._chains[key] = task
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(lambda t: self._chains.pop(key, None) if self._chains.get(key) is t else None)
+
+    async def _send_after(self, previous: asyncio.Task | None, key: str,
+                          build: Callable[[], Awaitable[list[Record]]]) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        try:
+            records = await build()
+            result = await asyncio.wait_for(self.client.upsert(*records), 3 * self.timeout_s)
+            rid = result.id_of("rollouts", key)
+            if rid is not None:
+                self._rollout_ids[key] = rid
+        except Exception as exc:  # noqa: BLE001 - the monitor must never break an episode
+            self._failed(exc)
+
+    async def _once(self, key: str, record: Record, kind: str) -> Any:
+        """The monitor id of a record sent once per reporter; None (and retried next time) on failure."""
+        task = self._ids.get(key)
+        if task is None:
+            task = self._ids[key] = asyncio.get_running_loop().create_task(self._send_one(record, kind))
+        rid = await asyncio.shield(task)
+        if rid is None and self._ids.get(key) is task:
+            self._ids.pop(key)
+        return rid
+
+    async def _send_one(self, record: Record, kind: str) -> Any:
+        try:
+            result = await asyncio.wait_for(self.client.upsert(record), 3 * self.timeout_s)
+            return result.id_of(kind, record.client_id)
+        except Exception as exc:  # noqa: BLE001
+            self._failed(exc)
+            return None
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failures += 1
+        # MonitorError messages are already scrubbed of the token; others never contain it.
+        message = f"{type(exc).__name__}: {exc}"
+        if self.failures == 1:
+            logger.warning("training monitor send failed (training continues; further monitor failures are "
+                           "logged at DEBUG): %s", message)
+        else:
+            logger.debug("training monitor send failed (%d so far): %s", self.failures, message)
+
+
+class RolloutReport:
+    """One rollout's end, reported once: ``finished`` (evaluated) or ``failed`` (dropped)."""
+
+    def __init__(self, reporter: EpisodeReporter, rollout_uuid: str, identity: dict) -> None:
+        self.reporter, self.uuid = reporter, rollout_uuid
+        self.identity = {k: v for k, v in identity.items() if v is not None}
+        self.closed = False
+
+    def finished(self, *, reward: float, task_success: bool, num_turns: int, summary: dict,
+                 num_validators: int = 0, evaluation: dict | None = None) -> None:
+        if self._close():
+            def build() -> list[Record]:
+                rid = self.reporter._rollout_ids.get(self.uuid, self.uuid)
+                return [rollout_result(self.uuid, reward=reward, task_success=task_success, num_turns=num_turns,
+                                       summary=summary, **self.identity),
+                        validation_record(self.uuid, rollout_id=rid, reward=reward, success=task_success,
+                                          num_validators=num_validators,
+                                          details={"genv_evaluation": evaluation, "reward": reward,
+                                                   "task_id": summary.get("task_id"),
+                                                   "execution_id": summary.get("execution_id")})]
+            self.reporter._chain(self.uuid, _async(build))
+
+    def failed(self, error: str, summary: dict | None = None) -> None:
+        if self._close():
+            body = {**(summary or {}), "error": error}
+            self.reporter._chain(self.uuid, _async(lambda: [rollout_record(
+                self.uuid, status="failed", end_time=now_iso(), summary_json=json.dumps(body, default=str), **self.identity)]))
+
+    def _close(self) -> bool:
+        """True the first time; and only when the reporter sends at all."""
+        first = not self.closed
+        self.closed = True
+        return first and self.reporter.enabled
+
+
+def _async(fn: Callable[[], list[Record]]) -> Callable[[], Awaitable[list[Record]]]:
+    async def run() -> list[Record]:
+        return fn()
+    return run

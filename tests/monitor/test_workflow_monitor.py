@@ -1,0 +1,69 @@
+"""A real CUAAgentWorkflow group on the embedded stack (real gym, agent service, CPU model server; the
+``stack`` fixture of tests/e2e/test_workflow_episode.py) reporting to the Training Monitor test double
+(monitor_double.py) on loopback, the training record opened and closed by ``training_run`` as in train.py."""
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from test_workflow_episode import _first_task, _workflow, stack  # noqa: E402,F401  (the team's fixture)
+
+from cua_rl.monitor import token_from_env, training_run  # noqa: E402
+from cua_rl.policy import close_loop_servers  # noqa: E402
+
+pytestmark = [pytest.mark.desktop]
+
+
+async def _group(wf, stack):
+    try:
+        batch = await wf.arun_episode(stack["engine"], await _first_task(stack))
+        await wf.monitor_flush(30)
+        return batch
+    finally:
+        await close_loop_servers()
+
+
+def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor_state, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("PROJECT_TOKEN", monitor_state.token)
+    base = monitor_server.url + monitor_state.prefix
+    with training_run(base, "p1", "cua", "e2e", token=token_from_env()) as training_id:
+        kwargs = dict(monitor_base_url=base, monitor_project_id="p1", monitor_training_id=training_id)
+        assert monitor_state.token not in repr(kwargs)
+        batch = asyncio.run(_group(_workflow(stack, **kwargs), stack))
+        # the agent service is unreachable: the group is dropped and both rollouts are marked failed
+        broken = asyncio.run(_group(_workflow(stack, agent_base_url="http://127.0.0.1:9", **kwargs), stack))
+    assert batch is not None and broken is None
+    assert monitor_state.trainings[training_id]["status"] == "completed"
+
+    rows = monitor_state.rows
+    task_id = asyncio.run(_first_task(stack))["task_id"]
+    assert set(rows["tasks"]) == {task_id}                       # once per task (per reporter)
+    assert set(rows["steps"]) == {f"step-{training_id}-0-0"}     # the engine's weight version 0
+    rollouts = rows["rollouts"]
+    assert len(rollouts) == 4 and all(len(cid) == 32 for cid in rollouts)   # uuid4 hex client ids
+    done = [r for r in rollouts.values() if r["status"] == "completed"]
+    failed = [r for r in rollouts.values() if r["status"] == "failed"]
+    assert len(done) == 2 and len(failed) == 2
+    assert sorted(r["env_index"] for r in done) == [0, 1]
+    for r in done:
+        assert 0.0 <= r["reward"] <= 1.0 and r["num_turns"] >= 1 and isinstance(r["task_success"], bool)
+        assert r["task_id"] == rows["tasks"][task_id]["id"] and r["step_id"] == rows["steps"][f"step-{training_id}-0-0"]["id"]
+        validation = rows["validations"][f"{r['client_id']}:validation"]
+        assert validation["rollout_id"] == r["id"] and validation["actual_result"].startswith(f"reward={r['reward']:.4f}")
+    assert set(rows["validations"]) == {f"{r['client_id']}:validation" for r in done}
+    assert all("end_time" in r and "error" in r["summary_json"] for r in failed)
+    assert {h["authorization"] for h in monitor_state.requests} == {f"Bearer {monitor_state.token}"}
+    assert monitor_state.token not in caplog.text
+
+
+def test_no_token_means_no_monitor_traffic(stack, monitor_server, monitor_state, monkeypatch):
+    monkeypatch.delenv("PROJECT_TOKEN", raising=False)
+    monkeypatch.delenv("MONITOR_PROJECT_TOKEN", raising=False)
+    wf = _workflow(stack, monitor_base_url=monitor_server.url + monitor_state.prefix, monitor_training_id=1)
+    assert asyncio.run(_group(wf, stack)) is not None
+    assert monitor_state.requests == []
