@@ -6,9 +6,12 @@ Normally started by ``train.sh`` -> ``python -m cua_rl.launch``, which also star
 agent service and (without a GPU) the CPU model server, and sets AReaL's launch environment.
 """
 
-import logging as pylogging
 import os
 import sys
+
+from cua_rl.logs import setup_logging
+
+setup_logging()  # before AReaL's imports start swapping the root logger
 
 from areal import PPOTrainer
 from areal.api.cli_args import load_expr_config
@@ -53,28 +56,12 @@ def main(args: list[str]) -> None:
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
                                                                    is_eval=True, monitor_training_id=training_id)
         with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
-            _show_our_logs()
             trainer.train(
                 workflow=config.workflow,
                 workflow_kwargs=workflow_kwargs,
                 eval_workflow=config.eval_workflow if valid_dataset is not None else None,
                 eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
             )
-
-
-def _show_our_logs() -> None:
-    """Give our modules' loggers a handler. Why this way: AReaL's ``getLogger`` replaces the logging
-    manager and runs ``dictConfig(disable_existing_loggers=True)`` on every call, which orphans or disables
-    loggers created by other libraries; so reach the logger objects our modules actually hold."""
-    handler = pylogging.StreamHandler()
-    handler.setFormatter(pylogging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name, module in list(sys.modules.items()):
-        log = getattr(module, "logger", None)
-        if (name.startswith("cua_rl") or name in ("cua_workflow", "dataset")) and isinstance(log, pylogging.Logger):
-            log.disabled, log.propagate = False, False
-            log.setLevel(pylogging.INFO)
-            if handler not in log.handlers:
-                log.addHandler(handler)
 
 
 if __name__ == "__main__":

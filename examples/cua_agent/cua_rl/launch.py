@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cua_rl.logs import setup_logging
+
 logger = logging.getLogger("cua_rl.launch")
 EXAMPLE_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = EXAMPLE_DIR.parents[1]
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedded", action="store_true", help="start the embedded gym and agent service")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     started = time.monotonic()
     config_file = str(Path(args.config).resolve())
     overrides = list(args.overrides)

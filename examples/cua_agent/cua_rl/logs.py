@@ -42,3 +42,11 @@ def keep_stdlib_logging() -> bool:
     setattr(get_logger, _INSTALLED_FLAG, True)
     areal_logging.getLogger = get_logger
     return True
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """The console logging of our entry points (train.py, the launcher, the servers' CLIs)."""
+    keep_stdlib_logging()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: thousands of screenshot/action lines per training step.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

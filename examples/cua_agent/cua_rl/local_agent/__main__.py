@@ -9,6 +9,8 @@ import sys
 from .formats import format_names
 from .runner import AgentSettings
 
+from cua_rl.logs import setup_logging
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cua-agent", description="gbox-mini-agent-compatible agent service")
@@ -31,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(getattr(logging, args.log_level.upper(), logging.INFO))
     import uvicorn  # imported late so `--help` stays fast
 
     from .server import create_app

@@ -8,6 +8,8 @@ import sys
 
 import uvicorn
 
+from cua_rl.logs import setup_logging
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cua-gym", description="genv-compatible gym with local X11 desktops")
@@ -29,8 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     l = sub.add_parser("list", help="print the tasks and exit")
     l.add_argument("--tasks-dir", default=None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO) if args.cmd == "serve"
-                        else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(getattr(logging, args.log_level.upper(), logging.INFO) if args.cmd == "serve" else logging.WARNING)
 
     from .manager import GymOptions
     from .server import create_app

@@ -6,6 +6,8 @@ import argparse
 import logging
 import sys
 
+from cua_rl.logs import setup_logging
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cua-model", description="Tiny offline VLM and CPU inference server")
@@ -25,8 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--parent-pid", type=int, default=None,
                    help="exit when this process is gone (set by ModelServerProcess: no orphaned servers)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(getattr(args, "log_level", "info")).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(getattr(logging, str(getattr(args, "log_level", "info")).upper(), logging.INFO))
 
     if args.cmd == "build-tiny":
         from .tiny import TinySpec, build_tiny
