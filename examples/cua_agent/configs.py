@@ -23,6 +23,7 @@ from areal.api.cli_args import GRPOConfig
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids")
 SPLIT_TYPES = ("train", "eval", "all")
+EXPORT_STYLES = ("individual", "concat")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
 _RANGE_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
@@ -131,6 +132,31 @@ class TaskSourceConfig:
 
 
 @dataclass
+class TrajectoryConfig:
+    """How recorded turns become training rows (cua_rl/trajectory; docs/policy-and-training.md)."""
+
+    # individual: one row per turn (always valid); concat: one row per episode when every prompt extends
+    # the previous turn exactly (falls back to per-turn rows otherwise).
+    export_style: str = "individual"
+    # Per-turn credit: turn t of T gets reward * turn_discount ** (T - 1 - t); 1.0 = terminal reward everywhere.
+    turn_discount: float = 1.0
+    # GRPO inside the workflow: rewards minus the group mean (divided by the group std when scale_by_std).
+    normalise_in_group: bool = True
+    scale_by_std: bool = True
+    # Fewer evaluated episodes than this in a group drops the group (a lone episode has no baseline).
+    # null = min(2, group size).
+    min_group_size: int | None = None
+
+    def __post_init__(self):
+        if self.export_style not in EXPORT_STYLES:
+            raise ValueError(f"trajectory.export_style must be one of {EXPORT_STYLES}, got {self.export_style!r}")
+        if not 0.0 < self.turn_discount <= 1.0:
+            raise ValueError(f"trajectory.turn_discount must be within (0, 1], got {self.turn_discount}")
+        if self.min_group_size is not None and self.min_group_size < 1:
+            raise ValueError(f"trajectory.min_group_size must be >= 1 or null, got {self.min_group_size}")
+
+
+@dataclass
 class CUAConfig(GRPOConfig):
     """GRPOConfig plus the keys of the computer-use agent (external-protocols.md 5.2)."""
 
@@ -175,6 +201,7 @@ class CUAConfig(GRPOConfig):
     policy: PolicyEndpointConfig = field(default_factory=PolicyEndpointConfig)
     embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig)
     task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig)
+    trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
 
     def __post_init__(self):
         super().__post_init__()

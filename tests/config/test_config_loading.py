@@ -140,6 +140,8 @@ def test_every_key_train_sh_sets_is_in_config_yaml():
     ("task_source.kind=web", "task_source.kind must be one of"),
     ("policy.port=70000", "policy.port must be 0..65535"),
     ("embedded.num_desktops=0", "embedded.num_desktops must be >= 1"),
+    ("trajectory.export_style=tree", "trajectory.export_style must be one of"),
+    ("trajectory.turn_discount=0", "trajectory.turn_discount must be within"),
 ])
 def test_bad_values_fail_at_load_time(tmp_path, override, message):
     with pytest.raises(Exception, match=message):

@@ -29,6 +29,16 @@ def test_kwargs_from_shipped_configs_build_a_serialisable_workflow(name, tmp_pat
     assert config.actor.reward_norm is None
 
 
+def test_trajectory_section_reaches_the_workflow(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
+    config, _ = load_expr_config(["--config", str(EXAMPLE / "config.yaml"), "gym_base_url=http://127.0.0.1:5010",
+                                  "gym_id=desktop", "trajectory.export_style=concat", "trajectory.turn_discount=0.9",
+                                  "trajectory.scale_by_std=false", "trajectory.min_group_size=3"], CUAConfig)
+    wf = CUAAgentWorkflow(**CUAAgentWorkflow.kwargs_from_config(config, config.gconfig.new(n_samples=1), 4))
+    assert (wf.export_style, wf.turn_discount, wf.scale_by_std, wf.min_group_size) == ("concat", 0.9, False, 3)
+    assert wf.normalise_in_group is True
+
+
 def test_bad_settings_fail_at_construction():
     from areal.api.cli_args import GenerationHyperparameters
 
