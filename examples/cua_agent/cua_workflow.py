@@ -101,16 +101,20 @@ class CUAAgentWorkflow(RolloutWorkflow):
             await self._reporter.flush(timeout_s)
 
     def _report(self, engine, data: dict, task_id: str, index: int) -> RolloutReport | None:
-        monitor = self._monitor()
-        if monitor is None:
+        try:  # the monitor must never cost an episode: any surprise here means "not reported"
+            monitor = self._monitor()
+            if monitor is None:
+                return None
+            version = engine.get_version() if hasattr(engine, "get_version") else None
+            return monitor.rollout(
+                uuid.uuid4().hex, task_id=task_id, task_name=str(data.get("name") or task_id),
+                task_description=str(data.get("description") or data.get("instruction") or ""), step=version,
+                source_type="step", is_eval=self.is_eval, group_num=data.get("item_idx"), env_index=index,
+                group_id=f"{task_id}:{data.get('item_idx', 0)}:{version}", max_turns=self.max_turns,
+                model_path=self.model_path)
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("monitor: rollout of task %s not reported: %s: %s", task_id, type(exc).__name__, exc)
             return None
-        version = engine.get_version() if hasattr(engine, "get_version") else None
-        return monitor.rollout(
-            uuid.uuid4().hex, task_id=task_id, task_name=str(data.get("name") or task_id),
-            task_description=str(data.get("description") or data.get("instruction") or ""), step=version,
-            source_type="step", is_eval=self.is_eval, group_num=data.get("item_idx"), env_index=index,
-            group_id=f"{task_id}:{data.get('item_idx', 0)}:{version}", max_turns=self.max_turns,
-            model_path=self.model_path)
 
     # ---- AReaL entry point ------------------------------------------------------------------------
     async def arun_episode(self, engine, data: dict[str, Any]) -> dict[str, Any] | None:
