@@ -42,19 +42,26 @@ def training_run(base_url: str, project_id: str | None, experiment_name: str, tr
         yield None
         return
 
-    async def call(method: str, *args: Any) -> Any:
+    async def send(method: str, *args: Any) -> Any:
         async with MonitorClient.from_settings(base_url, token, project_id, timeout_s=timeout_s,
                                                retry=_RETRY) as monitor:
             return await getattr(monitor, method)(*args)
 
-    training_id = asyncio.run(call("start_training", training_start(experiment_name, trial_name)))
+    def call(method: str, *args: Any) -> Any:
+        try:  # the client logs its own failures; this catches what it does not expect (a malformed URL...)
+            return asyncio.run(send(method, *args))
+        except Exception as exc:  # noqa: BLE001 - never mask or cause a training failure
+            logger.warning("training monitor %s failed: %s: %s", method, type(exc).__name__, exc)
+            return None
+
+    training_id = call("start_training", training_start(experiment_name, trial_name))
     status = "failed"
     try:
         yield training_id
         status = "completed"
     finally:
         if training_id is not None:
-            asyncio.run(call("finish_training", training_id, status))
+            call("finish_training", training_id, status)
 
 
 class EpisodeReporter:
@@ -70,7 +77,6 @@ class EpisodeReporter:
         self.failures = 0
         self._ids: dict[str, asyncio.Task] = {}       # "task:<id>" / "step:<n>" -> task giving the monitor id
         self._chains: dict[str, asyncio.Task] = {}    # rollout uuid -> its last queued send
-        self._rollout_ids: dict[str, Any] = {}        # rollout uuid -> monitor row id
         self._pending: set[asyncio.Task] = set()
 
     # ---- what the workflow calls (all return at once) -------------------------------------------------
@@ -92,7 +98,7 @@ class EpisodeReporter:
             return [rollout_record(rollout_uuid, status="running", current_phase="env_creation",
                                    start_time=now_iso(), **report.identity)]
 
-        self._chain(rollout_uuid, start)
+        self._chain(rollout_uuid, start, lambda result: report._started(result.id_of("rollouts", rollout_uuid)))
         return report
 
     async def flush(self, timeout_s: float | None = None) -> None:
@@ -106,24 +112,24 @@ class EpisodeReporter:
         await self.client.aclose()
 
     # ---- machinery ------------------------------------------------------------------------------------
-    def _chain(self, key: str, build: Callable[[], Awaitable[list[Record]]]) -> None:
+    def _chain(self, key: str, build: Callable[[], Awaitable[list[Record]]],
+               on_result: Callable[[Any], None] | None = None) -> None:
         previous = self._chains.get(key)
-        task = asyncio.get_running_loop().create_task(self._send_after(previous, key, build))
+        task = asyncio.get_running_loop().create_task(self._send_after(previous, build, on_result))
         self._chains[key] = task
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         task.add_done_callback(lambda t: self._chains.pop(key, None) if self._chains.get(key) is t else None)
 
-    async def _send_after(self, previous: asyncio.Task | None, key: str,
-                          build: Callable[[], Awaitable[list[Record]]]) -> None:
+    async def _send_after(self, previous: asyncio.Task | None, build: Callable[[], Awaitable[list[Record]]],
+                          on_result: Callable[[Any], None] | None) -> None:
         if previous is not None:
             await asyncio.wait([previous])
         try:
             records = await build()
             result = await asyncio.wait_for(self.client.upsert(*records), 3 * self.timeout_s)
-            rid = result.id_of("rollouts", key)
-            if rid is not None:
-                self._rollout_ids[key] = rid
+            if on_result is not None:
+                on_result(result)
         except Exception as exc:  # noqa: BLE001 - the monitor must never break an episode
             self._failed(exc)
 
@@ -163,12 +169,16 @@ class RolloutReport:
         self.reporter, self.uuid = reporter, rollout_uuid
         self.identity = {k: v for k, v in identity.items() if v is not None}
         self.closed = False
+        self.remote_id: Any = None  # the monitor's id of the rollout row, once its start was answered
+
+    def _started(self, remote_id: Any) -> None:
+        self.remote_id = remote_id
 
     def finished(self, *, reward: float, task_success: bool, num_turns: int, summary: dict,
                  num_validators: int = 0, evaluation: dict | None = None) -> None:
         if self._close():
             def build() -> list[Record]:
-                rid = self.reporter._rollout_ids.get(self.uuid, self.uuid)
+                rid = self.remote_id if self.remote_id is not None else self.uuid
                 return [rollout_result(self.uuid, reward=reward, task_success=task_success, num_turns=num_turns,
                                        summary=summary, **self.identity),
                         validation_record(self.uuid, rollout_id=rid, reward=reward, success=task_success,
@@ -182,7 +192,8 @@ class RolloutReport:
         if self._close():
             body = {**(summary or {}), "error": error}
             self.reporter._chain(self.uuid, _async(lambda: [rollout_record(
-                self.uuid, status="failed", end_time=now_iso(), summary_json=json.dumps(body, default=str), **self.identity)]))
+                self.uuid, status="failed", end_time=now_iso(), summary_json=json.dumps(body, default=str),
+                **self.identity)]))
 
     def _close(self) -> bool:
         """True the first time; and only when the reporter sends at all."""
