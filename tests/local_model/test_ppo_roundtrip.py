@@ -16,27 +16,22 @@ import logging
 import os
 import uuid
 
-import pytest
 import torch
-import torch.distributed as dist
 from areal.api import FinetuneSpec, ModelRequest, WeightUpdateMeta
 from areal.api.cli_args import (
     GenerationHyperparameters,
     InferenceEngineConfig,
     MicroBatchSpec,
-    NameResolveConfig,
     OptimizerConfig,
     PPOActorConfig,
 )
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
-from areal.utils import name_resolve
 from lm_helpers import png_b64, screenshot
 from PIL import Image
 from transformers import AutoProcessor
 
 from cua_rl.local_model import ModelServerProcess, enable_packed_sdpa
-from cua_rl.local_model.launch import free_port
 
 logger = logging.getLogger(__name__)
 TEMPERATURE = 0.9
@@ -94,17 +89,6 @@ async def _rollout(engine, processor, b64s, seed_tag: str):
                          vision_msg_vllm=[_vllm_msgs()], gconfig=g.new(n_samples=1),
                          tokenizer=processor.tokenizer, processor=processor) for i in range(len(b64s))]
     return await asyncio.gather(*[engine.agenerate(r) for r in reqs])
-
-
-@pytest.fixture
-def dist_env(monkeypatch, tmp_path):
-    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": str(free_port())}.items():
-        monkeypatch.setenv(k, v)
-    name_resolve.reconfigure(NameResolveConfig(type="nfs", nfs_record_root=str(tmp_path / "name_resolve")))
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def test_ppo_step_then_disk_update_reaches_the_server(tiny_dir, tmp_path, dist_env):

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from cua_rl.local_model import ModelServerProcess
-from cua_rl.local_model.launch import free_port
+from cua_rl.asgi_thread import free_port
 
 HERE = Path(__file__).parent / "spmd"
 

@@ -5,7 +5,6 @@ tests check only what the endpoint does around the engine (auth, parsing, proces
 straddle handling). The correctness gates against the real CPU inference server live in test_gates.py.
 """
 
-import asyncio
 import base64
 import io
 

@@ -12,41 +12,25 @@ import json
 import uuid
 
 import httpx
-import pytest
 import torch
-import torch.distributed as dist
 from areal.api import FinetuneSpec, WeightUpdateMeta
 from areal.api.cli_args import (
     GenerationHyperparameters,
     InferenceEngineConfig,
     MicroBatchSpec,
-    NameResolveConfig,
     OptimizerConfig,
     PPOActorConfig,
 )
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
-from areal.utils import name_resolve
 from policy_helpers import png_data_url
 
 from cua_rl.local_model import ModelServerProcess
-from cua_rl.local_model.launch import free_port
 from cua_rl.local_model.packed_attention import enable_packed_sdpa
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 
 TEMPERATURE = 0.9
-
-
-@pytest.fixture
-def dist_env(monkeypatch, tmp_path):
-    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": str(free_port())}.items():
-        monkeypatch.setenv(k, v)
-    name_resolve.reconfigure(NameResolveConfig(type="nfs", nfs_record_root=str(tmp_path / "name_resolve")))
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 async def _episodes(engine, processor, n_episodes=2):

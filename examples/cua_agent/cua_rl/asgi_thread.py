@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 import uvicorn
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free right now (for servers started by another process, which must be told one)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 @dataclass
 class ServedApp:
     """A running server: ``url`` is ``http://host:port`` with no trailing slash; call ``stop()``."""

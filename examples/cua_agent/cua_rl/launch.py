@@ -19,7 +19,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cua_rl.asgi_thread import free_port
 from cua_rl.logs import setup_logging
 
 logger = logging.getLogger("cua_rl.launch")
@@ -45,12 +45,6 @@ def has_gpu() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return any(line.startswith("GPU") for line in out.splitlines())
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -8,7 +8,6 @@ Uses AReaL's VisionRLVRWorkflow (processor ids + images, chat path to the server
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from PIL import Image, ImageDraw

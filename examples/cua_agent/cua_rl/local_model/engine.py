@@ -75,7 +75,7 @@ class TinyEngine:
     """Owns model + processor; ``submit`` is awaited from the event loop, work happens on one thread."""
 
     def __init__(self, model_dir: str | Path, *, max_model_len: int = 8192, threads: int | None = None):
-        from transformers import AutoModelForImageTextToText, AutoProcessor
+        from transformers import AutoProcessor
 
         if threads:
             torch.set_num_threads(threads)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cua_rl.asgi_thread import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +68,6 @@ def start_model_server(model_dir: str | Path, host: str = "127.0.0.1", port: int
         engine.close()
         raise
     return ServedModel(served=served, engine=engine)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class ModelServerProcess:
