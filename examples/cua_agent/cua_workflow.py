@@ -152,8 +152,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         try:
             outcome = await self._episode(endpoint, data, index, report)
         except BaseException as exc:
-            if report is not None:
-                report.failed(f"{type(exc).__name__}: {exc}")
+            if report is not None:  # cancelled = AReaL dropped the rollout (e.g. the trainer is stopping)
+                report.failed("cancelled" if isinstance(exc, asyncio.CancelledError) else f"{type(exc).__name__}: {exc}")
             raise
         if report is not None and outcome is None:
             report.failed("episode dropped (infrastructure failure, see the rollout worker log)")
