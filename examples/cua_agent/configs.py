@@ -234,8 +234,9 @@ class CUAConfig(GRPOConfig):
 
 def resolve_project_token(config: CUAConfig, environ: dict | None = None) -> str:
     """Monitor token: the config value, else PROJECT_TOKEN, else MONITOR_PROJECT_TOKEN."""
-    env = os.environ if environ is None else environ
-    return config.project_token or env.get("PROJECT_TOKEN", "") or env.get("MONITOR_PROJECT_TOKEN", "")
+    from cua_rl.monitor import token_from_env
+
+    return config.project_token or token_from_env(environ)
 
 
 def resolve_tiny_model_dir(config: CUAConfig, environ: dict | None = None) -> str:

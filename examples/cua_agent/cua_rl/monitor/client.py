@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 
 def token_from_env(environ: dict | None = None) -> str:
-    """PROJECT_TOKEN, else MONITOR_PROJECT_TOKEN (the order of ``configs.resolve_project_token``)."""
+    """PROJECT_TOKEN, else MONITOR_PROJECT_TOKEN: the one place that decides the lookup order."""
     env = os.environ if environ is None else environ
     return env.get("PROJECT_TOKEN", "") or env.get("MONITOR_PROJECT_TOKEN", "")
 
