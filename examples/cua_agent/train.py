@@ -7,6 +7,7 @@ agent service and (without a GPU) the CPU model server, and sets AReaL's launch 
 """
 
 import os
+import signal
 import sys
 
 from cua_rl.logs import setup_logging
@@ -27,6 +28,9 @@ logger = logging.getLogger("cua-train")
 
 
 def main(args: list[str]) -> None:
+    # The launcher stops a run with SIGTERM: unwind like Ctrl-C, so the trainer closes and the monitor run
+    # is marked failed instead of staying "running".
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     config, _ = load_expr_config(args, CUAConfig)
     # AReaL packs each micro-batch into one row; without flash-attention (CPU) the stock sdpa would let a
     # sequence attend to the ones packed before it. Harmless with flash_attention_2.
