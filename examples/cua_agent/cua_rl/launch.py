@@ -183,7 +183,8 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path) -> int:
 def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
     print(f"\n[cua-rl] training {'finished' if rc == 0 else f'FAILED (exit code {rc})'} in {elapsed:.0f} s")
     print(f"[cua-rl] logs:        {paths.logs}  (train.log, model_server.log)")
-    print(f"[cua-rl] checkpoints: {paths.checkpoints}")
+    saved = paths.checkpoints.is_dir() and any(p.is_file() for p in paths.checkpoints.rglob("*"))
+    print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if saved else "  (none written: see saver.freq_steps)"))
     print(f"[cua-rl] statistics:  {paths.tensorboard}  (tensorboard event files)")
     try:
         scalars = read_scalars(paths.tensorboard)
