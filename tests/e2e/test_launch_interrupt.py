@@ -43,15 +43,17 @@ def test_ctrl_c_tears_everything_down(tmp_path):
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_FORCE_CPU": "1"}
     env.pop("GYM_BASE_URL", None)
     log = open(tmp_path / "out.log", "w+")
-    proc = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=1",
+    # Many steps, so that the run is surely still going when it is interrupted.
+    proc = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=50",
                              "trial_name=interrupt"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
-        while "starting the trainer" not in (tmp_path / "out.log").read_text():
+        # Interrupt mid-rollout: the desktops, the agent's runs and every server are up by then.
+        while "agent run" not in (tmp_path / "out.log").read_text():
             assert proc.poll() is None, (tmp_path / "out.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the trainer never started"
-            time.sleep(1)
-        time.sleep(20)  # the trainer is loading / rolling out; desktops and servers are up
+            assert time.monotonic() < deadline, "no agent run started"
+            time.sleep(0.5)
+        time.sleep(2)
         started = _descendants(proc.pid)
         assert started, "the launcher has no child processes"
         proc.send_signal(signal.SIGINT)

@@ -13,7 +13,7 @@ from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
 from areal.engine.vllm_remote import RemotevLLMEngine
 from lm_helpers import png_b64, screenshot
 from PIL import Image
-from transformers import AutoProcessor
+from transformers import AutoProcessor, GenerationConfig
 
 from cua_rl.local_model import ModelServerProcess
 
@@ -40,7 +40,7 @@ def processor(tiny_dir):
     return AutoProcessor.from_pretrained(tiny_dir)
 
 
-async def test_text_prompt_via_token_ids(engine, processor):
+async def test_text_prompt_via_token_ids(engine, processor, tiny_dir):
     tok = processor.tokenizer
     text = processor.apply_chat_template([{"role": "user", "content": "Open the editor."}],
                                          add_generation_prompt=True, tokenize=False)
@@ -50,8 +50,9 @@ async def test_text_prompt_via_token_ids(engine, processor):
     assert resp.input_tokens == ids
     assert 1 <= resp.output_len <= 12 and len(resp.output_logprobs) == resp.output_len
     assert resp.stop_reason in ("stop", "length")
-    if resp.stop_reason == "stop":
-        assert resp.output_tokens[-1] == tok.eos_token_id
+    if resp.stop_reason == "stop":  # like vLLM: the requested stop ids or the model's generation-config eos ids
+        eos = GenerationConfig.from_pretrained(tiny_dir).eos_token_id
+        assert resp.output_tokens[-1] in {tok.eos_token_id, *(eos if isinstance(eos, list) else [eos])}
     assert resp.output_versions == [0] * resp.output_len
 
 
