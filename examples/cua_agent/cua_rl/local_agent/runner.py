@@ -34,6 +34,11 @@ logger = logging.getLogger(__name__)
 STEP_IMAGE_CALL_ID = "__step_message_image__"
 
 
+def png_data_url(png: bytes) -> str:
+    """Screenshots travel to the model, and are kept for the steps views, as PNG data URLs."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
 @dataclass
 class AgentSettings:
     """Service-wide defaults; a run payload can override ``history_images`` and ``max_invalid_turns``."""
@@ -161,7 +166,7 @@ class AgentRun:
             t0 = time.perf_counter()
             png = await self._gym_read(gym.screenshot(eid), "screenshot")
             gym_s += time.perf_counter() - t0
-            shot = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+            shot = png_data_url(png)
             rec.screenshots[str(step)] = shot
             self._link_after(step)
             messages = self.format.build_messages(self.ctx, self.history, shot, feedback)
@@ -277,7 +282,7 @@ class AgentRun:
             logger.info("run %s: no final screenshot: %s", self.record.run_id, exc)
             return time.perf_counter() - t0
         spent = time.perf_counter() - t0
-        self.record.screenshots["final"] = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        self.record.screenshots["final"] = png_data_url(png)
         if self.record.steps:
             for entry in self.record.steps[-1]["actions"]:
                 entry["obs"]["screenshots"].append({"name": "screenshot_after", "url": self._shot_path("final")})
