@@ -4,14 +4,21 @@ The gym source runs against the genv TEST DOUBLE (tests/genv/genv_double.py) ove
 """
 
 import json
-import socket
 
 import pytest
-
 from configs import CUAConfig, TaskSourceConfig
+from cua_rl.asgi_thread import free_port
 from cua_rl.genv import Task
-from dataset import (ROW_FEATURES, TaskSourceError, aload_task_datasets, apply_limit, choose_splits,
-                     load_task_datasets, read_task_file, split_tasks)
+from dataset import (
+    ROW_FEATURES,
+    TaskSourceError,
+    aload_task_datasets,
+    apply_limit,
+    choose_splits,
+    load_task_datasets,
+    read_task_file,
+    split_tasks,
+)
 from gym_tasks import numbered_tasks
 
 GYM_ID = "desk"
@@ -123,9 +130,7 @@ async def test_empty_gym_is_an_error(gym_server, gym_state):
 
 
 async def test_unreachable_gym_is_a_clear_error():
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    url = f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
     with pytest.raises(TaskSourceError, match="cannot list the tasks of gym 'desk'.*cannot reach gym"):
         await aload_task_datasets(cfg(url))
 

@@ -12,17 +12,15 @@ import time
 
 import httpx
 import pytest
-
 from agent_helpers import fast_settings
+from cua_rl.asgi_thread import free_port
 from cua_rl.local_agent import start_agent_server
 from cua_rl.local_agent.record import RunRecord, iso, parse_time
 from cua_rl.local_agent.server import RunManager
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # nobody listens on it once the probe socket is closed
 
 
 def payload(**overrides):

@@ -4,13 +4,12 @@ mini-agent client, and the scripted model server (the documented policy test dou
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import httpx
 import pytest
-
 from agent_helpers import fast_settings, gym_execution, run_request
+from cua_rl.asgi_thread import free_port
 from cua_rl.local_agent import start_agent_server
 from cua_rl.local_gym import load_tasks
 from cua_rl.mini_agent import MiniAgentClient, Sampling
@@ -256,9 +255,7 @@ async def test_step_time_limit_and_sampling_pass_through(gym, model, agent):
 
 
 async def test_unreachable_model_fails_the_run_after_retries(gym, agent):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # a port nobody listens on
     async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
         result = await run_to_end(agent, run_request(gym, eid, dead, "k"))
     assert not result.ok and "unreachable after 3 tries" in result.reason

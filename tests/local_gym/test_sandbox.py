@@ -9,7 +9,6 @@ import asyncio
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,9 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
+from cua_rl.asgi_thread import free_port
 from cua_rl.genv import GenvClient
-
 from gym_helpers import descendants, wait_gone
 
 pytestmark = pytest.mark.desktop
@@ -82,16 +80,10 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
     assert int(df_line.split()[1]) * 1024 == sandbox_limits.tmp_bytes, limits  # tmpfs /tmp is capped
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killing_the_server_leaves_no_desktop_process(sig):
     """SIGKILL: no cleanup code runs, the kernel's parent-death signal must do it. SIGTERM: orderly shutdown."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "cua_rl.local_gym", "serve", "--port", str(port),
                                "--max-executions", "4", "--pool-size", "1", "--max-spares", "2",
                                "--prewarm", "012,001", "--log-level", "warning"],
