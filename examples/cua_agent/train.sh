@@ -203,7 +203,8 @@ done
 [[ -n $GYM_FROM && $GYM_FROM != "''" && $GYM_FROM != '""' ]] && EMBEDDED=0
 if [[ -n ${CUA_CONFIG:-} ]]; then
   CONFIG=$CUA_CONFIG why="given"
-elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+elif [[ ${CUA_RL_DEVICE:-auto} == gpu ]] || { [[ ${CUA_RL_DEVICE:-auto} == auto ]] && command -v nvidia-smi >/dev/null 2>&1 \
+      && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
   CONFIG=$EXAMPLE_DIR/config.yaml why="default: a GPU is present"
 else
   CONFIG=$EXAMPLE_DIR/config.cpu.yaml why="default: no GPU found"

@@ -40,7 +40,7 @@ def _alive(pids: set[int]) -> set[int]:
 
 
 def test_ctrl_c_tears_everything_down(tmp_path):
-    env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_FORCE_CPU": "1"}
+    env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
     log = open(tmp_path / "out.log", "w+")
     # Many steps, so that the run is surely still going when it is interrupted.

@@ -27,7 +27,7 @@ def test_train_sh_embedded_cpu_run(tmp_path):
     sys.path.insert(0, str(ROOT / "examples" / "cua_agent"))
     from cua_rl.launch import read_scalars
 
-    env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_FORCE_CPU": "1"}
+    env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
     xvfb_before = _xvfb_pids()
     started = time.monotonic()

@@ -36,8 +36,10 @@ REPO_ROOT = EXAMPLE_DIR.parents[1]
 
 
 def has_gpu() -> bool:
-    if os.environ.get("CUA_RL_FORCE_CPU") == "1":
-        return False
+    """The same decision as scripts/setup.sh: CUA_RL_DEVICE=cpu|gpu forces it, else `nvidia-smi -L`."""
+    forced = os.environ.get("CUA_RL_DEVICE", "auto")
+    if forced in ("cpu", "gpu"):
+        return forced == "gpu"
     if shutil.which("nvidia-smi") is None:
         return False
     try:
