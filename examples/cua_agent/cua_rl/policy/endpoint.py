@@ -5,10 +5,15 @@ the engine generates with the *trainer's* ``gconfig`` (the agent's sampling fiel
 logged: on-policy RL needs a known behaviour policy), and the reply carries the text plus vLLM-style
 ``token_ids``/``prompt_token_ids``/``logprobs`` so agents that log responses keep them.
 
-vLLM and weight updates (areal-notes §3.5): an update aborts in-flight requests and AReaL resumes a vision
-request by regenerating from the messages, so an output whose tokens carry more than one policy version is
-corrupt. Such outputs are regenerated from scratch (``max_straddle_retries``), then answered with 503.
-SGLang resumes from token ids correctly, so mixed versions are kept there (AReaL's partial rollouts).
+Exact prompts on vLLM (``vllm_proof``): every HTTP attempt asks vLLM for the prompt ids it used; a turn
+whose ids differ from the processor's in any attempt is refused (503), counted in ``prompt_mismatches``
+and never recorded. ``tools`` reach vLLM's template the same way they reach ours.
+
+vLLM and weight updates: a pause aborts in-flight requests and AReaL resumes a vision request by
+regenerating from the messages and appending, so a vision turn that needed more than one attempt (or whose
+tokens carry more than one policy version) is corrupt. Such outputs are regenerated from scratch
+(``max_straddle_retries``), then answered with 503. SGLang resumes from token ids correctly, so mixed
+versions are kept there (AReaL's partial rollouts).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from .images import BadImage, ImageFetchLimits, decode_image_url, fit_pixels
 from .prompt import BadRequest, build_prompt, parse_messages
 from .records import Episode, Turn
 from .server import get_loop_server
+from .vllm_proof import install as install_prompt_proof
+from .vllm_proof import proving
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +112,12 @@ class PolicyEndpoint:
         self.gconfig = gconfig.new_with_stop_and_pad_token_ids(tokenizer).new(n_samples=1)
         self.settings = settings or EndpointSettings()
         self.backend = engine_backend(engine, self.settings.backend)
+        # On vLLM the echoed prompt ids prove nothing (module docstring): ask vLLM itself.
+        self.proves_prompts = self.backend == "vllm" and install_prompt_proof(engine)
+        if self.backend == "vllm" and not self.proves_prompts:
+            logger.warning("engine %s has no vLLM backend to ask for its prompt ids: prompts are not proved",
+                           type(engine).__name__)
+        self.totals = {"verified_turns": 0, "prompt_mismatches": 0, "straddles": 0, "failed_turns": 0}
         self._cpu_lock = asyncio.Lock()  # one processor run at a time, off the event loop
         self._http: aiohttp.ClientSession | None = None
 
@@ -153,11 +166,11 @@ class PolicyEndpoint:
             images = [await decode_image_url(u, self._session, self.settings.image_limits)
                       for u in parsed.image_urls]
             tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-            if tools and self.backend == "vllm" and images:
-                # AReaL's vLLM vision path sends only the messages; the server would template without the
-                # tools and sample from a prompt different from the one we train on.
-                raise BadRequest("'tools' with images is not supported on the vLLM backend: put the tool "
-                                 "specification in the system prompt")
+            if tools and self.backend == "vllm" and images and not self.proves_prompts:
+                # Without the proof wrapper AReaL's vLLM vision path sends only the messages: the server
+                # would template without the tools and sample from a prompt we do not train on.
+                raise BadRequest("'tools' with images need the vLLM prompt proof, which this engine lacks: "
+                                 "put the tool specification in the system prompt")
             async with self._cpu_lock:
                 prompt = await asyncio.to_thread(self._build, parsed, images, tools)
             if len(prompt.input_ids) >= self.gconfig.max_tokens:
@@ -168,15 +181,25 @@ class PolicyEndpoint:
             return 400, _err(400, str(exc))
         ep.in_flight += 1
         try:
-            resp = await self._generate(ep, prompt)
+            resp = await self._generate(ep, prompt, tools)
+        except PromptMismatch as exc:
+            ep.failed_turns += 1
+            ep.prompt_mismatches += 1
+            self.totals["prompt_mismatches"] += 1
+            self.totals["failed_turns"] += 1
+            logger.error("episode %s: vLLM generated from other prompt ids than the processor's; turn refused "
+                         "and not recorded: %s", ep.id, exc)
+            return 503, _err(503, "engine prompt mismatch: vLLM tokenised the request differently", "server_error")
         except Exception as exc:  # engine/infra failure: the workflow turns this episode into None
             ep.failed_turns += 1
+            self.totals["failed_turns"] += 1
             logger.error("episode %s: generation failed: %s: %s", ep.id, type(exc).__name__, exc)
             return 503, _err(503, f"policy generation failed ({type(exc).__name__})", "server_error")
         finally:
             ep.in_flight -= 1
         if resp is None:
             ep.failed_turns += 1
+            self.totals["failed_turns"] += 1
             return 503, _err(503, "policy output straddled a weight update; retry the request", "server_error")
         turn = Turn(prompt_ids=list(resp.input_tokens), output_ids=list(resp.output_tokens),
                     output_logprobs=[float(x) for x in resp.output_logprobs],
@@ -184,10 +207,16 @@ class PolicyEndpoint:
                     prompt_mm_token_type_ids=prompt.mm_token_type_ids,
                     multi_modal_input=prompt.multi_modal_input, stop_reason=resp.stop_reason,
                     n_images=len(prompt.images), latency_s=time.perf_counter() - started)
-        if turn.prompt_ids != prompt.input_ids:
+        if turn.prompt_ids != prompt.input_ids:  # the engine's own echo (SGLang, other engines)
             ep.failed_turns += 1
+            ep.prompt_mismatches += 1
+            self.totals["prompt_mismatches"] += 1
+            self.totals["failed_turns"] += 1
             logger.error("episode %s: engine echoed different prompt ids; turn not recorded", ep.id)
             return 503, _err(503, "engine prompt mismatch", "server_error")
+        if self.proves_prompts:
+            ep.verified_turns += 1
+            self.totals["verified_turns"] += 1
         ep.turns.append(turn)
         return 200, self._completion_json(ep, turn)
 
@@ -196,7 +225,8 @@ class PolicyEndpoint:
         images = [fit_pixels(d, s.min_pixels, s.max_pixels) for d in images]
         return build_prompt(self.processor, self.tokenizer, parsed, images, tools)
 
-    async def _generate(self, ep: Episode, prompt):
+    async def _generate(self, ep: Episode, prompt, tools: list | None = None):
+        """The engine's response, proved on vLLM; None when every try straddled a weight update."""
         from areal.api.io_struct import ModelRequest
 
         for attempt in range(self.settings.max_straddle_retries + 1):
@@ -204,13 +234,21 @@ class PolicyEndpoint:
                                image_data=[d.b64 for d in prompt.images],
                                vision_msg_vllm=[_fresh(prompt.for_vllm)] if prompt.images else None,
                                gconfig=self.gconfig.new(), tokenizer=self.tokenizer, processor=self.processor)
-            resp = await self.engine.agenerate(req)
-            if self.backend != "vllm" or len(set(resp.output_versions)) <= 1:
+            with proving(tools if self.proves_prompts else None) as proof:
+                resp = await self.engine.agenerate(req)
+            resumed_chat = False
+            if self.proves_prompts:
+                why = proof.mismatch(list(prompt.input_ids), [int(t) for t in resp.output_tokens])
+                if why is not None:
+                    raise PromptMismatch(why)
+                resumed_chat = bool(prompt.images) and proof.attempts > 1
+            if self.backend != "vllm" or (len(set(resp.output_versions)) <= 1 and not resumed_chat):
                 return resp
             ep.dropped_straddles += 1
-            logger.warning("episode %s: output spans policy versions %s (vLLM resume regenerates from the "
-                           "messages); regenerating, attempt %d", ep.id, sorted(set(resp.output_versions)),
-                           attempt + 1)
+            self.totals["straddles"] += 1
+            logger.warning("episode %s: output was interrupted (%d attempts, policy versions %s) and vLLM "
+                           "resumes a vision request by regenerating from the messages; regenerating, try %d",
+                           ep.id, proof.attempts, sorted(set(resp.output_versions)), attempt + 1)
         return None
 
     def _completion_json(self, ep: Episode, turn: Turn) -> dict[str, Any]:
@@ -254,6 +292,10 @@ class PolicyEndpoint:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+class PromptMismatch(RuntimeError):
+    """vLLM's prompt ids for a turn differ from the processor's; the message says where."""
 
 
 def _fresh(messages: list[dict]) -> list[dict]:

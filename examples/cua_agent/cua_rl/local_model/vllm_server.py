@@ -1,0 +1,105 @@
+"""AReaL's own vLLM server (``areal.engine.vllm_ext.areal_vllm_server``) as a child process, for tests and
+benchmarks that need a served model without a trainer.
+
+Training never uses this: AReaL's scheduler launches vLLM itself, on the CPU as on a GPU. This class builds
+the same command line AReaL builds (``vLLMConfig.build_cmd``) with the same CPU environment
+(``CPU_ENV``, which the launcher also exports), so what the tests prove holds for the server a run uses.
+
+The child exits when its parent dies (PR_SET_PDEATHSIG), and ``stop()`` ends its whole process group
+(vLLM's API server forks an engine-core process).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from cua_rl.asgi_thread import free_port
+
+# What vLLM needs on a machine without a GPU; launch.py exports it for AReaL-launched servers too.
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",   # GiB of KV cache (vLLM's CPU default is 4 per server)
+    "VLLM_PLUGINS": "none",          # skip AReaL's awex plugin, which needs Megatron and only logs a traceback
+}
+# The worker extension that makes in-place weight updates work on the CPU (vllm_cpu.py).
+CPU_WORKER_EXTENSION = "cua_rl.local_model.vllm_cpu.CPUWorkerExtension"
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+class VLLMServer:
+    """``areal_vllm_server`` for ``model_dir`` on ``host:port``; ``addr`` is what AReaL's engine wants."""
+
+    def __init__(self, model_dir: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
+                 max_model_len: int = 8192, max_num_seqs: int = 16, seed: int = 1, dtype: str = "float32",
+                 log_path: str | Path | None = None, start_timeout_s: float = 600.0):
+        from areal.api.cli_args import vLLMConfig
+
+        self.host, self.port = host, port or free_port(host)
+        cfg = vLLMConfig(model=str(model_dir), seed=seed, dtype=dtype, max_model_len=max_model_len,
+                         max_num_seqs=max_num_seqs, enforce_eager=True, worker_extension_cls=CPU_WORKER_EXTENSION)
+        self.cmd = vLLMConfig.build_cmd(cfg, tp_size=1, pp_size=1, host=host, port=self.port)
+        env = {**os.environ, **CPU_ENV}
+        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=_die_with_parent)
+        try:
+            self._wait_healthy(start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - self.started
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM server exited with code {self.proc.returncode} before it was healthy")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"vLLM server did not become healthy within {timeout_s:.0f} s")
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # the engine core and its workers, whatever the API server did on SIGTERM
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.wait(5)
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()
+            self._log = subprocess.DEVNULL
+
+    def __enter__(self) -> "VLLMServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
