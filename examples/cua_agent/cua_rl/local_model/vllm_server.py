@@ -2,7 +2,7 @@
 benchmarks that need a served model without a trainer.
 
 Training never uses this: AReaL's scheduler launches vLLM itself, on the CPU as on a GPU. This class builds
-the same command line AReaL builds (``vLLMConfig.build_cmd``) with the same CPU environment
+the same command line AReaL builds (``vLLMConfig.build_cmd`` of the config class training uses) with the same CPU environment
 (``CPU_ENV``, which the launcher also exports), so what the tests prove holds for the server a run uses.
 
 The child exits when its parent dies (PR_SET_PDEATHSIG), and ``stop()`` ends its whole process group
@@ -44,8 +44,10 @@ class VLLMServer:
                  log_path: str | Path | None = None, start_timeout_s: float = 600.0):
         from areal.api.cli_args import vLLMConfig
 
+        from cua_rl.vllm_config import CUAvLLMConfig
+
         self.host, self.port = host, port or free_port(host)
-        cfg = vLLMConfig(model=str(model_dir), seed=seed, dtype=dtype, max_model_len=max_model_len,
+        cfg = CUAvLLMConfig(model=str(model_dir), seed=seed, dtype=dtype, max_model_len=max_model_len,
                          max_num_seqs=max_num_seqs, enforce_eager=True, worker_extension_cls=CPU_WORKER_EXTENSION)
         self.cmd = vLLMConfig.build_cmd(cfg, tp_size=1, pp_size=1, host=host, port=self.port)
         env = {**os.environ, **CPU_ENV}

@@ -67,7 +67,7 @@ class EndpointSettings:
     max_images_per_request: int = 64
     model_name: str = "policy"
     backend: str = "auto"
-    max_straddle_retries: int = 2
+    max_straddle_retries: int = 2  # regenerations of an interrupted output or one with vision placeholder tokens
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "EndpointSettings":
@@ -117,7 +117,9 @@ class PolicyEndpoint:
         if self.backend == "vllm" and not self.proves_prompts:
             logger.warning("engine %s has no vLLM backend to ask for its prompt ids: prompts are not proved",
                            type(engine).__name__)
-        self.totals = {"verified_turns": 0, "prompt_mismatches": 0, "straddles": 0, "failed_turns": 0}
+        self.vision_ids = vision_token_ids(processor)
+        self.totals = {"verified_turns": 0, "prompt_mismatches": 0, "straddles": 0, "vision_token_outputs": 0,
+                       "failed_turns": 0}
         self._cpu_lock = asyncio.Lock()  # one processor run at a time, off the event loop
         self._http: aiohttp.ClientSession | None = None
 
@@ -226,7 +228,8 @@ class PolicyEndpoint:
         return build_prompt(self.processor, self.tokenizer, parsed, images, tools)
 
     async def _generate(self, ep: Episode, prompt, tools: list | None = None):
-        """The engine's response, proved on vLLM; None when every try straddled a weight update."""
+        """The engine's response, proved on vLLM; None when every try straddled a weight update or sampled a
+        vision placeholder token."""
         from areal.api.io_struct import ModelRequest
 
         for attempt in range(self.settings.max_straddle_retries + 1):
@@ -242,6 +245,15 @@ class PolicyEndpoint:
                 if why is not None:
                     raise PromptMismatch(why)
                 resumed_chat = bool(prompt.images) and proof.attempts > 1
+            sampled_vision = self.vision_ids.intersection(int(t) for t in resp.output_tokens)
+            if sampled_vision:
+                # An image/video placeholder in the output would make the trainer's forward count more image
+                # tokens than image features and fail the whole step: never train on it, sample again.
+                ep.vision_token_outputs += 1
+                self.totals["vision_token_outputs"] += 1
+                logger.warning("episode %s: the model sampled vision placeholder token(s) %s; regenerating, try %d",
+                               ep.id, sorted(sampled_vision), attempt + 1)
+                continue
             if self.backend != "vllm" or (len(set(resp.output_versions)) <= 1 and not resumed_chat):
                 return resp
             ep.dropped_straddles += 1
@@ -292,6 +304,13 @@ class PolicyEndpoint:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+def vision_token_ids(processor) -> frozenset[int]:
+    """Ids of the processor's image/video placeholder and vision start/end tokens (empty without one)."""
+    ids = {getattr(processor, f"{name}_token_id", None)
+           for name in ("image", "video", "vision_start", "vision_end")} if processor is not None else set()
+    return frozenset(i for i in ids if isinstance(i, int) and i >= 0)
 
 
 class PromptMismatch(RuntimeError):

@@ -58,6 +58,7 @@ class Episode:
     turns: list[Turn] = field(default_factory=list)
     failed_turns: int = 0  # engine/infra failures answered with 5xx (bad client input is not counted)
     dropped_straddles: int = 0  # vLLM outputs that spanned a weight update and were regenerated
+    vision_token_outputs: int = 0  # outputs with image/video placeholder tokens, regenerated
     verified_turns: int = 0  # recorded turns whose prompt ids vLLM confirmed (vllm_proof)
     prompt_mismatches: int = 0  # turns refused because the engine used other prompt ids
     in_flight: int = 0  # generations still running (a run that ends with one pending was cut short by us)

@@ -105,7 +105,9 @@ class ProvingBackend:
     def parse_generation_response(self, response: dict[str, Any]):
         record = _RECORD.get()
         if record is not None:
-            ids = response.get("prompt_token_ids")
+            # chat completions carry the ids at the top level, text completions in the choice
+            choices = response.get("choices") or [{}]
+            ids = response.get("prompt_token_ids") or (choices[0] or {}).get("prompt_token_ids")
             record.prompts.append([int(t) for t in ids] if isinstance(ids, list) else None)
         return self._inner.parse_generation_response(response)
 

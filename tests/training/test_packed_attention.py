@@ -6,12 +6,12 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForImageTextToText
 
-from cua_rl.local_model import enable_packed_sdpa
+from cua_rl.packed_attention import enable_packed_sdpa
 
 
-def test_packed_rows_do_not_attend_to_each_other(tiny_dir):
+def test_packed_rows_do_not_attend_to_each_other(tiny_model_dir):
     enable_packed_sdpa()
-    model = AutoModelForImageTextToText.from_pretrained(tiny_dir, attn_implementation="sdpa").eval()
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, attn_implementation="sdpa").eval()
     seqs = [torch.arange(5, 5 + n) for n in (7, 11, 4)]
     with torch.no_grad():
         alone = [model(input_ids=s[None]).logits[0] for s in seqs]
