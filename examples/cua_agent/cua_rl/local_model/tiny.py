@@ -8,6 +8,7 @@ it would a released model. Everything is deterministic from ``seed``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -181,10 +182,26 @@ def build_tiny(out_dir: str | Path, seed: int = 0, spec: TinySpec | None = None)
     )
     processor.save_pretrained(out)
     _fix_tokenizer_config(out)
-    (out / "tiny_spec.json").write_text(json.dumps({"seed": seed, **asdict(spec)}, indent=2))
+    (out / "tiny_spec.json").write_text(json.dumps(_stamp(seed, spec), indent=2))
     logger.info("built tiny Qwen3-VL at %s (vocab %d, %d params)", out, vocab_size,
                 sum(p.numel() for p in model.parameters()))
     return out
+
+
+def _stamp(seed: int, spec: TinySpec) -> dict:
+    """What a build depends on: seed, dimensions, chat template (tiny_spec.json records it)."""
+    template = hashlib.sha256(chat_template_text().encode()).hexdigest()[:16]
+    return {"seed": seed, **asdict(spec), "chat_template_sha256": template}
+
+
+def is_current(model_dir: str | Path, seed: int = 0, spec: TinySpec | None = None) -> bool:
+    """Whether ``model_dir`` holds the tiny model this code builds (a checkpoint from an older builder, e.g.
+    with head_dim 16 that vLLM rejects or another chat template, is not)."""
+    try:
+        saved = json.loads((Path(model_dir) / "tiny_spec.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return saved == _stamp(seed, spec or TinySpec()) and (Path(model_dir) / "config.json").exists()
 
 
 def _fix_tokenizer_config(out: Path) -> None:
