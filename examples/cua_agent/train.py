@@ -9,6 +9,7 @@ agent service and (without a GPU) the CPU model server, and sets AReaL's launch 
 import os
 import signal
 import sys
+from dataclasses import asdict
 
 from cua_rl.logs import setup_logging
 
@@ -54,7 +55,8 @@ def main(args: list[str]) -> None:
     if token:
         os.environ.setdefault("PROJECT_TOKEN", token)
     with training_run(config.monitor_base_url, config.project_id, config.experiment_name, config.trial_name,
-                      token=token, enabled=int(os.environ.get("RANK", "0")) == 0) as training_id:
+                      token=token, enabled=int(os.environ.get("RANK", "0")) == 0,
+                      config=asdict(config)) as training_id:
         workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig, group_size,
                                                               monitor_training_id=training_id)
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,

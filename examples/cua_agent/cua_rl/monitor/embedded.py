@@ -8,6 +8,7 @@ only through the environment (``PROJECT_TOKEN``); it is never printed or written
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,3 +84,23 @@ def start_embedded_monitor(run_dir: str | Path, env: dict[str, str], *, host: st
     env.pop("MONITOR_PROJECT_TOKEN", None)
     print(f"[cua-rl] Training Monitor: {monitor.url}/  (store: {monitor.database})", flush=True)
     return monitor, [f"monitor_base_url={monitor.url}", f"project_id={EMBEDDED_PROJECT}"]
+
+
+def monitor_for_embedded_run(config, run_dir: str | Path, env: dict[str, str],
+                             stack: contextlib.ExitStack) -> list[str]:
+    """What ``launch.py`` calls for the embedded default: start the monitor unless the run already
+    reports to one (``monitor_base_url``) or ``embedded.start_monitor`` is false; it stops with ``stack``
+    and says how to browse the run afterwards. Returns the overrides for the trainer."""
+    if config.monitor_base_url or not getattr(config.embedded, "start_monitor", True):
+        return []
+    monitor, overrides = start_embedded_monitor(run_dir, env, host=config.embedded.host,
+                                                port=getattr(config.embedded, "monitor_port", 0))
+    data_dir = Path(run_dir) / "monitor"
+
+    def stop() -> None:
+        monitor.stop()
+        print(f"[cua-rl] Training Monitor stopped; browse this run again with: cua-monitor serve --data-dir "
+              f"{data_dir}", flush=True)
+
+    stack.callback(stop)
+    return overrides
