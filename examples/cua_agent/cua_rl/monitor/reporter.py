@@ -264,7 +264,7 @@ class RolloutReport:
 
         def build() -> list[Record]:
             rid = self.remote_id if self.remote_id is not None else self.uuid
-            out = [rollout_record(self.uuid, advantage=value, **self.identity)]
+            out = [rollout_record(self.uuid, status=None, advantage=value, **self.identity)]  # keeps its status
             out += [turn_record(self.uuid, i + 1, rollout_id=rid, advantage=a)
                     for i, a in enumerate(turn_advantages(value, num_turns, discount))]
             return out
