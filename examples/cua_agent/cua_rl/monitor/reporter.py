@@ -248,10 +248,10 @@ class RolloutReport:
 
     async def _turn_records(self, turns: list, steps: list[dict], tokenizer: Any, reward: float,
                             discount: float) -> list[Record]:
-        views = await asyncio.to_thread(turn_views, turns, steps, tokenizer)
+        views, rewards = await asyncio.to_thread(
+            lambda: (turn_views(turns, steps, tokenizer), turn_advantages(reward, len(turns), discount)))
         await self.reporter._upload_screenshots(views)
         rid = self.remote_id if self.remote_id is not None else self.uuid
-        rewards = turn_advantages(reward, len(views), discount)
         records: list[Record] = []
         for view, turn_reward in zip(views, rewards):
             records += turn_view_records(self.uuid, rid, view, reward=turn_reward, last=view.turn == len(views))

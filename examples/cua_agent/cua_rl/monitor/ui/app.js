@@ -14,7 +14,7 @@ function h(tag, attrs, ...children) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "onclick" || k === "oninput") el[k] = v; else el.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -264,7 +264,7 @@ function renderRollout(r) {
       " · task ", h("b", {}, (r.task && (r.task.name || r.task.task_id)) || "?"), ` · source ${r.source_type || "?"}`),
     h("div", { class: "cards" }, ...[["reward", num(r.reward)], ["advantage", num(r.advantage)],
       ["success", r.task_success === null || r.task_success === undefined ? "–" : String(r.task_success)],
-      ["turns", r.num_turns ?? turns.length], ["phase", r.current_phase || "–"]]
+      ["turns", r.num_turns ?? turns.length], ...(r.status === "running" ? [["phase", r.current_phase || "–"]] : [])]
       .map(([k, v]) => h("div", { class: "card stat" }, h("span", { class: "muted" }, k), h("b", { "data-testid": `rollout-${k}` }, v)))),
     r.group && r.group.length > 1 ? h("p", {}, "Group: ", r.group.map((g) => [g.id === r.id ? h("b", {}, `#${g.env_index ?? g.id}`)
       : link(`/rollouts/${g.id}`, `#${g.env_index ?? g.id}`), ` (r=${num(g.reward, 2)}, A=${num(g.advantage, 2)})  `])) : null);
