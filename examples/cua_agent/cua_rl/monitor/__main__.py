@@ -11,9 +11,8 @@ a SQLite file in ``--data-dir``; screenshots always go to ``<data-dir>/blobs``. 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-
-from ..logs import setup_logging
 
 DEFAULT_PORT = 8700
 
@@ -55,7 +54,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    setup_logging()
+    # Not cua_rl.logs.setup_logging: that one imports AReaL (torch, seconds) to patch its loggers, and this
+    # process never loads AReaL. Same format.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)   # one INFO line per plugin at every start
     from pathlib import Path
 
     from .embedded import describe_url
