@@ -1,9 +1,7 @@
 """Our Training Monitor server over real storage (a SQLite file and a real PostgreSQL server, ``store_url``):
 the unchanged client and reporter write a run; the viewer API reads it back; bad input changes nothing."""
 
-import base64
 import hashlib
-import json
 import logging
 
 import httpx
