@@ -102,9 +102,13 @@ class EmbeddedStackConfig:
     tiny_model_dir: str = ""
     # Seconds to wait for each embedded service to answer its health check.
     ready_timeout_seconds: float = 180.0
+    # Our Training Monitor (run store + viewer; SQLite in the run's log directory) unless monitor_base_url
+    # points elsewhere. Its URL is printed at start-up; 0 = a free port.
+    start_monitor: bool = True
+    monitor_port: int = 0
 
     def __post_init__(self):
-        for name in ("gym_port", "agent_port"):
+        for name in ("gym_port", "agent_port", "monitor_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ValueError(f"embedded.{name} must be 0..65535")
         if self.num_desktops < 1:

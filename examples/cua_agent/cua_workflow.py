@@ -38,7 +38,7 @@ from cua_rl.genv import GenvClient, GenvError
 from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.trajectory import EpisodeOutcome, group_batch
+from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +150,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
             logger.warning("task %s: %d of %d episodes evaluated (< %d); group rejected", task_id,
                            len(outcomes), self.group_size, self.min_group_size)
             return None
+        self._report_advantages(outcomes)
         return group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
                            style=self.export_style, discount=self.turn_discount)
 
@@ -168,6 +169,17 @@ class CUAAgentWorkflow(RolloutWorkflow):
         except OSError as exc:
             logger.warning("could not write the endpoint's counts to %s: %s", self.stats_dir, exc)
 
+    def _report_advantages(self, outcomes: list[EpisodeOutcome]) -> None:
+        """Each trained episode's GRPO advantage (the group-normalised reward ``group_batch`` trains on)."""
+        reports = [o.info.get("monitor_report") for o in outcomes]
+        if not any(reports):
+            return
+        rewards = [o.reward for o in outcomes]
+        values = normalise_group(rewards, self.scale_by_std) if self.normalise_in_group else rewards
+        for outcome, report, value in zip(outcomes, reports, values):
+            if report is not None:
+                report.advantage(value, len(outcome.turns), self.turn_discount)
+
     async def _reported_episode(self, engine, endpoint, data: dict, index: int) -> EpisodeOutcome | None:
         """``_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed."""
         report = self._report(engine, data, str(data["task_id"]), index)
@@ -179,6 +191,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             raise
         if report is not None and outcome is None:
             report.failed("episode dropped (infrastructure failure, see the rollout worker log)")
+        if report is not None and outcome is not None:
+            outcome.info["monitor_report"] = report
         return outcome
 
     async def _episode(self, endpoint: PolicyEndpoint | None, data: dict, index: int,
@@ -223,7 +237,9 @@ class CUAAgentWorkflow(RolloutWorkflow):
                             num_turns=len(turns), num_validators=len(evaluation.validators),
                             evaluation=evaluation.raw,
                             summary={**info, "reward": float(evaluation.reward), "task_success": bool(evaluation.success),
-                                     "num_turns": len(turns), "task_id": task_id})
+                                     "num_turns": len(turns), "task_id": task_id},
+                            turns=turns, steps=run.steps, tokenizer=getattr(endpoint, "tokenizer", None),
+                            discount=self.turn_discount)
         return EpisodeOutcome(turns=turns, reward=float(evaluation.reward), info=info)
 
     async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id):

@@ -9,6 +9,7 @@ agent service. AReaL's scheduler starts the workers (``cua_rl.train_worker``) an
 import os
 import signal
 import sys
+from dataclasses import asdict
 
 from cua_rl.logs import setup_logging
 
@@ -50,7 +51,8 @@ def main(args: list[str]) -> None:
     if token:
         os.environ.setdefault("PROJECT_TOKEN", token)
     with training_run(config.monitor_base_url, config.project_id, config.experiment_name, config.trial_name,
-                      token=token, enabled=int(os.environ.get("RANK", "0")) == 0) as training_id:
+                      token=token, enabled=int(os.environ.get("RANK", "0")) == 0,
+                      config=asdict(config)) as training_id:
         workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig, group_size,
                                                               monitor_training_id=training_id)
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,

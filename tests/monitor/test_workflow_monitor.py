@@ -1,4 +1,4 @@
-"""A real CUAAgentWorkflow group on the embedded stack (real gym, agent service, CPU model server; the
+"""A real CUAAgentWorkflow group on the embedded stack (real gym, agent service, vLLM on the CPU; the
 ``stack`` fixture of tests/e2e/test_workflow_episode.py) reporting to the Training Monitor test double
 (monitor_double.py) on loopback, the training record opened and closed by ``training_run`` as in train.py."""
 
@@ -67,3 +67,38 @@ def test_no_token_means_no_monitor_traffic(stack, monitor_server, monitor_state,
     wf = _workflow(stack, monitor_base_url=monitor_server.url + monitor_state.prefix, monitor_training_id=1)
     assert asyncio.run(_group(wf, stack)) is not None
     assert monitor_state.requests == []
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_real_episodes_record_turns_in_our_monitor(stack, our_monitor, monkeypatch):
+    """The same real group, reported to our own monitor: every model turn lands with the screenshot the model
+    saw (a file named by its hash), the executed action, the output tokens and logprobs, and the group's
+    advantages."""
+    import hashlib
+
+    import httpx
+
+    monitor, token = our_monitor
+    monkeypatch.setenv("PROJECT_TOKEN", token)
+    with training_run(monitor.url, "p1", "cua", "e2e-ours", token=token) as training_id:
+        wf = _workflow(stack, monitor_base_url=monitor.url, monitor_project_id="p1", monitor_training_id=training_id)
+        batch = asyncio.run(_group(wf, stack))
+    assert batch is not None
+    run = httpx.get(f"{monitor.url}/api/trainings/{training_id}").json()
+    [step] = run["steps"]
+    [group] = httpx.get(f"{monitor.url}/api/steps/{step['id']}").json()["groups"]
+    assert len(group["members"]) == 2 and all(m["status"] == "completed" for m in group["members"])
+    assert all(m["advantage"] is not None for m in group["members"])
+    for member in group["members"]:
+        rollout = httpx.get(f"{monitor.url}/api/rollouts/{member['id']}").json()
+        assert len(rollout["turns"]) == rollout["num_turns"] >= 1
+        for turn in rollout["turns"]:
+            blob = httpx.get(f"{monitor.url}/blobs/{turn['image_sha256']}")
+            assert blob.status_code == 200 and hashlib.sha256(blob.content).hexdigest() == turn["image_sha256"]
+            assert blob.content.startswith(b"\x89PNG")
+            tokens = turn["tokens"]
+            assert len(tokens["ids"]) == len(tokens["logprobs"]) == len(tokens["pieces"]) >= 1
+            assert all(lp <= 0 for lp in tokens["logprobs"]) and turn["turn_time"] > 0
+            assert turn["metrics"]["pixel_sha256"] and turn["text"] is not None
+            assert turn["advantage"] == pytest.approx(member["advantage"])
+        assert rollout["validations"] and rollout["validations"][0]["success"] == rollout["task_success"]

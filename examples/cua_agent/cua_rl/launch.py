@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cua_rl.logs import setup_logging
+from cua_rl.monitor.embedded import monitor_for_embedded_run
 
 logger = logging.getLogger("cua_rl.launch")
 EXAMPLE_DIR = Path(__file__).resolve().parents[1]
@@ -239,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.embedded or config.embedded_enabled:
                 overrides += _start_embedded(config, stack)
+                overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
             if not has_gpu():
                 env.update(_prepare_cpu(config))
             cmd = [sys.executable, str(EXAMPLE_DIR / "train.py"), "--config", config_file, *overrides]

@@ -9,6 +9,7 @@ client is disabled and sends nothing. The token appears in no log line, repr or 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -103,21 +104,38 @@ class MonitorClient:
             body.setdefault(record.kind, []).append(record.to_payload())
         if not self.enabled or not body:
             return IngestResult(sent=False)
-        url = f"{self.base_url}/api/ingest/batch"
-        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
+        reply = await self._send("POST", "/api/ingest/batch", f"monitor ingest {sorted(body)}", json=body)
+        if isinstance(reply, IngestResult):
+            return reply
+        return self._parse_reply(reply)
+
+    async def put_blob(self, data: bytes, sha256: str | None = None, media_type: str = "image/png") -> IngestResult:
+        """Upload a screenshot to ``PUT {base}/api/blobs/{sha256}`` (our monitor's content-addressed store);
+        re-uploading the same bytes is harmless. ``sent`` tells whether the monitor has it now."""
+        if not self.enabled:
+            return IngestResult(sent=False)
+        name = sha256 or hashlib.sha256(data).hexdigest()
+        reply = await self._send("PUT", f"/api/blobs/{name}", "monitor blob upload", content=data,
+                                 content_type=media_type)
+        return reply if isinstance(reply, IngestResult) else IngestResult(sent=True)
+
+    async def _send(self, method: str, path: str, what: str, *, content_type: str = "application/json",
+                    **kwargs: Any) -> Any:
+        """The decoded JSON reply, or a failed ``IngestResult`` (raised as MonitorError with raise_errors)."""
+        url = f"{self.base_url}{path}"
+        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": content_type}
         try:
-            response = await send_with_retry(self._http, "POST", url, policy=self.retry, json=body,
-                                             headers=headers, what=f"monitor ingest {sorted(body)}")
+            response = await send_with_retry(self._http, method, url, policy=self.retry, headers=headers,
+                                             what=what, **kwargs)
             if response.status_code >= 400:
                 raise MonitorError(f"HTTP {response.status_code}: {error_detail(response)}")
-            reply = response.json() if response.content else {}
+            return response.json() if response.content else {}
         except (httpx.TransportError, MonitorError, ValueError) as exc:
-            message = self._scrub(f"monitor ingest to {url} failed: {type(exc).__name__}: {exc}")
+            message = self._scrub(f"{what} to {url} failed: {type(exc).__name__}: {exc}")
             if self.raise_errors:
                 raise MonitorError(message) from None
             logger.warning("%s", message)
             return IngestResult(sent=False, error=message)
-        return self._parse_reply(reply)
 
     @staticmethod
     def _parse_reply(reply: Any) -> IngestResult:

@@ -96,16 +96,51 @@ def turn_record(rollout_uuid: str, turn: int, *, rollout_id: int | str, start_ti
                 end_time: str | None = None, turn_time: float | None = None, thinking: str | None = None,
                 text: str | None = None, action: dict | None = None, model_input: dict | None = None,
                 metrics: dict | None = None, screen_before: str | None = None, screen_after: str | None = None,
-                reward: float | None = None, episode_done: bool | None = None) -> Record:
+                reward: float | None = None, episode_done: bool | None = None, advantage: float | None = None,
+                image_sha256: str | None = None, tokens: dict | None = None) -> Record:
     """One turn (1-based); client_id ``{rollout_uuid}:turn:{turn}``. ``rollout_id`` is the monitor's id
-    for the rollout (from the ingest reply), else the uuid. Object fields become JSON strings."""
+    for the rollout (from the ingest reply), else the uuid. Object fields become JSON strings.
+    ``image_sha256`` names the screenshot the model saw (uploaded with ``put_blob``); ``tokens`` is
+    ``{"ids", "pieces", "logprobs", "trainer_logprobs"?, "versions"}`` of the model's output."""
     model_response = None if end_time is None else {"thinking": thinking, "text": text, "action": action}
-    return Record("turns", f"{rollout_uuid}:turn:{turn}", {
+    return Record("turns", turn_client_id(rollout_uuid, turn), {
         "rollout_id": rollout_id, "turn": turn, "start_time": start_time, "end_time": end_time,
-        "turn_time": turn_time, "reward": reward, "episode_done": episode_done,
+        "turn_time": turn_time, "reward": reward, "advantage": advantage, "episode_done": episode_done,
         "model_response": _json_str(model_response), "screen_before": screen_before,
         "screen_after": screen_after, "thinking": thinking, "text": text, "action_json": _json_str(action),
-        "model_specific_input_json": _json_str(model_input), "metrics_json": _json_str(metrics)})
+        "model_specific_input_json": _json_str(model_input), "metrics_json": _json_str(metrics),
+        "image_sha256": image_sha256, "tokens_json": _json_str(tokens)})
+
+
+def turn_client_id(rollout_uuid: str, turn: int) -> str:
+    return f"{rollout_uuid}:turn:{turn}"
+
+
+def action_record(rollout_uuid: str, turn: int, index: int, *, turn_id: int | str, name: str,
+                  args: dict | None = None, call_id: str | None = None, action: dict | None = None) -> Record:
+    """One action of a turn; client_id ``{rollout_uuid}:turn:{turn}:action:{index}``. ``action`` is the
+    executed (gym) action, e.g. ``{"type": "click", "x": 0.5, "y": 0.2}`` in screen fractions."""
+    return Record("actions", f"{turn_client_id(rollout_uuid, turn)}:action:{index}", {
+        "turn_id": turn_id, "action_type": (action or {}).get("type") or name, "action_name": name,
+        "action_args": args, "action_call_id": call_id, "action_json": _json_str(action)})
+
+
+def observation_record(rollout_uuid: str, turn: int, obs_type: str, *, turn_id: int | str,
+                       screenshot_uri: str | None = None, model_input: dict | None = None) -> Record:
+    """``screenshot_before`` / ``screenshot_after`` / ``model_input`` of a turn."""
+    return Record("observations", f"{turn_client_id(rollout_uuid, turn)}:{obs_type}", {
+        "turn_id": turn_id, "obs_type": obs_type, "screenshot_uri": screenshot_uri,
+        "model_input_json": _json_str(model_input)})
+
+
+def eval_record(training_id: int, step: int, *, baseline: bool = False, model_path: str | None = None,
+                status: str = "running", start_time: str | None = None, **extra: Any) -> Record:
+    """An evaluation of the policy at ``step`` (client_id ``eval-{training_id}-{step}``), or the baseline
+    (the base model before training, ``baseline-{training_id}-{step}``)."""
+    kind, prefix = ("baselines", "baseline") if baseline else ("evals", "eval")
+    return Record(kind, f"{prefix}-{training_id}-{step}", {
+        "training_id": training_id, "step": step, "model_path": model_path, "status": status,
+        "start_time": start_time or now_iso(), **extra})
 
 
 def validation_record(rollout_uuid: str, *, rollout_id: int | str, reward: float, success: bool,

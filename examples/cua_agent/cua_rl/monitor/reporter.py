@@ -7,6 +7,12 @@ is logged (later ones only at DEBUG). Sends for one rollout are chained so that 
 overtake its start (the monitor upserts by ``client_id``; a late start would reset the row to running).
 The token is read from the environment here, never passed through workflow kwargs (AReaL may log or
 save those). Disabled (no base URL or no token) means no task and no HTTP at all.
+
+Turns (screenshot, action, text, token logprobs) are sent once the episode is evaluated, with the
+screenshots uploaded first by hash; the group's advantages follow once the group is complete. The run
+needs nothing back from the monitor, so while it is down records are dropped, never retried forever:
+``failures`` counts failed sends and ``dropped`` the sends refused because ``MAX_PENDING`` were already
+queued (a monitor that hangs must not hold every episode's screenshots in memory).
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from typing import Any, Awaitable, Callable, Iterator
 
 from ..http_retry import RetryPolicy
 from .client import MonitorClient, token_from_env
-from .records import (Record, now_iso, rollout_record, rollout_result, step_record, task_record, training_start,
+from .records import (Record, action_record, eval_record, now_iso, observation_record, rollout_record,
+                      rollout_result, step_record, task_record, training_start, turn_client_id, turn_record,
                       validation_record)
+from .turns import TurnView, turn_advantages, turn_views
 
 logger = logging.getLogger(__name__)
 
@@ -30,14 +38,18 @@ _RETRY = RetryPolicy(attempts=2, backoff_s=0.5, max_backoff_s=1.0, retry_5xx=Fal
 # Episodes: one try per record. A retry would log a warning per episode while the monitor is down, and the
 # next record of the rollout re-sends its identity anyway (upsert by client_id).
 _EPISODE_RETRY = RetryPolicy(attempts=1, retry_5xx=False)
+MAX_PENDING = 512           # queued sends per reporter; more are dropped (and counted) until the queue drains
+_UPLOADED_MEMORY = 4096     # screenshot hashes this reporter remembers having uploaded
 
 
 @contextmanager
 def training_run(base_url: str, project_id: str | None, experiment_name: str, trial_name: str, *,
-                 token: str, enabled: bool = True, timeout_s: float = SEND_TIMEOUT_S) -> Iterator[int | None]:
+                 token: str, enabled: bool = True, timeout_s: float = SEND_TIMEOUT_S,
+                 config: dict | None = None) -> Iterator[int | None]:
     """Post the ``training`` record, yield its id (None when disabled or unreachable), and mark it
     ``completed`` on a clean exit or ``failed`` on any exception (then re-raised). Synchronous: the
-    trainer's entry point has no event loop. ``enabled=False`` (other ranks) sends nothing."""
+    trainer's entry point has no event loop. ``enabled=False`` (other ranks) sends nothing. ``config``
+    (the run's resolved configuration) is shown on the run page; secrets in it are masked."""
     if not (enabled and base_url and token):
         yield None
         return
@@ -54,7 +66,10 @@ def training_run(base_url: str, project_id: str | None, experiment_name: str, tr
             logger.warning("training monitor %s failed: %s: %s", method, type(exc).__name__, exc)
             return None
 
-    training_id = call("start_training", training_start(experiment_name, trial_name))
+    start = training_start(experiment_name, trial_name)
+    if config is not None:
+        start["config_json"] = json.dumps(_mask_secrets(config), default=str)
+    training_id = call("start_training", start)
     status = "failed"
     try:
         yield training_id
@@ -75,6 +90,9 @@ class EpisodeReporter:
         self.training_id = training_id
         self.timeout_s = timeout_s
         self.failures = 0
+        self.dropped = 0
+        self._uploaded: dict[str, None] = {}          # screenshot hashes already sent (insertion-ordered)
+        self._blobs_supported = True
         self._ids: dict[str, asyncio.Task] = {}       # "task:<id>" / "step:<n>" -> task giving the monitor id
         self._chains: dict[str, asyncio.Task] = {}    # rollout uuid -> its last queued send
         self._pending: set[asyncio.Task] = set()
@@ -91,15 +109,26 @@ class EpisodeReporter:
         async def start() -> list[Record]:
             remote_task = await self._once(f"task:{task_id}", task_record(task_id, task_name or task_id,
                                                                           task_description), "tasks")
-            step_id = None
+            report.identity.update(task_id=remote_task, training_id=self.training_id)
             if self.training_id is not None and step is not None:
-                step_id = await self._once(f"step:{step}", step_record(self.training_id, step), "steps")
-            report.identity.update(task_id=remote_task, step_id=step_id)
+                report.identity.update(await self._parent(step, bool(identity.get("is_eval"))))
             return [rollout_record(rollout_uuid, status="running", current_phase="env_creation",
                                    start_time=now_iso(), **report.identity)]
 
         self._chain(rollout_uuid, start, lambda result: report._started(result.id_of("rollouts", rollout_uuid)))
         return report
+
+    async def _parent(self, step: int, is_eval: bool) -> dict[str, Any]:
+        """The rollout's step, or for an evaluation its eval (the baseline at policy version 0: the base
+        model before any update)."""
+        if not is_eval:
+            return {"step_id": await self._once(f"step:{step}", step_record(self.training_id, step), "steps"),
+                    "source_type": "step"}
+        baseline = step == 0
+        record = eval_record(self.training_id, step, baseline=baseline)
+        kind = record.kind
+        parent = await self._once(f"{kind}:{step}", record, kind)
+        return {("baseline_id" if baseline else "eval_id"): parent, "source_type": "baseline" if baseline else "eval"}
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Wait (bounded) for queued sends; for tests and shutdown, never called inside an episode."""
@@ -114,6 +143,12 @@ class EpisodeReporter:
     # ---- machinery ------------------------------------------------------------------------------------
     def _chain(self, key: str, build: Callable[[], Awaitable[list[Record]]],
                on_result: Callable[[Any], None] | None = None) -> None:
+        if len(self._pending) >= MAX_PENDING:
+            self.dropped += 1
+            if self.dropped == 1:
+                logger.warning("training monitor: %d sends queued; dropping further records until it catches up "
+                               "(training is not affected)", MAX_PENDING)
+            return
         previous = self._chains.get(key)
         task = asyncio.get_running_loop().create_task(self._send_after(previous, build, on_result))
         self._chains[key] = task
@@ -151,6 +186,23 @@ class EpisodeReporter:
             self._failed(exc)
             return None
 
+    async def _upload_screenshots(self, views: list[TurnView]) -> None:
+        """Each screenshot once per reporter; a failed upload leaves the turn's hash without a file."""
+        for view in views:
+            sha = view.image_sha256
+            if view.screenshot is None or sha is None or sha in self._uploaded or not self._blobs_supported:
+                continue
+            try:
+                await asyncio.wait_for(self.client.put_blob(view.screenshot, sha), 3 * self.timeout_s)
+            except Exception as exc:  # noqa: BLE001 - the turn itself is still worth sending
+                self._failed(exc)
+                if any(f"HTTP {code}" in str(exc) for code in (404, 405)):
+                    self._blobs_supported = False   # a monitor without our blob store: send turns only
+                continue
+            self._uploaded[sha] = None
+            if len(self._uploaded) > _UPLOADED_MEMORY:
+                self._uploaded.pop(next(iter(self._uploaded)))
+
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
         # MonitorError messages are already scrubbed of the token; others never contain it.
@@ -175,7 +227,10 @@ class RolloutReport:
         self.remote_id = remote_id
 
     def finished(self, *, reward: float, task_success: bool, num_turns: int, summary: dict,
-                 num_validators: int = 0, evaluation: dict | None = None) -> None:
+                 num_validators: int = 0, evaluation: dict | None = None, turns: list | None = None,
+                 steps: list[dict] | None = None, tokenizer: Any = None, discount: float = 1.0) -> None:
+        """The rollout's result and validation, then its turns (``turns``: the endpoint's ``Turn`` records,
+        ``steps``: the agent's steps, ``tokenizer`` to show output tokens)."""
         if self._close():
             def build() -> list[Record]:
                 rid = self.remote_id if self.remote_id is not None else self.uuid
@@ -187,6 +242,33 @@ class RolloutReport:
                                                    "task_id": summary.get("task_id"),
                                                    "execution_id": summary.get("execution_id")})]
             self.reporter._chain(self.uuid, _async(build))
+            if turns:
+                self.reporter._chain(self.uuid, lambda: self._turn_records(turns, steps or [], tokenizer, reward,
+                                                                           discount))
+
+    async def _turn_records(self, turns: list, steps: list[dict], tokenizer: Any, reward: float,
+                            discount: float) -> list[Record]:
+        views, rewards = await asyncio.to_thread(
+            lambda: (turn_views(turns, steps, tokenizer), turn_advantages(reward, len(turns), discount)))
+        await self.reporter._upload_screenshots(views)
+        rid = self.remote_id if self.remote_id is not None else self.uuid
+        records: list[Record] = []
+        for view, turn_reward in zip(views, rewards):
+            records += turn_view_records(self.uuid, rid, view, reward=turn_reward, last=view.turn == len(views))
+        return records
+
+    def advantage(self, value: float, num_turns: int, discount: float = 1.0) -> None:
+        """The rollout's GRPO advantage (its group-normalised reward) and each turn's share of it."""
+        if not self.reporter.enabled or num_turns < 0:
+            return
+
+        def build() -> list[Record]:
+            rid = self.remote_id if self.remote_id is not None else self.uuid
+            out = [rollout_record(self.uuid, status=None, advantage=value, **self.identity)]  # keeps its status
+            out += [turn_record(self.uuid, i + 1, rollout_id=rid, advantage=a)
+                    for i, a in enumerate(turn_advantages(value, num_turns, discount))]
+            return out
+        self.reporter._chain(self.uuid, _async(build))
 
     def failed(self, error: str, summary: dict | None = None) -> None:
         if self._close():
@@ -200,6 +282,37 @@ class RolloutReport:
         first = not self.closed
         self.closed = True
         return first and self.reporter.enabled
+
+
+def turn_view_records(rollout_uuid: str, rollout_id: Any, view: TurnView, *, reward: float | None = None,
+                      last: bool = False) -> list[Record]:
+    """The turn, its actions and its screenshot observation as monitor records."""
+    turn_id = turn_client_id(rollout_uuid, view.turn)
+    uri = f"sha256:{view.image_sha256}" if view.image_sha256 else None
+    first_action = view.actions[0]["action"] if view.actions else None
+    metrics = {**view.metrics, **({"invalid": view.invalid} if view.invalid else {})}
+    records = [turn_record(rollout_uuid, view.turn, rollout_id=rollout_id, end_time=now_iso(),
+                           turn_time=view.latency_s, thinking=view.thinking, text=view.text, action=first_action,
+                           metrics=metrics, screen_before=uri, reward=reward, episode_done=last,
+                           image_sha256=view.image_sha256, tokens=view.tokens)]
+    records += [action_record(rollout_uuid, view.turn, i, turn_id=turn_id, name=a["name"], args=a["args"],
+                              call_id=a["call_id"], action=a["action"]) for i, a in enumerate(view.actions)]
+    if uri:
+        records.append(observation_record(rollout_uuid, view.turn, "screenshot_before", turn_id=turn_id,
+                                          screenshot_uri=uri))
+    return records
+
+
+_SECRET_KEYS = ("token", "password", "secret", "api_key", "apikey")
+
+
+def _mask_secrets(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: ("***" if any(s in str(k).lower() for s in _SECRET_KEYS) and v else _mask_secrets(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_secrets(v) for v in value]
+    return value
 
 
 def _async(fn: Callable[[], list[Record]]) -> Callable[[], Awaitable[list[Record]]]:

@@ -208,7 +208,8 @@ class PolicyEndpoint:
                     output_versions=[int(v) for v in resp.output_versions],
                     prompt_mm_token_type_ids=prompt.mm_token_type_ids,
                     multi_modal_input=prompt.multi_modal_input, stop_reason=resp.stop_reason,
-                    n_images=len(prompt.images), latency_s=time.perf_counter() - started)
+                    n_images=len(prompt.images), latency_s=time.perf_counter() - started,
+                    image_b64=prompt.images[-1].b64 if prompt.images else None)
         if turn.prompt_ids != prompt.input_ids:  # the engine's own echo (SGLang, other engines)
             ep.failed_turns += 1
             ep.prompt_mismatches += 1

@@ -33,6 +33,9 @@ class Turn:
     stop_reason: str = "stop"
     n_images: int = 0
     latency_s: float = 0.0
+    # The newest prompt image exactly as forwarded to the engine (base64 file, a reference to the string the
+    # endpoint already holds): the monitor stores it by hash as the screenshot the model saw this turn.
+    image_b64: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.output_ids)

@@ -1,0 +1,324 @@
+// Training Monitor viewer: one script for every page; the path picks the page, the JSON API feeds it.
+// Why plain DOM code: no build step and no CDN (the monitor runs offline next to a training run).
+// Every value from the store is inserted as text (never as HTML). Pages re-fetch every refresh
+// interval and redraw only when the data changed, so a run in progress updates in place.
+"use strict";
+
+const app = document.getElementById("app");
+const REFRESH_MS = Number(app.dataset.refreshMs) || 3000;
+const state = { lastJson: null, turn: 0, playing: null, tokenMode: null };
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "onclick" || k === "oninput") el[k] = v; else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+const svgNS = "http://www.w3.org/2000/svg";
+function s(tag, attrs) {
+  const el = document.createElementNS(svgNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  return el;
+}
+const num = (v, d = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(d));
+const pct = (v) => (v === null || v === undefined ? "–" : (100 * v).toFixed(0) + "%");
+const badge = (status) => h("span", { class: "badge " + (status || ""), "data-testid": "status" }, status || "?");
+const when = (t) => (t ? String(t).replace("T", " ").slice(0, 19) : "–");
+const link = (href, text) => h("a", { href }, text);
+
+async function getJson(path) {
+  const res = await fetch(path, { cache: "no-store" });
+  if (!res.ok) throw new Error(`${path}: HTTP ${res.status}`);
+  return res.text();
+}
+
+// ---- routing and live refresh -------------------------------------------------------------------
+function route() {
+  const p = location.pathname.replace(/\/+$/, "");
+  let m;
+  if (p === "") return { api: "/api/trainings", render: renderRuns };
+  if ((m = p.match(/^\/(steps|evals|baselines)\/(\d+)$/))) return { api: `/api/${m[1]}/${m[2]}`, render: renderGroups };
+  if ((m = p.match(/^\/rollouts\/(\d+)$/))) return { api: `/api/rollouts/${m[1]}`, render: renderRollout };
+  if ((m = p.match(/^\/(\d+)$/))) return { api: `/api/trainings/${m[1]}`, render: renderRun };
+  return null;
+}
+
+async function refresh() {
+  const r = route();
+  if (!r) { app.replaceChildren(h("p", {}, "Unknown page.")); return; }
+  try {
+    const text = await getJson(r.api);
+    document.getElementById("live").textContent = "updated " + new Date().toLocaleTimeString();
+    if (text === state.lastJson) return;
+    state.lastJson = text;
+    r.render(JSON.parse(text));
+  } catch (err) {
+    document.getElementById("live").textContent = "offline: " + err.message;
+  }
+}
+
+// ---- runs ---------------------------------------------------------------------------------------
+function renderRuns(runs) {
+  const rows = runs.map((r) => h("tr", { "data-testid": "run-row" },
+    h("td", {}, link(`/${r.id}`, `#${r.id}`)), h("td", {}, link(`/${r.id}`, r.run_name || "(unnamed)")),
+    h("td", {}, r.project || ""), h("td", {}, badge(r.status)), h("td", {}, r.current_phase || ""),
+    h("td", {}, when(r.start_time)), h("td", {}, when(r.end_time)), h("td", {}, r.num_rollouts)));
+  app.replaceChildren(h("h1", {}, "Training runs"),
+    runs.length ? h("table", {}, h("tr", {}, ...["id", "run", "project", "status", "phase", "started", "ended",
+      "rollouts"].map((c) => h("th", {}, c))), rows) : h("p", { class: "muted" }, "No runs yet."));
+}
+
+// ---- one run ------------------------------------------------------------------------------------
+function chart(points, key, label, color, { yMax = null } = {}) {
+  const W = 420, H = 160, P = 32;
+  const svg = s("svg", { class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-testid": `chart-${key}` });
+  const pts = points.filter((p) => p[key] !== null && p[key] !== undefined);
+  const title = s("text", { x: P, y: 16, "font-size": 12, fill: "#1d232b" });
+  title.textContent = label;
+  svg.append(title);
+  if (!pts.length) return svg;
+  const xs = pts.map((p) => p.step), ys = pts.map((p) => p[key]);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
+  const y0 = Math.min(0, ...ys), y1 = yMax !== null ? yMax : Math.max(1e-9, ...ys);
+  const X = (x) => P + ((x - x0) / (x1 - x0)) * (W - 2 * P);
+  const Y = (y) => H - P + 6 - ((y - y0) / (y1 - y0 || 1)) * (H - 2 * P);
+  svg.append(s("line", { x1: P, y1: Y(y0), x2: W - P, y2: Y(y0), stroke: "#bbb" }));
+  const axis = s("text", { x: 2, y: Y(y1) + 4, "font-size": 10, fill: "#6a7683" });
+  axis.textContent = num(y1, 2);
+  svg.append(axis);
+  svg.append(s("polyline", { points: pts.map((p) => `${X(p.step)},${Y(p[key])}`).join(" "), fill: "none",
+    stroke: color, "stroke-width": 2 }));
+  for (const p of pts) {
+    const dot = s("circle", { cx: X(p.step), cy: Y(p[key]), r: 3.5, fill: color, class: "point" });
+    const tip = s("title", {});
+    tip.textContent = `step ${p.step}: ${num(p[key])}`;
+    dot.append(tip);
+    svg.append(dot);
+  }
+  return svg;
+}
+
+function summaryCells(sm) {
+  return [h("td", {}, sm.rollouts), h("td", {}, sm.completed), h("td", {}, num(sm.reward_mean)),
+    h("td", {}, pct(sm.success_rate))];
+}
+
+function parentTable(rows, kind, stepLabel) {
+  if (!rows.length) return h("p", { class: "muted" }, `No ${kind} yet.`);
+  return h("table", { "data-testid": `${kind}-table` },
+    h("tr", {}, ...[stepLabel, "status", "started", "rollouts", "completed", "mean reward", "success"].map((c) => h("th", {}, c))),
+    rows.map((r) => h("tr", {}, h("td", {}, link(`/${kind}/${r.id}`, `${r.step}${r.batch ? "/" + r.batch : ""}`)),
+      h("td", {}, badge(r.status)), h("td", {}, when(r.start_time)), ...summaryCells(r.summary))));
+}
+
+function renderRun(run) {
+  const sm = run.summary;
+  const stats = h("div", { class: "cards" },
+    ...[["status", badge(run.status)], ["phase", run.current_phase || "–"], ["rollouts", sm.rollouts],
+      ["completed", sm.completed], ["mean reward", num(sm.reward_mean)], ["success", pct(sm.success_rate)],
+      ["started", when(run.start_time)], ["ended", when(run.end_time)]]
+      .map(([k, v]) => h("div", { class: "card stat" }, h("span", { class: "muted" }, k), h("b", {}, v))));
+  const recent = run.recent_rollouts.map((r) => h("tr", { "data-testid": "rollout-row" },
+    h("td", {}, link(`/rollouts/${r.id}`, `#${r.id}`)), h("td", {}, r.source_type || ""), h("td", {}, badge(r.status)),
+    h("td", {}, r.group_id || ""), h("td", {}, r.env_index ?? ""), h("td", {}, num(r.reward)),
+    h("td", {}, num(r.advantage)), h("td", {}, r.num_turns ?? "")));
+  app.replaceChildren(
+    h("h1", {}, `Run #${run.id} ${run.run_name || ""}`),
+    h("p", { class: "muted" }, `${run.experiment_name || ""} / ${run.trial_name || ""} · project ${run.project || "?"}`),
+    stats,
+    h("h2", {}, "Curves (training rollouts per step)"),
+    h("div", { class: "cards" }, chart(run.curve, "reward_mean", "mean reward", "#1463b8"),
+      chart(run.curve, "success_rate", "success rate", "#3c9a5f", { yMax: 1 })),
+    h("h2", {}, "Steps"), parentTable(run.steps, "steps", "step"),
+    h("h2", {}, "Baseline (base model before training)"), parentTable(run.baselines, "baselines", "step"),
+    h("h2", {}, "Evaluations"), parentTable(run.evals, "evals", "step"),
+    h("h2", {}, "Latest rollouts"),
+    recent.length ? h("table", {}, h("tr", {}, ...["rollout", "source", "status", "group", "member", "reward",
+      "advantage", "turns"].map((c) => h("th", {}, c))), recent) : h("p", { class: "muted" }, "No rollouts yet."),
+    h("h2", {}, "Configuration"),
+    run.config ? h("details", {}, h("summary", {}, "resolved config"), h("pre", {}, JSON.stringify(run.config, null, 2)))
+      : h("p", { class: "muted" }, "Not recorded."));
+}
+
+// ---- GRPO groups of a step / eval / baseline ---------------------------------------------------
+function advBar(a) {
+  if (a === null || a === undefined) return "";
+  const w = Math.min(60, Math.abs(a) * 30);
+  return h("span", { class: "bar " + (a >= 0 ? "pos" : "neg"), style: `width:${w}px` });
+}
+
+function renderGroups(p) {
+  const title = { steps: "Step", evals: "Evaluation at step", baselines: "Baseline at step" }[p.kind];
+  const cards = p.groups.map((g) => h("div", { class: "card group", "data-testid": "group" },
+    h("h3", {}, g.task || g.group_id),
+    h("div", { class: "muted" }, `group ${g.group_id} · mean ${num(g.summary.reward_mean)} · success ${pct(g.summary.success_rate)}`),
+    h("table", {}, h("tr", {}, ...["member", "status", "reward", "advantage", ""].map((c) => h("th", {}, c))),
+      g.members.map((m) => h("tr", { "data-testid": "member" },
+        h("td", {}, link(`/rollouts/${m.id}`, `#${m.env_index ?? m.id}`)), h("td", {}, badge(m.status)),
+        h("td", { "data-testid": "reward" }, num(m.reward)), h("td", { "data-testid": "advantage" }, num(m.advantage)),
+        h("td", {}, advBar(m.advantage)))))));
+  app.replaceChildren(
+    h("h1", {}, `${title} ${p.step}`),
+    p.training_id ? h("p", {}, link(`/${p.training_id}`, `← run #${p.training_id}`)) : null,
+    h("p", { class: "muted" }, `${p.summary.rollouts} rollouts · ${p.summary.completed} completed · mean reward ${num(p.summary.reward_mean)} · success ${pct(p.summary.success_rate)}`),
+    h("h2", {}, "GRPO groups"),
+    cards.length ? h("div", { class: "cards" }, cards) : h("p", { class: "muted" }, "No rollouts yet."));
+}
+
+// ---- one rollout, played turn by turn ------------------------------------------------------------
+function drawAction(svg, action, w, h_) {
+  svg.replaceChildren();
+  if (!action) return;
+  const fx = (v) => (v > 1 ? v : v * w), fy = (v) => (v > 1 ? v : v * h_);
+  const r = Math.max(6, w * 0.018);
+  const type = String(action.type || "");
+  const defs = s("defs", {});
+  const marker = s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 8, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto" });
+  marker.append(s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#ff2d55" }));
+  defs.append(marker);
+  svg.append(defs);
+  if (action.x !== undefined && action.y !== undefined) {
+    const x = fx(action.x), y = fy(action.y);
+    if (action.x2 !== undefined && action.y2 !== undefined) {
+      svg.append(s("line", { x1: x, y1: y, x2: fx(action.x2), y2: fy(action.y2), stroke: "#ff2d55",
+        "stroke-width": Math.max(3, w * 0.006), "marker-end": "url(#arrow)", class: "drag-path", "data-testid": "drag" }));
+    }
+    svg.append(s("circle", { cx: x, cy: y, r, fill: "rgba(255,45,85,0.25)", stroke: "#ff2d55",
+      "stroke-width": Math.max(2, w * 0.004), class: "click-point", "data-testid": "click-point",
+      "data-x": action.x, "data-y": action.y }));
+    svg.append(s("line", { x1: x - 2 * r, y1: y, x2: x + 2 * r, y2: y, stroke: "#ff2d55", "stroke-width": 1.5 }));
+    svg.append(s("line", { x1: x, y1: y - 2 * r, x2: x, y2: y + 2 * r, stroke: "#ff2d55", "stroke-width": 1.5 }));
+    if (type === "scroll" && (action.dy || action.dx)) {
+      const k = r * 1.5;
+      svg.append(s("line", { x1: x, y1: y, x2: x + Math.sign(action.dx || 0) * k * 2, y2: y + Math.sign(action.dy || 0) * k * 2,
+        stroke: "#ff2d55", "stroke-width": 3, "marker-end": "url(#arrow)" }));
+    }
+  }
+  const label = s("text", { x: 8, y: Math.max(18, h_ * 0.05), "font-size": Math.max(12, w * 0.022), fill: "#fff",
+    stroke: "#000", "stroke-width": 0.6, "paint-order": "stroke", class: "action-label" });
+  label.textContent = type + (action.text ? ` "${action.text}"` : "") + (action.keys ? ` ${action.keys.join("+")}` : "");
+  svg.append(label);
+}
+
+function tokenColour(lp) {
+  const p = Math.exp(lp);
+  return `hsl(${Math.round(120 * p)}, 75%, 82%)`;
+}
+
+function tokenView(tokens, text) {
+  if (!tokens || !tokens.pieces || !tokens.logprobs) return h("div", { class: "tokens" }, text || "");
+  const trainer = tokens.trainer_logprobs;
+  const mode = trainer && state.tokenMode !== "logprob" ? "mismatch" : "logprob";
+  const spans = tokens.pieces.map((piece, i) => {
+    const lp = tokens.logprobs[i];
+    let bg = tokenColour(lp), cls = "tok", tip = `logprob ${num(lp, 4)} (p=${num(Math.exp(lp), 3)})`;
+    if (trainer && trainer[i] !== undefined) {
+      const d = Math.abs(trainer[i] - lp);
+      tip += ` · trainer ${num(trainer[i], 4)} · |Δ| ${num(d, 4)}`;
+      if (mode === "mismatch") bg = `hsl(0, 85%, ${Math.round(100 - Math.min(45, d * 150))}%)`;
+      if (d > 0.1) cls += " mismatch";
+    }
+    return h("span", { class: cls, style: `background:${bg}`, title: tip, "data-testid": "token", "data-logprob": lp }, piece);
+  });
+  const legend = h("div", { class: "legend muted" }, mode === "mismatch"
+    ? ["red = trainer and engine logprobs disagree (|Δ|), outlined when |Δ| > 0.1 ",
+      h("button", { onclick: () => { state.tokenMode = "logprob"; state.lastJson = null; refresh(); } }, "colour by logprob")]
+    : [h("span", { style: `background:${tokenColour(Math.log(0.05))}` }, "p≈0.05"),
+      h("span", { style: `background:${tokenColour(Math.log(0.5))}` }, "p≈0.5"),
+      h("span", { style: `background:${tokenColour(0)}` }, "p≈1"),
+      trainer ? h("button", { onclick: () => { state.tokenMode = "mismatch"; state.lastJson = null; refresh(); } }, "colour by mismatch") : null]);
+  return h("div", {}, legend, h("div", { class: "tokens", "data-testid": "tokens" }, spans));
+}
+
+function validationView(vals) {
+  if (!vals.length) return h("p", { class: "muted" }, "No validation recorded.");
+  return vals.map((v) => {
+    const details = v.details_json || {};
+    const ev = details.genv_evaluation || {};
+    const validators = Array.isArray(ev.validators) ? ev.validators
+      : (ev.result && Array.isArray(ev.result.validators) ? ev.result.validators : []);
+    return h("div", { class: "card", "data-testid": "validation" },
+      h("div", {}, badge(v.success ? "completed" : "failed"), " ", v.actual_result || ""),
+      validators.length ? h("table", {}, h("tr", {}, h("th", {}, "validator"), h("th", {}, "score"), h("th", {}, "detail")),
+        validators.map((x) => h("tr", {}, h("td", {}, x.name || x.id || x.type || "?"),
+          h("td", {}, x.score ?? (x.passed !== undefined ? String(x.passed) : "")),
+          h("td", {}, x.message || x.detail || x.reason || "")))) : null,
+      h("details", {}, h("summary", {}, "raw evaluation"), h("pre", {}, JSON.stringify(details, null, 2))));
+  });
+}
+
+function renderRollout(r) {
+  const turns = r.turns || [];
+  if (state.turn >= turns.length) state.turn = Math.max(0, turns.length - 1);
+  const t = turns[state.turn];
+  const parent = r.step_id ? `/steps/${r.step_id}` : r.eval_id ? `/evals/${r.eval_id}` : r.baseline_id ? `/baselines/${r.baseline_id}` : null;
+  const header = h("div", {},
+    h("h1", {}, `Rollout #${r.id} `, badge(r.status)),
+    h("p", {}, r.training_id ? link(`/${r.training_id}`, `run #${r.training_id}`) : "", parent ? [" · ", link(parent, "its group")] : "",
+      " · task ", h("b", {}, (r.task && (r.task.name || r.task.task_id)) || "?"), ` · source ${r.source_type || "?"}`),
+    h("div", { class: "cards" }, ...[["reward", num(r.reward)], ["advantage", num(r.advantage)],
+      ["success", r.task_success === null || r.task_success === undefined ? "–" : String(r.task_success)],
+      ["turns", r.num_turns ?? turns.length], ...(r.status === "running" ? [["phase", r.current_phase || "–"]] : [])]
+      .map(([k, v]) => h("div", { class: "card stat" }, h("span", { class: "muted" }, k), h("b", { "data-testid": `rollout-${k}` }, v)))),
+    r.group && r.group.length > 1 ? h("p", {}, "Group: ", r.group.map((g) => [g.id === r.id ? h("b", {}, `#${g.env_index ?? g.id}`)
+      : link(`/rollouts/${g.id}`, `#${g.env_index ?? g.id}`), ` (r=${num(g.reward, 2)}, A=${num(g.advantage, 2)})  `])) : null);
+  if (!t) {
+    app.replaceChildren(header, h("p", { class: "muted" }, "No turns recorded yet."), h("h2", {}, "Validation"), ...[validationView(r.validations)].flat());
+    return;
+  }
+  const img = h("img", { alt: `screenshot of turn ${t.turn}`, "data-testid": "screenshot" });
+  const svg = s("svg", { "data-testid": "overlay" });
+  const action = (t.actions[0] && t.actions[0].action) || t.action;
+  img.onload = () => {
+    svg.setAttribute("viewBox", `0 0 ${img.naturalWidth} ${img.naturalHeight}`);
+    drawAction(svg, action, img.naturalWidth, img.naturalHeight);
+  };
+  if (t.image_sha256) img.src = `/blobs/${t.image_sha256}`;
+  const go = (i) => { state.turn = Math.max(0, Math.min(turns.length - 1, i)); renderRollout(r); };
+  const play = () => {
+    if (state.playing) { clearInterval(state.playing); state.playing = null; renderRollout(r); return; }
+    state.playing = setInterval(() => {
+      if (state.turn >= turns.length - 1) { clearInterval(state.playing); state.playing = null; renderRollout(r); return; }
+      go(state.turn + 1);
+    }, 1200);
+    renderRollout(r);
+  };
+  const controls = h("div", { class: "controls" },
+    h("button", { onclick: () => go(state.turn - 1), disabled: state.turn === 0, "data-testid": "prev" }, "◀ prev"),
+    h("button", { onclick: play, "data-testid": "play" }, state.playing ? "❚❚ pause" : "▶ play"),
+    h("button", { onclick: () => go(state.turn + 1), disabled: state.turn >= turns.length - 1, "data-testid": "next" }, "next ▶"),
+    h("input", { type: "range", min: 0, max: turns.length - 1, value: state.turn, oninput: (e) => go(Number(e.target.value)) }),
+    h("span", { "data-testid": "turn-label" }, `turn ${t.turn} of ${turns.length}`));
+  const metrics = t.metrics || {};
+  const tokens = t.tokens || {};
+  const info = h("dl", { class: "kv" },
+    h("dt", {}, "action"), h("dd", { "data-testid": "action" }, t.actions.length ? t.actions.map((a) => `${a.action_name} ${JSON.stringify(a.action || a.action_args || {})}`).join("; ") : JSON.stringify(t.action || null)),
+    metrics.invalid ? [h("dt", {}, "invalid"), h("dd", {}, metrics.invalid)] : null,
+    h("dt", {}, "image sha256"), h("dd", { class: "hash", "data-testid": "image-hash" }, t.image_sha256 || "–"),
+    h("dt", {}, "pixel tensor"), h("dd", { class: "hash" }, metrics.pixel_sha256 || "–"),
+    h("dt", {}, "latency"), h("dd", { "data-testid": "latency" }, t.turn_time !== null && t.turn_time !== undefined ? `${num(t.turn_time, 2)} s` : "–"),
+    h("dt", {}, "tokens"), h("dd", {}, `${(tokens.ids || []).length} out / ${tokens.prompt_tokens ?? "?"} prompt, policy v${(tokens.versions || []).join(",")}, ${tokens.stop_reason || ""}`),
+    h("dt", {}, "reward / advantage"), h("dd", {}, `${num(t.reward)} / ${num(t.advantage)}`));
+  app.replaceChildren(header, controls,
+    h("div", { class: "player" },
+      h("div", {}, h("div", { class: "shot" }, img, svg)),
+      h("div", {}, info, t.thinking ? [h("h2", {}, "Thinking"), h("div", { class: "tokens" }, t.thinking)] : null,
+        h("h2", {}, "Model output"), tokenView(t.tokens, t.text))),
+    h("h2", {}, "Validation"), ...[validationView(r.validations)].flat());
+}
+
+document.addEventListener("keydown", (e) => {
+  if (!route() || route().render !== renderRollout || !state.lastJson) return;
+  const r = JSON.parse(state.lastJson);
+  if (e.key === "ArrowRight") { state.turn = Math.min(state.turn + 1, r.turns.length - 1); renderRollout(r); }
+  if (e.key === "ArrowLeft") { state.turn = Math.max(state.turn - 1, 0); renderRollout(r); }
+});
+
+refresh();
+setInterval(refresh, REFRESH_MS);

@@ -1,0 +1,154 @@
+"""Read side of the run store: the JSON the viewer pages render (runs, steps, GRPO groups, rollouts).
+
+Why aggregate in Python: a run has hundreds to a few thousand rollouts; fetching their few numeric columns
+and summarising here keeps the SQL portable (SQLite and PostgreSQL differ in JSON and window functions)
+and the numbers identical on both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any, Iterable
+
+from sqlalchemy import func, select
+
+from .schema import TABLES
+from .store import Store
+
+T = TABLES
+_ROLLOUT_COLUMNS = ("id", "client_id", "status", "reward", "advantage", "task_success", "num_turns", "group_id",
+                    "env_index", "step_id", "eval_id", "baseline_id", "task_id", "source_type", "start_time",
+                    "end_time", "current_phase")
+
+
+def _loads(text: Any) -> Any:
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _row(row) -> dict[str, Any]:
+    d = dict(row._mapping)
+    extra = d.pop("extra", None) or {}
+    return {**extra, **d}
+
+
+def _rows(conn, query) -> list[dict[str, Any]]:
+    return [_row(r) for r in conn.execute(query)]
+
+
+def summarise(rollouts: Iterable[dict]) -> dict[str, Any]:
+    """Counts by status, mean reward and success rate of the finished (completed) rollouts."""
+    rollouts = list(rollouts)
+    done = [r for r in rollouts if r.get("status") == "completed" and r.get("reward") is not None]
+    counts: dict[str, int] = defaultdict(int)
+    for r in rollouts:
+        counts[r.get("status") or "unknown"] += 1
+    return {"rollouts": len(rollouts), "by_status": dict(counts), "completed": len(done),
+            "reward_mean": sum(r["reward"] for r in done) / len(done) if done else None,
+            "success_rate": sum(bool(r.get("task_success")) for r in done) / len(done) if done else None}
+
+
+def trainings(store: Store) -> list[dict[str, Any]]:
+    t, r = T["trainings"], T["rollouts"]
+    names = store.project_names()
+    with store.engine.connect() as conn:
+        runs = _rows(conn, select(t).order_by(t.c.id.desc()))
+        counts = dict(conn.execute(select(r.c.training_id, func.count()).group_by(r.c.training_id)).all())
+    for run in runs:
+        run.pop("config_json", None)
+        run["project"] = names.get(run["project_id"])
+        run["num_rollouts"] = counts.get(run["id"], 0)
+    return runs
+
+
+def training(store: Store, training_id: int) -> dict[str, Any] | None:
+    t, r = T["trainings"], T["rollouts"]
+    with store.engine.connect() as conn:
+        found = conn.execute(select(t).where(t.c.id == training_id)).first()
+        if found is None:
+            return None
+        run = _row(found)
+        run["config"] = _loads(run.pop("config_json", None))
+        run["project"] = store.project_names().get(run["project_id"])
+        rollouts = _rows(conn, select(*(r.c[c] for c in _ROLLOUT_COLUMNS)).where(r.c.training_id == training_id))
+        parts = {kind: _rows(conn, select(T[kind]).where(T[kind].c.training_id == training_id)
+                             .order_by(T[kind].c.step, T[kind].c.id)) for kind in ("steps", "evals", "baselines")}
+    run.update({kind: _with_summaries(rows, rollouts, f"{kind[:-1]}_id") for kind, rows in parts.items()})
+    train = [x for x in rollouts if x.get("step_id") is not None]
+    run["summary"] = summarise(train)
+    run["curve"] = [{"step": s["step"], "reward_mean": s["summary"]["reward_mean"],
+                     "success_rate": s["summary"]["success_rate"]} for s in run["steps"]
+                    if s["summary"]["completed"]]
+    run["recent_rollouts"] = sorted(rollouts, key=lambda x: x["id"], reverse=True)[:20]
+    return run
+
+
+def _with_summaries(parents: list[dict], rollouts: list[dict], link: str) -> list[dict]:
+    by_parent: dict[int, list[dict]] = defaultdict(list)
+    for x in rollouts:
+        if x.get(link) is not None:
+            by_parent[x[link]].append(x)
+    for p in parents:
+        p["summary"] = summarise(by_parent.get(p["id"], []))
+    return parents
+
+
+def groups(store: Store, kind: str, parent_id: int) -> dict[str, Any] | None:
+    """A step's (or eval's, baseline's) rollouts, grouped by GRPO group, each member with its advantage."""
+    if kind not in ("steps", "evals", "baselines"):
+        raise ValueError(kind)
+    table, r, tasks = T[kind], T["rollouts"], T["tasks"]
+    with store.engine.connect() as conn:
+        found = conn.execute(select(table).where(table.c.id == parent_id)).first()
+        if found is None:
+            return None
+        parent = _row(found)
+        link = r.c[f"{kind[:-1]}_id"]
+        rollouts = _rows(conn, select(*(r.c[c] for c in _ROLLOUT_COLUMNS), tasks.c.task_id.label("task_key"),
+                                      tasks.c.name.label("task_name"))
+                         .join(tasks, tasks.c.id == r.c.task_id, isouter=True).where(link == parent_id)
+                         .order_by(r.c.group_id, r.c.env_index, r.c.id))
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for x in rollouts:
+        grouped[x.get("group_id") or f"rollout-{x['id']}"].append(x)
+    parent["kind"] = kind
+    parent["summary"] = summarise(rollouts)
+    parent["groups"] = [{"group_id": g, "task": members[0].get("task_name") or members[0].get("task_key"),
+                         "summary": summarise(members), "members": members} for g, members in grouped.items()]
+    return parent
+
+
+def rollout(store: Store, rollout_id: int) -> dict[str, Any] | None:
+    """One rollout with its task, turns (parsed), actions, validation and its group's members."""
+    r, tasks, turns, val, acts = T["rollouts"], T["tasks"], T["turns"], T["validations"], T["actions"]
+    with store.engine.connect() as conn:
+        found = conn.execute(select(r).where(r.c.id == rollout_id)).first()
+        if found is None:
+            return None
+        out = _row(found)
+        out["summary"] = _loads(out.pop("summary_json", None))
+        if out.get("task_id") is not None:
+            task = conn.execute(select(tasks).where(tasks.c.id == out["task_id"])).first()
+            out["task"] = None if task is None else _row(task)
+        turn_rows = _rows(conn, select(turns).where(turns.c.rollout_id == rollout_id).order_by(turns.c.turn))
+        ids = [t["id"] for t in turn_rows]
+        actions = _rows(conn, select(acts).where(acts.c.turn_id.in_(ids)).order_by(acts.c.id)) if ids else []
+        out["validations"] = _rows(conn, select(val).where(val.c.rollout_id == rollout_id))
+        out["group"] = [] if not out.get("group_id") else _rows(conn, select(
+            r.c.id, r.c.env_index, r.c.status, r.c.reward, r.c.advantage, r.c.task_success)
+            .where(r.c.group_id == out["group_id"], r.c.project_id == out["project_id"]).order_by(r.c.env_index))
+    by_turn: dict[int, list[dict]] = defaultdict(list)
+    for a in actions:
+        a["action"] = _loads(a.pop("action_json", None))
+        by_turn[a["turn_id"]].append(a)
+    for t in turn_rows:
+        for name in ("model_response", "action_json", "metrics_json", "tokens_json", "model_specific_input_json"):
+            t[name.removesuffix("_json")] = _loads(t.pop(name, None))
+        t["actions"] = by_turn.get(t["id"], [])
+    out["turns"] = turn_rows
+    return out

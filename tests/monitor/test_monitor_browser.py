@@ -1,0 +1,116 @@
+"""The trajectory viewer in real headless Chromium (Debian's ``chromium`` + ``chromium-driver``, driven by
+Selenium): pages load, the screenshot and the action overlay render where the action was, tokens are
+coloured, and a run in progress updates without a reload."""
+
+import asyncio
+import shutil
+
+import httpx
+import pytest
+from sample_run import SCREEN, send_sample_run
+
+from cua_rl.monitor import training_run
+
+CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def browser(tmp_path, monkeypatch):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    if not (shutil.which(CHROMIUM) and shutil.which(DRIVER)):
+        pytest.fail("chromium and chromium-driver are missing (scripts/apt-packages.txt; run scripts/setup.sh)")
+    monkeypatch.setenv("SE_OFFLINE", "true")        # never let Selenium Manager look for downloads
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(driver, condition, timeout=10.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))
+
+
+def css(driver, selector):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
+    monitor, token = our_monitor
+    with training_run(monitor.url, "p1", "cua", "browser", token=token, config={"lr": 1e-5}) as tid:
+        asyncio.run(send_sample_run(monitor.url, token, tid, rewards=(1.0, 0.0)))
+    run = httpx.get(f"{monitor.url}/api/trainings/{tid}").json()
+
+    browser.get(f"{monitor.url}/")
+    wait_for(browser, lambda d: css(d, "[data-testid=run-row]"))
+    assert "browser" in css(browser, "[data-testid=run-row]")[0].text
+
+    browser.get(f"{monitor.url}/{tid}?project_id=p1")                     # the client's UI link
+    wait_for(browser, lambda d: css(d, "[data-testid=chart-reward_mean] circle.point"))
+    assert css(browser, "[data-testid=steps-table]") and "completed" in browser.find_element("tag name", "h1").text + \
+        " ".join(e.text for e in css(browser, "[data-testid=status]"))
+
+    browser.get(f"{monitor.url}/steps/{run['steps'][0]['id']}")
+    wait_for(browser, lambda d: css(d, "[data-testid=group] [data-testid=member]"))
+    members = css(browser, "[data-testid=member]")
+    assert len(members) == 2
+    advantages = sorted(float(e.text) for e in css(browser, "[data-testid=advantage]"))
+    assert advantages[0] < 0 < advantages[1]
+
+    best = max((m for g in httpx.get(f"{monitor.url}/api/steps/{run['steps'][0]['id']}").json()["groups"]
+                for m in g["members"]), key=lambda m: m["reward"])
+    browser.get(f"{monitor.url}/rollouts/{best['id']}")
+    wait_for(browser, lambda d: d.execute_script(
+        "const i = document.querySelector('[data-testid=screenshot]'); return i && i.complete && i.naturalWidth"))
+    assert browser.execute_script("return document.querySelector('[data-testid=screenshot]').naturalWidth") == SCREEN[0]
+    point = wait_for(browser, lambda d: css(d, "[data-testid=overlay] [data-testid=click-point]"))[0]
+    assert float(point.get_attribute("cx")) == pytest.approx(0.25 * SCREEN[0])
+    assert float(point.get_attribute("cy")) == pytest.approx(0.5 * SCREEN[1])
+    # the overlay sits on the image: the click point is drawn inside the image's box, where the click was
+    box = browser.execute_script("""
+        const img = document.querySelector('[data-testid=screenshot]').getBoundingClientRect();
+        const c = document.querySelector('[data-testid=click-point]').getBoundingClientRect();
+        return [img.left, img.width, img.top, img.height, c.left + c.width / 2, c.top + c.height / 2];""")
+    assert box[4] == pytest.approx(box[0] + 0.25 * box[1], abs=2) and box[5] == pytest.approx(box[2] + 0.5 * box[3], abs=2)
+    tokens = css(browser, "[data-testid=token]")
+    assert len(tokens) == 6 and tokens[0].text.strip() == "t100"
+    colours = {t.value_of_css_property("background-color") for t in tokens}
+    assert len(colours) >= 3                                             # coloured by logprob, not uniform
+    assert len(css(browser, "[data-testid=image-hash]")[0].text) == 64
+    assert "click" in css(browser, "[data-testid=action]")[0].text
+    assert css(browser, "[data-testid=validation]")
+    browser.save_screenshot(str(tmp_path / "rollout.png"))
+
+    css(browser, "[data-testid=next]")[0].click()                       # turn 2: a drag
+    wait_for(browser, lambda d: "turn 2 of 2" in css(d, "[data-testid=turn-label]")[0].text)
+    wait_for(browser, lambda d: css(d, "[data-testid=overlay] [data-testid=drag]"))
+    drag = css(browser, "[data-testid=drag]")[0]
+    assert float(drag.get_attribute("x2")) == pytest.approx(0.8 * SCREEN[0])
+
+
+def test_a_run_in_progress_updates_live(our_monitor, browser):
+    monitor, token = our_monitor
+    with training_run(monitor.url, "p1", "cua", "live", token=token) as tid:
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=0, rewards=(0.0, 1.0)))
+        browser.get(f"{monitor.url}/{tid}")
+        wait_for(browser, lambda d: len(css(d, "[data-testid=chart-reward_mean] circle.point")) == 1)
+        assert "running" in " ".join(e.text for e in css(browser, "[data-testid=status]"))
+        # the next step's rollouts arrive while the page is open: it redraws without a reload
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=1, rewards=(1.0, 1.0)))
+        wait_for(browser, lambda d: len(css(d, "[data-testid=chart-reward_mean] circle.point")) == 2)
+        assert len(css(browser, "[data-testid=steps-table] tr")) == 3
+    wait_for(browser, lambda d: "completed" in " ".join(e.text for e in css(d, "[data-testid=status]")))

@@ -1,0 +1,202 @@
+"""Our Training Monitor server over real storage (a SQLite file and a real PostgreSQL server, ``store_url``):
+the unchanged client and reporter write a run; the viewer API reads it back; bad input changes nothing."""
+
+import hashlib
+import logging
+
+import httpx
+import pytest
+from sample_run import FAST, make_turn, screenshot_png, send_sample_run
+from sqlalchemy import func, select
+
+from cua_rl.monitor import EpisodeReporter, MonitorClient, rollout_record, step_record, training_run
+from cua_rl.monitor.schema import TABLES, tokens
+
+
+def counts(store) -> dict:
+    with store.engine.connect() as conn:
+        return {k: conn.execute(select(func.count()).select_from(t)).scalar() for k, t in TABLES.items()}
+
+
+def test_a_run_round_trips_through_client_store_and_viewer_api(our_monitor, caplog):
+    caplog.set_level(logging.DEBUG)
+    monitor, token = our_monitor
+    assert monitor.store.revision() == "0001"                      # migrated by Alembic at open
+    config = {"actor": {"path": "/m"}, "project_token": "tok-CONFIG-secret", "gconfig": {"n_samples": 2}}
+    with training_run(monitor.url, "p1", "cua", "run0", token=token, config=config) as training_id:
+        import asyncio
+
+        rep = asyncio.run(send_sample_run(monitor.url, token, training_id, rewards=(1.0, 0.0)))
+        assert rep.failures == 0 and rep.dropped == 0
+    api = httpx.Client(base_url=monitor.url)
+    runs = api.get("/api/trainings").json()
+    assert [r["id"] for r in runs] == [training_id] and runs[0]["status"] == "completed"
+    run = api.get(f"/api/trainings/{training_id}").json()
+    assert run["config"]["project_token"] == "***" and run["config"]["gconfig"] == {"n_samples": 2}
+    assert run["summary"]["completed"] == 2 and run["summary"]["reward_mean"] == 0.5
+    assert run["curve"] == [{"step": 0, "reward_mean": 0.5, "success_rate": 0.5}]
+    step = api.get(f"/api/steps/{run['steps'][0]['id']}").json()
+    [group] = step["groups"]
+    assert group["task"] == "Open the editor" and len(group["members"]) == 2
+    advantages = sorted(m["advantage"] for m in group["members"])
+    assert advantages[0] == pytest.approx(-advantages[1]) and advantages[1] > 0.5
+
+    best = max(group["members"], key=lambda m: m["reward"])
+    rollout = api.get(f"/api/rollouts/{best['id']}").json()
+    assert rollout["task"]["task_id"] == "task-1" and rollout["training_id"] == training_id
+    assert [m["id"] for m in rollout["group"]] == sorted(m["id"] for m in group["members"])
+    t1, t2 = rollout["turns"]
+    assert (t1["turn"], t2["turn"]) == (1, 2) and t2["episode_done"] is True
+    assert t1["actions"][0]["action"] == {"type": "click", "x": 0.25, "y": 0.5, "button": "left", "count": 1}
+    assert t2["actions"][0]["action"]["type"] == "drag" and t1["text"] == "click(0.25, 0.5)"
+    assert t1["tokens"]["pieces"][:2] == ["t100 ", "t101 "] and len(t1["tokens"]["logprobs"]) == 6
+    assert t1["advantage"] == pytest.approx(best["advantage"]) and t1["reward"] == 1.0
+    assert t1["turn_time"] == pytest.approx(0.25) and t1["metrics"]["n_images"] == 1
+    png = screenshot_png("#3070c0", "r0 t1")
+    assert t1["image_sha256"] == hashlib.sha256(png).hexdigest()
+    blob = api.get(f"/blobs/{t1['image_sha256']}")
+    assert blob.status_code == 200 and blob.content == png and blob.headers["content-type"] == "image/png"
+    [validation] = rollout["validations"]
+    assert validation["success"] is True and validation["details_json"]["genv_evaluation"]["score"] == 1.0
+    # Pages: the client's UI link ({base}/{training_id}?project_id=...) and the viewer's routes.
+    for path in ("/", f"/{training_id}?project_id=p1", f"/steps/{step['id']}", f"/rollouts/{best['id']}",
+                 "/static/app.js"):
+        assert api.get(path).status_code == 200, path
+    # Screenshots live as files in the data directory, once per content, never in the database.
+    assert len(list((monitor.blobs.root).rglob("*.png"))) == 4
+    with monitor.store.engine.connect() as conn:
+        stored = conn.execute(select(tokens.c.token_sha256)).scalars().all()
+    assert token not in stored and hashlib.sha256(token.encode()).hexdigest() in stored
+    assert token not in caplog.text and "tok-CONFIG-secret" not in caplog.text
+
+
+async def test_upserts_keep_one_row_and_never_blank_columns(our_monitor):
+    monitor, token = our_monitor
+    async with MonitorClient(monitor.url, token, retry=FAST, raise_errors=True) as client:
+        tid = await client.start_training({"run_name": "r", "status": "running"})
+        sid = (await client.upsert(step_record(tid, 3))).id_of("steps", f"step-{tid}-3-0")
+        first = await client.upsert(rollout_record("u1", step_id=sid, current_phase="env_creation", group_id="g"))
+        again = await client.upsert(rollout_record("u1", status="completed", reward=0.5))
+    assert first.id_of("rollouts", "u1") == again.id_of("rollouts", "u1")
+    rollout = httpx.get(f"{monitor.url}/api/rollouts/{first.id_of('rollouts', 'u1')}").json()
+    assert (rollout["status"], rollout["reward"], rollout["current_phase"], rollout["group_id"]) == (
+        "completed", 0.5, "env_creation", "g")
+    assert rollout["training_id"] == tid                           # derived from its step
+    assert counts(monitor.store)["rollouts"] == 1
+
+
+def _bad_requests(url, token):
+    ok_rollout = {"client_id": "fine", "status": "running"}
+    auth = {"Authorization": f"Bearer {token}"}
+    yield "not json", 400, "not valid JSON", dict(content=b"{nope", headers=auth)
+    yield "array body", 400, "JSON object", dict(json=[1], headers=auth)
+    yield "unknown kind", 422, "unknown keys ['widgets']", dict(json={"widgets": []}, headers=auth)
+    yield "no client_id", 422, "rollouts[1]: client_id", dict(json={"rollouts": [ok_rollout, {"status": "x"}]},
+                                                             headers=auth)
+    yield "wrong type", 422, "rollouts[1].reward: expected float", dict(
+        json={"rollouts": [ok_rollout, {"client_id": "b", "reward": "high"}]}, headers=auth)
+    yield "unknown link", 422, "no rollout 'ghost'", dict(
+        json={"rollouts": [ok_rollout], "turns": [{"client_id": "ghost:turn:1", "rollout_id": "ghost", "turn": 1}]},
+        headers=auth)
+    yield "unknown training", 404, "training 999", dict(json={"training": {"training_id": 999, "status": "x"}},
+                                                         headers=auth)
+    yield "too many rows", 413, "more than", dict(json={"tasks": [{"client_id": f"t{i}"} for i in range(5001)]},
+                                                  headers=auth)
+    yield "oversized body", 413, "exceeds the limit", dict(
+        content=b'{"tasks": [{"client_id": "' + b"x" * (9 * 1024 * 1024) + b'"}]}', headers=auth)
+    yield "field too long", 413, "exceed the limit of 256", dict(
+        json={"rollouts": [{"client_id": "c", "status": "s" * 300}]}, headers=auth)
+    yield "wrong token", 401, "invalid project token", dict(json={"rollouts": [ok_rollout]},
+                                                             headers={"Authorization": "Bearer wrong-SECRET"})
+    yield "no token", 401, "missing bearer token", dict(json={"rollouts": [ok_rollout]})
+
+
+def test_bad_ingest_gets_a_clear_4xx_and_changes_nothing(our_monitor):
+    monitor, token = our_monitor
+    before = counts(monitor.store)
+    with httpx.Client(base_url=monitor.url, timeout=30) as http:
+        for name, status, message, kwargs in _bad_requests(monitor.url, token):
+            res = http.post("/api/ingest/batch", **kwargs)
+            assert res.status_code == status, (name, res.text[:300])
+            assert message in res.json()["detail"], (name, res.json())
+            assert token not in res.text and "wrong-SECRET" not in res.text
+        png = screenshot_png()
+        sha = hashlib.sha256(png).hexdigest()
+        auth = {"Authorization": f"Bearer {token}"}
+        for name, path, body, status in (("hash mismatch", "0" * 64, png, 400), ("not an image", None, b"GIF89a..", 400),
+                                         ("bad name", "xyz", png, 400)):
+            target = path or hashlib.sha256(body).hexdigest()
+            res = http.put(f"/api/blobs/{target}", content=body, headers=auth)
+            assert res.status_code in (status, 404), (name, res.text)
+        assert http.put(f"/api/blobs/{sha}", content=png, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert counts(monitor.store) == before
+    assert not list(monitor.blobs.root.rglob("*.png"))
+    # and a good batch still goes through afterwards
+    res = httpx.post(f"{monitor.url}/api/ingest/batch", json={"rollouts": [{"client_id": "fine"}]},
+                     headers={"Authorization": f"Bearer {token}"})
+    assert res.status_code == 200 and res.json()["rollouts"][0]["client_id"] == "fine"
+
+
+def test_tokens_are_per_project(our_monitor):
+    monitor, token = our_monitor
+    other = monitor.store.create_token("p2")
+    auth = lambda t: {"Authorization": f"Bearer {t}"}  # noqa: E731
+    mine = httpx.post(f"{monitor.url}/api/ingest/batch", json={"tasks": [{"client_id": "t1", "name": "A"}]},
+                      headers=auth(token)).json()["tasks"][0]["id"]
+    theirs = httpx.post(f"{monitor.url}/api/ingest/batch", json={"tasks": [{"client_id": "t1", "name": "B"}]},
+                        headers=auth(other)).json()["tasks"][0]["id"]
+    assert mine != theirs                                   # same client_id, two projects, two rows
+    # a project cannot link to another project's rows
+    res = httpx.post(f"{monitor.url}/api/ingest/batch", json={"rollouts": [{"client_id": "r", "task_id": mine}]},
+                     headers=auth(other))
+    assert res.status_code == 422 and "no task" in res.json()["detail"]
+
+
+def test_eval_and_baseline_rollouts_are_recorded_and_summarised(our_monitor):
+    import asyncio
+
+    monitor, token = our_monitor
+    with training_run(monitor.url, "p1", "cua", "evals", token=token) as tid:
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=0, rewards=(0.0, 0.0), is_eval=True))
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=2, rewards=(1.0, 0.0), is_eval=True))
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=2, rewards=(1.0, 1.0)))
+    run = httpx.get(f"{monitor.url}/api/trainings/{tid}").json()
+    [baseline], [evaluation] = run["baselines"], run["evals"]
+    assert baseline["step"] == 0 and baseline["summary"]["reward_mean"] == 0.0 and baseline["summary"]["rollouts"] == 2
+    assert evaluation["step"] == 2 and evaluation["summary"]["success_rate"] == 0.5
+    assert run["curve"] == [{"step": 2, "reward_mean": 1.0, "success_rate": 1.0}]   # training rollouts only
+    page = httpx.get(f"{monitor.url}/api/baselines/{baseline['id']}").json()
+    assert {m["source_type"] for g in page["groups"] for m in g["members"]} == {"baseline"}
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_a_down_or_hung_monitor_costs_the_run_nothing(our_monitor, monkeypatch):
+    """Refused connections are counted failures; a monitor that accepts and never answers fills at most
+    MAX_PENDING sends, after which records are dropped with a count. Nothing raises, nothing waits."""
+    import socket
+    import time
+
+    from cua_rl.monitor import reporter as reporter_mod
+
+    monitor, token = our_monitor
+    down = EpisodeReporter("http://127.0.0.1:9", "p1", 1, token=token, retry=FAST, timeout_s=0.5)
+    report = down.rollout("a" * 32, task_id="t1", step=0)
+    report.finished(reward=1.0, task_success=True, num_turns=1, summary={}, turns=[make_turn(screenshot_png())],
+                    steps=[])
+    await down.aclose()
+    assert down.failures >= 2 and down.dropped == 0
+
+    monkeypatch.setattr(reporter_mod, "MAX_PENDING", 3)
+    with socket.socket() as hung:                  # accepts connections (backlog) and never answers
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(64)
+        rep = EpisodeReporter(f"http://127.0.0.1:{hung.getsockname()[1]}", "p1", 1, token=token, retry=FAST,
+                              timeout_s=0.3)
+        started = time.monotonic()
+        for i in range(6):
+            rep.rollout(f"{i:032d}", task_id="t1", step=0).finished(reward=0.0, task_success=False, num_turns=0,
+                                                                     summary={})
+        assert time.monotonic() - started < 0.5    # queuing never waits on the monitor
+        assert rep.dropped >= 6
+        await rep.aclose()
+    assert rep.failures >= 1
