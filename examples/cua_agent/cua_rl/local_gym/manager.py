@@ -2,8 +2,10 @@
 
 Why a pool per desktop profile: a desktop (display + WM + the task's apps on the task's files) takes
 ~0.4-0.8 s to build, so spares for recently used profiles are built in the background and
-create-execution just hands one out. A profile is the full ``DesktopSpec``; tasks with equal setups
-share spares. Spares never serve twice: every execution gets a never-used desktop.
+create-execution just hands one out. A profile is the spec's ``pool_key`` (the full ``DesktopSpec`` for app
+desktops, so tasks with equal setups share spares; a browser's size and zoom for browser desktops, whose
+spares are built showing the most recently asked-for page and load another one when handed out for it).
+Spares never serve twice: every execution gets a never-used desktop.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procs
+from .browser import browser_desktop_class
 from .desktop import Desktop, DesktopSpec, SandboxLimits
 from .tasks import TaskDef
 
@@ -112,6 +115,11 @@ class CapacityError(RuntimeError):
     pass
 
 
+def pool_key(spec: DesktopSpec):
+    """Which spares can serve ``spec``: its ``pool_key`` when it has one, else the spec itself."""
+    return getattr(spec, "pool_key", spec)
+
+
 @dataclass
 class Execution:
     execution_id: str
@@ -129,9 +137,10 @@ class GymManager:
         self.opt = options
         self.executions: dict[str, Execution] = {}
         self._reserved = 0                       # creates in flight (count against the cap)
-        self._spares: dict[DesktopSpec, collections.deque[Desktop]] = collections.defaultdict(collections.deque)
-        self._building: collections.Counter[DesktopSpec] = collections.Counter()
-        self._recent: collections.OrderedDict[DesktopSpec, None] = collections.OrderedDict()
+        # All keyed by pool_key(spec); _recent maps a key to the spec its next spares are built with.
+        self._spares: dict[object, collections.deque[Desktop]] = collections.defaultdict(collections.deque)
+        self._building: collections.Counter[object] = collections.Counter()
+        self._recent: collections.OrderedDict[object, DesktopSpec] = collections.OrderedDict()
         self._free_slots = list(range(options.max_executions + options.max_spares + 8))
         self._used_displays: set[int] = set()
         self._display_lock = threading.Lock()
@@ -175,7 +184,7 @@ class GymManager:
             for _ in range(3):
                 num = self._pick_display()
                 try:
-                    desk = Desktop.start(spec, display_num=num, uid=uid, workdir=self.workdir,
+                    desk = browser_desktop_class(spec).start(spec, display_num=num, uid=uid, workdir=self.workdir,
                                          limits=self.opt.limits, timeout_s=self.opt.start_timeout_s)
                     desk.slot = slot  # type: ignore[attr-defined]
                     return desk
@@ -201,8 +210,9 @@ class GymManager:
 
     # -- pool ---------------------------------------------------------------------------------------
     def _touch(self, spec: DesktopSpec) -> None:
-        self._recent.pop(spec, None)
-        self._recent[spec] = None
+        key = pool_key(spec)
+        self._recent.pop(key, None)
+        self._recent[key] = spec
         keep = max(1, self.opt.max_spares // max(1, self.opt.pool_size))
         while len(self._recent) > keep:
             old, _ = self._recent.popitem(last=False)
@@ -218,24 +228,35 @@ class GymManager:
         if self._closed or self.opt.pool_size <= 0:
             return
         total = sum(len(d) for d in self._spares.values()) + sum(self._building.values())
-        for spec in reversed(self._recent):
-            while len(self._spares[spec]) + self._building[spec] < self.opt.pool_size and total < self.opt.max_spares:
-                self._building[spec] += 1
+        for key in reversed(self._recent):
+            while len(self._spares[key]) + self._building[key] < self.opt.pool_size and total < self.opt.max_spares:
+                self._building[key] += 1
                 total += 1
-                self._spawn_bg(self._build_spare(spec))
+                self._spawn_bg(self._build_spare(key, self._recent[key]))
 
-    async def _build_spare(self, spec: DesktopSpec) -> None:
+    async def _build_spare(self, key, spec: DesktopSpec) -> None:
         try:
             desk = await asyncio.wrap_future(self._pool_spawner.submit(self._build, spec))
         except Exception as exc:  # noqa: BLE001 - a failed spare only costs a cold start later
             logger.error("could not build a spare desktop: %s", exc)
             return
         finally:
-            self._building[spec] -= 1
-        if self._closed or spec not in self._recent:
+            self._building[key] -= 1
+        if self._closed or key not in self._recent:
             await self._destroy_async(desk)
         else:
-            self._spares[spec].append(desk)
+            self._spares[key].append(desk)
+
+    def _take_spare(self, spec: DesktopSpec) -> Desktop | None:
+        """A spare for ``spec``: one built exactly for it if there is one, else any of its pool key."""
+        spares = self._spares.get(pool_key(spec))
+        if not spares:
+            return None
+        for desk in spares:
+            if desk.spec == spec:
+                spares.remove(desk)
+                return desk
+        return spares.popleft()
 
     def prewarm(self, tasks: list[TaskDef]) -> None:
         for t in tasks:
@@ -258,8 +279,7 @@ class GymManager:
         try:
             spec = task.desktop_spec(self.opt.width, self.opt.height)
             self._touch(spec)
-            spares = self._spares.get(spec)
-            desk = spares.popleft() if spares else None
+            desk = self._take_spare(spec)
             from_pool = desk is not None
             if desk is None:
                 desk = await asyncio.wrap_future(self._create_spawner.submit(self._build, spec))
