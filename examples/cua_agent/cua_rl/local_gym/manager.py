@@ -31,13 +31,20 @@ from .tasks import TaskDef
 logger = logging.getLogger(__name__)
 
 
+SUITES = ("desktop", "miniwob")
+# Per suite: screen size and warm spares per profile. MiniWoB++'s 160x210 task area fills 480x630 at 3x;
+# all its tasks share one browser profile, so its pool holds more spares.
+SUITE_DEFAULTS = {"desktop": (1280, 800, 1), "miniwob": (480, 630, 4)}
+
+
 @dataclass
 class GymOptions:
     gym_id: str = "desktop"
-    width: int = 1280
-    height: int = 800
+    suite: str = ""                # "desktop" | "miniwob"; "" = "miniwob" when gym_id is "miniwob", else "desktop"
+    width: int | None = None       # None = the suite's default
+    height: int | None = None
     max_executions: int = 16       # running executions; more -> 429
-    pool_size: int = 1             # spares kept per recently used profile
+    pool_size: int | None = None   # spares kept per recently used profile; None = the suite's default
     max_spares: int = 4            # spares over all profiles
     prewarm: list[str] = field(default_factory=list)   # task ids whose profiles are warmed at start
     ttl_s: float = 1800.0          # an execution idle this long is terminated by the reaper
@@ -48,6 +55,17 @@ class GymOptions:
     tasks_dir: str | None = None
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     start_timeout_s: float = 30.0
+    miniwob_time_limit_s: float = 3600.0   # replaces each MiniWoB++ page's own 7-30 s episode timer
+
+    def __post_init__(self) -> None:
+        if not self.suite:
+            self.suite = "miniwob" if self.gym_id == "miniwob" else "desktop"
+        if self.suite not in SUITES:
+            raise ValueError(f"suite must be one of {SUITES}, got {self.suite!r}")
+        width, height, pool = SUITE_DEFAULTS[self.suite]
+        self.width = width if self.width is None else self.width
+        self.height = height if self.height is None else self.height
+        self.pool_size = pool if self.pool_size is None else self.pool_size
 
 
 def _pid_alive(pid: int) -> bool:
