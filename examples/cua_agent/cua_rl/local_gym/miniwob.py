@@ -281,6 +281,9 @@ class MiniwobSuite:
         instance = await self._wait_ready(desk)
         # Back/forward could leave the task page; the history before this episode is dropped.
         await desk.cdp.acall("Page.resetNavigationHistory", session=desk.session)
+        # The window has the X focus, but Chromium only gives the page keyboard focus once it is activated
+        # (a first click would otherwise be spent on that, racing the keys typed right after it).
+        await desk.cdp.acall("Page.bringToFront", session=desk.session)
         await asyncio.to_thread(desk.screen.wait_stable, 0.04, 1.0, 0.005)
         ex.state["miniwob"] = {"seed": seed, "token": token, "started": time.monotonic(), **instance}
         logger.debug("miniwob %s seed %d ready in %.0f ms: %s", task.name, seed, (time.monotonic() - t0) * 1e3,
