@@ -218,3 +218,35 @@ def test_a_killed_gym_leaves_no_browser_behind():
         server.send_signal(signal.SIGKILL)
         server.wait(10)
     assert wait_gone(tree, 10.0) == set()
+
+
+async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_the_agent(mw):
+    """The workflow on the real gym and agent service: both episodes of a group create their execution with
+    the group's seed, and the agent is told the instance's utterance, not the task's general description.
+    (No model serves this test: the agent's first model call fails after it was made, which is enough.)"""
+    from cua_rl.local_agent.server import start_agent_server
+    from cua_rl.mini_agent import MiniAgentClient
+    from areal.api.cli_args import GenerationHyperparameters
+    from cua_workflow import CUAAgentWorkflow
+
+    agent = start_agent_server()
+    try:
+        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=8), model_path="unused",
+                              gym_base_url=mw.url, gym_id="miniwob", agent_base_url=agent.url, max_turns=1,
+                              max_task_time_seconds=60, group_size=2, poll_interval_s=0.2,
+                              model_base_url=f"http://127.0.0.1:{_free_port()}/v1", model_name="none")
+        row = {"task_id": "enter-text", "instruction": "Enter a given word into the text field."}
+        seed = wf._group_seed(None, row)
+        outcomes = [await wf._episode(None, row, i, seed=seed) for i in range(2)]
+        assert all(o is not None for o in outcomes)
+        assert {o.info["seed"] for o in outcomes} == {seed}
+        utterances = {o.info["instruction"] for o in outcomes}
+        assert len(utterances) == 1 and next(iter(utterances)).startswith('Enter "')
+        async with MiniAgentClient(agent.url) as client:
+            events = await client.events(outcomes[0].info["run_id"])
+        sent = json.dumps([e for e in events if e.get("type") == "model_call"])
+        assert json.dumps(next(iter(utterances)))[1:-1] in sent, "the agent was not told the instance's utterance"
+        assert wf._group_seed(None, row) != seed, "the next group of the task got the same seed"
+    finally:
+        agent.stop()
+    assert mw.manager.executions == {}
