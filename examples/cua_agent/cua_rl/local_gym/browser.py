@@ -20,6 +20,7 @@ spare browser can serve any page of the same size (``navigate`` then loads the o
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -44,6 +45,12 @@ logger = logging.getLogger(__name__)
 SITE_ORIGIN = "http://gym.test"       # .test is reserved (RFC 2606): it can never be a real site
 WM_CLASS = "Chromium"
 MAX_SITE_FILE = 8 << 20
+# Installed in every document before its own scripts: counts the trusted input events the page receives.
+INPUT_COUNTER_JS = """(() => { let n = 0;
+  for (const t of ['mousedown', 'mouseup', 'keydown', 'wheel'])
+    addEventListener(t, e => { if (e.isTrusted) n++; }, true);
+  Object.defineProperty(window, '__cuaInputs', {get: () => n}); })()"""
+INPUT_WAIT_S = 0.5
 CHROMIUM_FLAGS = (
     "--kiosk", "--no-first-run", "--no-default-browser-check", "--disable-gpu", "--disable-quic",
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
@@ -153,6 +160,7 @@ class BrowserDesktop(Desktop):
         self.session = reply["sessionId"]
         self.cdp.on("Fetch.requestPaused", self._answer_request)
         self.cdp.call("Fetch.enable", {"patterns": [{"urlPattern": "*"}]}, self.session)
+        self.cdp.call("Page.addScriptToEvaluateOnNewDocument", {"source": INPUT_COUNTER_JS}, self.session)
 
     def _wait_mapped(self, deadline: float) -> None:
         d = xdisplay.Display(self.display)
@@ -247,6 +255,30 @@ class BrowserDesktop(Desktop):
             time.sleep(0.003)
         self.loaded_page = page
 
+    # -- input ordering -----------------------------------------------------------------------------
+    # Chromium can hand keys to the page before a click that preceded them on the X server has moved the
+    # focus (seen under load: text typed right after clicking a field landed in the previous field). So an
+    # action on a browser desktop returns only once the page has received its input events.
+    async def input_count(self) -> int | None:
+        try:
+            return await self.aevaluate("window.__cuaInputs === undefined ? null : window.__cuaInputs", 2.0)
+        except (CDPError, TimeoutError):
+            return None
+
+    async def wait_input(self, before: int | None, at_least: int, timeout_s: float = INPUT_WAIT_S) -> bool:
+        """Wait until the page counted ``at_least`` more input events than ``before`` (False on timeout:
+        e.g. the input went to a native popup, or the page is being replaced)."""
+        if before is None or at_least <= 0:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = await self.input_count()
+            if now is None or now < before or now - before >= at_least:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.003)
+
     # -- stop ---------------------------------------------------------------------------------------
     def stop(self) -> None:
         cdp, self.cdp = self.cdp, None
@@ -255,6 +287,21 @@ class BrowserDesktop(Desktop):
         super().stop()
         if cdp is not None:
             cdp.close(join_s=2.0)   # the browser is gone: its reader thread sees EOF and ends
+
+
+def page_events(action) -> int:
+    """How many counted input events (``INPUT_COUNTER_JS``) an ``actions.Action`` gives the page at least."""
+    if action.type == "click":
+        return 2 * action.count
+    if action.type in ("drag", "press"):
+        return 2
+    if action.type == "type":
+        return len(action.text)
+    if action.type == "key":
+        return 1
+    if action.type == "scroll":
+        return 1 if action.dx or action.dy else 0
+    return 0
 
 
 def _value(reply: dict, expression: str):

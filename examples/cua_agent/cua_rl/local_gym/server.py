@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..asgi_thread import ServedApp, serve_app_in_thread
 from .actions import ActionError, parse_action, perform
+from .browser import page_events
 from .manager import CapacityError, Execution, GymManager, GymOptions
 from .suite import OptionsError, create_options, make_suite
 from .tasks import TaskSet
@@ -186,8 +187,12 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
                 before = d.screen.grab()
             except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
                 raise HTTPException(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+            # Browser desktops: the action returns once the page has received its input (browser.py).
+            inputs = await d.input_count() if hasattr(d, "input_count") else None
             try:
                 await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
+                if inputs is not None:
+                    await d.wait_input(inputs, page_events(action))
             except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
                 logger.warning("action %s on %s failed: %s", action.type, eid, exc)
                 with contextlib.suppress(Exception):
