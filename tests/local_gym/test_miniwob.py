@@ -250,3 +250,12 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
     finally:
         agent.stop()
     assert mw.manager.executions == {}
+
+
+async def test_pages_are_read_as_utf8(mw):
+    async with GenvClient(mw.url, mw.gym_id) as client:
+        texts = {(await client.create_execution("unicode-test", {"seed": s})).instruction for s in range(6)}
+        for eid in list(mw.manager.executions):
+            await client.terminate(eid)
+    labels = {t.split('"')[1] for t in texts}
+    assert labels and labels <= {"ÖK", "Cancél", "♥♥♥", "确定", "取消", "ヘルプ"}, f"mis-decoded page: {labels}"

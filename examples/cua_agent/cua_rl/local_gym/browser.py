@@ -212,6 +212,8 @@ class BrowserDesktop(Desktop):
                           session)
             return
         ctype = mimetypes.guess_type(parts.path)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype.endswith("javascript"):
+            ctype += "; charset=utf-8"   # pages without <meta charset> would otherwise be read as Windows-1252
         self.cdp.send("Fetch.fulfillRequest", {
             "requestId": request_id, "responseCode": 200,
             "responseHeaders": [{"name": "Content-Type", "value": ctype},
