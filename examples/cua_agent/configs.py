@@ -180,6 +180,8 @@ class CUAConfig(GRPOConfig):
     gym_split_type: str = "train"
     gym_limit: int | None = None  # cap per split (seeded sample); None = no cap
     gym_seed: int = 42
+    # Send every GRPO group one instance seed (create-execution options.seed; cua_workflow.py derives it).
+    gym_seed_instances: bool = True
     gym_tags: list[str] | None = None  # keep tasks having any of these tags
     # Task numbers that form the eval split, e.g. "001-032"; overrides gym_train_ratio.
     gym_eval_number_range: str | None = None

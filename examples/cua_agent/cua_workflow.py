@@ -11,6 +11,14 @@ engine failing a turn) ends that episode with ``None`` and a logged reason. A ru
 reward. A group keeps only its evaluated episodes; with fewer than ``min_group_size`` of them it is
 rejected, so a group never mixes tasks and a failure never shifts another group's boundaries.
 
+Seeds: every episode of a group creates its execution with the same ``options.seed``, so a gym that
+generates instances (MiniWoB++) gives the whole group one instance and GRPO compares like with like;
+different groups get different seeds. Seeds are derived, never drawn: from the experiment ``seed``, the
+task, the policy version and how many groups of that task this workflow ran at that version (eval groups:
+the task alone, so every evaluation sees the same instances). A row's own integer ``seed`` wins. Gyms that
+ignore the seed are unaffected; the instance's concrete instruction, when the gym returns one, is what
+the agent is told.
+
 Training Monitor (optional): with ``monitor_base_url`` and a token in the environment (PROJECT_TOKEN or
 MONITOR_PROJECT_TOKEN; never a kwarg, kwargs are logged and saved) each episode posts its rollout (running,
 then completed with reward or failed) and validation in the background; see ``cua_rl.monitor.reporter``.
@@ -19,6 +27,8 @@ then completed with reward or failed) and validation in the background; see ``cu
 from __future__ import annotations
 
 import asyncio
+import collections
+import hashlib
 import json
 import logging
 import os
@@ -54,7 +64,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                  normalise_in_group: bool = True, scale_by_std: bool = True,
                  model_base_url: str = "", model_name: str = "", poll_interval_s: float = 1.0,
                  monitor_base_url: str = "", monitor_project_id: str = "", monitor_training_id: int | None = None,
-                 is_eval: bool = False, stats_dir: str = ""):
+                 is_eval: bool = False, stats_dir: str = "", seed: int = 1, seed_instances: bool = True):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         self.gconfig = gconfig
@@ -74,6 +84,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self.monitor_base_url, self.monitor_project_id = monitor_base_url, monitor_project_id
         self.monitor_training_id, self.is_eval = monitor_training_id, is_eval
         self.stats_dir = stats_dir
+        self.seed, self.seed_instances = seed, seed_instances
+        self._groups_run: collections.Counter[tuple[str, int]] = collections.Counter()
         self._endpoint: PolicyEndpoint | None = None
         self._endpoint_engine = None
         self._reporter: EpisodeReporter | None = None
@@ -128,7 +140,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             logger.error("task row without task_id/instruction rejected: keys=%s", sorted(data))
             return None
         endpoint = None if self.model_base_url else self._policy(engine)
-        results = await asyncio.gather(*(self._reported_episode(engine, endpoint, data, i)
+        seed = self._group_seed(engine, data)
+        results = await asyncio.gather(*(self._reported_episode(engine, endpoint, data, i, seed)
                                          for i in range(self.group_size)),
                                        return_exceptions=True)
         outcomes: list[EpisodeOutcome] = []
@@ -180,11 +193,26 @@ class CUAAgentWorkflow(RolloutWorkflow):
             if report is not None:
                 report.advantage(value, len(outcome.turns), self.turn_discount)
 
-    async def _reported_episode(self, engine, endpoint, data: dict, index: int) -> EpisodeOutcome | None:
+    def _group_seed(self, engine, data: dict) -> int | None:
+        """The one instance seed of this group (see the module docstring); None when seeding is off."""
+        if not self.seed_instances:
+            return None
+        if isinstance(data.get("seed"), int) and not isinstance(data.get("seed"), bool):
+            return data["seed"]
+        task_id = str(data["task_id"])
+        if self.is_eval:
+            return instance_seed(self.seed, "eval", task_id, 0, 0)
+        version = engine.get_version() if hasattr(engine, "get_version") else 0
+        nth = self._groups_run[(task_id, version)]
+        self._groups_run[(task_id, version)] += 1
+        return instance_seed(self.seed, "train", task_id, version, nth)
+
+    async def _reported_episode(self, engine, endpoint, data: dict, index: int,
+                                seed: int | None = None) -> EpisodeOutcome | None:
         """``_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed."""
         report = self._report(engine, data, str(data["task_id"]), index)
         try:
-            outcome = await self._episode(endpoint, data, index, report)
+            outcome = await self._episode(endpoint, data, index, report, seed=seed)
         except BaseException as exc:
             if report is not None:  # cancelled = AReaL dropped the rollout (e.g. the trainer is stopping)
                 report.failed("cancelled" if isinstance(exc, asyncio.CancelledError) else f"{type(exc).__name__}: {exc}")
@@ -196,7 +224,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         return outcome
 
     async def _episode(self, endpoint: PolicyEndpoint | None, data: dict, index: int,
-                       report: RolloutReport | None = None) -> EpisodeOutcome | None:
+                       report: RolloutReport | None = None, seed: int | None = None) -> EpisodeOutcome | None:
         gym_url = data.get("gym_base_url") or self.gym_base_url
         gym_id = data.get("gym_id") or self.gym_id
         task_id = str(data["task_id"])
@@ -208,9 +236,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
         while True:
             entered = False
             try:
-                async with GenvClient(gym_url, gym_id) as gym, gym.execution(task_id) as execution:
+                options = {"seed": seed} if seed is not None else None
+                async with GenvClient(gym_url, gym_id) as gym, gym.execution(task_id, options) as execution:
                     entered = True
-                    run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id)
+                    run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id,
+                                                       execution.instruction)
                     if run is None:
                         return None
                     evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
@@ -231,7 +261,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         logger.info("%s: reward=%.3f run_ok=%s reason=%s turns=%d %.1fs", where, evaluation.reward, run.ok,
                     run.reason, len(turns), seconds)
         info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
-                "run_id": run.run_id, "execution_id": execution.execution_id}
+                "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed,
+                "instruction": execution.instruction}
         if report is not None:
             report.finished(reward=float(evaluation.reward), task_success=bool(evaluation.success),
                             num_turns=len(turns), num_validators=len(evaluation.validators),
@@ -242,13 +273,14 @@ class CUAAgentWorkflow(RolloutWorkflow):
                             discount=self.turn_discount)
         return EpisodeOutcome(turns=turns, reward=float(evaluation.reward), info=info)
 
-    async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id):
-        """(run result, recorded turns), or (None, []) when the failure is the infrastructure's."""
+    async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id, instruction: str | None = None):
+        """(run result, recorded turns), or (None, []) when the failure is the infrastructure's. The agent is
+        told ``instruction`` (the execution's concrete instance) when there is one, else the row's."""
         episode = await endpoint.open_episode() if endpoint else None
         model = (ModelEndpoint(base_url=episode.base_url, name=episode.model, api_key=episode.key) if episode
                  else ModelEndpoint(base_url=self.model_base_url, name=self.model_name or "default"))
         request = RunRequest(
-            task=str(data.get("instruction") or data.get("description")), model=model,
+            task=instruction or str(data.get("instruction") or data.get("description")), model=model,
             env=GenvEnv(gym_base_url=gym_url, gym_id=gym_id, execution_id=execution_id), agent=self.agent,
             max_steps=self.max_turns, max_run_time_s=self.max_task_time_s, max_step_time_s=self.max_turn_time_s,
             standard_action_space=self.action_space,
@@ -287,7 +319,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             max_turn_time_seconds=config.max_turn_time_seconds, policy=asdict(config.policy),
             group_size=group_size, model_base_url=config.model_base_url, model_name=config.model_name,
             monitor_base_url=config.monitor_base_url, monitor_project_id=config.project_id,
-            monitor_training_id=monitor_training_id, is_eval=is_eval, stats_dir=_stats_dir(config), **extra)
+            monitor_training_id=monitor_training_id, is_eval=is_eval, stats_dir=_stats_dir(config),
+            seed=int(config.seed), seed_instances=bool(getattr(config, "gym_seed_instances", True)), **extra)
 
 
 def _stats_dir(config) -> str:
@@ -297,6 +330,12 @@ def _stats_dir(config) -> str:
         return str(StatsLogger.get_log_path(config.stats_logger))
     except Exception:  # noqa: BLE001 - a config without stats_logger (tests) records no counts
         return ""
+
+
+def instance_seed(base: int, phase: str, task_id: str, version: int, nth: int) -> int:
+    """A reproducible 31-bit seed for one group (31 bits: safe for any gym's integer type)."""
+    digest = hashlib.sha256(f"{base}:{phase}:{task_id}:{version}:{nth}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def has_reward_variance(batch: dict[str, Any]) -> bool:

@@ -55,3 +55,33 @@ def test_reward_variance_filter():
 
     assert has_reward_variance({"rewards": torch.tensor([0.7, -0.7])})
     assert not has_reward_variance({"rewards": torch.tensor([0.0, 0.0, 0.0])})
+
+
+def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
+    from areal.api.cli_args import GenerationHyperparameters
+
+    from cua_workflow import CUAAgentWorkflow
+
+    class Engine:
+        version = 3
+
+        def get_version(self):
+            return self.version
+
+    def workflow(**kw):
+        return CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model_path="m", gym_base_url="http://g",
+                                gym_id="g", agent_base_url="http://a", group_size=4, seed=5, **kw)
+
+    engine, row = Engine(), {"task_id": "click-test", "instruction": "x"}
+    a, b = workflow(), workflow()
+    first = [a._group_seed(engine, row) for _ in range(3)]
+    assert first == [b._group_seed(engine, row) for _ in range(3)], "seeds must reproduce across runs"
+    assert len(set(first)) == 3, "groups of one task at one version need different instances"
+    engine.version = 4
+    assert a._group_seed(engine, row) not in first
+    assert a._group_seed(engine, {**row, "task_id": "click-button"}) != a._group_seed(engine, row)
+    assert all(0 <= s < 2 ** 31 for s in first)
+    ev = workflow(is_eval=True)
+    assert ev._group_seed(engine, row) == ev._group_seed(Engine(), row), "evaluation instances must not move"
+    assert a._group_seed(engine, {**row, "seed": 11}) == 11
+    assert workflow(seed_instances=False)._group_seed(engine, row) is None

@@ -135,12 +135,17 @@ _DEVICE_KEYS = ("box_id", "gbox_id", "device_id", "device_serial")
 
 @dataclass(frozen=True)
 class Execution:
-    """Reply of create-execution. ``device_id`` is only informative (box/gbox/device serial)."""
+    """Reply of create-execution. ``device_id`` is only informative (box/gbox/device serial).
+
+    ``instruction`` is the concrete instruction of a generated instance (e.g. a seeded MiniWoB++ page's
+    utterance) when the gym sends one; the agent gets it in place of the task's general instruction."""
 
     execution_id: str
     task_id: str | None = None
     status: str | None = None
     device_id: str | None = None
+    instruction: str | None = None
+    seed: int | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -153,6 +158,10 @@ class Execution:
             raise GenvError(f"create-execution reply has no string execution_id: {str(raw)[:300]}")
         device = raw.get("device") if isinstance(raw.get("device"), dict) else {}
         device_id = _first(*(raw.get(k) for k in _DEVICE_KEYS), *(device.get(k) for k in _DEVICE_KEYS))
+        instruction = raw.get("instruction")
+        seed = raw.get("seed")
         return cls(execution_id=eid, task_id=None if raw.get("task_id") is None else str(raw["task_id"]),
                    status=raw.get("status") if isinstance(raw.get("status"), str) else None,
-                   device_id=None if device_id is None else str(device_id), raw=raw)
+                   device_id=None if device_id is None else str(device_id),
+                   instruction=instruction.strip() if isinstance(instruction, str) and instruction.strip() else None,
+                   seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None, raw=raw)

@@ -1,4 +1,7 @@
-"""``cua-gym serve --host 127.0.0.1 --port 5010 --gym-id desktop`` (also ``python -m cua_rl.local_gym``)."""
+"""``cua-gym serve --host 127.0.0.1 --port 5010 --gym-id desktop`` (also ``python -m cua_rl.local_gym``).
+
+``--gym-id miniwob`` serves the MiniWoB++ suite on browser desktops (``--suite`` names it explicitly).
+"""
 
 from __future__ import annotations
 
@@ -18,33 +21,40 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=5010)
     s.add_argument("--gym-id", default="desktop")
-    s.add_argument("--width", type=int, default=1280)
-    s.add_argument("--height", type=int, default=800)
+    s.add_argument("--suite", choices=("desktop", "miniwob"), default="",
+                   help="task suite (default: miniwob when --gym-id is miniwob, else desktop)")
+    s.add_argument("--width", type=int, default=None, help="screen width (default 1280; miniwob 480)")
+    s.add_argument("--height", type=int, default=None, help="screen height (default 800; miniwob 630)")
     s.add_argument("--max-executions", type=int, default=16, help="concurrent executions; more get HTTP 429")
-    s.add_argument("--pool-size", type=int, default=1, help="warm spares per recently used desktop profile")
+    s.add_argument("--pool-size", type=int, default=None,
+                   help="warm spares per recently used desktop profile (default 1; miniwob 4)")
     s.add_argument("--max-spares", type=int, default=4, help="warm spares over all profiles")
     s.add_argument("--prewarm", default="", help="comma-separated task ids/numbers to warm at start")
     s.add_argument("--ttl", type=float, default=1800.0, help="seconds of inactivity before an execution is reaped")
     s.add_argument("--tasks-dir", default=None, help="folder of task YAML files (default: the built-in tasks)")
     s.add_argument("--display-base", type=int, default=300)
+    s.add_argument("--miniwob-time-limit", type=float, default=3600.0,
+                   help="seconds a MiniWoB++ episode may last (replaces the pages' own 7-30 s timers)")
     s.add_argument("--log-level", default="info")
     l = sub.add_parser("list", help="print the tasks and exit")
     l.add_argument("--tasks-dir", default=None)
+    l.add_argument("--suite", choices=("desktop", "miniwob"), default="desktop")
     args = parser.parse_args(argv)
     setup_logging(getattr(logging, args.log_level.upper(), logging.INFO) if args.cmd == "serve" else logging.WARNING)
 
     from .manager import GymOptions
     from .server import create_app
-    from .tasks import TASKS_DIR, load_tasks
+    from .suite import make_suite
 
     if args.cmd == "list":
-        for t in load_tasks(args.tasks_dir or TASKS_DIR).tasks:
+        suite = make_suite(GymOptions(suite=args.suite, tasks_dir=args.tasks_dir))
+        for t in suite.tasks.tasks:
             print(f"{t.task_id:40s} {t.category:13s} {t.difficulty:7s} {t.instruction[:70]}")
         return 0
-    opts = GymOptions(gym_id=args.gym_id, width=args.width, height=args.height,
+    opts = GymOptions(gym_id=args.gym_id, suite=args.suite, width=args.width, height=args.height,
                       max_executions=args.max_executions, pool_size=args.pool_size, max_spares=args.max_spares,
                       prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,
-                      display_base=args.display_base)
+                      display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit)
     uvicorn.run(create_app(opts), host=args.host, port=args.port, log_level=args.log_level.lower(),
                 timeout_graceful_shutdown=5)
     return 0

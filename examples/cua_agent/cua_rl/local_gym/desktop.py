@@ -256,11 +256,13 @@ class Desktop:
         if not ok:
             raise RuntimeError(f"openbox on {self.display} did not start (exit {proc.poll()})")
 
-    def bwrap_argv(self, limits: SandboxLimits) -> list[str]:
+    def bwrap_argv(self, limits: SandboxLimits, command: list[str] | None = None) -> list[str]:
+        """The sandbox command line; ``command`` (run inside) defaults to the spec's apps in a D-Bus session."""
         sock = f"/tmp/.X11-unix/X{self.display_num}"
-        # every app in the background, then wait: the sandbox lives while any app does
-        apps = " ".join(app_command(a.name, list(a.args)) + " &" for a in self.spec.apps)
-        launcher = f"cd {SANDBOX_HOME}; {apps} wait"
+        if command is None:
+            # every app in the background, then wait: the sandbox lives while any app does
+            apps = " ".join(app_command(a.name, list(a.args)) + " &" for a in self.spec.apps)
+            command = ["dbus-run-session", "--", "/bin/sh", "-c", f"cd {SANDBOX_HOME}; {apps} wait"]
         env = {"HOME": SANDBOX_HOME, "USER": "user", "LOGNAME": "user", "SHELL": "/bin/bash",
                "PATH": "/usr/local/bin:/usr/bin:/bin", "DISPLAY": self.display, "LANG": "C.UTF-8",
                "GSETTINGS_BACKEND": "keyfile", "NO_AT_BRIDGE": "1", "GTK_OVERLAY_SCROLLING": "0",
@@ -279,7 +281,7 @@ class Desktop:
                 "--bind", str(self.home), SANDBOX_HOME, "--chdir", SANDBOX_HOME, "--clearenv"]
         for k, v in env.items():
             argv += ["--setenv", k, v]
-        return argv + ["--", "dbus-run-session", "--", "/bin/sh", "-c", launcher]
+        return argv + ["--", *command]
 
     def _start_sandbox(self, limits: SandboxLimits) -> None:
         argv = self.bwrap_argv(limits)

@@ -2,8 +2,10 @@
 
 Why a pool per desktop profile: a desktop (display + WM + the task's apps on the task's files) takes
 ~0.4-0.8 s to build, so spares for recently used profiles are built in the background and
-create-execution just hands one out. A profile is the full ``DesktopSpec``; tasks with equal setups
-share spares. Spares never serve twice: every execution gets a never-used desktop.
+create-execution just hands one out. A profile is the spec's ``pool_key`` (the full ``DesktopSpec`` for app
+desktops, so tasks with equal setups share spares; a browser's size and zoom for browser desktops, whose
+spares are built showing the most recently asked-for page and load another one when handed out for it).
+Spares never serve twice: every execution gets a never-used desktop.
 """
 
 from __future__ import annotations
@@ -22,19 +24,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procs
+from .browser import browser_desktop_class
 from .desktop import Desktop, DesktopSpec, SandboxLimits
 from .tasks import TaskDef
 
 logger = logging.getLogger(__name__)
 
 
+SUITES = ("desktop", "miniwob")
+# Per suite: screen size and warm spares per profile. MiniWoB++'s 160x210 task area fills 480x630 at 3x;
+# all its tasks share one browser profile, so its pool holds more spares.
+SUITE_DEFAULTS = {"desktop": (1280, 800, 1), "miniwob": (480, 630, 4)}
+
+
 @dataclass
 class GymOptions:
     gym_id: str = "desktop"
-    width: int = 1280
-    height: int = 800
+    suite: str = ""                # "desktop" | "miniwob"; "" = "miniwob" when gym_id is "miniwob", else "desktop"
+    width: int | None = None       # None = the suite's default
+    height: int | None = None
     max_executions: int = 16       # running executions; more -> 429
-    pool_size: int = 1             # spares kept per recently used profile
+    pool_size: int | None = None   # spares kept per recently used profile; None = the suite's default
     max_spares: int = 4            # spares over all profiles
     prewarm: list[str] = field(default_factory=list)   # task ids whose profiles are warmed at start
     ttl_s: float = 1800.0          # an execution idle this long is terminated by the reaper
@@ -45,6 +55,17 @@ class GymOptions:
     tasks_dir: str | None = None
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     start_timeout_s: float = 30.0
+    miniwob_time_limit_s: float = 3600.0   # replaces each MiniWoB++ page's own 7-30 s episode timer
+
+    def __post_init__(self) -> None:
+        if not self.suite:
+            self.suite = "miniwob" if self.gym_id == "miniwob" else "desktop"
+        if self.suite not in SUITES:
+            raise ValueError(f"suite must be one of {SUITES}, got {self.suite!r}")
+        width, height, pool = SUITE_DEFAULTS[self.suite]
+        self.width = width if self.width is None else self.width
+        self.height = height if self.height is None else self.height
+        self.pool_size = pool if self.pool_size is None else self.pool_size
 
 
 def _pid_alive(pid: int) -> bool:
@@ -112,6 +133,11 @@ class CapacityError(RuntimeError):
     pass
 
 
+def pool_key(spec: DesktopSpec):
+    """Which spares can serve ``spec``: its ``pool_key`` when it has one, else the spec itself."""
+    return getattr(spec, "pool_key", spec)
+
+
 @dataclass
 class Execution:
     execution_id: str
@@ -129,9 +155,10 @@ class GymManager:
         self.opt = options
         self.executions: dict[str, Execution] = {}
         self._reserved = 0                       # creates in flight (count against the cap)
-        self._spares: dict[DesktopSpec, collections.deque[Desktop]] = collections.defaultdict(collections.deque)
-        self._building: collections.Counter[DesktopSpec] = collections.Counter()
-        self._recent: collections.OrderedDict[DesktopSpec, None] = collections.OrderedDict()
+        # All keyed by pool_key(spec); _recent maps a key to the spec its next spares are built with.
+        self._spares: dict[object, collections.deque[Desktop]] = collections.defaultdict(collections.deque)
+        self._building: collections.Counter[object] = collections.Counter()
+        self._recent: collections.OrderedDict[object, DesktopSpec] = collections.OrderedDict()
         self._free_slots = list(range(options.max_executions + options.max_spares + 8))
         self._used_displays: set[int] = set()
         self._display_lock = threading.Lock()
@@ -175,7 +202,7 @@ class GymManager:
             for _ in range(3):
                 num = self._pick_display()
                 try:
-                    desk = Desktop.start(spec, display_num=num, uid=uid, workdir=self.workdir,
+                    desk = browser_desktop_class(spec).start(spec, display_num=num, uid=uid, workdir=self.workdir,
                                          limits=self.opt.limits, timeout_s=self.opt.start_timeout_s)
                     desk.slot = slot  # type: ignore[attr-defined]
                     return desk
@@ -201,8 +228,9 @@ class GymManager:
 
     # -- pool ---------------------------------------------------------------------------------------
     def _touch(self, spec: DesktopSpec) -> None:
-        self._recent.pop(spec, None)
-        self._recent[spec] = None
+        key = pool_key(spec)
+        self._recent.pop(key, None)
+        self._recent[key] = spec
         keep = max(1, self.opt.max_spares // max(1, self.opt.pool_size))
         while len(self._recent) > keep:
             old, _ = self._recent.popitem(last=False)
@@ -218,24 +246,35 @@ class GymManager:
         if self._closed or self.opt.pool_size <= 0:
             return
         total = sum(len(d) for d in self._spares.values()) + sum(self._building.values())
-        for spec in reversed(self._recent):
-            while len(self._spares[spec]) + self._building[spec] < self.opt.pool_size and total < self.opt.max_spares:
-                self._building[spec] += 1
+        for key in reversed(self._recent):
+            while len(self._spares[key]) + self._building[key] < self.opt.pool_size and total < self.opt.max_spares:
+                self._building[key] += 1
                 total += 1
-                self._spawn_bg(self._build_spare(spec))
+                self._spawn_bg(self._build_spare(key, self._recent[key]))
 
-    async def _build_spare(self, spec: DesktopSpec) -> None:
+    async def _build_spare(self, key, spec: DesktopSpec) -> None:
         try:
             desk = await asyncio.wrap_future(self._pool_spawner.submit(self._build, spec))
         except Exception as exc:  # noqa: BLE001 - a failed spare only costs a cold start later
             logger.error("could not build a spare desktop: %s", exc)
             return
         finally:
-            self._building[spec] -= 1
-        if self._closed or spec not in self._recent:
+            self._building[key] -= 1
+        if self._closed or key not in self._recent:
             await self._destroy_async(desk)
         else:
-            self._spares[spec].append(desk)
+            self._spares[key].append(desk)
+
+    def _take_spare(self, spec: DesktopSpec) -> Desktop | None:
+        """A spare for ``spec``: one built exactly for it if there is one, else any of its pool key."""
+        spares = self._spares.get(pool_key(spec))
+        if not spares:
+            return None
+        for desk in spares:
+            if desk.spec == spec:
+                spares.remove(desk)
+                return desk
+        return spares.popleft()
 
     def prewarm(self, tasks: list[TaskDef]) -> None:
         for t in tasks:
@@ -258,8 +297,7 @@ class GymManager:
         try:
             spec = task.desktop_spec(self.opt.width, self.opt.height)
             self._touch(spec)
-            spares = self._spares.get(spec)
-            desk = spares.popleft() if spares else None
+            desk = self._take_spare(spec)
             from_pool = desk is not None
             if desk is None:
                 desk = await asyncio.wrap_future(self._create_spawner.submit(self._build, spec))

@@ -37,13 +37,14 @@ def _child_setup(parent_pid: int, extra: Callable[[], None] | None) -> Callable[
 
 
 def popen(argv: list[str], *, uid: int | None = None, gid: int | None = None, env: dict | None = None,
-          pass_fds: tuple[int, ...] = (), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-          cwd: str | None = None, preexec: Callable[[], None] | None = None) -> subprocess.Popen:
+          pass_fds: tuple[int, ...] = (), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+          stderr=subprocess.DEVNULL, cwd: str | None = None,
+          preexec: Callable[[], None] | None = None) -> subprocess.Popen:
     """Start ``argv`` in its own session, killed by the kernel when the spawning thread dies."""
     kwargs: dict = {}
     if uid is not None and os.geteuid() == 0 and uid != 0:
         kwargs.update(user=uid, group=gid if gid is not None else uid, extra_groups=[])
-    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+    return subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
                             pass_fds=pass_fds, cwd=cwd, start_new_session=True,
                             preexec_fn=_child_setup(os.getpid(), preexec), **kwargs)
 

@@ -16,10 +16,11 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..asgi_thread import ServedApp, serve_app_in_thread
-from . import validators
 from .actions import ActionError, parse_action, perform
+from .browser import page_events
 from .manager import CapacityError, Execution, GymManager, GymOptions
-from .tasks import TASKS_DIR, TaskSet, load_tasks
+from .suite import OptionsError, create_options, make_suite
+from .tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ async def settle(ex: Execution, before: bytearray, change_wait_s: float) -> tupl
 
 def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) -> FastAPI:
     opt = options or GymOptions()
-    taskset = tasks or load_tasks(opt.tasks_dir or TASKS_DIR)
+    suite = make_suite(opt, tasks)
+    taskset = suite.tasks
     state: dict = {}
 
     @contextlib.asynccontextmanager
@@ -64,7 +66,8 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         reaper = asyncio.create_task(manager.reap_forever())
         if opt.prewarm:
             manager.prewarm([t for t in (taskset.get(k) for k in opt.prewarm) if t is not None])
-        logger.info("gym %s: %d tasks, up to %d executions", opt.gym_id, len(taskset), opt.max_executions)
+        logger.info("gym %s (%s): %d tasks, up to %d executions", opt.gym_id, suite.kind, len(taskset),
+                    opt.max_executions)
         try:
             yield
         finally:
@@ -88,7 +91,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
     @app.get("/health")
     async def health() -> dict:
         m: GymManager = state["manager"]
-        return {"ok": True, "gym_id": opt.gym_id, "tasks": len(taskset), "executions": len(m.executions),
+        return {"ok": True, "gym_id": opt.gym_id, "suite": suite.kind, "tasks": len(taskset), "executions": len(m.executions),
                 "pool": m.pool_stats()}
 
     @app.get("/api/v1/{gym_id}/tasks")
@@ -111,17 +114,33 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         if task is None:
             raise HTTPException(404, f"unknown task {task_id!r}")
         try:
-            ex = await state["manager"].create(task)
+            body = await request.json() if await request.body() else None
+        except ValueError as exc:
+            raise HTTPException(422, "create body must be JSON: {} or {\"options\": {\"seed\": 7}}") from exc
+        try:
+            seed = create_options(body)
+        except OptionsError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        manager: GymManager = state["manager"]
+        try:
+            ex = await manager.create(task)
         except CapacityError as exc:
             raise HTTPException(429, str(exc)) from exc
         except RuntimeError as exc:
             logger.error("create execution of %s failed: %s", task_id, exc)
             raise HTTPException(503, f"could not start a desktop: {exc}") from exc
+        try:
+            extra = await suite.begin(ex, seed)
+        except Exception as exc:  # noqa: BLE001 - the execution is ended, the caller told why
+            logger.error("starting task %s in execution %s failed: %s", task_id, ex.execution_id, exc)
+            await manager.terminate(ex.execution_id)
+            raise HTTPException(503, f"could not start task {task.task_id}: {exc}") from exc
         d = ex.desktop
+        kind = "browser" if suite.kind == "miniwob" else "desktop"
         return JSONResponse({"execution_id": ex.execution_id, "task_id": task.task_id, "status": "running",
-                             "device": {"type": "desktop", "display": d.display, "width": d.spec.width,
+                             "device": {"type": kind, "display": d.display, "width": d.spec.width,
                                         "height": d.spec.height},
-                             "warm": ex.from_pool})
+                             "warm": ex.from_pool, **extra})
 
     @app.get("/api/v1/{gym_id}/executions/{eid}")
     async def get_execution(gym_id: str, eid: str) -> dict:
@@ -168,8 +187,12 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
                 before = d.screen.grab()
             except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
                 raise HTTPException(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+            # Browser desktops: the action returns once the page has received its input (browser.py).
+            inputs = await d.input_count() if hasattr(d, "input_count") else None
             try:
                 await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
+                if inputs is not None:
+                    await d.wait_input(inputs, page_events(action))
             except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
                 logger.warning("action %s on %s failed: %s", action.type, eid, exc)
                 with contextlib.suppress(Exception):
@@ -194,8 +217,11 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
             body = await request.json() if await request.body() else {}
         except ValueError as exc:
             raise HTTPException(422, "evaluate body must be JSON (or empty)") from exc
-        answer = validators.answer_from(body) if isinstance(body, dict) else None
-        result = await asyncio.to_thread(validators.evaluate, ex.desktop.home, ex.task.validators, answer)
+        try:
+            result = await suite.evaluate(ex, body if isinstance(body, dict) else {})
+        except Exception as exc:  # noqa: BLE001 - e.g. the browser of this execution is gone
+            logger.error("evaluating execution %s failed: %s", eid, exc)
+            raise HTTPException(503, f"could not evaluate execution {eid}: {exc}") from exc
         result["execution_id"] = eid
         result["task_id"] = ex.task.task_id
         return result

@@ -1,0 +1,321 @@
+"""Browser desktops: Chromium in kiosk mode on the desktop's own Xvfb display, inside the same sandbox.
+
+Why this shape:
+- The agent sees the browser exactly as it sees the other desktops: screenshots of the X display and
+  X input events (no browser automation on the agent's side). Chromium runs headful, full screen, at
+  ``zoom`` device pixels per CSS pixel so small pages stay readable.
+- The sandbox is the desktops' one (``Desktop.bwrap_argv``): no network namespace beyond loopback, its own
+  display socket only, a fresh HOME (the browser profile lives there), rlimits, parent-death signals.
+  Chromium keeps its own namespace sandbox inside it.
+- The gym drives the browser over the DevTools *pipe* (``cdp.CDPPipe``), never a port.
+- Pages come from a host folder (``BrowserSpec.site_root``) that the sandbox cannot see: the gym answers
+  the browser's requests for ``SITE_ORIGIN`` itself (DevTools ``Fetch`` interception) and refuses every other
+  URL. So the site is served straight from where it is installed (e.g. a package inside a root-only
+  virtual environment), nothing listens on any socket, and a page can reach nothing else.
+
+A desktop is still built for one execution and destroyed with it. ``BrowserSpec.page`` is preloaded when the
+desktop is built, so a pooled desktop already shows its page; ``pool_key`` leaves the page out, so any
+spare browser can serve any page of the same size (``navigate`` then loads the other page).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import logging
+import mimetypes
+import os
+import shlex
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from Xlib import X, display as xdisplay, error as xerror
+
+from . import procs
+from .cdp import CDPError, CDPPipe
+from .desktop import Desktop, DesktopSpec, SandboxLimits, SANDBOX_HOME, _rlimits
+
+logger = logging.getLogger(__name__)
+
+SITE_ORIGIN = "http://gym.test"       # .test is reserved (RFC 2606): it can never be a real site
+WM_CLASS = "Chromium"
+MAX_SITE_FILE = 8 << 20
+# Installed in every document before its own scripts: counts the trusted input events the page receives.
+INPUT_COUNTER_JS = """(() => { let n = 0;
+  for (const t of ['mousedown', 'mouseup', 'keydown', 'wheel'])
+    addEventListener(t, e => { if (e.isTrusted) n++; }, true);
+  Object.defineProperty(window, '__cuaInputs', {get: () => n}); })()"""
+INPUT_WAIT_S = 0.5
+CHROMIUM_FLAGS = (
+    "--kiosk", "--no-first-run", "--no-default-browser-check", "--disable-gpu", "--disable-quic",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
+    "--disable-extensions", "--password-store=basic", "--noerrdialogs", "--hide-crash-restore-bubble",
+    "--disable-features=Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider",
+    "--disable-smooth-scrolling", "--overscroll-history-navigation=0", "--force-color-profile=srgb",
+    "--remote-debugging-pipe", f"--user-data-dir={SANDBOX_HOME}/.chromium",
+)
+
+
+@dataclass(frozen=True)
+class BrowserSpec(DesktopSpec):
+    """A desktop that is one full-screen browser. ``page`` is a path under ``site_root`` ('' = blank)."""
+
+    site_root: str = ""
+    page: str = ""
+    zoom: float = 1.0
+
+    @property
+    def pool_key(self) -> "BrowserSpec":
+        """Spares are interchangeable across pages: the pool keys them without the page."""
+        return dataclasses.replace(self, page="")
+
+    def url(self, page: str | None = None) -> str:
+        return f"{SITE_ORIGIN}/{(self.page if page is None else page).lstrip('/')}"
+
+
+class _SiteFiles:
+    """Read-once cache of the served files (package files do not change while the gym runs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[str, bytes] = {}
+
+    def read(self, root: str, url_path: str) -> bytes | None:
+        """The file at ``url_path`` under ``root``, or None when it is missing or resolves outside ``root``."""
+        root_real = os.path.realpath(root)
+        path = os.path.realpath(os.path.join(root_real, url_path.lstrip("/")))
+        if not path.startswith(root_real + os.sep):
+            return None
+        with self._lock:
+            data = self._files.get(path)
+        if data is None:
+            if not os.path.isfile(path) or os.path.getsize(path) > MAX_SITE_FILE:
+                return None
+            data = Path(path).read_bytes()
+            with self._lock:
+                self._files[path] = data
+        return data
+
+
+SITE_FILES = _SiteFiles()
+
+
+@dataclass
+class BrowserDesktop(Desktop):
+    """A ``Desktop`` whose only app is Chromium, driven by the gym over DevTools."""
+
+    cdp: CDPPipe | None = dataclasses.field(default=None, repr=False)
+    session: str | None = None
+    loaded_page: str = ""
+
+    # -- start (hooks of Desktop.start) --------------------------------------------------------------
+    def _start_sandbox(self, limits: SandboxLimits) -> None:
+        spec: BrowserSpec = self.spec  # type: ignore[assignment]
+        flags = [*CHROMIUM_FLAGS, f"--force-device-scale-factor={spec.zoom:g}", "--window-position=0,0",
+                 f"--window-size={spec.width},{spec.height}", "about:blank"]
+        # The pipe arrives as stdin/stdout (bwrap passes those on) and becomes fds 3 and 4 of Chromium.
+        script = "exec chromium " + " ".join(shlex.quote(f) for f in flags) + " 3<&0 4>&1 0</dev/null 1>&2"
+        argv = self.bwrap_argv(limits, ["/bin/sh", "-c", script])
+        to_browser_r, to_browser_w = os.pipe()
+        from_browser_r, from_browser_w = os.pipe()
+        try:
+            with open(self.root / "apps.log", "wb") as log:
+                proc = procs.popen(argv, uid=self.uid, env={"PATH": "/usr/bin:/bin"}, stdin=to_browser_r,
+                                   stdout=from_browser_w, stderr=log, cwd=str(self.root),
+                                   preexec=_rlimits(limits, self.uid))
+        except BaseException:
+            for fd in (to_browser_w, from_browser_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_browser_r)   # the browser holds these ends now; EOF on ours means it exited
+            os.close(from_browser_w)
+        self.procs.append(proc)
+        self.cdp = CDPPipe(to_browser_w, from_browser_r, name=f"chromium{self.display}")
+
+    def _wait_for_windows(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        self._attach_page(deadline)
+        self._wait_mapped(deadline)
+        spec: BrowserSpec = self.spec  # type: ignore[assignment]
+        if spec.page:
+            self.navigate(spec.page, timeout_s=max(1.0, deadline - time.monotonic()))
+
+    def _attach_page(self, deadline: float) -> None:
+        """Attach to the browser's page, then answer its requests for the site (and only those)."""
+        assert self.cdp is not None
+        try:
+            targets = self.cdp.call("Target.getTargets", timeout_s=max(0.1, deadline - time.monotonic()))
+        except (CDPError, TimeoutError) as exc:
+            raise RuntimeError(f"chromium on {self.display} did not start: {exc}: {self._log_tail()}") from exc
+        pages = [t for t in targets.get("targetInfos", []) if t.get("type") == "page"]
+        if not pages:
+            raise RuntimeError(f"chromium on {self.display} has no page: {targets}")
+        reply = self.cdp.call("Target.attachToTarget", {"targetId": pages[0]["targetId"], "flatten": True})
+        self.session = reply["sessionId"]
+        self.cdp.on("Fetch.requestPaused", self._answer_request)
+        self.cdp.call("Fetch.enable", {"patterns": [{"urlPattern": "*"}]}, self.session)
+        self.cdp.call("Page.addScriptToEvaluateOnNewDocument", {"source": INPUT_COUNTER_JS}, self.session)
+
+    def _wait_mapped(self, deadline: float) -> None:
+        d = xdisplay.Display(self.display)
+        try:
+            client_list = d.intern_atom("_NET_CLIENT_LIST")
+            root = d.screen().root
+
+            def mapped() -> bool:
+                prop = root.get_full_property(client_list, X.AnyPropertyType)
+                for wid in (prop.value if prop else []):
+                    try:
+                        win = d.create_resource_object("window", wid)
+                        cls = win.get_wm_class()
+                        if cls and cls[1] == WM_CLASS and win.get_attributes().map_state == X.IsViewable:
+                            return True
+                    except xerror.XError:
+                        continue
+                return False
+
+            if not procs.wait_until(mapped, max(0.1, deadline - time.monotonic()), 0.01):
+                raise RuntimeError(f"chromium window did not map on {self.display}: {self._log_tail()}")
+        finally:
+            d.close()
+
+    def _log_tail(self) -> str:
+        try:
+            lines = (self.root / "apps.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line for line in lines[-12:] if "dbus" not in line.lower())[-800:]
+
+    # -- serving the site ---------------------------------------------------------------------------
+    def _answer_request(self, params: dict, session: str | None) -> None:
+        """Fetch.requestPaused, on the DevTools reader thread: files of the site, nothing else."""
+        assert self.cdp is not None
+        request_id, url = params["requestId"], params.get("request", {}).get("url", "")
+        spec: BrowserSpec = self.spec  # type: ignore[assignment]
+        parts = urlsplit(url)
+        data = None
+        if f"{parts.scheme}://{parts.netloc}" == SITE_ORIGIN and spec.site_root:
+            data = SITE_FILES.read(spec.site_root, parts.path)
+        if data is None:
+            if not url.startswith(SITE_ORIGIN + "/"):
+                logger.debug("%s: refused %s", self.display, url[:200])
+                self.cdp.send("Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"},
+                              session)
+                return
+            self.cdp.send("Fetch.fulfillRequest", {"requestId": request_id, "responseCode": 404, "body": ""},
+                          session)
+            return
+        ctype = mimetypes.guess_type(parts.path)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype.endswith("javascript"):
+            ctype += "; charset=utf-8"   # pages without <meta charset> would otherwise be read as Windows-1252
+        self.cdp.send("Fetch.fulfillRequest", {
+            "requestId": request_id, "responseCode": 200,
+            "responseHeaders": [{"name": "Content-Type", "value": ctype},
+                                {"name": "Cache-Control", "value": "max-age=86400"}],
+            "body": base64.b64encode(data).decode()}, session)
+
+    # -- driving the page ---------------------------------------------------------------------------
+    def evaluate(self, expression: str, timeout_s: float = 10.0):
+        """Blocking: the JSON value of ``expression`` in the page; a JS exception is a ``CDPError``."""
+        assert self.cdp is not None
+        reply = self.cdp.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                              self.session, timeout_s)
+        return _value(reply, expression)
+
+    async def aevaluate(self, expression: str, timeout_s: float = 10.0):
+        """The asyncio form of ``evaluate``."""
+        assert self.cdp is not None
+        reply = await self.cdp.acall("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                                     self.session, timeout_s)
+        return _value(reply, expression)
+
+    def navigate(self, page: str, ready: str = "true", timeout_s: float = 10.0) -> None:
+        """Blocking: load ``page`` (a path under the site) and wait until it has loaded and ``ready`` is true."""
+        spec: BrowserSpec = self.spec  # type: ignore[assignment]
+        url = spec.url(page)
+        assert self.cdp is not None
+        reply = self.cdp.call("Page.navigate", {"url": url}, self.session, timeout_s)
+        if reply.get("errorText"):
+            raise RuntimeError(f"{self.display}: loading {url} failed: {reply['errorText']}")
+        check = (f"location.href === {json.dumps(url)} && document.readyState === 'complete' "
+                 f"&& !!({ready})")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self.evaluate(f"(() => {{ try {{ return {check}; }} catch (e) {{ return false; }} }})()"):
+                    break
+            except CDPError:
+                pass  # the context is being replaced while the new document commits
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.display}: {url} did not load within {timeout_s:.0f} s")
+            time.sleep(0.003)
+        self.loaded_page = page
+
+    # -- input ordering -----------------------------------------------------------------------------
+    # Chromium can hand keys to the page before a click that preceded them on the X server has moved the
+    # focus (seen under load: text typed right after clicking a field landed in the previous field). So an
+    # action on a browser desktop returns only once the page has received its input events.
+    async def input_count(self) -> int | None:
+        try:
+            return await self.aevaluate("window.__cuaInputs === undefined ? null : window.__cuaInputs", 2.0)
+        except (CDPError, TimeoutError):
+            return None
+
+    async def wait_input(self, before: int | None, at_least: int, timeout_s: float = INPUT_WAIT_S) -> bool:
+        """Wait until the page counted ``at_least`` more input events than ``before`` (False on timeout:
+        e.g. the input went to a native popup, or the page is being replaced)."""
+        if before is None or at_least <= 0:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = await self.input_count()
+            if now is None or now < before or now - before >= at_least:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.003)
+
+    # -- stop ---------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        cdp, self.cdp = self.cdp, None
+        if cdp is not None:
+            cdp.close()
+        super().stop()
+        if cdp is not None:
+            cdp.close(join_s=2.0)   # the browser is gone: its reader thread sees EOF and ends
+
+
+def page_events(action) -> int:
+    """How many counted input events (``INPUT_COUNTER_JS``) an ``actions.Action`` gives the page at least."""
+    if action.type == "click":
+        return 2 * action.count
+    if action.type in ("drag", "press"):
+        return 2
+    if action.type == "type":
+        return len(action.text)
+    if action.type == "key":
+        return 1
+    if action.type == "scroll":
+        return 1 if action.dx or action.dy else 0
+    return 0
+
+
+def _value(reply: dict, expression: str):
+    if "exceptionDetails" in reply:
+        details = reply["exceptionDetails"]
+        text = details.get("exception", {}).get("description") or details.get("text", "exception")
+        raise CDPError(f"page raised {text.splitlines()[0]} in {expression[:80]!r}")
+    return reply.get("result", {}).get("value")
+
+
+def browser_desktop_class(spec: DesktopSpec) -> type[Desktop]:
+    """Which desktop class builds ``spec`` (the manager's one switch between app and browser desktops)."""
+    return BrowserDesktop if isinstance(spec, BrowserSpec) else Desktop
+
+

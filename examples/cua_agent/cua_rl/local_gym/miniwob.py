@@ -1,0 +1,333 @@
+"""MiniWoB++ as a gym suite: every task page of the installed ``miniwob`` package, on browser desktops.
+
+Why MiniWoB++: the classic RL benchmark for GUI agents, with reward functions written by its authors and
+run in the page itself; nobody here wrote its tasks. Nothing is copied out of the package: pages are
+served from the installed package folder (``browser.BrowserSpec.site_root``), and what the gym says about a
+task comes from the package's own files, read without importing it (importing it registers gymnasium
+environments and loads selenium, neither of which is used here):
+
+- the task list: ``html/miniwob/*.html`` (130 pages; the 3 FlightWoB tasks under ``html/flight`` are
+  different-size wrapper pages and are not served);
+- description, example utterances, utterance fields and notes: the docstrings of ``envs/miniwob_envs.py``;
+- ``nondeterministic`` (the package's own flag: a seed does not pin everything, e.g. "today" in a date
+  picker) and ``unregistered`` (pages the package does not register as environments) from ``registration.py``;
+- difficulty: a name's own ``-easy``/``-medium``/``-hard`` suffix, else the time budget the authors gave the
+  page (``core.EPISODE_MAX_TIME``: 7-10 s easy, 15-20 s normal, 30 s hard);
+- category: the interaction the task name leads with (``CATEGORY_RULES``).
+
+One execution is one episode of one seeded instance: ``Math.seedrandom(seed)`` then the page's own
+``core.startEpisodeReal()``, exactly as the package's selenium driver does, so a task plus a seed is one
+utterance and layout. The in-page timer (10-30 s, made for scripted agents) is replaced by
+``time_limit_s`` (the gym's ``miniwob_time_limit_s``, 1 hour by default): a slow model never loses an episode
+to it, and a forgotten one still ends. The reward is the page's raw reward (``WOB_RAW_REWARD_GLOBAL``, no
+time penalty: model latency is not the agent's skill), clipped to [0, 1]; the raw and time-scaled values
+and the page's reason stay in the evaluation details.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib.util
+import json
+import logging
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .browser import BrowserDesktop, BrowserSpec
+from .cdp import CDPError
+
+logger = logging.getLogger(__name__)
+
+TASK_CSS_SIZE = (160, 210)          # the MiniWoB++ task area in CSS pixels (#wrap)
+DEFAULT_BUDGET_MS = 10_000          # core.js's own EPISODE_MAX_TIME
+MAX_TIME_LIMIT_S = 2_000_000        # setTimeout takes at most 2^31-1 ms
+# First matching (prefix or exact name) wins; order matters.
+CATEGORY_RULES: tuple[tuple[str, str], ...] = (
+    ("email-inbox", "web_app"), ("social-media", "web_app"), ("book-flight", "web_app"), ("buy-ticket", "web_app"),
+    ("order-food", "web_app"), ("phone-book", "web_app"), ("daily-calendar", "web_app"), ("stock-market", "web_app"),
+    ("search-engine", "web_app"), ("terminal", "web_app"), ("text-editor", "web_app"), ("navigate-tree", "web_app"),
+    ("click-", "click"), ("hover-", "click"), ("button-delay", "click"), ("moving-items", "click"),
+    ("ascending-numbers", "click"), ("number-checkboxes", "click"), ("tic-tac-toe", "click"),
+    ("enter-", "form"), ("focus-", "form"), ("login-user", "form"), ("form-sequence", "form"),
+    ("multi-", "form"), ("sign-agreement", "form"), ("copy-paste", "form"), ("text-transform", "form"),
+    ("unicode-test", "form"), ("read-table", "form"),
+    ("choose-", "widget"), ("use-", "widget"), ("scroll-text", "widget"),
+    ("drag-", "drag_draw"), ("draw-", "drag_draw"), ("resize-", "drag_draw"), ("highlight-text", "drag_draw"),
+    ("bisect-angle", "drag_draw"), ("circle-center", "drag_draw"), ("right-angle", "drag_draw"),
+    ("find-midpoint", "drag_draw"), ("chase-circle", "drag_draw"),
+)
+OTHER_CATEGORY = "reasoning"        # arithmetic, counting, guessing, reading: think first, then click or type
+CATEGORIES = ("click", "form", "widget", "drag_draw", "web_app", OTHER_CATEGORY)
+
+
+def package_dir() -> Path:
+    """The installed ``miniwob`` package folder (found without importing the package)."""
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.origin:
+        raise RuntimeError("the miniwob package is not installed (pyproject.toml lists miniwob==1.1.0; "
+                           "run scripts/setup.sh)")
+    return Path(spec.origin).parent
+
+
+def category_of(name: str) -> str:
+    """A rule ``"click-"`` matches names starting with it; ``"book-flight"`` that name and its variants."""
+    for rule, category in CATEGORY_RULES:
+        if name == rule or name.startswith(rule if rule.endswith("-") else rule + "-"):
+            return category
+    return OTHER_CATEGORY
+
+
+def difficulty_of(name: str, budget_ms: int) -> str:
+    for suffix, level in (("-easy", "easy"), ("-medium", "normal"), ("-hard", "hard")):
+        if name.endswith(suffix):
+            return level
+    return "easy" if budget_ms <= 10_000 else "normal" if budget_ms <= 20_000 else "hard"
+
+
+@dataclass(frozen=True)
+class MiniwobTask:
+    number: str
+    name: str
+    description: str
+    category: str
+    difficulty: str
+    budget_ms: int                                  # the authors' in-page time budget (replaced at run time)
+    examples: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()                     # nondeterministic, unregistered, partial_reward
+    site_root: str = field(default="", repr=False)
+
+    @property
+    def task_id(self) -> str:
+        return self.name
+
+    @property
+    def page(self) -> str:
+        return f"miniwob/{self.name}.html"
+
+    @property
+    def instruction(self) -> str:
+        """The task in general; each seeded instance has its own concrete utterance (create's reply)."""
+        return self.description
+
+    def desktop_spec(self, width: int, height: int) -> BrowserSpec:
+        """Chromium over the whole screen, the task area scaled to fill it (3x on the default 480x630)."""
+        zoom = round(min(width / TASK_CSS_SIZE[0], height / TASK_CSS_SIZE[1]), 3)
+        return BrowserSpec(apps=(), width=width, height=height, site_root=self.site_root, page=self.page, zoom=zoom)
+
+    def to_wire(self) -> dict:
+        tags = [self.difficulty, self.category, "miniwob", *self.flags]
+        return {
+            "task_id": self.task_id, "id": self.task_id, "task_number": self.number, "name": self.name,
+            "description": self.description, "instruction": self.instruction, "tags": tags,
+            "category": self.category, "difficulty": self.difficulty,
+            "env_config": {"type": "browser", "suite": "miniwob", "page": self.page,
+                           "authors_time_budget_s": self.budget_ms / 1000},
+            "evaluation": {"reward": "miniwob_page", "score": "clip(raw_reward, 0, 1) once the episode is done",
+                           "notes": list(self.notes)},
+            "examples": list(self.examples), "utterance_fields": list(self.fields),
+        }
+
+
+class MiniwobTaskSet:
+    """The tasks, looked up like ``tasks.TaskSet``: by name (= id), number ("007" or "7")."""
+
+    def __init__(self, tasks: list[MiniwobTask]) -> None:
+        self.tasks = sorted(tasks, key=lambda t: t.number)
+        self._by_key: dict[str, MiniwobTask] = {}
+        for t in self.tasks:
+            for key in (t.name, t.number, str(int(t.number))):
+                self._by_key[key] = t
+
+    def get(self, key: str) -> MiniwobTask | None:
+        return self._by_key.get(key)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+
+def _docstring_sections(doc: str) -> dict[str, list[str]]:
+    """``## Title`` sections of an env docstring -> their non-empty lines (bullets without the ``*``)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in doc.splitlines():
+        line = line.strip()
+        if line.startswith("## "):
+            current = sections.setdefault(line[3:].strip().lower(), [])
+        elif line and current is not None and line != "(none)":
+            current.append(line[2:] if line.startswith("* ") else line)
+    return sections
+
+
+def _env_docs(pkg: Path) -> dict[str, dict[str, list[str]]]:
+    docs = {}
+    for node in ast.parse((pkg / "envs" / "miniwob_envs.py").read_text()).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        sub = next((s.value.value for s in node.body if isinstance(s, ast.Assign)
+                    and any(getattr(t, "id", "") == "subdomain" for t in s.targets)
+                    and isinstance(s.value, ast.Constant)), None)
+        if sub:
+            docs[sub] = _docstring_sections(ast.get_docstring(node) or "")
+    return docs
+
+
+def _registered(pkg: Path) -> dict[str, bool]:
+    """Registered environment name -> its ``nondeterministic`` flag."""
+    out = {}
+    for node in ast.walk(ast.parse((pkg / "registration.py").read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "register":
+            kw = {k.arg: k.value for k in node.keywords}
+            env_id = kw["id"].value
+            name = env_id.split("/", 1)[-1].rsplit("-v", 1)[0]
+            nondet = kw.get("nondeterministic")
+            out[name] = bool(isinstance(nondet, ast.Constant) and nondet.value)
+    return out
+
+
+def load_miniwob_tasks(pkg: Path | None = None) -> MiniwobTaskSet:
+    """Every page of ``html/miniwob`` as a task, numbered in name order."""
+    pkg = pkg or package_dir()
+    html = pkg / "html"
+    docs, registered = _env_docs(pkg), _registered(pkg)
+    tasks = []
+    for i, page in enumerate(sorted((html / "miniwob").glob("*.html")), start=1):
+        name = page.stem
+        text = page.read_text(errors="replace")
+        budget = re.search(r"core\.EPISODE_MAX_TIME\s*=\s*(\d+)", text)
+        budget_ms = int(budget.group(1)) if budget else DEFAULT_BUDGET_MS
+        doc = docs.get(name, {})
+        title = re.search(r"<title>\s*(.*?)\s*</title>", text, re.S)
+        description = " ".join(doc.get("description", [])) or (title.group(1) if title else f"MiniWoB++ {name}")
+        notes = tuple(doc.get("additional notes", []))
+        flags = []
+        if name not in registered:
+            flags.append("unregistered")
+        elif registered[name]:
+            flags.append("nondeterministic")
+        if any("partial reward" in n.lower() for n in notes):
+            flags.append("partial_reward")
+        tasks.append(MiniwobTask(
+            number=f"{i:03d}", name=name, description=description, category=category_of(name),
+            difficulty=difficulty_of(name, budget_ms), budget_ms=budget_ms,
+            examples=tuple(doc.get("example utterances", [])), fields=tuple(doc.get("utterance fields", [])),
+            notes=notes, flags=tuple(flags), site_root=str(html)))
+    if not tasks:
+        raise RuntimeError(f"no MiniWoB++ pages under {html / 'miniwob'}")
+    return MiniwobTaskSet(tasks)
+
+
+# -- one episode in the page --------------------------------------------------------------------------
+# Runs once per execution, after the page has loaded (its START cover is up). The HUD beside the task
+# (last reward, countdown) is hidden: it lies outside the 160x210 task area that MiniWoB++ observations
+# crop to, its countdown would change the screen every second, and its "last reward" would leak the score.
+_BEGIN_JS = """(() => {
+  const limit = %(limit_ms)d;
+  Object.defineProperty(core, 'EPISODE_MAX_TIME', {get: () => limit, set: () => {}, configurable: true});
+  const style = document.createElement('style');
+  style.textContent = '#reward-display, #click-canvas { display: none !important; }';
+  document.head.appendChild(style);
+  Math.seedrandom(%(seed)s);
+  core.startEpisodeReal();
+  core.startEpisodeReal = function () {};   /* one episode per execution: the end cover starts nothing */
+  if (core.cover_div) { core.cover_div.innerHTML = 'DONE'; core.cover_div.style.cursor = 'default'; }
+  window.__cuaEpisode = %(token)s;
+  return true;
+})()"""
+_UTTERANCE_JS = """(() => {
+  const u = core.getUtterance();
+  return {ready: typeof WOB_TASK_READY === 'undefined' ? true : !!WOB_TASK_READY,
+          utterance: (u && typeof u === 'object') ? String(u.utterance) : String(u),
+          fields: (u && typeof u === 'object' && u.fields) ? u.fields : null};
+})()"""
+_STATE_JS = """(() => ({token: window.__cuaEpisode || null, done: !!WOB_DONE_GLOBAL, env_reward: WOB_REWARD_GLOBAL,
+  raw_reward: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON === undefined ? null : WOB_REWARD_REASON}))()"""
+_PAGE_READY_JS = "typeof core === 'object' && !!document.getElementById('sync-task-cover')"
+
+
+def score_of(raw_reward: float, done: bool) -> float:
+    """MiniWoB++ rewards are -1 (wrong) .. 1 (right), 0 while not done; the gym scores clip(raw, 0, 1)."""
+    return max(0.0, min(1.0, float(raw_reward))) if done else 0.0
+
+
+class MiniwobSuite:
+    """Starts a seeded episode in an execution's browser and reads the page's reward at evaluate time."""
+
+    kind = "miniwob"
+
+    def __init__(self, tasks: MiniwobTaskSet | None = None, time_limit_s: float = 3600.0) -> None:
+        if not 1 <= time_limit_s <= MAX_TIME_LIMIT_S:
+            raise ValueError(f"miniwob time limit must be within 1..{MAX_TIME_LIMIT_S} s, got {time_limit_s}")
+        self.tasks = tasks or load_miniwob_tasks()
+        self.time_limit_s = time_limit_s
+
+    async def begin(self, ex, seed: int | None) -> dict:
+        """Load the page if the spare shows another one, start the seeded episode, settle the screen.
+        Returns the create reply's extra fields: the seed, the concrete instruction and the instance."""
+        desk: BrowserDesktop = ex.desktop
+        task: MiniwobTask = ex.task
+        seed = secrets.randbelow(2 ** 31) if seed is None else seed
+        t0 = time.monotonic()
+        if desk.loaded_page != task.page:
+            await asyncio.to_thread(desk.navigate, task.page, _PAGE_READY_JS)
+        token = secrets.token_hex(8)
+        await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": json.dumps(str(seed)),
+                                          "token": json.dumps(token)})
+        instance = await self._wait_ready(desk)
+        # Back/forward could leave the task page; the history before this episode is dropped.
+        await desk.cdp.acall("Page.resetNavigationHistory", session=desk.session)
+        # The window has the X focus, but Chromium only gives the page keyboard focus once it is activated
+        # (a first click would otherwise be spent on that, racing the keys typed right after it).
+        await desk.cdp.acall("Page.bringToFront", session=desk.session)
+        await asyncio.to_thread(desk.screen.wait_stable, 0.04, 1.0, 0.005)
+        ex.state["miniwob"] = {"seed": seed, "token": token, "started": time.monotonic(), **instance}
+        logger.debug("miniwob %s seed %d ready in %.0f ms: %s", task.name, seed, (time.monotonic() - t0) * 1e3,
+                     instance["utterance"])
+        return {"seed": seed, "instruction": instance["utterance"],
+                "instance": {"seed": seed, "utterance": instance["utterance"], "fields": instance["fields"],
+                             "time_limit_s": self.time_limit_s}}
+
+    async def _wait_ready(self, desk: BrowserDesktop, timeout_s: float = 5.0) -> dict:
+        """Some pages build their problem asynchronously (``WOB_TASK_READY``); the package waits for it too."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = await desk.aevaluate(_UTTERANCE_JS)
+            if state["ready"] or time.monotonic() > deadline:
+                return {"utterance": state["utterance"], "fields": state["fields"]}
+            await asyncio.sleep(0.01)
+
+    async def evaluate(self, ex, body: dict) -> dict:
+        """The genv evaluate reply, from the page's own reward variables."""
+        info = ex.state.get("miniwob", {})
+        details = {"seed": info.get("seed"), "utterance": info.get("utterance"),
+                   "time_limit_s": self.time_limit_s,
+                   "elapsed_s": round(time.monotonic() - info["started"], 3) if "started" in info else None}
+        try:
+            state = await ex.desktop.aevaluate(_STATE_JS)
+        except CDPError as exc:
+            state, details["error"] = None, str(exc)
+        if state is None or state.get("token") != info.get("token"):
+            details.update(done=False, raw_reward=None, env_reward=None, reason=None)
+            message = "the task page was reloaded or left: this episode is lost"
+            return _reply(0.0, False, message, details)
+        done, raw = state["done"], float(state["raw_reward"] or 0.0)
+        details.update(done=done, raw_reward=raw, env_reward=float(state["env_reward"] or 0.0),
+                       reason=state["reason"])
+        score = score_of(raw, done)
+        if not done:
+            message = "the episode has not ended (the task was not completed or submitted)"
+        else:
+            message = f"the page ended the episode with raw reward {raw:g}" + (
+                f" ({state['reason']})" if state["reason"] else "")
+        return _reply(score, done and raw >= 1.0, message, details)
+
+
+def _reply(score: float, success: bool, message: str, details: dict) -> dict:
+    validator = {"id": "miniwob_reward", "pass": success, "score": score, "weight": 1.0, "message": message}
+    return {"success": success, "score": score,
+            "result": {"score": score, "success": success, "validators": [validator], "miniwob": details}}

@@ -1,0 +1,73 @@
+"""What differs between the gym's task suites, behind one small interface the server calls.
+
+A suite has ``tasks`` (``.tasks``, ``.get(key)``, ``len``), ``begin(execution, seed)`` (run once on a fresh
+execution before create-execution answers; returns extra reply fields) and ``evaluate(execution, body)``
+(the genv evaluate reply). Two suites exist:
+
+- ``desktop``: the YAML tasks on X11 app desktops (``tasks.py``), scored by validators on the HOME. Their
+  setups are fixed, so a seed is accepted and echoed but changes nothing.
+- ``miniwob``: MiniWoB++ pages on browser desktops (``miniwob.py``); the seed picks the instance.
+
+``create_options`` checks the create-execution body (external-protocols §1.1: ``{}`` or
+``{"options": {...}}``) before anything is created, so a bad body is a 422 that leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from . import validators
+from .tasks import TASKS_DIR, load_tasks
+
+MAX_SEED = 2 ** 53 - 1   # JSON numbers are exact up to here (and so are JavaScript's)
+
+
+class OptionsError(ValueError):
+    """A malformed create-execution body; the message says what is wrong."""
+
+
+def create_options(body: object) -> int | None:
+    """The seed of a create-execution body (None when absent); raises ``OptionsError`` on bad input."""
+    if body is None or body == {}:
+        return None
+    if not isinstance(body, dict):
+        raise OptionsError("the body must be a JSON object: {} or {\"options\": {\"seed\": 7}}")
+    options = body.get("options")
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise OptionsError(f"options must be an object, got {type(options).__name__}")
+    seed = options.get("seed")
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise OptionsError(f"options.seed must be an integer in 0..{MAX_SEED}, got {seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise OptionsError(f"options.seed must be within 0..{MAX_SEED}, got {seed}")
+    return seed
+
+
+class DesktopSuite:
+    """The built-in X11 desktop tasks: fixed setups, validators over the execution's HOME."""
+
+    kind = "desktop"
+
+    def __init__(self, tasks_dir: str | None = None, tasks=None) -> None:
+        self.tasks = tasks if tasks is not None else load_tasks(tasks_dir or TASKS_DIR)
+
+    async def begin(self, ex, seed: int | None) -> dict:
+        ex.state["seed"] = seed
+        return {"seed": seed}
+
+    async def evaluate(self, ex, body: dict) -> dict:
+        answer = validators.answer_from(body)
+        return await asyncio.to_thread(validators.evaluate, ex.desktop.home, ex.task.validators, answer)
+
+
+def make_suite(options, tasks=None):
+    """The suite named by ``options.suite`` (``GymOptions``); ``tasks`` replaces the desktop task set."""
+    if options.suite == "miniwob":
+        from .miniwob import MiniwobSuite
+
+        return MiniwobSuite(tasks, time_limit_s=options.miniwob_time_limit_s)
+    return DesktopSuite(options.tasks_dir, tasks)

@@ -1,0 +1,261 @@
+"""The MiniWoB++ gym on real browser desktops (Chromium on Xvfb in the sandbox) through the HTTP API.
+
+- scripted solutions (they read the DOM; an agent cannot) reach reward 1 on 20+ tasks, and the same
+  executions score below 1 untouched;
+- a task plus a seed is one instance (utterance and layout); other seeds give other instances;
+- bad seeds, bodies, tasks and gyms are 4xx and create nothing;
+- the pages' own 7-30 s timers are replaced by the gym's limit (and that limit does end an episode);
+- a warm create is a seeded reset of a loaded page, not a browser start;
+- leaving the page loses the episode; a SIGKILLed gym leaves no browser behind.
+
+Set CUA_MINIWOB_RESULTS=path.json to keep the per-task results of the scripted solutions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from cua_rl.genv import GenvClient, GenvError
+from gym_helpers import descendants, wait_gone
+from miniwob_solvers import SOLVERS, Play
+
+pytestmark = [pytest.mark.desktop, pytest.mark.skipif(shutil.which("chromium") is None,
+                                                      reason="chromium missing; run scripts/setup.sh")]
+LIMIT_S = 600.0
+
+
+@pytest.fixture(scope="module")
+def mw():
+    from cua_rl.local_gym import start_gym_server
+
+    with start_gym_server(port=0, gym_id="miniwob", pool_size=3, max_spares=3, max_executions=8,
+                          miniwob_time_limit_s=LIMIT_S) as server:
+        yield server
+
+
+def _desktop(gym, eid: str):
+    return gym.manager.executions[eid].desktop
+
+
+async def _solve(client: GenvClient, gym, task: str, seed: int) -> dict:
+    t0 = time.monotonic()
+    async with client.execution(task, {"seed": seed}) as ex:
+        untouched = await client.evaluate(ex.execution_id)
+        await SOLVERS[task](Play(client, ex.execution_id, _desktop(gym, ex.execution_id), ex.instruction))
+        after = None
+        for _ in range(50):  # a page may end its episode a moment after the last click (animations)
+            after = await client.evaluate(ex.execution_id)
+            if after.raw["result"]["miniwob"]["done"]:
+                break
+            await asyncio.sleep(0.05)
+        details = after.raw["result"]["miniwob"]
+        return {"task": task, "seed": seed, "utterance": ex.instruction, "untouched": untouched.reward,
+                "reward": after.reward, "raw_reward": details["raw_reward"], "reason": details["reason"],
+                "warm": ex.raw.get("warm"), "seconds": round(time.monotonic() - t0, 2)}
+
+
+async def test_scripted_solutions_reach_reward_one_and_untouched_executions_do_not(mw):
+    assert len(SOLVERS) >= 20
+    sem = asyncio.Semaphore(3)
+    async with GenvClient(mw.url, mw.gym_id) as client:
+        async def one(i: int, task: str):
+            async with sem:
+                return await _solve(client, mw, task, seed=1000 + i)
+        results = await asyncio.gather(*(one(i, t) for i, t in enumerate(sorted(SOLVERS))), return_exceptions=True)
+    rows = [r if isinstance(r, dict) else {"task": t, "error": f"{type(r).__name__}: {r}"}
+            for t, r in zip(sorted(SOLVERS), results)]
+    if os.environ.get("CUA_MINIWOB_RESULTS"):
+        with open(os.environ["CUA_MINIWOB_RESULTS"], "w") as f:
+            json.dump(rows, f, indent=1)
+    for row in rows:
+        print(json.dumps(row))
+    failures = [r for r in rows if "error" in r or r["reward"] != 1.0 or r["untouched"] >= 1.0]
+    assert not failures, "\n".join(json.dumps(r) for r in failures)
+    assert mw.manager.executions == {}
+
+
+async def _instance(client: GenvClient, gym, task: str, seed: int) -> tuple[str, str]:
+    async with client.execution(task, {"seed": seed}) as ex:
+        assert ex.seed == seed
+        layout = await _desktop(gym, ex.execution_id).aevaluate("document.getElementById('area').innerHTML")
+        return ex.instruction, layout
+
+
+@pytest.mark.parametrize("task", ["click-checkboxes", "login-user", "click-button"])
+async def test_a_task_and_a_seed_are_one_instance(mw, task):
+    async with GenvClient(mw.url, mw.gym_id) as client:
+        first = await _instance(client, mw, task, 7)
+        again = await _instance(client, mw, task, 7)
+        others = [await _instance(client, mw, task, s) for s in (8, 9)]
+    assert first == again, "the same task and seed gave two different instances"
+    assert first[0] and first[0] != "undefined"
+    assert any(o != first for o in others), "three seeds all gave the same instance"
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"options": {"seed": "7"}}, "integer"), ({"options": {"seed": -1}}, "within"),
+    ({"options": {"seed": 1.5}}, "integer"), ({"options": {"seed": True}}, "integer"),
+    ({"options": {"seed": 2 ** 53}}, "within"), ({"options": 5}, "object"), ([1, 2], "JSON object"),
+])
+async def test_bad_create_bodies_are_422_and_create_nothing(mw, body, fragment):
+    async with httpx.AsyncClient(base_url=f"{mw.url}/api/v1/miniwob") as http:
+        r = await http.post("/tasks/click-test", json=body)
+        assert r.status_code == 422, r.text
+        assert fragment in r.json()["detail"]
+        r = await http.post("/tasks/click-test", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 422
+    assert mw.manager.executions == {}
+
+
+async def test_unknown_tasks_and_gyms_are_404(mw):
+    async with GenvClient(mw.url, mw.gym_id) as client:
+        with pytest.raises(GenvError) as err:
+            await client.create_execution("no-such-task", {"seed": 1})
+        assert err.value.status_code == 404
+    async with GenvClient(mw.url, "desktop") as client:
+        with pytest.raises(GenvError) as err:
+            await client.create_execution("click-test")
+        assert err.value.status_code == 404
+    assert mw.manager.executions == {}
+
+
+async def test_task_list_is_the_package(mw):
+    async with GenvClient(mw.url, mw.gym_id) as client:
+        tasks = await client.list_tasks()
+    assert len(tasks) == 130
+    by_id = {t.id: t for t in tasks}
+    assert by_id["click-button"].difficulty == "easy" and "click" in by_id["click-button"].tags
+    assert by_id["choose-date-medium"].difficulty == "normal"
+    assert by_id["book-flight"].difficulty == "hard" and "web_app" in by_id["book-flight"].tags
+    assert "nondeterministic" in by_id["choose-date"].tags
+
+
+async def test_the_page_timer_is_the_gym_limit(mw):
+    async with GenvClient(mw.url, mw.gym_id) as client, client.execution("click-test", {"seed": 1}) as ex:
+        desk = _desktop(mw, ex.execution_id)
+        await desk.aevaluate("core.EPISODE_MAX_TIME = 10")   # the page's own setting cannot shorten it
+        assert await desk.aevaluate("core.EPISODE_MAX_TIME") == LIMIT_S * 1000
+        assert ex.raw["instance"]["time_limit_s"] == LIMIT_S
+
+
+async def test_a_short_limit_ends_the_episode_with_score_zero():
+    from cua_rl.local_gym import start_gym_server
+
+    with start_gym_server(port=0, gym_id="miniwob", pool_size=0, miniwob_time_limit_s=1) as gym:
+        async with GenvClient(gym.url, gym.gym_id) as client, client.execution("click-test") as ex:
+            await asyncio.sleep(1.5)
+            ev = await client.evaluate(ex.execution_id)
+    details = ev.raw["result"]["miniwob"]
+    assert details["done"] and details["raw_reward"] == -1 and details["reason"] == "timed out"
+    assert ev.reward == 0.0 and ex.seed is not None
+
+
+async def test_warm_create_is_a_reset_not_a_browser_start(mw):
+    async with GenvClient(mw.url, mw.gym_id) as client:
+        async with client.execution("enter-text", {"seed": 1}):
+            pass                                   # the pool now preloads enter-text
+        for _ in range(200):
+            stats = mw.manager.pool_stats()
+            if stats["spares"] >= 3 and stats["building"] == 0:
+                break
+            await asyncio.sleep(0.1)
+        t0 = time.monotonic()
+        async with client.execution("enter-text", {"seed": 2}) as ex:
+            seconds = time.monotonic() - t0
+            assert ex.raw["warm"] is True
+            assert ex.instruction.startswith("Enter ")
+    assert seconds < 0.5, f"warm create took {seconds:.3f} s"
+
+
+async def test_leaving_the_page_loses_the_episode(mw):
+    async with GenvClient(mw.url, mw.gym_id) as client, client.execution("click-test", {"seed": 3}) as ex:
+        await client.act(ex.execution_id, {"type": "key", "keys": ["F5"]})
+        ev = await client.evaluate(ex.execution_id)
+    assert ev.reward == 0.0 and "reloaded or left" in ev.raw["result"]["validators"][0]["message"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_killed_gym_leaves_no_browser_behind():
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "cua_rl.local_gym", "serve", "--gym-id", "miniwob",
+                               "--port", str(port), "--pool-size", "1", "--prewarm", "click-test",
+                               "--log-level", "warning"])
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/health").json()["pool"]["spares"] >= 1:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        r = httpx.post(f"{base}/api/v1/miniwob/tasks/click-test", json={"options": {"seed": 1}}, timeout=60)
+        assert r.status_code == 200, r.text
+        tree = descendants([server.pid]) - {server.pid}
+        names = {open(f"/proc/{p}/comm").read().strip() for p in tree if os.path.exists(f"/proc/{p}/comm")}
+        assert any("chrom" in n for n in names), names
+        # the browser has no network: its network namespace is not the host's
+        chrome = next(p for p in tree if "chrom" in open(f"/proc/{p}/comm").read())
+        assert os.readlink(f"/proc/{chrome}/ns/net") != os.readlink("/proc/self/ns/net")
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+    assert wait_gone(tree, 10.0) == set()
+
+
+async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_the_agent(mw):
+    """The workflow on the real gym and agent service: both episodes of a group create their execution with
+    the group's seed, and the agent is told the instance's utterance, not the task's general description.
+    (No model serves this test: the agent's first model call fails after it was made, which is enough.)"""
+    from cua_rl.local_agent.server import start_agent_server
+    from cua_rl.mini_agent import MiniAgentClient
+    from areal.api.cli_args import GenerationHyperparameters
+    from cua_workflow import CUAAgentWorkflow
+
+    agent = start_agent_server()
+    try:
+        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=8), model_path="unused",
+                              gym_base_url=mw.url, gym_id="miniwob", agent_base_url=agent.url, max_turns=1,
+                              max_task_time_seconds=60, group_size=2, poll_interval_s=0.2,
+                              model_base_url=f"http://127.0.0.1:{_free_port()}/v1", model_name="none")
+        row = {"task_id": "enter-text", "instruction": "Enter a given word into the text field."}
+        seed = wf._group_seed(None, row)
+        outcomes = [await wf._episode(None, row, i, seed=seed) for i in range(2)]
+        assert all(o is not None for o in outcomes)
+        assert {o.info["seed"] for o in outcomes} == {seed}
+        utterances = {o.info["instruction"] for o in outcomes}
+        assert len(utterances) == 1 and next(iter(utterances)).startswith('Enter "')
+        async with MiniAgentClient(agent.url) as client:
+            events = await client.events(outcomes[0].info["run_id"])
+        sent = json.dumps([e for e in events if e.get("type") == "model_call"])
+        assert json.dumps(next(iter(utterances)))[1:-1] in sent, "the agent was not told the instance's utterance"
+        assert wf._group_seed(None, row) != seed, "the next group of the task got the same seed"
+    finally:
+        agent.stop()
+    assert mw.manager.executions == {}
+
+
+async def test_pages_are_read_as_utf8(mw):
+    async with GenvClient(mw.url, mw.gym_id) as client:
+        texts = {(await client.create_execution("unicode-test", {"seed": s})).instruction for s in range(6)}
+        for eid in list(mw.manager.executions):
+            await client.terminate(eid)
+    labels = {t.split('"')[1] for t in texts}
+    assert labels and labels <= {"ÖK", "Cancél", "♥♥♥", "确定", "取消", "ヘルプ"}, f"mis-decoded page: {labels}"
