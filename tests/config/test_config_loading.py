@@ -92,6 +92,23 @@ def test_cpu_overlay_starts_from_config_yaml(tmp_path, monkeypatch):
     assert cfg.actor.optimizer.type == "adam" and cfg.actor.optimizer.lr == 1e-5
 
 
+def test_the_test_vllm_server_is_the_one_the_cpu_config_launches(tmp_path, monkeypatch):
+    """VLLMServer (tests, benches) must start vLLM exactly as AReaL does from config.cpu.yaml, so what the
+    gates prove holds for training: the same server flags, the same CPU worker extension, the same
+    logprobs mode (processed: after temperature), and the trainer workers get the packed-sdpa patch."""
+    from areal.api.cli_args import vLLMConfig
+
+    from cua_rl.local_model.vllm_server import cpu_vllm_config
+
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = load(tmp_path, config="config.cpu.yaml")
+    ours = cpu_vllm_config(cfg.vllm.model, seed=cfg.vllm.seed)
+    assert vLLMConfig.build_args(cfg.vllm, 1, 1) == vLLMConfig.build_args(ours, 1, 1)
+    assert cfg.vllm.logprobs_mode == "processed_logprobs"
+    assert cfg.vllm.worker_extension_cls == "cua_rl.local_model.vllm_cpu.CPUWorkerExtension"
+    assert cfg.actor.scheduling_spec[0].cmd == "python3 -m cua_rl.train_worker"
+
+
 def test_train_sh_overrides_load_into_the_intended_values(tmp_path):
     r = run(["--dry-run", *ALL_FLAGS, "actor.optimizer.lr=1e-6", "--config", str(EXAMPLE / "config.yaml")])
     assert r.returncode == 0, r.stderr

@@ -30,6 +30,18 @@ CPU_ENV = {
 CPU_WORKER_EXTENSION = "cua_rl.local_model.vllm_cpu.CPUWorkerExtension"
 
 
+def cpu_vllm_config(model_dir: str | Path, *, max_model_len: int = 8192, max_num_seqs: int = 16, seed: int = 1,
+                    dtype: str = "float32"):
+    """The ``vllm`` section of config.cpu.yaml for ``model_dir`` (tests/local_model/test_vllm_server_cmd.py
+    keeps the two equal)."""
+    from cua_rl.vllm_config import CUAvLLMConfig
+
+    return CUAvLLMConfig(model=str(model_dir), seed=seed, dtype=dtype, max_model_len=max_model_len,
+                         max_num_seqs=max_num_seqs, enforce_eager=True, distributed_executor_backend="uni",
+                         worker_extension_cls=CPU_WORKER_EXTENSION, disable_sliding_window=False,
+                         gpu_memory_utilization=0.85)
+
+
 def _die_with_parent() -> None:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -44,11 +56,9 @@ class VLLMServer:
                  log_path: str | Path | None = None, start_timeout_s: float = 600.0):
         from areal.api.cli_args import vLLMConfig
 
-        from cua_rl.vllm_config import CUAvLLMConfig
-
         self.host, self.port = host, port or free_port(host)
-        cfg = CUAvLLMConfig(model=str(model_dir), seed=seed, dtype=dtype, max_model_len=max_model_len,
-                         max_num_seqs=max_num_seqs, enforce_eager=True, worker_extension_cls=CPU_WORKER_EXTENSION)
+        cfg = cpu_vllm_config(model_dir, max_model_len=max_model_len, max_num_seqs=max_num_seqs, seed=seed,
+                              dtype=dtype)
         self.cmd = vLLMConfig.build_cmd(cfg, tp_size=1, pp_size=1, host=host, port=self.port)
         env = {**os.environ, **CPU_ENV}
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
