@@ -163,13 +163,9 @@ async def bench_cold_and_steps(args) -> dict:
     return out
 
 
-async def bench_level(http, gym: Gym, level: int, fmt: str, args) -> dict:
-    sem = asyncio.Semaphore(4)
-
-    async def make():
-        async with sem:
-            return (await create(http, gym))[0]
-    eids = await asyncio.gather(*(make() for _ in range(level)))
+async def step_load(http, gym: Gym, eids: list[str], fmt: str, args, settle_s: float = 1.0) -> dict:
+    """Step every execution once per ``args.period`` for ``args.duration`` s (type a letter / BackSpace,
+    then a screenshot in ``fmt``); the step latencies, errors and the gym's and this client's CPU."""
     steps: list[float] = []
     errors = 0
     stop_at = time.monotonic() + args.duration + 1.0
@@ -192,18 +188,27 @@ async def bench_level(http, gym: Gym, level: int, fmt: str, args) -> dict:
             i += 1
             await asyncio.sleep(max(0.0, args.period - (time.perf_counter() - t0)))
 
-    await asyncio.sleep(1.0)  # let fresh desktops go idle
+    await asyncio.sleep(settle_s)  # let fresh desktops go idle
     cpu0, me0, t0 = tree_cpu_s(gym.proc.pid), time.process_time(), time.monotonic()
     await asyncio.gather(*(runner(e) for e in eids))
     cpu1, me1, wall = tree_cpu_s(gym.proc.pid), time.process_time(), time.monotonic() - t0
-    await asyncio.gather(*(http.post(f"{gym.api}/executions/{e}/terminate") for e in eids))
-    res = summary(steps)
     n = max(1, len(steps))
-    res.update({"errors": errors, "format": fmt,
-                "gym_cpu_ms_per_step": round((cpu1 - cpu0) * 1e3 / n, 2),
-                "client_cpu_ms_per_step": round((me1 - me0) * 1e3 / n, 2),
-                "gym_cores_used": round((cpu1 - cpu0) / wall, 3)})
-    return res
+    return {**summary(steps), "errors": errors,
+            "gym_cpu_ms_per_step": round((cpu1 - cpu0) * 1e3 / n, 2),
+            "client_cpu_ms_per_step": round((me1 - me0) * 1e3 / n, 2),
+            "gym_cores_used": round((cpu1 - cpu0) / wall, 3)}
+
+
+async def bench_level(http, gym: Gym, level: int, fmt: str, args) -> dict:
+    sem = asyncio.Semaphore(4)
+
+    async def make():
+        async with sem:
+            return (await create(http, gym))[0]
+    eids = await asyncio.gather(*(make() for _ in range(level)))
+    res = await step_load(http, gym, eids, fmt, args)
+    await asyncio.gather(*(http.post(f"{gym.api}/executions/{e}/terminate") for e in eids))
+    return {**res, "format": fmt}
 
 
 async def main() -> None:

@@ -18,12 +18,11 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import time
 
 import httpx
 
-from gym_bench import Gym, summary, tree_cpu_s
+from gym_bench import Gym, step_load, summary
 
 TASK, OTHER = "enter-text", "click-button"
 FIELD = {"type": "click", "x": 0.5, "y": 0.336}   # enter-text's text field on the 480x630 screen, seed 1
@@ -136,41 +135,11 @@ async def bench_level(http, gym: Gym, level: int, args) -> dict:
     await asyncio.sleep(1.0)  # let fresh browsers go idle
     desk_pss = pss_kib(tree(gym.proc.pid))
     mem_drop = mem0 - _mem_available_kib()
-    steps: list[float] = []
-    errors = 0
-    stop_at = time.monotonic() + args.duration + 1.0
-
-    async def runner(eid: str) -> None:
-        nonlocal errors
-        await asyncio.sleep(random.random() * args.period)
-        i = 0
-        while time.monotonic() < stop_at - args.period:
-            t0 = time.perf_counter()
-            action = {"type": "type", "text": "a"} if i % 2 == 0 else {"type": "key", "keys": ["BackSpace"]}
-            try:
-                r = await http.post(f"{gym.api}/executions/{eid}/actions", json={"action": action})
-                r.raise_for_status()
-                r = await http.get(f"{gym.api}/executions/{eid}/screenshot", params={"format": "png"})
-                r.raise_for_status()
-                steps.append((time.perf_counter() - t0) * 1e3)
-            except httpx.HTTPError:
-                errors += 1
-            i += 1
-            await asyncio.sleep(max(0.0, args.period - (time.perf_counter() - t0)))
-
-    cpu0, me0, t0 = tree_cpu_s(gym.proc.pid), time.process_time(), time.monotonic()
-    await asyncio.gather(*(runner(e) for e in eids))
-    cpu1, me1, wall = tree_cpu_s(gym.proc.pid), time.process_time(), time.monotonic() - t0
+    res = await step_load(http, gym, eids, "png", args, settle_s=0.0)
     await asyncio.gather(*(http.post(f"{gym.api}/executions/{e}/terminate") for e in eids))
-    res = summary(steps)
-    n = max(1, len(steps))
-    res.update({"errors": errors, "all_ready_s": round(ready_s, 1),
-                "pss_mib_per_browser_desktop": round(desk_pss / 1024 / level, 1),
-                "mem_available_drop_mib_per_desktop": round(mem_drop / 1024 / level, 1),
-                "gym_cpu_ms_per_step": round((cpu1 - cpu0) * 1e3 / n, 2),
-                "client_cpu_ms_per_step": round((me1 - me0) * 1e3 / n, 2),
-                "gym_cores_used": round((cpu1 - cpu0) / wall, 3)})
-    return res
+    return {**res, "all_ready_s": round(ready_s, 1),
+            "pss_mib_per_browser_desktop": round(desk_pss / 1024 / level, 1),
+            "mem_available_drop_mib_per_desktop": round(mem_drop / 1024 / level, 1)}
 
 
 def _mem_available_kib() -> int:
