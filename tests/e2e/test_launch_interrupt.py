@@ -2,6 +2,7 @@
 and the gym's desktops, prints its summary and exits; nothing it started keeps running."""
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -49,7 +50,7 @@ def test_ctrl_c_tears_everything_down(tmp_path):
     try:
         deadline = time.monotonic() + 600
         # Interrupt mid-rollout: the desktops, the agent's runs and every server are up by then.
-        while "agent run" not in (tmp_path / "out.log").read_text():
+        while not re.search(r"local_agent\.server: run \w+ started", (tmp_path / "out.log").read_text()):
             assert proc.poll() is None, (tmp_path / "out.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no agent run started"
             time.sleep(0.5)
