@@ -53,7 +53,8 @@ def test_train_sh_embedded_cpu_run(tmp_path):
     assert re.search(r"Train step 1/\d+ done", out), out[-4000:]
     rollout_log = (logs / "rollout.log").read_text(errors="replace")
     assert "areal_vllm_server" in rollout_log and "CPUWorkerExtension" in rollout_log, rollout_log[-3000:]
-    assert "weight_update_v1" in rollout_log and "failed to upload weights" not in rollout_log, rollout_log[-3000:]
+    assert re.search(r"vLLM worker loaded weights from \S*weight_update_v1", rollout_log), rollout_log[-3000:]
+    assert "FAILED to load weights" not in rollout_log
     # every recorded turn's prompt was proved against vLLM's own ids, and none differed
     proof = re.search(r"policy endpoint: (\d+) turns with prompt ids verified against the engine, (\d+) mismatches", out)
     assert proof and int(proof.group(1)) >= 1 and int(proof.group(2)) == 0, out[-3000:]

@@ -40,4 +40,13 @@ _patch_cpu_gemm()
 
 
 class CPUWorkerExtension(VLLMWorkerExtension):
-    """AReaL's vLLM worker extension; importing this module made CPU linear layers reloadable."""
+    """AReaL's vLLM worker extension; importing this module made CPU linear layers reloadable.
+
+    Each disk update also says in the server's log which checkpoint the worker loaded (AReaL's own line is
+    below vLLM's log level): the run's rollout.log then shows that every update reached the model."""
+
+    def areal_update_weights(self, model_path):
+        ok, message = super().areal_update_weights(model_path)
+        print(f"[cua-rl] vLLM worker {'loaded' if ok else 'FAILED to load'} weights from {model_path}",
+              flush=True)
+        return ok, message
