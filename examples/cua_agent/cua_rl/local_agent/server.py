@@ -26,12 +26,16 @@ from fastapi import FastAPI, HTTPException, Query, Request, Response
 
 from ..asgi_thread import ServedApp, serve_app_in_thread
 from ..genv import GenvClient
+from ..http_input import MiB, limit_body
 from .formats import format_names
 from .record import RunRecord, parse_time
 from .runner import AgentRun, AgentSettings
 from .schema import RunRequest
 
 logger = logging.getLogger(__name__)
+# The only body is the start-run payload: an instruction and two small objects (a few KB in practice).
+# 1 MiB keeps room for long instructions and refuses floods before they are buffered.
+MAX_BODY_BYTES = 1 * MiB
 
 
 class RunManager:
@@ -147,6 +151,7 @@ def create_app(settings: AgentSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="cua-agent (gbox-mini-agent compatible)", lifespan=lifespan)
     app.state.manager = manager
+    limit_body(app, MAX_BODY_BYTES)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
