@@ -36,7 +36,7 @@ def too_large_message(limit: int, size: int | None = None) -> str:
     return f"request body {got}exceeds the limit of {limit} bytes ({limit / MiB:g} MiB) for this endpoint"
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether containers in ``value`` nest deeper than ``limit`` (iterative: safe on any input)."""
     stack = [(value, 1)]
     while stack:
@@ -57,7 +57,7 @@ def parse_json(raw: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise BadJSON(f"JSON nested too deeply (at most {max_depth} levels)") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
         raise BadJSON(f"body is not valid JSON: {exc}") from None
-    if _depth_exceeds(value, max_depth):
+    if too_deep(value, max_depth):
         raise BadJSON(f"JSON nested too deeply (at most {max_depth} levels)")
     return value
 
