@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Path, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -28,11 +28,14 @@ from ..http_input import BadJSON, limit_body, parse_json
 from . import views
 from .blobs import MAX_BLOB_BYTES, BlobError, BlobStore
 from .ingest import IngestError, parse_batch
+from .schema import INT_MAX
 from .store import Store
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# A row id in a path: out of the column's range is a 422, not a driver overflow (a 500).
+RowId = Annotated[int, Path(ge=1, le=INT_MAX)]
 STATIC = resources.files(__package__) / "ui"
 _STATIC_TYPES = {"js": "text/javascript", "css": "text/css", "html": "text/html"}
 
@@ -95,11 +98,11 @@ def build_app(store: Store, blobs: BlobStore, *, refresh_s: float = 3.0) -> Fast
         return await run_in_threadpool(views.trainings, store)
 
     @app.get("/api/trainings/{training_id}")
-    async def get_training(training_id: int):
+    async def get_training(training_id: RowId):
         return await found(views.training, store, training_id)
 
     @app.get("/api/{kind}/{parent_id}")
-    async def get_groups(kind: str, parent_id: int):
+    async def get_groups(kind: str, parent_id: RowId):
         if kind == "rollouts":
             return await found(views.rollout, store, parent_id)
         if kind not in ("steps", "evals", "baselines"):
@@ -131,7 +134,7 @@ def build_app(store: Store, blobs: BlobStore, *, refresh_s: float = 3.0) -> Fast
         app.add_api_route(path, html, methods=["GET"], response_class=HTMLResponse)
 
     @app.get("/{training_id}")
-    async def run_page(training_id: int):  # the client's UI link: {base}/{training_id}?project_id=...
+    async def run_page(training_id: RowId):  # the client's UI link: {base}/{training_id}?project_id=...
         return html()
 
     return app
