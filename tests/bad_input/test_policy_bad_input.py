@@ -23,8 +23,7 @@ from cua_rl.asgi_thread import free_port
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policy"))
-from policy_helpers import png_data_url  # noqa: E402
-from test_endpoint_plumbing import EngineDouble  # noqa: E402
+from policy_helpers import EngineDouble, png_data_url  # noqa: E402
 
 CHAT = "/v1/chat/completions"
 JSON = {"Content-Type": "application/json"}
