@@ -150,3 +150,18 @@ async def test_agent_service_is_healthy_after_the_corpus(agent):
         assert events.status_code == 200 and events.json()["events"][-1]["type"] == "run_end"
         started = await http.post("/runs", json=GOOD)
         assert started.status_code == 200 and started.json()["runId"] != run_id
+
+
+async def test_a_chunked_body_without_length_is_capped_while_read(agent):
+    """No Content-Length to refuse up front: ``BodyLimit`` counts the chunks and stops at the cap."""
+    served, _ = agent
+    before = await runs(served.url)
+
+    async def chunks():
+        for _ in range(40):  # 2.5 MiB in 64 KiB pieces
+            yield b" " * 65536
+
+    async with httpx.AsyncClient(base_url=served.url, timeout=15) as http:
+        r = await http.post("/runs", content=chunks(), headers=JSON)
+    assert r.status_code == 413 and "limit of 1048576 bytes" in r.json()["detail"]
+    assert await runs(served.url) == before
