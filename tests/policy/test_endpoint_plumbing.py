@@ -12,30 +12,11 @@ import httpx
 import pytest
 from aiohttp import web
 from areal.api.cli_args import GenerationHyperparameters
-from areal.api.io_struct import ModelResponse
 from PIL import Image
 
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
 
-from policy_helpers import png_data_url
-
-
-class EngineDouble:
-    """Test double of AReaL's inference engine (scripted outputs; records every ModelRequest)."""
-
-    def __init__(self, tokenizer, text="click <tool_call>ok</tool_call>", versions=None):
-        self.tok = tokenizer
-        self.out = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        self.versions = list(versions or [])  # one entry per call: a version list, or None for all-0
-        self.requests = []
-
-    async def agenerate(self, req):
-        self.requests.append(req)
-        script = self.versions.pop(0) if self.versions else None
-        vers = script if script is not None else [0] * len(self.out)
-        return ModelResponse(input_tokens=list(req.input_ids), output_tokens=list(self.out),
-                             output_logprobs=[-0.5] * len(self.out), output_versions=list(vers),
-                             stop_reason="stop", tokenizer=req.tokenizer)
+from policy_helpers import EngineDouble, png_data_url
 
 
 def _user(*parts):

@@ -8,10 +8,36 @@ payload into a 422 naming the offending field, so a caller learns what is wrong 
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from ..http_input import MAX_JSON_DEPTH, too_deep
 from .formats import format_names
+
+# Characters that cannot be in an id the agent puts into a gym URL as one path segment.
+_NOT_IN_IDS = set("/\\?#%")
+
+
+def http_url(value: str, field: str) -> str:
+    """``value`` without a trailing slash if it is an http(s) URL with a host; ValueError naming ``field``."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"{field} must be an http(s) URL, got {value!r}")
+    try:
+        host = urlsplit(value).hostname
+    except ValueError as exc:
+        raise ValueError(f"{field} is not a valid URL: {exc}") from None
+    if not host:
+        raise ValueError(f"{field} has no host: {value!r}")
+    return value.rstrip("/")
+
+
+def path_segment_id(value: str, field: str) -> str:
+    """An id that is exactly one URL path segment (no ``..``, slashes, query or fragment marks, spaces)."""
+    if value in (".", "..") or any(c in _NOT_IN_IDS or c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"{field} must be a plain id (no '/', '\\', '?', '#', '%', spaces, '.' or '..'), "
+                         f"got {value!r}")
+    return value
 
 
 class _Model(BaseModel):
@@ -29,9 +55,7 @@ class ModelSpec(_Model):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"model.baseUrl must be an http(s) URL, got {value!r}")
-        return value.rstrip("/")
+        return http_url(value, "model.baseUrl")
 
 
 class EnvSpec(_Model):
@@ -45,9 +69,12 @@ class EnvSpec(_Model):
     @field_validator("gym_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"env.gymBaseUrl must be an http(s) URL, got {value!r}")
-        return value.rstrip("/")
+        return http_url(value, "env.gymBaseUrl")
+
+    @field_validator("gym_id", "execution_id")
+    @classmethod
+    def _segment(cls, value: str, info) -> str:
+        return path_segment_id(value, {"gym_id": "env.gymId", "execution_id": "env.executionId"}[info.field_name])
 
 
 class Sampling(BaseModel):
@@ -59,6 +86,13 @@ class Sampling(BaseModel):
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _shallow_extras(self) -> "Sampling":
+        # Extra fields are copied into every model request: keep absurdly nested ones out (a 500 otherwise).
+        if too_deep(self.model_extra or {}, MAX_JSON_DEPTH - 2):
+            raise ValueError(f"sampling nested too deeply (at most {MAX_JSON_DEPTH - 2} levels)")
+        return self
 
     def to_body(self) -> dict[str, Any]:
         body = {k: v for k, v in self.model_dump().items() if v is not None}
@@ -73,8 +107,8 @@ class RunRequest(_Model):
     task: str = Field(min_length=1)
     agent: str = "mai-ui"
     max_steps: int = Field(default=20, alias="maxSteps", ge=1, le=1000)
-    max_run_time_sec: float | None = Field(default=None, alias="maxRunTimeSec", gt=0)
-    max_step_time_sec: float | None = Field(default=None, alias="maxStepTimeSec", gt=0)
+    max_run_time_sec: float | None = Field(default=None, alias="maxRunTimeSec", gt=0, allow_inf_nan=False)
+    max_step_time_sec: float | None = Field(default=None, alias="maxStepTimeSec", gt=0, allow_inf_nan=False)
     model: ModelSpec
     env: EnvSpec
     standard_action_space: Literal["pc", "mobile"] = Field(default="pc", alias="standardActionSpace")

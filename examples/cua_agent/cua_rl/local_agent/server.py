@@ -23,15 +23,21 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 
 from ..asgi_thread import ServedApp, serve_app_in_thread
 from ..genv import GenvClient
+from ..http_input import MiB, limit_body
 from .formats import format_names
 from .record import RunRecord, parse_time
 from .runner import AgentRun, AgentSettings
 from .schema import RunRequest
 
 logger = logging.getLogger(__name__)
+# The only body is the start-run payload: an instruction and two small objects (a few KB in practice).
+# 1 MiB keeps room for long instructions and refuses floods before they are buffered.
+MAX_BODY_BYTES = 1 * MiB
 
 
 class RunManager:
@@ -129,8 +135,16 @@ def _time_param(value: str | None, name: str) -> datetime | None:
         return None
     try:
         return parse_time(value)
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # OverflowError/OSError: a number past the calendar
         raise HTTPException(400, f"'{name}' must be ISO-8601 or epoch milliseconds, got {value!r}") from None
+
+
+async def _invalid_payload(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming each bad field and why, without FastAPI's echo of the input: it may hold model.apiKey
+    (and a NaN in it would not even serialise)."""
+    errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+              for e in exc.errors()]
+    return JSONResponse({"detail": errors}, status_code=422)
 
 
 def create_app(settings: AgentSettings | None = None) -> FastAPI:
@@ -147,6 +161,8 @@ def create_app(settings: AgentSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="cua-agent (gbox-mini-agent compatible)", lifespan=lifespan)
     app.state.manager = manager
+    limit_body(app, MAX_BODY_BYTES)
+    app.add_exception_handler(RequestValidationError, _invalid_payload)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

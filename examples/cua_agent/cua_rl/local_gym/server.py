@@ -16,6 +16,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..asgi_thread import ServedApp, serve_app_in_thread
+from ..http_input import MiB, BadJSON, limit_body, parse_json
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
 from .manager import CapacityError, Execution, GymManager, GymOptions
@@ -29,6 +30,9 @@ logger = logging.getLogger(__name__)
 # whose first pixels come 80-300 ms later; typed characters show within ~10-20 ms.
 POLL_S, STABLE_S, MAX_SETTLE_S = 0.006, 0.012, 2.0
 CHANGE_WAIT_S = {"key": 0.3, "click": 0.3, "press": 0.3, "type": 0.12, "scroll": 0.12, "drag": 0.12}
+# Request bodies are actions (text at most 4000 characters: under 25 KB even fully \u-escaped), seeds and
+# evaluate answers; 1 MiB is far above any of them and refuses floods before they are buffered.
+MAX_BODY_BYTES = 1 * MiB
 
 
 async def settle(ex: Execution, before: bytearray, change_wait_s: float) -> tuple[bool, bytearray]:
@@ -76,6 +80,17 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
             logger.info("gym %s shut down; every desktop ended", opt.gym_id)
 
     app = FastAPI(title="cua-gym (genv-compatible local desktop gym)", lifespan=lifespan)
+    limit_body(app, MAX_BODY_BYTES)
+
+    async def json_body(request: Request, expected: str, empty: object = None) -> object:
+        """The body as JSON (``empty`` when there is none); 422 saying what was expected otherwise."""
+        raw = await request.body()
+        if not raw:
+            return empty
+        try:
+            return parse_json(raw)
+        except BadJSON as exc:
+            raise HTTPException(422, f"{exc}; expected {expected}") from exc
 
     def check_gym(gym_id: str) -> None:
         if gym_id != opt.gym_id:
@@ -113,10 +128,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         task = taskset.get(task_id)
         if task is None:
             raise HTTPException(404, f"unknown task {task_id!r}")
-        try:
-            body = await request.json() if await request.body() else None
-        except ValueError as exc:
-            raise HTTPException(422, "create body must be JSON: {} or {\"options\": {\"seed\": 7}}") from exc
+        body = await json_body(request, "{} or {\"options\": {\"seed\": 7}}")
         try:
             seed = create_options(body)
         except OptionsError as exc:
@@ -170,10 +182,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
     @app.post("/api/v1/{gym_id}/executions/{eid}/actions")
     async def act(gym_id: str, eid: str, request: Request) -> dict:
         ex = execution(gym_id, eid)
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise HTTPException(422, "body must be JSON: {\"action\": {...}}") from exc
+        body = await json_body(request, "{\"action\": {...}}")
         raw = body.get("action", body) if isinstance(body, dict) else body
         try:
             action = parse_action(raw)
@@ -213,12 +222,11 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
     @app.post("/api/v1/{gym_id}/executions/{eid}/evaluate")
     async def evaluate(gym_id: str, eid: str, request: Request) -> dict:
         ex = execution(gym_id, eid)
+        body = await json_body(request, "an object such as {\"answer_text\": \"...\"} (or no body)", empty={})
+        if not isinstance(body, dict):
+            raise HTTPException(422, f"evaluate body must be a JSON object (or empty), got {type(body).__name__}")
         try:
-            body = await request.json() if await request.body() else {}
-        except ValueError as exc:
-            raise HTTPException(422, "evaluate body must be JSON (or empty)") from exc
-        try:
-            result = await suite.evaluate(ex, body if isinstance(body, dict) else {})
+            result = await suite.evaluate(ex, body)
         except Exception as exc:  # noqa: BLE001 - e.g. the browser of this execution is gone
             logger.error("evaluating execution %s failed: %s", eid, exc)
             raise HTTPException(503, f"could not evaluate execution {eid}: {exc}") from exc

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .schema import BATCH_KINDS, CLIENT_ID_MAX, FIELDS
+from .schema import BATCH_KINDS, CLIENT_ID_MAX, FIELDS, INT_MAX, INT_MIN
 
 MAX_ROWS_PER_BATCH = 5000
 MAX_TEXT_CHARS = 1_000_000       # one field; the whole body is capped by the server (MAX_BODY_BYTES)
@@ -58,6 +58,8 @@ def _coerce(kind: str, name: str, spec: str, value: Any, where: str) -> Any:
             return value          # a client_id, resolved by the store
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad
+        if not INT_MIN <= value <= INT_MAX:
+            raise IngestError(f"{where}.{name}: {value} is outside the integer range {INT_MIN}..{INT_MAX}")
         return value
     if spec == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -110,7 +112,8 @@ def parse_batch(body: Any) -> Batch:
         raw = body["training"]
         training = parse_row("trainings", raw, "training", needs_client_id=False)
         training_id = training.extra.pop("training_id", None)
-        if training_id is not None and (isinstance(training_id, bool) or not isinstance(training_id, int)):
+        if training_id is not None and (isinstance(training_id, bool) or not isinstance(training_id, int)
+                                        or not INT_MIN <= training_id <= INT_MAX):
             raise IngestError(f"training.training_id: expected int, got {training_id!r:.60}")
     rows: dict[str, list[Row]] = {}
     total = 0

@@ -54,6 +54,9 @@ FIELDS: dict[str, dict[str, str]] = {
 BATCH_KINDS = ("tasks", "validators", "steps", "baselines", "evals", "rollouts", "environments", "turns",
                "actions", "observations", "validations")
 CLIENT_ID_MAX = 256
+# Integer columns (and row ids) are 32-bit on PostgreSQL; SQLite's are 64-bit. Values outside the common
+# range are refused at ingest (a 500 from the driver otherwise), on both, so a batch means the same on both.
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 
 metadata = MetaData()
 

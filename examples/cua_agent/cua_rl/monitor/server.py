@@ -16,23 +16,26 @@ token is never echoed, logged or stored in plain text.
 
 from __future__ import annotations
 
-import json
 import logging
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Path, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from ..http_input import BadJSON, limit_body, parse_json
 from . import views
 from .blobs import MAX_BLOB_BYTES, BlobError, BlobStore
 from .ingest import IngestError, parse_batch
+from .schema import INT_MAX
 from .store import Store
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# A row id in a path: out of the column's range is a 422, not a driver overflow (a 500).
+RowId = Annotated[int, Path(ge=1, le=INT_MAX)]
 STATIC = resources.files(__package__) / "ui"
 _STATIC_TYPES = {"js": "text/javascript", "css": "text/css", "html": "text/html"}
 
@@ -41,22 +44,9 @@ def _error(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 past ``limit`` bytes (checked on the header and while reading)."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, f"request body of {declared} bytes exceeds the limit of {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def build_app(store: Store, blobs: BlobStore, *, refresh_s: float = 3.0) -> FastAPI:
     app = FastAPI(title="cua-rl Training Monitor", docs_url=None, redoc_url=None, openapi_url=None)
+    limit_body(app, MAX_BODY_BYTES, routes={"/api/blobs/": MAX_BLOB_BYTES})
 
     async def project_of(request: Request) -> int:
         header = request.headers.get("authorization", "")
@@ -72,11 +62,10 @@ def build_app(store: Store, blobs: BlobStore, *, refresh_s: float = 3.0) -> Fast
     @app.post("/api/ingest/batch")
     async def ingest(request: Request):
         project = await project_of(request)
-        raw = await _body(request, MAX_BODY_BYTES)
         try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            return _error(400, f"the body is not valid JSON: {exc}")
+            body = parse_json(await request.body())
+        except BadJSON as exc:
+            return _error(400, str(exc))
         try:
             batch = parse_batch(body)
             return await run_in_threadpool(store.ingest, project, batch)
@@ -86,7 +75,7 @@ def build_app(store: Store, blobs: BlobStore, *, refresh_s: float = 3.0) -> Fast
     @app.put("/api/blobs/{sha256}")
     async def put_blob(sha256: str, request: Request):
         await project_of(request)
-        data = await _body(request, MAX_BLOB_BYTES)
+        data = await request.body()
         try:
             created = await run_in_threadpool(blobs.put, sha256, data)
         except BlobError as exc:
@@ -109,11 +98,11 @@ def build_app(store: Store, blobs: BlobStore, *, refresh_s: float = 3.0) -> Fast
         return await run_in_threadpool(views.trainings, store)
 
     @app.get("/api/trainings/{training_id}")
-    async def get_training(training_id: int):
+    async def get_training(training_id: RowId):
         return await found(views.training, store, training_id)
 
     @app.get("/api/{kind}/{parent_id}")
-    async def get_groups(kind: str, parent_id: int):
+    async def get_groups(kind: str, parent_id: RowId):
         if kind == "rollouts":
             return await found(views.rollout, store, parent_id)
         if kind not in ("steps", "evals", "baselines"):
@@ -145,7 +134,7 @@ def build_app(store: Store, blobs: BlobStore, *, refresh_s: float = 3.0) -> Fast
         app.add_api_route(path, html, methods=["GET"], response_class=HTMLResponse)
 
     @app.get("/{training_id}")
-    async def run_page(training_id: int):  # the client's UI link: {base}/{training_id}?project_id=...
+    async def run_page(training_id: RowId):  # the client's UI link: {base}/{training_id}?project_id=...
         return html()
 
     return app

@@ -167,7 +167,9 @@ class PolicyEndpoint:
                                  f"{self.settings.max_images_per_request} per request")
             images = [await decode_image_url(u, self._session, self.settings.image_limits)
                       for u in parsed.image_urls]
-            tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+            tools = body.get("tools")
+            if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+                raise BadRequest("'tools' must be a list of tool objects ({\"type\": \"function\", ...})")
             if tools and self.backend == "vllm" and images and not self.proves_prompts:
                 # Without the proof wrapper AReaL's vLLM vision path sends only the messages: the server
                 # would template without the tools and sample from a prompt we do not train on.

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 import aiohttp
 from PIL import Image, UnidentifiedImageError
 
+# 8K UHD: no screen the agent photographs is larger. Checked on the header, before any pixel is decoded, so a
+# small file declaring a huge image (a decompression bomb) costs nothing; PIL's own guard is 5x higher.
+MAX_IMAGE_PIXELS = 7680 * 4320
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)$", re.S)
 
 
@@ -66,8 +69,11 @@ def image_url_of(part: dict) -> str | None:
 def _open(raw: bytes, what: str) -> Image.Image:
     try:
         img = Image.open(io.BytesIO(raw))
+        if img.width * img.height > MAX_IMAGE_PIXELS:
+            raise BadImage(f"{what}: {img.width}x{img.height} is {img.width * img.height} pixels; at most "
+                           f"{MAX_IMAGE_PIXELS} (8K UHD) are accepted")
         img.load()
-    except (UnidentifiedImageError, OSError) as exc:
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
         raise BadImage(f"{what}: not a decodable image ({exc})") from exc
     return img.convert("RGB") if img.mode != "RGB" else img
 

@@ -18,11 +18,18 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ..http_input import MiB, BadJSON, parse_json, too_large_message
+
 if TYPE_CHECKING:
     from .endpoint import PolicyEndpoint
     from .records import Episode
 
 logger = logging.getLogger(__name__)
+
+# A request carries the agent's screenshot history as base64 data URLs. A full-HD PNG screenshot is 0.1-2 MB
+# in practice and at worst (incompressible pixels) 6.2 MB, 8.3 MB as base64: 64 MiB takes seven worst-case
+# full-HD screenshots, or three at the per-image cap (``image_fetch_max_bytes``, 20 MiB), in one request.
+MAX_BODY_BYTES = 64 * MiB
 
 
 def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
@@ -67,9 +74,11 @@ class LoopServer:
                                 "authentication_error")
         endpoint, episode = found
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return openai_error(400, "request body is not JSON")
+            body = parse_json(await request.read())
+        except web.HTTPRequestEntityTooLarge:
+            return openai_error(413, too_large_message(MAX_BODY_BYTES, request.content_length))
+        except BadJSON as exc:
+            return openai_error(400, f"request {exc}")
         if not isinstance(body, dict):
             return openai_error(400, "request body must be a JSON object")
         status, payload = await endpoint.complete(episode, body)
@@ -117,7 +126,7 @@ async def get_loop_server(host: str, port: int) -> LoopServer:
         server = _servers.get(key)
         if server is not None:
             return server
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         runner = web.AppRunner(app, access_log=None)
         server = LoopServer(host=host, port=0, runner=runner)
         app.router.add_post("/v1/chat/completions", server.chat_completions)
