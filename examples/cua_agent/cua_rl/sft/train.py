@@ -53,7 +53,8 @@ def _evaluate(engine, rows) -> float:
     return _loss(engine, rows, "sft-eval")
 
 
-def make_engine(model_path: str, lr: float, total_steps: int, rows_per_step: int, experiment: str, trial: str):
+def make_engine(model_path: str, lr: float, total_steps: int, rows_per_step: int, experiment: str, trial: str,
+                max_tokens_per_mb: int | None = None):
     """AReaL's FSDP SFT engine on ``model_path`` (float32, sdpa with packed-sequence masks on the CPU)."""
     from areal.api import FinetuneSpec
     from areal.api.cli_args import MicroBatchSpec, OptimizerConfig, TrainEngineConfig
@@ -65,7 +66,7 @@ def make_engine(model_path: str, lr: float, total_steps: int, rows_per_step: int
     _single_rank_env()
     engine = FSDPLMEngine(TrainEngineConfig(
         experiment_name=experiment, trial_name=trial, path=model_path, backend="fsdp:d1", attn_impl="sdpa",
-        dtype="float32", mb_spec=MicroBatchSpec(),
+        dtype="float32", mb_spec=MicroBatchSpec(max_tokens_per_mb=max_tokens_per_mb),
         optimizer=OptimizerConfig(lr=lr, warmup_steps_proportion=0.0, weight_decay=0.0, lr_scheduler_type="constant")))
     engine.create_process_group()
     engine.initialize(addr=None, ft_spec=FinetuneSpec(total_train_epochs=1, dataset_size=total_steps * rows_per_step,
@@ -74,16 +75,19 @@ def make_engine(model_path: str, lr: float, total_steps: int, rows_per_step: int
 
 
 def train_rows(rows: list[dict[str, Any]], model_path: str, out_dir: str, *, steps: int, rows_per_step: int,
-               lr: float, seed: int = 1, experiment: str = "cua-sft", trial: str = "sft") -> SFTResult:
+               lr: float, seed: int = 1, experiment: str = "cua-sft", trial: str = "sft",
+               max_tokens_per_mb: int | None = 4096) -> SFTResult:
     """``steps`` optimiser steps over ``rows`` (shuffled with ``seed``, ``rows_per_step`` per step, cycling),
-    then an HF checkpoint (weights, tokenizer, processor) in ``out_dir``."""
+    then an HF checkpoint (weights, tokenizer, processor) in ``out_dir``. ``max_tokens_per_mb`` splits a step
+    into micro-batches: AReaL packs a micro-batch into one sequence and CPU attention over it grows with the
+    square of its length (8 rows of ~1.8k tokens in one micro-batch: ~34 s a step; 4 rows: ~4 s)."""
     from areal.api.io_struct import SaveLoadMeta
     from transformers import AutoProcessor
 
     if not rows:
         raise ValueError("no training rows (were any demonstrations recorded?)")
     t0 = time.perf_counter()
-    engine = make_engine(model_path, lr, steps, rows_per_step, experiment, trial)
+    engine = make_engine(model_path, lr, steps, rows_per_step, experiment, trial, max_tokens_per_mb)
     try:
         before = _evaluate(engine, rows)
         order = list(range(len(rows)))
