@@ -160,6 +160,34 @@ class TrajectoryConfig:
 
 
 @dataclass
+class SFTConfig:
+    """Warm start by SFT on scripted demonstrations (``python -m cua_rl.sft``; cua_rl/sft)."""
+
+    # Curriculum family tasks (ids or numbers) to demonstrate, and how many training seeds each.
+    tasks: list[str] = field(default_factory=lambda: ["050", "051", "052"])
+    demos_per_task: int = 8
+    seed_offset: int = 0            # first training seed used (curriculum.seeds("train", n, offset))
+    # Screenshots the agent keeps in its prompt (the agent service's --history-images).
+    history_images: int = 3
+    steps: int = 20                 # optimiser steps
+    rows_per_step: int = 8          # rows (agent turns) per step
+    lr: float = 1e-3
+    seed: int = 1                   # row order
+    # Tokens per micro-batch (AReaL packs one into a single sequence; CPU attention cost grows with its square).
+    max_tokens_per_mb: int = 4096
+    # Where the checkpoint goes; empty = <cluster.fileroot>/<experiment>/<trial>/sft. RL starts from it
+    # with actor.path=<dir>.
+    output_dir: str = ""
+
+    def __post_init__(self):
+        for name in ("demos_per_task", "history_images", "steps", "rows_per_step"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"sft.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.seed_offset < 0:
+            raise ValueError("sft.lr must be positive and sft.seed_offset >= 0")
+
+
+@dataclass
 class CUAConfig(GRPOConfig):
     """GRPOConfig plus the keys of the computer-use agent (external-protocols.md 5.2)."""
 
@@ -209,6 +237,7 @@ class CUAConfig(GRPOConfig):
     embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig)
     task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig)
     trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
 
     def __post_init__(self):
         super().__post_init__()

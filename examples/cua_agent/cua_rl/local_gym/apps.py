@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
 class AppKind:
     argv: tuple[str, ...]
     wm_class: str          # WM_CLASS class the window manager reports once the window is up
+    files: tuple[tuple[str, str], ...] = ()   # (path relative to HOME, text) the app needs, e.g. its script
 
 
 APPS: dict[str, AppKind] = {
@@ -21,6 +23,9 @@ APPS: dict[str, AppKind] = {
     "xterm": AppKind(("xterm", "-fa", "DejaVu Sans Mono", "-fs", "13", "-bg", "white", "-fg", "black",
                       "-geometry", "100x30", "-title", "Terminal"), "XTerm"),
     "pcmanfm": AppKind(("pcmanfm",), "Pcmanfm"),
+    # The seeded curriculum's window (curriculum.py); apps start in HOME, so the script path is relative.
+    "board": AppKind(("wish", ".board/board.tcl", "-name", "board"), "Board",
+                     files=((".board/board.tcl", (Path(__file__).parent / "board.tcl").read_text()),)),
 }
 
 

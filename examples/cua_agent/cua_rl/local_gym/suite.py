@@ -4,8 +4,9 @@ A suite has ``tasks`` (``.tasks``, ``.get(key)``, ``len``), ``begin(execution, s
 execution before create-execution answers; returns extra reply fields) and ``evaluate(execution, body)``
 (the genv evaluate reply). Two suites exist:
 
-- ``desktop``: the YAML tasks on X11 app desktops (``tasks.py``), scored by validators on the HOME. Their
-  setups are fixed, so a seed is accepted and echoed but changes nothing.
+- ``desktop``: the YAML tasks on X11 app desktops (``tasks.py``), scored by validators on the HOME. Fixed
+  tasks accept and echo a seed that changes nothing; the curriculum's family tasks (``curriculum.py``)
+  draw the seeded instance on their board window and reply with its instruction.
 - ``miniwob``: MiniWoB++ pages on browser desktops (``miniwob.py``); the seed picks the instance.
 
 ``create_options`` checks the create-execution body (external-protocols §1.1: ``{}`` or
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 
-from . import validators
+from . import curriculum, validators
 from .tasks import TASKS_DIR, load_tasks
 
 MAX_SEED = 2 ** 53 - 1   # JSON numbers are exact up to here (and so are JavaScript's)
@@ -56,12 +57,19 @@ class DesktopSuite:
         self.tasks = tasks if tasks is not None else load_tasks(tasks_dir or TASKS_DIR)
 
     async def begin(self, ex, seed: int | None) -> dict:
-        ex.state["seed"] = seed
-        return {"seed": seed}
+        if ex.task.family is None:
+            ex.state["seed"] = seed
+            return {"seed": seed}
+        instance = curriculum.make_instance(ex.task.family, curriculum.random_seed() if seed is None else seed)
+        await asyncio.to_thread(curriculum.show, ex.desktop, instance)
+        ex.state["seed"], ex.state["instance"] = instance.seed, instance
+        return {"seed": instance.seed, "instruction": instance.instruction, "instance": instance.to_wire()}
 
     async def evaluate(self, ex, body: dict) -> dict:
         answer = validators.answer_from(body)
-        return await asyncio.to_thread(validators.evaluate, ex.desktop.home, ex.task.validators, answer)
+        instance = ex.state.get("instance")
+        specs = list(instance.validators) if instance is not None else ex.task.validators
+        return await asyncio.to_thread(validators.evaluate, ex.desktop.home, specs, answer)
 
 
 def make_suite(options, tasks=None):

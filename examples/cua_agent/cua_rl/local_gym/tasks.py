@@ -17,7 +17,7 @@ from .apps import APPS
 from .desktop import AppLaunch, DesktopSpec
 
 TASKS_DIR = Path(__file__).parent / "tasks"
-CATEGORIES = ("text_editor", "file_manager", "terminal", "app_settings", "multi_step")
+CATEGORIES = ("text_editor", "file_manager", "terminal", "app_settings", "multi_step", "curriculum")
 DIFFICULTIES = ("easy", "normal", "hard")
 VALIDATOR_TYPES = ("file_exists", "file_absent", "file_equals", "file_contains", "file_not_contains",
                    "file_matches", "dir_exists", "dir_entries", "ini_value", "answer_matches")
@@ -88,9 +88,26 @@ class TaskDef(BaseModel):
     difficulty: str
     instruction: str
     setup: Setup
-    validators: list[ValidatorSpec] = Field(min_length=1)
-    solution: list[dict] = Field(min_length=1)
+    validators: list[ValidatorSpec] = []
+    solution: list[dict] = []
     answer: str | None = None            # the reference solution's final answer, for answer_matches tasks
+    # A seeded family (curriculum.py): the instance, its instruction, validators and solution come from
+    # create's seed; the task's own instruction describes the family and it has no fixed validators.
+    family: str | None = None
+
+    @model_validator(mode="after")
+    def _family_or_fixed(self) -> "TaskDef":
+        if self.family is None:
+            if not self.validators or not self.solution:
+                raise ValueError("a task needs validators and a solution (or a seeded family)")
+            return self
+        from .curriculum import FAMILIES
+
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown family {self.family!r}; known: {sorted(FAMILIES)}")
+        if self.validators or self.solution:
+            raise ValueError("a family task takes its validators and solution from the seeded instance")
+        return self
 
     @field_validator("number")
     @classmethod
@@ -118,9 +135,12 @@ class TaskDef(BaseModel):
         return f"{self.number}-{self.name}"
 
     def desktop_spec(self, width: int, height: int) -> DesktopSpec:
+        files = dict(self.setup.files)
+        for a in self.setup.apps:
+            files.update(APPS[a.app].files)
         return DesktopSpec(
             apps=tuple(AppLaunch(a.app, tuple(a.args), a.geometry) for a in self.setup.apps),
-            files=tuple(sorted(self.setup.files.items())), dirs=tuple(self.setup.dirs),
+            files=tuple(sorted(files.items())), dirs=tuple(self.setup.dirs),
             width=width, height=height)
 
     def to_wire(self) -> dict:
@@ -128,8 +148,10 @@ class TaskDef(BaseModel):
         return {
             "task_id": self.task_id, "id": self.task_id, "task_number": self.number, "name": self.name,
             "description": self.instruction, "instruction": self.instruction,
-            "tags": [self.difficulty, self.category], "category": self.category, "difficulty": self.difficulty,
-            "env_config": {"type": "desktop", "apps": [a.app for a in self.setup.apps]},
+            "tags": [self.difficulty, self.category] + (["seeded"] if self.family else []),
+            "category": self.category, "difficulty": self.difficulty,
+            "env_config": {"type": "desktop", "apps": [a.app for a in self.setup.apps],
+                           **({"family": self.family} if self.family else {})},
             "evaluation": {"validators": [v.model_dump(exclude_none=True) for v in self.validators]},
         }
 

@@ -5,11 +5,11 @@ Surface: ``PolicyEndpoint(engine, processor, tokenizer, gconfig, EndpointSetting
 ``ep.turns``; ``endpoint.close_episode(ep)`` revokes the key.
 """
 
-from .endpoint import EndpointSettings, PolicyEndpoint, engine_backend
+from .endpoint import EndpointSettings, PolicyEndpoint, engine_backend, prompt_from_messages, prompt_inputs
 from .images import BadImage, ImageFetchLimits
 from .prompt import BadRequest
 from .records import Episode, Turn, tensor_sha256
 from .server import close_loop_servers
 
-__all__ = ["PolicyEndpoint", "EndpointSettings", "engine_backend", "Episode", "Turn", "tensor_sha256",
+__all__ = ["PolicyEndpoint", "EndpointSettings", "engine_backend", "prompt_inputs", "prompt_from_messages", "Episode", "Turn", "tensor_sha256",
            "ImageFetchLimits", "BadImage", "BadRequest", "close_loop_servers"]

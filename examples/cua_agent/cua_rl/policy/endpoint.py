@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from .images import BadImage, ImageFetchLimits, decode_image_url, fit_pixels
+from .images import BadImage, ImageFetchLimits, decode_data_url, decode_image_url, fit_pixels
 from .prompt import BadRequest, build_prompt, parse_messages
 from .records import Episode, Turn
 from .server import get_loop_server
@@ -226,9 +226,7 @@ class PolicyEndpoint:
         return 200, self._completion_json(ep, turn)
 
     def _build(self, parsed, images, tools):
-        s = self.settings
-        images = [fit_pixels(d, s.min_pixels, s.max_pixels) for d in images]
-        return build_prompt(self.processor, self.tokenizer, parsed, images, tools)
+        return prompt_inputs(self.processor, self.tokenizer, self.settings, parsed, images, tools)
 
     async def _generate(self, ep: Episode, prompt, tools: list | None = None):
         """The engine's response, proved on vLLM; None when every try straddled a weight update or sampled a
@@ -307,6 +305,22 @@ class PolicyEndpoint:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+def prompt_inputs(processor, tokenizer, settings: EndpointSettings, parsed, images, tools=None):
+    """The one way a request's parsed messages and decoded images become the prompt the policy sees and
+    trains on: images shrunk to the endpoint's pixel bounds, then the processor (``build_prompt``). Used by
+    every policy turn and by the SFT demonstrations (``cua_rl.sft``), so both train on the same ids."""
+    images = [fit_pixels(d, settings.min_pixels, settings.max_pixels) for d in images]
+    return build_prompt(processor, tokenizer, parsed, images, tools)
+
+
+def prompt_from_messages(processor, tokenizer, settings: EndpointSettings, messages, tools=None):
+    """``prompt_inputs`` for messages whose images are data URLs (what our agents send), without a server:
+    the same parsing, history cut (``max_screenshots_in_history``) and decoding as ``complete``."""
+    parsed = parse_messages(messages, settings.max_screenshots_in_history)
+    images = [decode_data_url(u, settings.image_limits) for u in parsed.image_urls]
+    return prompt_inputs(processor, tokenizer, settings, parsed, images, tools)
 
 
 def vision_token_ids(processor) -> frozenset[int]:

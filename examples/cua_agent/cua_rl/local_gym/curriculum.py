@@ -1,0 +1,181 @@
+"""The seeded curriculum: families of short desktop tasks (1-3 actions) whose instance comes from a seed.
+
+Why: a policy can only be seen to learn on tasks it can solve sometimes; the fixed YAML tasks are too long
+for a tiny model, and a fixed layout could be solved from the instruction text alone. Here a task names a
+*family*; create-execution's ``options.seed`` picks the instance (where the squares are, which colour is
+asked for, which word to type), so the same task and seed are the same instance and a policy has to read
+the screenshot to find the target.
+
+One definition per instance: ``make_instance(family, seed)`` gives the concrete instruction (returned in
+the create reply's ``instruction``, what the agent is told), what the board window draws
+(``board.tcl``, run by wish inside the sandbox), the validators that score it (over ``~/.board/events``,
+what the window recorded) and the scripted solution (desktop actions) that the tests and the SFT
+demonstrations play.
+
+Seeds split into train (``0 .. HELDOUT_START-1``) and held-out (``HELDOUT_START ..``). Every seed the
+workflow derives for a group (31 bits) is a training seed; evaluation asks for held-out seeds explicitly
+(``seeds("heldout", n)``). Families share one window layout grid, so held-out instances come from the same
+distribution as training ones (the MiniWoB++ convention), not from unseen layouts.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .tasks import ValidatorSpec
+
+HELDOUT_START = 2 ** 40
+EVENTS = ".board/events"                      # what the window recorded, relative to HOME
+GRID = 3                                      # the screen is split into GRID x GRID cells
+SQUARE = (0.18, 0.26)                         # a square's width and height as fractions (230x208 px at 1280x800)
+BOX = (0.26, 0.1)                             # the text box
+JITTER = 0.03                                 # how far a target moves off its cell's centre
+COLOURS = {"red": "#e02020", "green": "#20a020", "blue": "#2040e0", "yellow": "#e0c000"}
+WORDS = ("apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "queen", "robot", "zebra",
+         "maple", "ocean", "candle", "garden", "window", "silver")
+READY_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Item:
+    """One thing on the board; position and size are fractions of the screen."""
+
+    kind: str                 # "rect" | "entry"
+    id: str
+    x: float
+    y: float
+    w: float
+    h: float
+    colour: str = ""
+
+    @property
+    def centre(self) -> tuple[float, float]:
+        return round(self.x + self.w / 2, 4), round(self.y + self.h / 2, 4)
+
+    def board_line(self) -> str:
+        geometry = f"{self.x:.4f} {self.y:.4f} {self.w:.4f} {self.h:.4f}"
+        return f"{self.kind} {self.id} {geometry}" + (f" {self.colour}" if self.colour else "")
+
+
+@dataclass(frozen=True)
+class Instance:
+    family: str
+    seed: int
+    instruction: str
+    items: tuple[Item, ...]
+    validators: tuple[ValidatorSpec, ...]
+    solution: tuple[dict, ...]
+
+    @property
+    def split(self) -> str:
+        return split_of(self.seed)
+
+    def board_text(self) -> str:
+        return "".join(item.board_line() + "\n" for item in self.items)
+
+    def to_wire(self) -> dict:
+        """What the create reply says about the instance (never where the target is)."""
+        return {"family": self.family, "seed": self.seed, "split": self.split}
+
+
+# -- seeds ------------------------------------------------------------------------------------------
+def split_of(seed: int) -> str:
+    return "heldout" if seed >= HELDOUT_START else "train"
+
+
+def seeds(split: str, n: int, offset: int = 0) -> list[int]:
+    """``n`` seeds of ``split`` ("train" or "heldout"), starting ``offset`` into it: fixed lists, so two runs
+    evaluate on the same instances."""
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    base = HELDOUT_START if split == "heldout" else 0
+    return [base + offset + i for i in range(n)]
+
+
+def random_seed() -> int:
+    """A training seed for a create without one (returned in the reply, so the instance can be replayed)."""
+    return secrets.randbelow(HELDOUT_START)
+
+
+# -- families ---------------------------------------------------------------------------------------
+def _cells(rng: random.Random, k: int) -> list[tuple[int, int]]:
+    return rng.sample([(r, c) for r in range(GRID) for c in range(GRID)], k)
+
+
+def _place(rng: random.Random, cell: tuple[int, int], size: tuple[float, float]) -> tuple[float, float]:
+    """Top-left corner of an item of ``size`` centred in ``cell``, moved by up to JITTER."""
+    r, c = cell
+    cx = (c + 0.5) / GRID + rng.uniform(-JITTER, JITTER)
+    cy = (r + 0.5) / GRID + rng.uniform(-JITTER, JITTER)
+    return round(cx - size[0] / 2, 4), round(cy - size[1] / 2, 4)
+
+
+def _events_equal(text: str, vid: str = "exact", weight: float = 1.0) -> ValidatorSpec:
+    return ValidatorSpec(id=vid, type="file_equals", path=EVENTS, text=text, weight=weight)
+
+
+def _click_target(item: Item) -> dict:
+    x, y = item.centre
+    return {"type": "click", "x": x, "y": y}
+
+
+def _click_square(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+    """One red square somewhere on a 3x3 grid: only the screenshot says where."""
+    (cell,) = _cells(rng, 1)
+    target = Item("rect", "target", *_place(rng, cell, SQUARE), *SQUARE, COLOURS["red"])
+    return ("Click the red square.", [target], [_events_equal("click target\n")], [_click_target(target)])
+
+
+def _click_colour(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+    """Four squares of different colours; the instruction names one: text and screenshot are both needed."""
+    names = list(COLOURS)
+    want = rng.choice(names)
+    items = []
+    for name, cell in zip(names, _cells(rng, len(names))):
+        item_id = "target" if name == want else f"other-{name}"
+        items.append(Item("rect", item_id, *_place(rng, cell, SQUARE), *SQUARE, COLOURS[name]))
+    target = next(i for i in items if i.id == "target")
+    return (f"Click the {want} square.", items, [_events_equal("click target\n")], [_click_target(target)])
+
+
+def _type_word(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+    """A text box somewhere on the grid: click it, type the word, press Enter (3 actions)."""
+    word = rng.choice(WORDS)
+    (cell,) = _cells(rng, 1)
+    box = Item("entry", "box", *_place(rng, cell, BOX), *BOX)
+    validators = [ValidatorSpec(id="submitted", type="file_matches", path=EVENTS, pattern=f"^submit box {word}$"),
+                  _events_equal(f"click box\nsubmit box {word}\n")]
+    solution = [_click_target(box), {"type": "type", "text": word}, {"type": "key", "keys": ["enter"]}]
+    return (f'Click the text box, type "{word}" and press Enter.', [box], validators, solution)
+
+
+FAMILIES = {"click-square": _click_square, "click-colour": _click_colour, "type-word": _type_word}
+
+
+def make_instance(family: str, seed: int) -> Instance:
+    """The instance of ``family`` for ``seed``: the same pair always gives the same instance."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown task family {family!r}; known: {sorted(FAMILIES)}")
+    rng = random.Random(f"{family}:{seed}")   # str seeds hash with SHA-512: stable across runs and platforms
+    instruction, items, validators, solution = FAMILIES[family](rng)
+    return Instance(family, seed, instruction, tuple(items), tuple(validators), tuple(solution))
+
+
+# -- on a desktop -----------------------------------------------------------------------------------
+def show(desktop, instance: Instance, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Hand ``instance`` to the board window of ``desktop`` and wait until it is drawn (blocking)."""
+    folder = Path(desktop.home) / ".board"
+    tmp = folder / "instance.tmp"
+    tmp.write_text(instance.board_text())
+    tmp.chmod(0o644)                          # the sandbox uid reads it (when the gym runs as root)
+    tmp.rename(folder / "instance")           # atomic: the window never reads half a file
+    deadline = time.monotonic() + timeout_s
+    while not (folder / "ready").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the board window did not draw the instance within {timeout_s:.0f} s")
+        time.sleep(0.01)
+    desktop.screen.wait_stable(stable_s=0.05, timeout_s=2.0)

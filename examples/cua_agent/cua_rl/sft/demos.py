@@ -1,0 +1,118 @@
+"""Demonstrations: the curriculum's scripted solutions played on real desktops, recorded as the agent's turns.
+
+Why re-render rather than invent a format: a warm start only helps RL if the model is trained on exactly the
+prompts it will see. Every turn here is built by the agent's own prompt format (``local_agent.formats``:
+system prompt with the tool schema, task text, screenshot as a PNG data URL, bounded history with the
+earlier replies), from the screenshot the gym shows at that moment, with the same ``PromptContext`` the
+agent service fills in (instruction from the create reply, screen size, pointer). The reply is the tool
+call that performs the scripted action; it is parsed back by the same format and the *parsed* action is
+what the desktop executes, so a reply the agent could not run never becomes a demonstration. The last turn
+ends the run (``terminate`` success), as a solving agent would. A demonstration is kept only when the gym
+scores it 1.0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..genv import GenvClient
+from ..local_agent.formats import HistoryStep, PromptContext, get_format
+from ..local_agent.runner import png_data_url
+from ..local_gym.curriculum import make_instance
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DemoTurn:
+    messages: list[dict[str, Any]]     # the chat messages the agent would send for this turn
+    reply: str                         # the assistant reply that performs the scripted action
+
+
+@dataclass
+class Demonstration:
+    task_id: str
+    seed: int
+    instruction: str
+    turns: list[DemoTurn] = field(default_factory=list)
+    reward: float = 0.0
+
+
+def _qwen_call(arguments: dict[str, Any]) -> str:
+    return "<tool_call>\n" + json.dumps({"name": "computer_use", "arguments": arguments}) + "\n</tool_call>"
+
+
+def qwen3_vl_reply(action: dict[str, Any] | None) -> str:
+    """The qwen3-vl tool call for one gym action (0..1000 grid); ``None`` ends the run with success."""
+    if action is None:
+        return _qwen_call({"action": "terminate", "status": "success"})
+    kind = action["type"]
+    if kind == "click":
+        return _qwen_call({"action": "left_click", "coordinate": [round(action["x"] * 1000), round(action["y"] * 1000)]})
+    if kind == "type":
+        return _qwen_call({"action": "type", "text": action["text"]})
+    if kind == "key":
+        return _qwen_call({"action": "key", "keys": list(action["keys"])})
+    raise ValueError(f"no qwen3-vl reply for gym action {action!r}")
+
+
+REPLY_WRITERS = {"qwen3-vl": qwen3_vl_reply}
+
+
+def reply_writer(agent: str):
+    try:
+        return REPLY_WRITERS[agent]
+    except KeyError:
+        raise ValueError(f"demonstrations are written for agents {sorted(REPLY_WRITERS)}, not {agent!r}") from None
+
+
+async def record_demo(client: GenvClient, task, seed: int, agent: str = "qwen3-vl",
+                      history_images: int = 3) -> Demonstration:
+    """Play the scripted solution of ``task`` (a curriculum family task) at ``seed``, one agent turn per action."""
+    fmt, write = get_format(agent), reply_writer(agent)
+    instance = make_instance(task.family, seed)
+    async with client.execution(task.task_id, {"seed": seed}) as ex:
+        eid = ex.execution_id
+        screen = (await client.get_execution(eid)).get("screen", {})
+        ctx = PromptContext(instruction=ex.instruction or task.instruction, space="pc",
+                            history_images=history_images,
+                            screen=(int(screen.get("width") or 0), int(screen.get("height") or 0)))
+        demo = Demonstration(task.task_id, seed, ctx.instruction)
+        history: list[HistoryStep] = []
+        for step, action in enumerate([*instance.solution, None], start=1):
+            shot = png_data_url(await client.screenshot(eid))
+            messages = fmt.build_messages(ctx, history, shot, None)
+            reply = write(action)
+            turn = fmt.parse({"role": "assistant", "content": reply}, ctx)
+            for parsed in turn.actions:
+                if parsed.gym_action is not None:
+                    result = await client.act(eid, parsed.gym_action)
+                    if not result.get("ok"):
+                        raise RuntimeError(f"{task.task_id} seed {seed}: action {parsed.gym_action} failed: {result}")
+                if parsed.pointer is not None:
+                    ctx.pointer = parsed.pointer
+            history.append(HistoryStep(step=step, screenshot=shot, feedback=None, reply=reply,
+                                       summary=fmt.summarize(turn)))
+            demo.turns.append(DemoTurn(messages, reply))
+        demo.reward = (await client.evaluate(eid)).reward
+    return demo
+
+
+async def record_demos(gym_url: str, gym_id: str, tasks: list, seeds: list[int], agent: str = "qwen3-vl",
+                       history_images: int = 3, concurrency: int = 2) -> list[Demonstration]:
+    """Demonstrations of every task at every seed that the gym scores 1.0 (the others are logged and left out)."""
+    sem = asyncio.Semaphore(concurrency)
+    async with GenvClient(gym_url, gym_id) as client:
+        async def one(task, seed):
+            async with sem:
+                return await record_demo(client, task, seed, agent, history_images)
+        demos = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
+    kept = [d for d in demos if d.reward == 1.0]
+    for d in demos:
+        if d.reward != 1.0:
+            logger.warning("demonstration %s seed %d scored %.2f; left out", d.task_id, d.seed, d.reward)
+    return kept

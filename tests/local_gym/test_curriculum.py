@@ -1,0 +1,105 @@
+"""The seeded curriculum (local_gym/curriculum.py) on real desktops through the HTTP API: every family's
+scripted solution scores 1.0 on several seeds, the same executions untouched score below 1, a wrong click
+scores below 1, the create reply carries the instance's instruction, the same seed draws the same screen
+and different seeds draw different ones. Plus the pure parts: seeds, splits, instances."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import pytest
+from PIL import Image
+
+from cua_rl.genv import GenvClient
+from cua_rl.local_gym import load_tasks
+from cua_rl.local_gym.curriculum import FAMILIES, HELDOUT_START, make_instance, seeds, split_of
+
+FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052"}
+SEEDS = [0, 1, 2, HELDOUT_START + 3]   # three training seeds and one held-out seed
+
+
+# -- pure -------------------------------------------------------------------------------------------
+def test_every_family_has_a_task_and_instances_are_deterministic():
+    tasks = load_tasks()
+    assert {tasks.get(n).family for n in FAMILY_TASKS.values()} == set(FAMILIES)
+    for family in FAMILIES:
+        a, b = make_instance(family, 5), make_instance(family, 5)
+        assert a == b
+        others = {make_instance(family, s).board_text() for s in range(6)}
+        assert len(others) == 6, family   # the jitter alone moves the target every time
+
+
+def test_seed_splits_are_disjoint_and_fixed():
+    train, held = seeds("train", 50), seeds("heldout", 50)
+    assert not set(train) & set(held)
+    assert {split_of(s) for s in train} == {"train"} and {split_of(s) for s in held} == {"heldout"}
+    assert seeds("heldout", 3, offset=10) == [HELDOUT_START + 10 + i for i in range(3)]
+    assert split_of(2 ** 31 - 1) == "train"   # every seed the workflow derives (31 bits) is a training seed
+    with pytest.raises(ValueError):
+        seeds("test", 1)
+
+
+def test_click_square_target_moves_and_stays_inside_the_screen():
+    centres = {make_instance("click-square", s).solution[0]["x"] for s in range(40)}
+    assert len(centres) == 40
+    for s in range(40):
+        (item,) = make_instance("click-square", s).items
+        assert 0 <= item.x and item.x + item.w <= 1 and 0 <= item.y and item.y + item.h <= 1
+
+
+# -- on desktops ------------------------------------------------------------------------------------
+async def _play(client: GenvClient, task: str, seed: int, actions) -> tuple[dict, float, float]:
+    async with client.execution(task, {"seed": seed}) as ex:
+        before = (await client.evaluate(ex.execution_id)).reward
+        for action in actions:
+            assert (await client.act(ex.execution_id, action))["ok"], action
+        after = (await client.evaluate(ex.execution_id)).reward
+        return ex.raw, before, after
+
+
+@pytest.mark.desktop
+async def test_scripted_solutions_score_one_and_untouched_or_wrong_do_not(gym):
+    async with GenvClient(gym.url, gym.gym_id) as client:
+        jobs = [(f, s) for f in FAMILIES for s in SEEDS]
+        sem = asyncio.Semaphore(4)
+
+        async def one(family, seed):
+            async with sem:
+                return await _play(client, FAMILY_TASKS[family], seed, make_instance(family, seed).solution)
+        results = await asyncio.gather(*(one(f, s) for f, s in jobs))
+        for (family, seed), (reply, before, after) in zip(jobs, results):
+            instance = make_instance(family, seed)
+            assert reply["instruction"] == instance.instruction and reply["seed"] == seed
+            assert reply["instance"] == {"family": family, "seed": seed, "split": split_of(seed)}
+            assert before == 0.0 and after == 1.0, (family, seed, before, after)
+        # a click on the empty corner opposite to the target misses
+        target = make_instance("click-square", 0).solution[0]
+        miss = {"type": "click", "x": 0.02 if target["x"] > 0.5 else 0.98, "y": 0.02 if target["y"] > 0.5 else 0.98}
+        _, _, after = await _play(client, "050", 0, [miss])
+        assert after == 0.0
+        # the right colour matters: clicking another square scores 0
+        inst = make_instance("click-colour", 1)
+        other = next(i for i in inst.items if i.id != "target")
+        x, y = other.centre
+        _, _, after = await _play(client, "051", 1, [{"type": "click", "x": x, "y": y}])
+        assert after == 0.0
+    assert gym.manager.executions == {}
+
+
+async def _screen(client: GenvClient, task: str, seed: int | None) -> tuple[bytes, dict]:
+    async with client.execution(task, {"seed": seed} if seed is not None else None) as ex:
+        return await client.screenshot(ex.execution_id), ex.raw
+
+
+@pytest.mark.desktop
+async def test_same_seed_same_screen_other_seed_other_screen(gym):
+    async with GenvClient(gym.url, gym.gym_id) as client:
+        a, b, c = [await _screen(client, "051", s) for s in (7, 7, 8)]
+        pixels = [Image.open(io.BytesIO(shot)).convert("RGB").tobytes() for shot, _ in (a, b, c)]
+        assert pixels[0] == pixels[1] and pixels[0] != pixels[2]
+        assert a[1]["instruction"] == b[1]["instruction"]
+        # no seed: a random training seed, returned so the instance can be replayed
+        _, raw = await _screen(client, "050", None)
+        assert split_of(raw["seed"]) == "train"
+        assert raw["instruction"] == make_instance("click-square", raw["seed"]).instruction
