@@ -231,6 +231,10 @@ class CUAConfig(GRPOConfig):
     project_id: str = ""
     project_token: str = ""  # prefer the PROJECT_TOKEN environment variable (never saved)
 
+    # trial_name "auto" (config.yaml): the launcher names each run run<YYYYmmdd_HHMMSS>, so runs never share
+    # logs, statistics or checkpoints. An explicit trial_name whose run exists is refused unless this is
+    # "overwrite" (its logs and checkpoints are deleted first). Resuming a run is not offered yet.
+    existing_run: str = "refuse"
     # AReaL's vLLM settings plus logprobs_mode (cua_rl/vllm_config.py: logprobs after temperature)
     vllm: CUAvLLMConfig = field(default_factory=CUAvLLMConfig)
     policy: PolicyEndpointConfig = field(default_factory=PolicyEndpointConfig)
@@ -246,6 +250,8 @@ class CUAConfig(GRPOConfig):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.gym_train_ratio <= 1.0:
             raise ValueError(f"gym_train_ratio must be within [0, 1], got {self.gym_train_ratio}")
+        if self.existing_run not in ("refuse", "overwrite"):
+            raise ValueError(f"existing_run must be 'refuse' or 'overwrite', got {self.existing_run!r}")
         if self.gym_split_type not in SPLIT_TYPES:
             raise ValueError(f"gym_split_type must be one of {SPLIT_TYPES}, got {self.gym_split_type!r}")
         if self.gym_limit is not None and self.gym_limit <= 0:

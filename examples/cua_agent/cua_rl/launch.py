@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import logging
 import os
@@ -57,14 +58,50 @@ class RunPaths:
     tensorboard: Path
 
     @classmethod
-    def of(cls, config) -> "RunPaths":
-        from areal.utils.saver import Saver
-        from areal.utils.stats_logger import StatsLogger
-
-        logs = Path(StatsLogger.get_log_path(config.stats_logger))
-        ckpt = Path(Saver.get_save_root(config.saver.experiment_name, config.saver.trial_name,
-                                        config.saver.fileroot))
+    def of(cls, config, trial: str | None = None) -> "RunPaths":
+        """The directories AReaL's StatsLogger and Saver use for this run (``trial`` in place of the
+        config's), computed without creating them (AReaL's own getters make the directories)."""
+        user, s = getpass.getuser(), config.stats_logger
+        trial = trial or s.trial_name
+        logs = Path(f"{s.fileroot}/logs/{user}/{s.experiment_name}/{trial}")
+        ckpt = Path(f"{config.saver.fileroot}/checkpoints/{user}/{config.saver.experiment_name}/{trial}")
         return cls(logs=logs, checkpoints=ckpt, tensorboard=logs / "tensorboard")
+
+
+AUTO_TRIAL = "auto"
+
+
+def run_exists(paths: RunPaths) -> bool:
+    """A run of this experiment/trial already trained here (loading a config only writes config.yaml, and
+    AReaL may create an empty checkpoint directory)."""
+    return ((paths.logs / "train.log").exists() or paths.tensorboard.exists()
+            or (paths.checkpoints.is_dir() and any(paths.checkpoints.iterdir())))
+
+
+def new_trial_name(logs_of, now: float | None = None) -> str:
+    """``run<YYYYmmdd_HHMMSS>`` (AReaL trial names take no '-'), suffixed ``_2``, ``_3``... while
+    ``logs_of(name)`` (a name's RunPaths) shows that a run of that name exists."""
+    base = time.strftime("run%Y%m%d_%H%M%S", time.localtime(now))
+    name, n = base, 1
+    while run_exists(logs_of(name)):
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def claim_run_dir(paths: RunPaths, trial: str, existing_run: str) -> None:
+    """An explicit trial name whose run exists is refused, or its logs and checkpoints are removed when the
+    user said ``existing_run=overwrite``: runs never share statistics, logs or checkpoints."""
+    if not run_exists(paths):
+        return
+    if existing_run != "overwrite":
+        raise SystemExit(f"a run named {trial!r} already exists ({paths.logs}); choose another trial_name, "
+                         f"leave it at '{AUTO_TRIAL}' for a new timestamped one, or pass existing_run=overwrite "
+                         f"to delete its logs and checkpoints")
+    for d in (paths.logs, paths.checkpoints):
+        if d.exists():
+            logger.warning("existing_run=overwrite: deleting %s", d)
+            shutil.rmtree(d)
 
 
 def read_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -230,7 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     config_file = str(Path(args.config).resolve())
     overrides = list(args.overrides)
     config = _load_config(config_file, overrides)  # validates the config before anything starts
+    if config.trial_name == AUTO_TRIAL:
+        stray = RunPaths.of(config).logs  # loading saved config.yaml under the placeholder name
+        if stray.is_dir() and {p.name for p in stray.iterdir()} <= {"config.yaml"}:
+            shutil.rmtree(stray)
+        trial = new_trial_name(lambda name: RunPaths.of(config, name))
+        overrides.append(f"trial_name={trial}")
+        config = _load_config(config_file, overrides)
     paths = RunPaths.of(config)
+    claim_run_dir(paths, config.trial_name, config.existing_run)
+    logger.info("run %s/%s: logs %s", config.experiment_name, config.trial_name, paths.logs)
     _clear_name_records(config)
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(

@@ -1,0 +1,66 @@
+"""Runs never mix: with trial_name "auto" each launch gets its own timestamped trial; an explicit name whose
+run already exists is refused (clear message, nothing deleted) unless existing_run=overwrite, which deletes
+that run's logs and checkpoints. Checked on the launcher's own functions with real directories."""
+
+from pathlib import Path
+
+import pytest
+
+from cua_rl.launch import RunPaths, claim_run_dir, new_trial_name, run_exists
+
+
+def _paths(root: Path, trial: str) -> RunPaths:
+    logs = root / "logs" / trial
+    return RunPaths(logs=logs, checkpoints=root / "checkpoints" / trial, tensorboard=logs / "tensorboard")
+
+
+def test_auto_names_are_timestamped_and_never_reuse_a_run(tmp_path):
+    now = 1_795_000_000.0
+    first = new_trial_name(lambda n: _paths(tmp_path, n), now)
+    assert first.startswith("run") and "-" not in first and len(first) == len("run20261122_233500")
+    (_paths(tmp_path, first).logs).mkdir(parents=True)
+    (_paths(tmp_path, first).logs / "train.log").write_text("x")
+    second = new_trial_name(lambda n: _paths(tmp_path, n), now)  # same second, the first one exists
+    assert second == first + "_2"
+
+
+def test_loading_a_config_alone_is_not_a_run(tmp_path):
+    p = _paths(tmp_path, "t")
+    p.logs.mkdir(parents=True)
+    (p.logs / "config.yaml").write_text("saved by load_expr_config")
+    p.checkpoints.mkdir(parents=True)  # AReaL's Saver.get_save_root creates it empty
+    assert not run_exists(p)
+    claim_run_dir(p, "t", "refuse")  # nothing to refuse
+
+
+def test_an_existing_explicit_trial_is_refused_and_kept(tmp_path):
+    p = _paths(tmp_path, "mine")
+    (p.tensorboard).mkdir(parents=True)
+    p.checkpoints.mkdir(parents=True)
+    (p.checkpoints / "weights").write_text("w")
+    with pytest.raises(SystemExit, match="already exists.*existing_run=overwrite"):
+        claim_run_dir(p, "mine", "refuse")
+    assert (p.checkpoints / "weights").exists() and p.tensorboard.exists()
+
+
+def test_overwrite_deletes_the_old_runs_logs_and_checkpoints(tmp_path):
+    p = _paths(tmp_path, "mine")
+    (p.tensorboard).mkdir(parents=True)
+    p.checkpoints.mkdir(parents=True)
+    other = _paths(tmp_path, "other")
+    other.checkpoints.mkdir(parents=True)
+    claim_run_dir(p, "mine", "overwrite")
+    assert not p.logs.exists() and not p.checkpoints.exists() and other.checkpoints.exists()
+
+
+def test_existing_run_is_validated_at_load(tmp_path):
+    from test_config_loading import load
+
+    with pytest.raises(Exception, match="existing_run"):
+        load(tmp_path, "existing_run=keep")
+    cfg = load(tmp_path)
+    assert cfg.trial_name == "auto"
+    # RunPaths names AReaL's directories for another trial without creating anything
+    before = sorted(tmp_path.rglob("*"))
+    p = RunPaths.of(cfg, "run20260101_000000")
+    assert p.logs.name == p.checkpoints.name == "run20260101_000000" and sorted(tmp_path.rglob("*")) == before
