@@ -141,7 +141,7 @@ def rollout(store: Store, rollout_id: int) -> dict[str, Any] | None:
         out["validations"] = _rows(conn, select(val).where(val.c.rollout_id == rollout_id))
         out["group"] = [] if not out.get("group_id") else _rows(conn, select(
             r.c.id, r.c.env_index, r.c.status, r.c.reward, r.c.advantage, r.c.task_success)
-            .where(r.c.group_id == out["group_id"], r.c.project_id == out["project_id"]).order_by(r.c.env_index))
+            .where(r.c.group_id == out["group_id"], r.c.project_id == out["project_id"]).order_by(r.c.env_index, r.c.id))
     by_turn: dict[int, list[dict]] = defaultdict(list)
     for a in actions:
         a["action"] = _loads(a.pop("action_json", None))
