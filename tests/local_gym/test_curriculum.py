@@ -13,7 +13,7 @@ from PIL import Image
 
 from cua_rl.genv import GenvClient
 from cua_rl.local_gym import load_tasks
-from cua_rl.local_gym.curriculum import FAMILIES, HELDOUT_START, make_instance, seeds, split_of
+from cua_rl.local_gym.curriculum import ANCHORS, FAMILIES, HELDOUT_START, make_instance, seeds, split_of
 
 FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052"}
 SEEDS = [0, 1, 2, HELDOUT_START + 3]   # three training seeds and one held-out seed
@@ -41,11 +41,28 @@ def test_seed_splits_are_disjoint_and_fixed():
 
 
 def test_click_square_target_moves_and_stays_inside_the_screen():
-    centres = {make_instance("click-square", s).solution[0]["x"] for s in range(40)}
+    centres = {make_instance("click-square", s).items[0].centre for s in range(40)}
     assert len(centres) == 40
     for s in range(40):
         (item,) = make_instance("click-square", s).items
         assert 0 <= item.x and item.x + item.w <= 1 and 0 <= item.y and item.y + item.h <= 1
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_scripted_clicks_land_on_the_target_at_a_cell_anchor(family):
+    """The solution clicks the anchor of the target's cell: inside the target for every jitter, and one of
+    GRID x GRID points (what SFT demonstrates)."""
+    points = set()
+    for seed in [*range(500), *seeds("heldout", 500)]:
+        instance = make_instance(family, seed)
+        target = next(i for i in instance.items if i.id in ("target", "box"))
+        for action in (a for a in instance.solution if a["type"] == "click"):
+            assert action["x"] in ANCHORS and action["y"] in ANCHORS
+            assert target.x < action["x"] < target.x + target.w and target.y < action["y"] < target.y + target.h
+            points.add((action["x"], action["y"]))
+    assert len(points) == len(ANCHORS) ** 2
+    digits = "".join(str(round(a * 1000)) for a in ANCHORS)
+    assert len(set(digits)) == len(digits)     # no digit repeats across the anchors (see ANCHORS)
 
 
 # -- on desktops ------------------------------------------------------------------------------------

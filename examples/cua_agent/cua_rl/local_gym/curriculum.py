@@ -34,6 +34,12 @@ GRID = 3                                      # the screen is split into GRID x 
 SQUARE = (0.18, 0.26)                         # a square's width and height as fractions (230x208 px at 1280x800)
 BOX = (0.26, 0.1)                             # the text box
 JITTER = 0.03                                 # how far a target moves off its cell's centre
+# Where a scripted solution clicks in a cell, per axis: inside every item of the cell whatever the jitter
+# (|anchor - centre| + JITTER < half of the smallest item, the text box's height). On the 0..1000 grid the
+# nine digits of 167, 492, 835 are all different, so a demonstrated coordinate is one choice of leading
+# digit per axis and every later digit follows from the one before: a 2-layer model cannot count digits
+# ("[14444444]" after SFT on exact item centres, "[512, 12]" when anchors shared a digit) but learns these.
+ANCHORS = (0.167, 0.492, 0.835)
 COLOURS = {"red": "#e02020", "green": "#20a020", "blue": "#2040e0", "yellow": "#e0c000"}
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "queen", "robot", "zebra",
          "maple", "ocean", "candle", "garden", "window", "silver")
@@ -119,8 +125,9 @@ def _events_equal(text: str, vid: str = "exact", weight: float = 1.0) -> Validat
 
 
 def _click_target(item: Item) -> dict:
+    """A click on ``item`` at its cell's anchor point (ANCHORS)."""
     x, y = item.centre
-    return {"type": "click", "x": x, "y": y}
+    return {"type": "click", "x": ANCHORS[min(int(x * GRID), GRID - 1)], "y": ANCHORS[min(int(y * GRID), GRID - 1)]}
 
 
 def _click_square(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
