@@ -149,6 +149,9 @@ class TrajectoryConfig:
     # Fewer evaluated episodes than this in a group drops the group (a lone episode has no baseline).
     # null = min(2, group size).
     min_group_size: int | None = None
+    # Negative control of the learning gate (bench/learning_bench.py), never for real training: each group's
+    # rewards are dealt to its episodes by a seeded permutation before the advantages are computed.
+    shuffle_rewards: bool = False
 
     def __post_init__(self):
         if self.export_style not in EXPORT_STYLES:

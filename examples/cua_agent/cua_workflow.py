@@ -48,7 +48,7 @@ from cua_rl.genv import GenvClient, GenvError
 from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group
+from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
                  normalise_in_group: bool = True, scale_by_std: bool = True,
                  model_base_url: str = "", model_name: str = "", poll_interval_s: float = 1.0,
                  monitor_base_url: str = "", monitor_project_id: str = "", monitor_training_id: int | None = None,
-                 is_eval: bool = False, stats_dir: str = "", seed: int = 1, seed_instances: bool = True):
+                 is_eval: bool = False, stats_dir: str = "", seed: int = 1, seed_instances: bool = True,
+                 shuffle_rewards: bool = False):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         self.gconfig = gconfig
@@ -79,6 +80,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self.min_group_size = min_group_size if min_group_size is not None else min(2, group_size)
         self.export_style, self.turn_discount = export_style, turn_discount
         self.normalise_in_group, self.scale_by_std = normalise_in_group, scale_by_std
+        self.shuffle_rewards = shuffle_rewards   # the learning gate's negative control (TrajectoryConfig)
         self.model_base_url, self.model_name = model_base_url, model_name
         self.poll_interval_s = poll_interval_s
         self.monitor_base_url, self.monitor_project_id = monitor_base_url, monitor_project_id
@@ -163,6 +165,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             logger.warning("task %s: %d of %d episodes evaluated (< %d); group rejected", task_id,
                            len(outcomes), self.group_size, self.min_group_size)
             return None
+        if self.shuffle_rewards:
+            outcomes = shuffle_rewards(outcomes, f"{self.seed}:{task_id}:{seed}:{data.get('item_idx')}")
         self._report_advantages(outcomes)
         return group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
                            style=self.export_style, discount=self.turn_discount)

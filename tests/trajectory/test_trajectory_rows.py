@@ -12,6 +12,7 @@ from cua_rl.trajectory import (
     group_batch,
     is_prefix_chain,
     normalise_group,
+    shuffle_rewards,
     turn_rewards,
     turn_row,
 )
@@ -119,3 +120,14 @@ def test_group_batch_raw_rewards_and_empty_groups():
     assert batch["rewards"].tolist() == [0.25]
     assert group_batch([]) is None
     assert group_batch([EpisodeOutcome([], 1.0)]) is None
+
+
+def test_shuffle_rewards_keeps_the_groups_rewards_and_loses_which_episode_earned_them():
+    outcomes = [EpisodeOutcome([_turn([1], [2])], r, {"episode": i}) for i, r in enumerate([1.0, 0.0, 0.0, 0.0] * 4)]
+    shuffled = shuffle_rewards(outcomes, "7:050:11:0")
+    assert sorted(o.reward for o in shuffled) == sorted(o.reward for o in outcomes)
+    assert [o.info["true_reward"] for o in shuffled] == [o.reward for o in outcomes]
+    assert [o.turns for o in shuffled] == [o.turns for o in outcomes]
+    assert [o.reward for o in shuffled] != [o.reward for o in outcomes]     # this key moves the rewards
+    assert shuffle_rewards(outcomes, "7:050:11:0") == shuffled                # the same key, the same deal
+    assert outcomes[0].reward == 1.0 and "true_reward" not in outcomes[0].info  # the input is untouched

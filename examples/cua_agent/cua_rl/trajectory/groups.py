@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+import random
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from areal.utils.data import concat_padded_tensors
@@ -43,6 +44,15 @@ def normalise_group(rewards: list[float], scale_by_std: bool = True, eps: float 
         return centred
     std = math.sqrt(sum(c * c for c in centred) / max(1, len(rewards) - 1)) if len(rewards) > 1 else 0.0
     return [c / (std + eps) for c in centred]
+
+
+def shuffle_rewards(outcomes: list[EpisodeOutcome], key: str) -> list[EpisodeOutcome]:
+    """The negative control of the learning gate: the group's rewards dealt to its episodes by a permutation
+    seeded with ``key``. Every group keeps its reward statistics; which episode earned which reward is lost,
+    so a run trained on this must not improve. Never for real training."""
+    rewards = [o.reward for o in outcomes]
+    random.Random(key).shuffle(rewards)
+    return [replace(o, reward=r, info={**o.info, "true_reward": o.reward}) for o, r in zip(outcomes, rewards)]
 
 
 def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
