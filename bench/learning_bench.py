@@ -1,0 +1,225 @@
+"""Does it learn? SFT warm start, GRPO from it, the same GRPO with shuffled rewards; held-out success of each.
+
+Prints one JSON object and writes a PNG plot of the curves. Every stage is the user's own command:
+  1. ``python -m cua_rl.sft --config CONFIG``: the warm start (scripted demonstrations, AReaL's SFT engine);
+  2. ``train.sh --config CONFIG actor.path=<warm start>``: GRPO through the whole embedded stack (real
+     desktops, agent service, policy endpoint, AReaL's vLLM server on the CPU, AReaL's trainer), one
+     checkpoint per step;
+  3. the same command with ``trajectory.shuffle_rewards=true``: the negative control (each group's rewards
+     dealt to its episodes at random, so which episode succeeded is lost; it must not rise);
+  4. ``examples/cua_agent/evaluate.py``: held-out success of the warm start and of the checkpoints (one
+     served vLLM model loading each in turn; instances at seeds no training group draws; sampling as in
+     training, ``gconfig``).
+
+JSON: ``success_before`` (warm start), ``success_after`` (last RL step), ``rise``, ``curve`` (held-out
+success per evaluated step, step 0 = warm start), ``control`` (its curve and final success), ``sft`` (loss
+figures), ``wall_s`` per stage, and what was run.
+
+Usage: python bench/learning_bench.py [--config examples/cua_agent/config.learn.yaml] [--steps N]
+       [--seeds-per-task N] [--eval-every K] [--no-control] [--workdir DIR] [--out JSON] [--plot PNG]
+       [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "cua_agent"
+DEFAULT_CONFIG = EXAMPLE / "config.learn.yaml"
+
+
+def _run(cmd: list[str], log: Path, env: dict[str, str]) -> float:
+    """Run one stage to completion, output to ``log``; its wall time. A failed stage stops the bench."""
+    print(f"[learning-bench] {' '.join(cmd[:6])} ... (log {log})", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    with open(log, "w") as out:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"stage failed (exit {rc}): {' '.join(cmd)}\n--- {log} (tail) ---\n{tail}")
+    return round(time.monotonic() - started, 1)
+
+
+def _json_line(log: Path, first_key: str) -> dict:
+    """The last JSON object line a stage printed (it starts with ``first_key``)."""
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        if line.startswith('{"' + first_key + '"'):
+            return json.loads(line)
+    raise SystemExit(f"no JSON result in {log}")
+
+
+STEP_DIR = re.compile(r"globalstep(\d+)$")
+
+
+def step_checkpoints(checkpoints: Path) -> dict[int, Path]:
+    """{global step (1-based): HF checkpoint dir} of one run (AReaL's Saver names them ...globalstepN)."""
+    found = {}
+    for config in checkpoints.rglob("config.json"):
+        m = STEP_DIR.search(config.parent.name)
+        if m:
+            found[int(m.group(1)) + 1] = config.parent
+    return dict(sorted(found.items()))
+
+
+def _rl(label: str, config: str, warm: Path, steps: int, work: Path, env: dict, extra: list[str]) -> tuple[float, dict]:
+    cmd = ["bash", str(EXAMPLE / "train.sh"), "--config", config, f"actor.path={warm}",
+           f"total_train_steps={steps}", f"trial_name={label}", "existing_run=overwrite", *extra]
+    seconds = _run(cmd, work / f"{label}.log", env)
+    user = os.environ.get("USER") or __import__("getpass").getuser()
+    ckpts = step_checkpoints(work / "fileroot" / "checkpoints" / user / _experiment(config, extra) / label)
+    if len(ckpts) < steps:
+        raise SystemExit(f"{label}: {len(ckpts)} step checkpoints written, {steps} expected")
+    return seconds, ckpts
+
+
+def _experiment(config: str, extra: list[str]) -> str:
+    return _load_config(config, extra).experiment_name
+
+
+def _load_config(config: str, extra: list[str]):
+    """The CUAConfig the stages will see (config file plus the overrides)."""
+    sys.path.insert(0, str(EXAMPLE))
+    from areal.api.cli_args import load_expr_config
+
+    from configs import CUAConfig
+
+    return load_expr_config(["--config", config, *extra], CUAConfig)[0]
+
+
+def eval_steps(steps: int, every: int) -> list[int]:
+    """Steps whose checkpoint is evaluated: every ``every``-th and always the last."""
+    picked = [s for s in range(every, steps + 1, every)]
+    return picked if picked and picked[-1] == steps else [*picked, steps]
+
+
+def plot(result: dict, path: Path) -> None:
+    """Held-out success per step, RL and control, as a PNG (Pillow only: no plotting dependency)."""
+    from PIL import Image, ImageDraw
+
+    w, h, left, right, top, bottom = 720, 420, 70, 20, 40, 60
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    steps = max(p["step"] for p in result["curve"]) or 1
+    ymax = max(0.5, min(1.0, max(p["success"] for c in (result["curve"], result["control"]["curve"]) for p in c) + 0.1))
+
+    def xy(step: float, s: float) -> tuple[float, float]:
+        return (left + (w - left - right) * step / steps, h - bottom - (h - top - bottom) * s / ymax)
+
+    d.rectangle([left, top, w - right, h - bottom], outline="black")
+    for i in range(6):
+        s = ymax * i / 5
+        x0, y0 = xy(0, s)
+        d.line([x0 - 4, y0, x0, y0], fill="black")
+        d.text((8, y0 - 6), f"{s:.2f}", fill="black")
+    for p in result["curve"]:
+        x0, y0 = xy(p["step"], 0)
+        d.line([x0, y0, x0, y0 + 4], fill="black")
+        d.text((x0 - 4, y0 + 8), str(p["step"]), fill="black")
+    d.text((w // 2 - 60, h - 28), "GRPO step (0 = SFT warm start)", fill="black")
+    d.text((left, 12), f"held-out success ({result['episodes_per_checkpoint']} episodes per point)", fill="black")
+    for curve, colour, name, row in ((result["curve"], (200, 30, 30), "GRPO", 0),
+                                     (result["control"]["curve"], (90, 90, 90), "shuffled rewards (control)", 1)):
+        pts = [xy(p["step"], p["success"]) for p in curve]
+        if len(pts) > 1:
+            d.line(pts, fill=colour, width=3)
+        for x0, y0 in pts:
+            d.ellipse([x0 - 4, y0 - 4, x0 + 4, y0 + 4], fill=colour)
+        d.line([w - 250, top + 14 + 16 * row, w - 225, top + 14 + 16 * row], fill=colour, width=3)
+        d.text((w - 220, top + 8 + 16 * row), name, fill="black")
+    img.save(path)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG))
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the config's)")
+    parser.add_argument("--seeds-per-task", type=int, default=32, help="held-out instances per family")
+    parser.add_argument("--eval-every", type=int, default=2, help="evaluate every K-th step's checkpoint")
+    parser.add_argument("--no-control", action="store_true", help="skip the shuffled-rewards run")
+    parser.add_argument("--workdir", default="", help="where runs and logs go (default: a new temp dir)")
+    parser.add_argument("--out", default="", help="also write the JSON here")
+    parser.add_argument("--plot", default="", help="PNG of the curves (default: <workdir>/learning.png)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage")
+    args = parser.parse_args(argv)
+    config = str(Path(args.config).resolve())
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="learning-bench-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ["CUA_RL_FILEROOT"] = str(work / "fileroot")   # loading the config here writes under it too
+    env = {**os.environ, "CUA_RL_DEVICE": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("GYM_BASE_URL", None)
+    extra = list(args.overrides)
+    steps = args.steps or _config_steps(config, extra)
+    wall: dict[str, float] = {}
+    started = time.monotonic()
+
+    warm = work / "sft"
+    wall["sft"] = _run([sys.executable, "-m", "cua_rl.sft", "--config", config, f"sft.output_dir={warm}", *extra],
+                       work / "sft.log", env)
+    sft = _json_line(work / "sft.log", "demonstrations")
+    wall["rl"], rl = _rl("grpo", config, warm, steps, work, env, extra)
+    control = {}
+    if not args.no_control:
+        wall["control"], control = _rl("control", config, warm, steps, work, env,
+                                       [*extra, "trajectory.shuffle_rewards=true"])
+
+    picked = eval_steps(steps, args.eval_every)
+    order = [("sft", 0, warm)] + [("grpo", s, rl[s]) for s in picked] + \
+            ([("control", s, control[s]) for s in picked] if control else [])
+    wall["evaluate"] = _run([sys.executable, str(EXAMPLE / "evaluate.py"), "--config", config,
+                             "--seeds-per-task", str(args.seeds_per_task), "--checkpoints",
+                             *[str(p) for _, _, p in order], *extra], work / "evaluate.log", env)
+    scores = [json.loads(line) for line in (work / "evaluate.log").read_text().splitlines()
+              if line.startswith('{"checkpoint"')]
+    if len(scores) != len(order):
+        raise SystemExit(f"evaluate.py printed {len(scores)} results for {len(order)} checkpoints")
+
+    def curve(label: str) -> list[dict]:
+        return [{"step": s, "success": r["success"], "per_task": r["per_task"]}
+                for (lab, s, _), r in zip(order, scores) if lab in (label, "sft")]
+
+    result = {
+        "config": os.path.relpath(config, ROOT), "overrides": extra, "steps": steps,
+        "episodes_per_checkpoint": scores[0]["episodes"],
+        "success_before": scores[0]["success"],
+        "success_after": curve("grpo")[-1]["success"],
+        "curve": curve("grpo"),
+        "control": ({"success_after": curve("control")[-1]["success"], "curve": curve("control")} if control
+                    else {"success_after": None, "curve": []}),
+        "sft": {k: sft.get(k) for k in ("demonstrations", "rows", "steps", "loss_before", "loss_after")},
+        "dropped_episodes": sum(r["dropped"] for r in scores),
+        "model_errors": sum(r["model_errors"] for r in scores),
+        "wall_s": {**wall, "total": round(time.monotonic() - started, 1)},
+        "workdir": str(work),
+    }
+    result["rise"] = round(result["success_after"] - result["success_before"], 4)
+    if control:
+        result["control"]["rise"] = round(result["control"]["success_after"] - result["success_before"], 4)
+    png = Path(args.plot) if args.plot else work / "learning.png"
+    plot(result, png)
+    result["plot"] = str(png)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return result
+
+
+def _config_steps(config: str, extra: list[str]) -> int:
+    cfg = _load_config(config, extra)
+    if not cfg.total_train_steps:
+        raise SystemExit("the config sets no total_train_steps; pass --steps")
+    return int(cfg.total_train_steps)
+
+
+if __name__ == "__main__":
+    main()
