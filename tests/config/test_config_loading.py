@@ -92,6 +92,17 @@ def test_cpu_overlay_starts_from_config_yaml(tmp_path, monkeypatch):
     assert cfg.actor.optimizer.type == "adam" and cfg.actor.optimizer.lr == 1e-5
 
 
+def test_learn_config_is_the_cpu_stack_on_curriculum_families_and_takes_the_control_switch(tmp_path, monkeypatch):
+    from cua_rl.local_gym import load_tasks
+
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = load(tmp_path, config="config.learn.yaml")
+    assert cfg.rollout.backend == "vllm:d1" and cfg.trajectory.shuffle_rewards is False
+    assert cfg.task_source.task_ids == cfg.sft.tasks
+    assert all(load_tasks().get(t).family for t in cfg.sft.tasks)
+    assert load(tmp_path / "c", "trajectory.shuffle_rewards=true", config="config.learn.yaml").trajectory.shuffle_rewards
+
+
 def test_the_test_vllm_server_is_the_one_the_cpu_config_launches(tmp_path, monkeypatch):
     """VLLMServer (tests, benches) must start vLLM exactly as AReaL does from config.cpu.yaml, so what the
     gates prove holds for training: the same server flags, the same CPU worker extension, the same
