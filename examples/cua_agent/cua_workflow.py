@@ -52,6 +52,10 @@ from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuf
 
 logger = logging.getLogger(__name__)
 
+# The live counts of every policy endpoint built in this process, keyed by the id of the counts dict (see
+# _write_endpoint_totals).
+_ENDPOINT_TOTALS: dict[int, dict[str, int]] = {}
+
 
 class CUAAgentWorkflow(RolloutWorkflow):
     """All arguments are plain values so AReaL can rebuild the workflow on a rollout worker."""
@@ -173,15 +177,23 @@ class CUAAgentWorkflow(RolloutWorkflow):
 
     def _write_endpoint_totals(self, endpoint: PolicyEndpoint) -> None:
         """This worker's running prompt-proof counts as JSON in ``stats_dir`` (the launcher's summary adds
-        them up: verified turns, mismatches refused, straddles regenerated, failed turns)."""
+        them up: verified turns, mismatches refused, straddles regenerated, failed turns). Summed over every
+        endpoint this process made: AReaL builds a new workflow instance for every submitted task
+        (``RemoteInfEngine._resolve_workflow``), so each group has its own endpoint, and writing only the
+        current one's counts reported 17 verified turns for a 20-step run."""
         if not self.stats_dir:
             return
+        _ENDPOINT_TOTALS[id(endpoint.totals)] = endpoint.totals   # held here, so the id stays unique
+        totals: dict[str, int] = {}
+        for counts in _ENDPOINT_TOTALS.values():
+            for k, v in counts.items():
+                totals[k] = totals.get(k, 0) + v
         try:
             kind = "eval" if self.is_eval else "train"
             path = Path(self.stats_dir) / "policy_endpoint" / f"{kind}-{socket.gethostname()}-{os.getpid()}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(endpoint.totals))
+            tmp.write_text(json.dumps(totals))
             os.replace(tmp, path)
         except OSError as exc:
             logger.warning("could not write the endpoint's counts to %s: %s", self.stats_dir, exc)
