@@ -52,9 +52,9 @@ from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuf
 
 logger = logging.getLogger(__name__)
 
-# The live counts of every policy endpoint built in this process, keyed by the id of the counts dict (see
-# _write_endpoint_totals).
-_ENDPOINT_TOTALS: dict[int, dict[str, int]] = {}
+# The live counts of every policy endpoint built in this process, by kind (train, eval) and the id of the
+# counts dict (see _write_endpoint_totals).
+_ENDPOINT_TOTALS: dict[tuple[str, int], dict[str, int]] = {}
 
 
 class CUAAgentWorkflow(RolloutWorkflow):
@@ -183,13 +183,14 @@ class CUAAgentWorkflow(RolloutWorkflow):
         current one's counts reported 17 verified turns for a 20-step run."""
         if not self.stats_dir:
             return
-        _ENDPOINT_TOTALS[id(endpoint.totals)] = endpoint.totals   # held here, so the id stays unique
+        kind = "eval" if self.is_eval else "train"
+        _ENDPOINT_TOTALS[(kind, id(endpoint.totals))] = endpoint.totals   # held here, so the id stays unique
         totals: dict[str, int] = {}
-        for counts in _ENDPOINT_TOTALS.values():
-            for k, v in counts.items():
-                totals[k] = totals.get(k, 0) + v
+        for (k_kind, _), counts in _ENDPOINT_TOTALS.items():
+            if k_kind == kind:
+                for k, v in counts.items():
+                    totals[k] = totals.get(k, 0) + v
         try:
-            kind = "eval" if self.is_eval else "train"
             path = Path(self.stats_dir) / "policy_endpoint" / f"{kind}-{socket.gethostname()}-{os.getpid()}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
