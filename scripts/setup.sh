@@ -13,6 +13,20 @@ PYTHON="${CUA_RL_PYTHON:-python3}"
 log() { printf '[setup] %s\n' "$*" >&2; }
 # One set-up at a time per machine: parallel test runs or clones wait here instead of racing apt or uv.
 mkdir -p "$CUA_RL_HOME"
+# apt and uv print hundreds of lines: they go to this log; the console gets one line per step and, when a
+# step fails, the log's last lines.
+SETUP_LOG="$CUA_RL_HOME/setup.log"
+step() {
+  local what="$1" t0=$SECONDS; shift
+  log "$what (details in $SETUP_LOG)"
+  printf '\n=== %s: %s\n' "$(date -Is)" "$what" >>"$SETUP_LOG"
+  if ! "$@" >>"$SETUP_LOG" 2>&1; then
+    log "FAILED: $what; the last lines of $SETUP_LOG:"
+    tail -n 40 "$SETUP_LOG" >&2
+    exit 1
+  fi
+  log "  done in $((SECONDS - t0)) s"
+}
 exec 9>"$CUA_RL_HOME/.setup.lock"
 flock 9
 
@@ -23,11 +37,11 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  log "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq >&2
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  step "updating the Debian package lists" $SUDO apt-get update -qq
+  step "installing ${#missing[@]} Debian packages: ${missing[*]}" \
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 # --- Which inference engine: decided here, once -------------------------------------------------
@@ -57,23 +71,23 @@ VENV="$CUA_RL_HOME/venv-$key"
 TOOLS="$CUA_RL_HOME/tools"
 export UV_CACHE_DIR="$CUA_RL_HOME/uv-cache" UV_PYTHON_DOWNLOADS=never
 if [ ! -x "$TOOLS/bin/uv" ]; then
-  log "bootstrapping pip and uv in $TOOLS"
-  "$PYTHON" -m venv "$TOOLS"
-  "$TOOLS/bin/python" -m pip install -q --upgrade pip uv >&2
+  step "creating the tools environment $TOOLS" "$PYTHON" -m venv "$TOOLS"
+  step "installing pip and uv into it" "$TOOLS/bin/python" -m pip install -q --upgrade pip uv
 fi
 UV="$TOOLS/bin/uv"
 if [ ! -f "$VENV/.complete" ]; then
-  log "creating $VENV for the $DEVICE (areal and vllm pull several GB the first time; later from the cache)"
   rm -rf "$VENV"
-  "$UV" venv -q --python "$(command -v "$PYTHON")" "$VENV" >&2
+  step "creating $VENV for the $DEVICE" "$UV" venv -q --python "$(command -v "$PYTHON")" "$VENV"
   # Dependencies first, from the cache when it is warm; the package itself is linked per clone below.
-  "$UV" pip install --python "$VENV/bin/python" -r "$ROOT/pyproject.toml" --extra test --extra "vllm-$DEVICE" \
-    --override "$OVERRIDES" >&2
+  step "installing areal, vllm and the rest (several GB the first time; later from the cache)" \
+    "$UV" pip install --python "$VENV/bin/python" -r "$ROOT/pyproject.toml" --extra test --extra "vllm-$DEVICE" \
+    --override "$OVERRIDES"
   touch "$VENV/.complete"
 fi
 # Link this clone's sources (editable, no dependencies: a second or so).
 if [ "$(cat "$VENV/.source" 2>/dev/null)" != "$ROOT" ]; then
-  "$UV" pip install -q --python "$VENV/bin/python" --no-deps -e "$ROOT" >&2
+  step "linking this clone ($ROOT) into the environment" \
+    "$UV" pip install -q --python "$VENV/bin/python" --no-deps -e "$ROOT"
   echo "$ROOT" > "$VENV/.source"
 fi
 ln -sfn "$VENV" "$CUA_RL_HOME/current"
