@@ -208,6 +208,28 @@ async def test_engine_failure_is_a_503_and_counted(processor):
         await close_loop_servers()
 
 
+async def test_engine_shutting_down_is_a_503_without_an_error_log(processor, caplog):
+    """AReaL's destroy() clears ``initialized`` before it closes the sessions of rollouts still in flight:
+    the failure that follows is the end of a run, logged at INFO (a clean shutdown printed ERROR lines)."""
+    class Stopping(EngineDouble):
+        initialized = False
+
+        async def agenerate(self, req):
+            raise RuntimeError("Session is closed")
+
+    ep_ = PolicyEndpoint(Stopping(processor.tokenizer), processor, processor.tokenizer, GenerationHyperparameters())
+    try:
+        ep = await ep_.open_episode()
+        with caplog.at_level("INFO", logger="cua_rl.policy.endpoint"):
+            r = await _post(ep, {"messages": [{"role": "user", "content": "hi"}]}, ep.key)
+        assert r.status_code == 503 and "shutting down" in r.json()["error"]["message"]
+        assert ep.failed_turns == 1 and ep.turns == []
+        assert not [rec for rec in caplog.records if rec.levelname == "ERROR"]
+        assert any("shutting down" in rec.getMessage() for rec in caplog.records)
+    finally:
+        await close_loop_servers()
+
+
 async def test_openai_sdk_client_plain_and_streaming(endpoint):
     from openai import AsyncOpenAI
 

@@ -197,6 +197,11 @@ class PolicyEndpoint:
         except Exception as exc:  # engine/infra failure: the workflow turns this episode into None
             ep.failed_turns += 1
             self.totals["failed_turns"] += 1
+            if not getattr(self.engine, "initialized", True):
+                # AReaL's destroy() clears `initialized` first, then closes the sessions of episodes still in
+                # flight (the next step's rollouts at the end of a run): an orderly stop, not an error.
+                logger.info("episode %s: generation stopped: the inference engine is shutting down", ep.id)
+                return 503, _err(503, "the inference engine is shutting down", "server_error")
             logger.error("episode %s: generation failed: %s: %s", ep.id, type(exc).__name__, exc)
             return 503, _err(503, f"policy generation failed ({type(exc).__name__})", "server_error")
         finally:
