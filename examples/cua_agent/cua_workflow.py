@@ -14,10 +14,13 @@ rejected, so a group never mixes tasks and a failure never shifts another group'
 Seeds: every episode of a group creates its execution with the same ``options.seed``, so a gym that
 generates instances (MiniWoB++) gives the whole group one instance and GRPO compares like with like;
 different groups get different seeds. Seeds are derived, never drawn: from the experiment ``seed``, the
-task, the policy version and how many groups of that task this workflow ran at that version (eval groups:
-the task alone, so every evaluation sees the same instances). A row's own integer ``seed`` wins. Gyms that
-ignore the seed are unaffected; the instance's concrete instruction, when the gym returns one, is what
-the agent is told.
+task, the policy version and how many groups of that task this process ran at that version (eval groups:
+the task alone, so every evaluation sees the same instances). The count is per process, not per workflow
+object: AReaL builds a new workflow for every submitted task, and a per-object count gave two groups of one
+task at one version (the next step's, submitted before the update) the same instance. Several rollout
+processes would each count from 0; the rank is not mixed in, so give them different ``seed``s. A row's own
+integer ``seed`` wins. Gyms that ignore the seed are unaffected; the instance's concrete instruction, when
+the gym returns one, is what the agent is told.
 
 Training Monitor (optional): with ``monitor_base_url`` and a token in the environment (PROJECT_TOKEN or
 MONITOR_PROJECT_TOKEN; never a kwarg, kwargs are logged and saved) each episode posts its rollout (running,
@@ -55,6 +58,8 @@ logger = logging.getLogger(__name__)
 # The live counts of every policy endpoint built in this process, by kind (train, eval) and the id of the
 # counts dict (see _write_endpoint_totals).
 _ENDPOINT_TOTALS: dict[tuple[str, int], dict[str, int]] = {}
+# Training groups started in this process per (task, policy version): the ``nth`` of their seeds.
+_GROUPS_RUN: collections.Counter[tuple[str, int]] = collections.Counter()
 
 
 class CUAAgentWorkflow(RolloutWorkflow):
@@ -91,7 +96,6 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self.monitor_training_id, self.is_eval = monitor_training_id, is_eval
         self.stats_dir = stats_dir
         self.seed, self.seed_instances = seed, seed_instances
-        self._groups_run: collections.Counter[tuple[str, int]] = collections.Counter()
         self._endpoint: PolicyEndpoint | None = None
         self._endpoint_engine = None
         self._reporter: EpisodeReporter | None = None
@@ -220,8 +224,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if self.is_eval:
             return instance_seed(self.seed, "eval", task_id, 0, 0)
         version = engine.get_version() if hasattr(engine, "get_version") else 0
-        nth = self._groups_run[(task_id, version)]
-        self._groups_run[(task_id, version)] += 1
+        nth = _GROUPS_RUN[(task_id, version)]
+        _GROUPS_RUN[(task_id, version)] += 1
         return instance_seed(self.seed, "train", task_id, version, nth)
 
     async def _reported_episode(self, engine, endpoint, data: dict, index: int,

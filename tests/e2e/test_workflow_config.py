@@ -60,6 +60,7 @@ def test_reward_variance_filter():
 def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
     from areal.api.cli_args import GenerationHyperparameters
 
+    import cua_workflow
     from cua_workflow import CUAAgentWorkflow
 
     class Engine:
@@ -73,10 +74,14 @@ def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
                                 gym_id="g", agent_base_url="http://a", group_size=4, seed=5, **kw)
 
     engine, row = Engine(), {"task_id": "click-test", "instruction": "x"}
-    a, b = workflow(), workflow()
+    cua_workflow._GROUPS_RUN.clear()                     # a fresh process
+    a = workflow()
     first = [a._group_seed(engine, row) for _ in range(3)]
-    assert first == [b._group_seed(engine, row) for _ in range(3)], "seeds must reproduce across runs"
     assert len(set(first)) == 3, "groups of one task at one version need different instances"
+    # AReaL builds a new workflow object per submitted task: the next one continues the process's count
+    assert workflow()._group_seed(engine, row) not in first, "a new workflow object repeated an instance"
+    cua_workflow._GROUPS_RUN.clear()                     # another run of the same experiment
+    assert first == [workflow()._group_seed(engine, row) for _ in range(3)], "seeds must reproduce across runs"
     engine.version = 4
     assert a._group_seed(engine, row) not in first
     assert a._group_seed(engine, {**row, "task_id": "click-button"}) != a._group_seed(engine, row)
