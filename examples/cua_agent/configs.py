@@ -124,8 +124,13 @@ class TaskSourceConfig:
     kind: str = "gym"
     task_file: str = ""
     task_ids: list[str] = field(default_factory=list)
+    # Each training task this many times per epoch: several GRPO groups of one task in a step, each on its
+    # own instance seed (for gyms that draw instances by seed, like the curriculum and MiniWoB++).
+    repeat: int = 1
 
     def __post_init__(self):
+        if self.repeat < 1:
+            raise ValueError(f"task_source.repeat must be >= 1, got {self.repeat}")
         if self.kind not in TASK_SOURCE_KINDS:
             raise ValueError(f"task_source.kind must be one of {TASK_SOURCE_KINDS}, got {self.kind!r}")
         if self.kind == "file" and not self.task_file:

@@ -152,6 +152,17 @@ async def test_ids_match_id_name_or_number_in_request_order(gym_server):
     assert train["task_id"] == ["uuid-4", "t007", "t011", "t001"] and evaluation is None
 
 
+async def test_repeat_lists_each_training_task_n_times_and_not_the_eval_split(gym_server):
+    source = TaskSourceConfig(kind="ids", task_ids=["t001", "t003", "t005", "t007"], repeat=3)
+    train, evaluation = await aload_task_datasets(cfg(gym_server.url, task_source=source, gym_train_ratio=0.75,
+                                                      gym_seed=1))
+    assert len(train) == 9 and len(set(train["task_id"])) == 3
+    assert all(train["task_id"].count(t) == 3 for t in set(train["task_id"]))
+    assert len(evaluation) == 1
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
+        TaskSourceConfig(kind="ids", task_ids=["t001"], repeat=0)
+
+
 async def test_unknown_ids_are_an_error_not_a_substitute(gym_server):
     source = TaskSourceConfig(kind="ids", task_ids=["t001", "nope", "999"])
     with pytest.raises(TaskSourceError, match=r"not found on the gym: nope, 999"):

@@ -98,7 +98,10 @@ def train_rows(rows: list[dict[str, Any]], model_path: str, out_dir: str, *, ste
             engine.train_lm([dict(rows[i]) for i in pick])
             engine.step_lr_scheduler()
             losses.append(_loss(engine, rows, "sft"))
-            logger.info("SFT step %d/%d: loss %.4f", step + 1, steps, losses[-1])
+            if (step + 1) % max(1, steps // 20) == 0 or step + 1 == steps:   # about 20 progress lines
+                per_step = (time.perf_counter() - t1) / (step + 1)
+                logger.info("SFT step %d/%d: loss %.4f (%.1f s a step, %.0f s to go)", step + 1, steps,
+                            losses[-1], per_step, per_step * (steps - step - 1))
         train_s = time.perf_counter() - t1
         after = _evaluate(engine, rows)
         processor = AutoProcessor.from_pretrained(model_path)
