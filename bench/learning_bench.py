@@ -16,7 +16,8 @@ success per evaluated step, step 0 = warm start), ``control`` (its curve and fin
 figures), ``wall_s`` per stage, and what was run.
 
 Usage: python bench/learning_bench.py [--config examples/cua_agent/config.learn.yaml] [--steps N]
-       [--seeds-per-task N] [--eval-every K] [--no-control] [--workdir DIR] [--out JSON] [--plot PNG]
+       [--seeds-per-task N] [--eval-every K] [--no-control] [--warm-start DIR] [--workdir DIR] [--out JSON]
+       [--plot PNG]
        [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
 """
 
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds-per-task", type=int, default=32, help="held-out instances per family")
     parser.add_argument("--eval-every", type=int, default=2, help="evaluate every K-th step's checkpoint")
     parser.add_argument("--no-control", action="store_true", help="skip the shuffled-rewards run")
+    parser.add_argument("--warm-start", default="", help="an SFT checkpoint to start from (skips stage 1)")
     parser.add_argument("--workdir", default="", help="where runs and logs go (default: a new temp dir)")
     parser.add_argument("--out", default="", help="also write the JSON here")
     parser.add_argument("--plot", default="", help="PNG of the curves (default: <workdir>/learning.png)")
@@ -162,10 +164,15 @@ def main(argv: list[str] | None = None) -> dict:
     wall: dict[str, float] = {}
     started = time.monotonic()
 
-    warm = work / "sft"
-    wall["sft"] = _run([sys.executable, "-m", "cua_rl.sft", "--config", config, f"sft.output_dir={warm}", *extra],
-                       work / "sft.log", env)
-    sft = _json_line(work / "sft.log", "demonstrations")
+    if args.warm_start:
+        warm, sft = Path(args.warm_start).resolve(), {"checkpoint": args.warm_start}
+        if not (warm / "config.json").is_file():
+            raise SystemExit(f"--warm-start {warm}: not an HF checkpoint (no config.json)")
+    else:
+        warm = work / "sft"
+        wall["sft"] = _run([sys.executable, "-m", "cua_rl.sft", "--config", config, f"sft.output_dir={warm}",
+                            *extra], work / "sft.log", env)
+        sft = _json_line(work / "sft.log", "demonstrations")
     wall["rl"], rl = _rl("grpo", config, warm, steps, work, env, extra)
     control = {}
     if not args.no_control:
@@ -195,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
         "curve": curve("grpo"),
         "control": ({"success_after": curve("control")[-1]["success"], "curve": curve("control")} if control
                     else {"success_after": None, "curve": []}),
-        "sft": {k: sft.get(k) for k in ("demonstrations", "rows", "steps", "loss_before", "loss_after")},
+        "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "rows", "steps", "loss_before", "loss_after")},
         "dropped_episodes": sum(r["dropped"] for r in scores),
         "model_errors": sum(r["model_errors"] for r in scores),
         "wall_s": {**wall, "total": round(time.monotonic() - started, 1)},
