@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cua_rl.console import TrainerConsole
 from cua_rl.logs import setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 
@@ -177,17 +178,29 @@ def _prepare_cpu(config) -> dict[str, str]:
     return dict(CPU_ENV)
 
 
-def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path) -> int:
-    """Run train.py in its own process group, mirroring its output to the console and ``log_file``."""
+def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_steps: int | None = None) -> int:
+    """Run train.py in its own process group: all its output to ``log_file``, and to the console through
+    ``TrainerConsole`` (one line per step instead of AReaL's statistics table; CUA_RL_CONSOLE=full: all)."""
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    console = None if os.environ.get("CUA_RL_CONSOLE") == "full" else TrainerConsole(total_steps, str(log_file))
+
+    def show(lines: list[str]) -> None:
+        for text in lines:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
 
     def pump() -> None:
         with open(log_file, "ab") as f:
             for line in iter(proc.stdout.readline, b""):
-                sys.stdout.buffer.write(line)
-                sys.stdout.flush()
                 f.write(line)
+                if console is None:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.flush()
+                else:
+                    show(console.feed(line.decode("utf-8", errors="replace")))
+            if console is not None:
+                show(console.close())
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -291,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                 env.update(_prepare_cpu(config))
             cmd = [sys.executable, str(EXAMPLE_DIR / "train.py"), "--config", config_file, *overrides]
             logger.info("starting the trainer: %s", " ".join(cmd[:4]) + " ...")
-            rc = _run_trainer(cmd, env, paths.logs / "train.log")
+            rc = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps)
         except KeyboardInterrupt:
             logger.warning("interrupted; shutting everything down")
             rc = 130
