@@ -87,13 +87,10 @@ def _experiment(config: str, extra: list[str]) -> str:
 
 
 def _load_config(config: str, extra: list[str]):
-    """The CUAConfig the stages will see (config file plus the overrides)."""
-    sys.path.insert(0, str(EXAMPLE))
-    from areal.api.cli_args import load_expr_config
+    """The CUAConfig the stages will see (config file plus the overrides), loaded as the launcher does."""
+    from cua_rl.launch import load_config
 
-    from configs import CUAConfig
-
-    return load_expr_config(["--config", config, *extra], CUAConfig)[0]
+    return load_config(config, extra)
 
 
 def eval_steps(steps: int, every: int) -> list[int]:

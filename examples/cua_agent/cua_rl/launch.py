@@ -123,13 +123,20 @@ def read_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return scalars
 
 
-def _load_config(config_file: str, overrides: list[str]):
+def load_config(config_file: str, overrides: list[str]):
+    """The validated CUAConfig of ``config_file`` plus ``overrides``. AReaL's loader saves a config.yaml
+    into the trial's log directory; under the ``auto`` placeholder that directory is removed again when
+    the file is all it holds (the real trial name is chosen later)."""
     sys.path.insert(0, str(EXAMPLE_DIR))
     from areal.api.cli_args import load_expr_config
 
     from configs import CUAConfig
 
     config, _ = load_expr_config(["--config", config_file, *overrides], CUAConfig)
+    if config.trial_name == AUTO_TRIAL:
+        stray = RunPaths.of(config).logs
+        if stray.is_dir() and {p.name for p in stray.iterdir()} <= {"config.yaml"}:
+            shutil.rmtree(stray)
     return config
 
 
@@ -279,14 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     config_file = str(Path(args.config).resolve())
     overrides = list(args.overrides)
-    config = _load_config(config_file, overrides)  # validates the config before anything starts
+    config = load_config(config_file, overrides)  # validates the config before anything starts
     if config.trial_name == AUTO_TRIAL:
-        stray = RunPaths.of(config).logs  # loading saved config.yaml under the placeholder name
-        if stray.is_dir() and {p.name for p in stray.iterdir()} <= {"config.yaml"}:
-            shutil.rmtree(stray)
         trial = new_trial_name(lambda name: RunPaths.of(config, name))
         overrides.append(f"trial_name={trial}")
-        config = _load_config(config_file, overrides)
+        config = load_config(config_file, overrides)
     paths = RunPaths.of(config)
     claim_run_dir(paths, config.trial_name, config.existing_run)
     logger.info("run %s/%s: logs %s", config.experiment_name, config.trial_name, paths.logs)
