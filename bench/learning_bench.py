@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cua_rl.launch import load_config   # the config the stages will see, loaded as the launcher does
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cua_agent"
 DEFAULT_CONFIG = EXAMPLE / "config.learn.yaml"
@@ -83,14 +85,7 @@ def _rl(label: str, config: str, warm: Path, steps: int, work: Path, env: dict, 
 
 
 def _experiment(config: str, extra: list[str]) -> str:
-    return _load_config(config, extra).experiment_name
-
-
-def _load_config(config: str, extra: list[str]):
-    """The CUAConfig the stages will see (config file plus the overrides), loaded as the launcher does."""
-    from cua_rl.launch import load_config
-
-    return load_config(config, extra)
+    return load_config(config, extra).experiment_name
 
 
 def eval_steps(steps: int, every: int) -> list[int]:
@@ -219,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _config_steps(config: str, extra: list[str]) -> int:
-    cfg = _load_config(config, extra)
+    cfg = load_config(config, extra)
     if not cfg.total_train_steps:
         raise SystemExit("the config sets no total_train_steps; pass --steps")
     return int(cfg.total_train_steps)

@@ -55,9 +55,9 @@ from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuf
 
 logger = logging.getLogger(__name__)
 
-# The live counts of every policy endpoint built in this process, by kind (train, eval) and the id of the
-# counts dict (see _write_endpoint_totals).
-_ENDPOINT_TOTALS: dict[tuple[str, int], dict[str, int]] = {}
+# The live counts of every policy endpoint built in this process, per kind ("train", "eval"); registered
+# when the endpoint is built, summed by _write_endpoint_totals.
+_ENDPOINT_TOTALS: collections.defaultdict[str, list[dict[str, int]]] = collections.defaultdict(list)
 # Training groups started in this process per (task, policy version): the ``nth`` of their seeds.
 _GROUPS_RUN: collections.Counter[tuple[str, int]] = collections.Counter()
 
@@ -109,6 +109,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
             processor, tokenizer = load_hf_processor_and_tokenizer(self.model_path)
             self._endpoint = PolicyEndpoint(engine, processor, tokenizer, self.gconfig, self.settings)
             self._endpoint_engine = engine
+            _ENDPOINT_TOTALS[self._kind].append(self._endpoint.totals)
         return self._endpoint
 
     # ---- the monitor reporter, one per event loop (its HTTP client belongs to the loop) ------------------
@@ -163,7 +164,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 outcomes.append(res)
         scope = stats_tracker.get(workflow_context.stat_scope())
         if endpoint is not None:
-            self._write_endpoint_totals(endpoint)
+            self._write_endpoint_totals()
         for o in outcomes:
             scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
                          num_turns=len(o.turns), episode_seconds=o.info["seconds"])
@@ -179,7 +180,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
         return group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
                            style=self.export_style, discount=self.turn_discount)
 
-    def _write_endpoint_totals(self, endpoint: PolicyEndpoint) -> None:
+    @property
+    def _kind(self) -> str:
+        return "eval" if self.is_eval else "train"
+
+    def _write_endpoint_totals(self) -> None:
         """This worker's running prompt-proof counts as JSON in ``stats_dir`` (the launcher's summary adds
         them up: verified turns, mismatches refused, straddles regenerated, failed turns). Summed over every
         endpoint this process made: AReaL builds a new workflow instance for every submitted task
@@ -187,15 +192,13 @@ class CUAAgentWorkflow(RolloutWorkflow):
         current one's counts reported 17 verified turns for a 20-step run."""
         if not self.stats_dir:
             return
-        kind = "eval" if self.is_eval else "train"
-        _ENDPOINT_TOTALS[(kind, id(endpoint.totals))] = endpoint.totals   # held here, so the id stays unique
         totals: dict[str, int] = {}
-        for (k_kind, _), counts in _ENDPOINT_TOTALS.items():
-            if k_kind == kind:
-                for k, v in counts.items():
-                    totals[k] = totals.get(k, 0) + v
+        for counts in _ENDPOINT_TOTALS[self._kind]:
+            for k, v in counts.items():
+                totals[k] = totals.get(k, 0) + v
         try:
-            path = Path(self.stats_dir) / "policy_endpoint" / f"{kind}-{socket.gethostname()}-{os.getpid()}.json"
+            name = f"{self._kind}-{socket.gethostname()}-{os.getpid()}.json"
+            path = Path(self.stats_dir) / "policy_endpoint" / name
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(totals))
