@@ -104,6 +104,7 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
             assert stats["median_abs_diff"] < 1e-3 and stats["max_abs_diff"] < 1e-2, stats
 
         actor.config.temperature = 1.0
+        _assert_a_small_step_follows_the_advantages(actor, outcomes)
         before = {k: v.detach().clone() for k, v in actor.model.state_dict().items()}
         batch["prox_logp"] = logp
         actor.ppo_update(actor.compute_advantages([batch]))
@@ -132,6 +133,36 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
         rollout.destroy()
         actor.destroy()
         httpx.post(vllm_server.url + "/areal_update_weights", json={"model_path": tiny_model_dir}, timeout=300)
+
+
+def _assert_a_small_step_follows_the_advantages(actor, outcomes, lr: float = 1e-5) -> None:
+    """The direction of a PPO step (at a small learning rate; the test's own step is made large to move vLLM's
+    weights): the advantage-weighted log-likelihood rises and the rewarded episodes' tokens gain more than
+    the others. A sign error in the advantages, rewards on the wrong rows or a loss mask shifted off the
+    generated tokens fails here. (Both kinds of row may gain: Adam's first step moves every parameter by
+    about lr, which on this random model also shrinks the mass of the ~150k never-sampled tokens.)"""
+    batch = group_batch(outcomes)
+    (logp_before,) = actor.compute_logp([group_batch(outcomes)])
+    batch["prox_logp"] = logp_before
+    (advantaged,) = actor.compute_advantages([batch])
+    lrs = [g["lr"] for g in actor.optimizer.param_groups]
+    for g in actor.optimizer.param_groups:
+        g["lr"] = lr
+    try:
+        actor.ppo_update([advantaged])
+    finally:
+        for g, old in zip(actor.optimizer.param_groups, lrs):
+            g["lr"] = old
+    (logp_after,) = actor.compute_logp([group_batch(outcomes)])
+    mask = advantaged["loss_mask"].bool()  # rolled: position t scores token t+1, as logp does
+    delta = (logp_after - logp_before).masked_fill(~mask, 0.0)
+    objective = float((advantaged["advantages"] * delta).sum())
+    rewarded = torch.tensor([o.reward > 0 for o in outcomes for _ in o.turns])
+    per_row = delta.sum(-1) / mask.sum(-1)
+    up, down = float(per_row[rewarded].mean()), float(per_row[~rewarded].mean())
+    print(f"GATE PPO step direction (lr {lr:g}): sum(A * dlogp) {objective:+.4f}; mean dlogp per token: "
+          f"rewarded rows {up:+.4f}, unrewarded rows {down:+.4f}")
+    assert objective > 0 and up > down, (objective, up, down)
 
 
 def _hf_logprobs(model_dir: str, turn, temperature: float) -> torch.Tensor:

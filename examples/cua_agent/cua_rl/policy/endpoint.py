@@ -5,6 +5,10 @@ the engine generates with the *trainer's* ``gconfig`` (the agent's sampling fiel
 logged: on-policy RL needs a known behaviour policy), and the reply carries the text plus vLLM-style
 ``token_ids``/``prompt_token_ids``/``logprobs`` so agents that log responses keep them.
 
+CPU work (decoding, shrinking and patchifying screenshots, templating) runs in a thread pool as wide as
+the machine, never on the event loop and never behind one lock: with 64 episodes in flight the endpoint
+must not serialise every turn. Each distinct screenshot is processed once per episode (``Episode.images``).
+
 Exact prompts on vLLM (``vllm_proof``): every HTTP attempt asks vLLM for the prompt ids it used; a turn
 whose ids differ from the processor's in any attempt is refused (503), counted in ``prompt_mismatches``
 and never recorded. ``tools`` reach vLLM's template the same way they reach ours.
@@ -19,18 +23,21 @@ versions are kept there (AReaL's partial rollouts).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
 import secrets
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from .images import BadImage, ImageFetchLimits, decode_data_url, decode_image_url, fit_pixels
-from .prompt import BadRequest, build_prompt, parse_messages
+from .images import BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
+from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
 from .server import get_loop_server
 from .vllm_proof import install as install_prompt_proof
@@ -120,7 +127,7 @@ class PolicyEndpoint:
         self.vision_ids = vision_token_ids(processor)
         self.totals = {"verified_turns": 0, "prompt_mismatches": 0, "straddles": 0, "vision_token_outputs": 0,
                        "failed_turns": 0}
-        self._cpu_lock = asyncio.Lock()  # one processor run at a time, off the event loop
+        self._cpu = _cpu_pool()
         self._http: aiohttp.ClientSession | None = None
 
     # ---- episodes -------------------------------------------------------------------------------
@@ -140,6 +147,7 @@ class PolicyEndpoint:
         if ep.server is not None:
             ep.server.routes.pop(ep.key, None)
         ep.closed = True
+        ep.images = {}  # the prepared screenshots; the turns keep their own tensors
 
     @asynccontextmanager
     async def episode(self):
@@ -165,8 +173,7 @@ class PolicyEndpoint:
             if len(parsed.image_urls) > self.settings.max_images_per_request:
                 raise BadRequest(f"{len(parsed.image_urls)} images exceed the limit of "
                                  f"{self.settings.max_images_per_request} per request")
-            images = [await decode_image_url(u, self._session, self.settings.image_limits)
-                      for u in parsed.image_urls]
+            images = await self._prepare_images(ep, parsed.image_urls)
             tools = body.get("tools")
             if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
                 raise BadRequest("'tools' must be a list of tool objects ({\"type\": \"function\", ...})")
@@ -175,8 +182,7 @@ class PolicyEndpoint:
                 # would template without the tools and sample from a prompt we do not train on.
                 raise BadRequest("'tools' with images need the vLLM prompt proof, which this engine lacks: "
                                  "put the tool specification in the system prompt")
-            async with self._cpu_lock:
-                prompt = await asyncio.to_thread(self._build, parsed, images, tools)
+            prompt = await self._on_cpu(build_prompt, self.processor, self.tokenizer, parsed, images, tools)
             if len(prompt.input_ids) >= self.gconfig.max_tokens:
                 raise BadRequest(f"prompt has {len(prompt.input_ids)} tokens; the policy allows "
                                  f"{self.gconfig.max_tokens} in total")
@@ -230,8 +236,31 @@ class PolicyEndpoint:
         ep.turns.append(turn)
         return 200, self._completion_json(ep, turn)
 
-    def _build(self, parsed, images, tools):
-        return prompt_inputs(self.processor, self.tokenizer, self.settings, parsed, images, tools)
+    async def _on_cpu(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
+
+    async def _prepare_images(self, ep: Episode, urls: list[str]) -> list[PreparedImage]:
+        """The request's images, each prepared once per episode (in parallel); the episode keeps only this
+        request's, since an agent never sends back a screenshot it has dropped from its history."""
+        keyed = await asyncio.gather(*(self._prepared(ep, url) for url in urls))
+        ep.images = dict(keyed)
+        return [prepared for _, prepared in keyed]
+
+    async def _prepared(self, ep: Episode, url: str) -> tuple[str, PreparedImage]:
+        limits, s = self.settings.image_limits, self.settings
+        if url.startswith("data:"):
+            key = await self._on_cpu(_content_key, url)
+            if key in ep.images:
+                return key, ep.images[key]
+            decoded = await self._on_cpu(decode_data_url, url, limits)
+        elif url.split(":", 1)[0].lower() in ("http", "https"):
+            decoded = await fetch_http_image(url, await self._session(), limits)
+            key = await self._on_cpu(_content_key, decoded.b64)
+            if key in ep.images:
+                return key, ep.images[key]
+        else:
+            raise BadImage(f"unsupported image URL scheme {url.split(':', 1)[0].lower()!r} (use data: or http(s):)")
+        return key, await self._on_cpu(prepare_image, self.processor, decoded, s.min_pixels, s.max_pixels)
 
     async def _generate(self, ep: Episode, prompt, tools: list | None = None):
         """The engine's response, proved on vLLM; None when every try straddled a weight update or sampled a
@@ -312,12 +341,12 @@ class PolicyEndpoint:
             self._http = None
 
 
-def prompt_inputs(processor, tokenizer, settings: EndpointSettings, parsed, images, tools=None):
-    """The one way a request's parsed messages and decoded images become the prompt the policy sees and
-    trains on: images shrunk to the endpoint's pixel bounds, then the processor (``build_prompt``). Used by
-    every policy turn and by the SFT demonstrations (``cua_rl.sft``), so both train on the same ids."""
-    images = [fit_pixels(d, settings.min_pixels, settings.max_pixels) for d in images]
-    return build_prompt(processor, tokenizer, parsed, images, tools)
+def prompt_inputs(processor, tokenizer, settings: EndpointSettings, parsed, images: list[DecodedImage], tools=None):
+    """A request's parsed messages and decoded images -> the prompt the policy sees and trains on, as the
+    endpoint builds it (``prepare_image`` per image, then ``build_prompt``) but without a per-episode cache.
+    Used by the SFT demonstrations (``cua_rl.sft``), so they train on the same ids as policy turns."""
+    prepared = [prepare_image(processor, d, settings.min_pixels, settings.max_pixels) for d in images]
+    return build_prompt(processor, tokenizer, parsed, prepared, tools)
 
 
 def prompt_from_messages(processor, tokenizer, settings: EndpointSettings, messages, tools=None):
@@ -326,6 +355,22 @@ def prompt_from_messages(processor, tokenizer, settings: EndpointSettings, messa
     parsed = parse_messages(messages, settings.max_screenshots_in_history)
     images = [decode_data_url(u, settings.image_limits) for u in parsed.image_urls]
     return prompt_inputs(processor, tokenizer, settings, parsed, images, tools)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _cpu_pool() -> ThreadPoolExecutor:
+    """One pool per process for every endpoint's CPU work, one thread per core (PIL and torch release the
+    GIL while they work, so the threads do run in parallel)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0)), thread_name_prefix="policy-cpu")
+    return _POOL
+
+
+def _content_key(data: str) -> str:
+    return hashlib.sha256(data.encode("ascii", "replace")).hexdigest()
 
 
 def vision_token_ids(processor) -> frozenset[int]:

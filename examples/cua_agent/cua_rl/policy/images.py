@@ -116,17 +116,6 @@ async def fetch_http_image(url: str, session: aiohttp.ClientSession, limits: Ima
     return DecodedImage(b64=base64.b64encode(raw).decode("ascii"), image=_open(raw, "image URL"), source=scheme)
 
 
-async def decode_image_url(url: str, session_factory, limits: ImageFetchLimits) -> DecodedImage:
-    """Decode one image URL. ``session_factory`` is an async callable returning an aiohttp session
-    (only awaited for http(s) URLs, so data-URL-only traffic never opens a client)."""
-    if url.startswith("data:"):
-        return decode_data_url(url, limits)
-    scheme = url.split(":", 1)[0].lower()
-    if scheme in ("http", "https"):
-        return await fetch_http_image(url, await session_factory(), limits)
-    raise BadImage(f"unsupported image URL scheme {scheme!r} (use data: or http(s):)")
-
-
 def fit_pixels(decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> DecodedImage:
     """Rescale (keeping the aspect ratio) into [min_pixels, max_pixels] and re-encode as PNG.
 

@@ -4,17 +4,30 @@
 Why the processor and not the tokenizer: a VLM's processor replaces each image placeholder by as many
 image tokens as the image's patch grid needs. AReaL's own proxy tokenises with the plain tokenizer (one
 placeholder per image), so its training rows do not match what the model saw (DESIGN.md §2).
+
+Why images are prepared one by one (``prepare_image``): an agent resends its last few screenshots every turn,
+so an endpoint that ran the processor over the whole prompt would decode, shrink and patchify each
+screenshot up to ``max_screenshots_in_history`` times. A prepared image (shrunk, its ``pixel_values`` and
+grid) is computed once per episode and the prompt is assembled from the pieces: the template's text with
+each placeholder expanded to its grid's token count, then the tokenizer. That is what the processor's own
+call does; ``split_matches_whole`` checks it once per processor against the whole call (ids and tensors
+equal) and falls back to the whole call where a processor differs.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from PIL import Image
 
-from .images import BadImage, DecodedImage, image_url_of
+from .images import BadImage, DecodedImage, fit_pixels, image_url_of
+
+logger = logging.getLogger(__name__)
 
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 _TEXT_PART_TYPES = {"text", "input_text", "output_text"}
@@ -43,6 +56,93 @@ class PromptInputs:
     images: list[DecodedImage]
     for_vllm: list[dict[str, Any]]
     text: str
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """One image ready for prompts: ``decoded`` is shrunk to the endpoint's pixel bounds (the bytes the engine
+    gets); ``pixel_values``/``grid_thw`` are the processor's for this image alone (None: the processor runs
+    over the whole prompt instead, see ``split_matches_whole``)."""
+
+    decoded: DecodedImage
+    pixel_values: torch.Tensor | None = None
+    grid_thw: torch.Tensor | None = None
+
+
+# Fast tokenizers are not safe to call from several threads at once ("Already borrowed"); image work is.
+_TEXT_LOCK = threading.Lock()
+_SPLIT_OK: dict[int, bool] = {}  # id(processor) -> per-image preparation proved equal to the whole call
+
+
+def prepare_image(processor, decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> PreparedImage:
+    """Shrink one image into the pixel bounds and, where the processor allows it, run its image processor on
+    it alone. CPU-bound and thread-safe: call it from a worker thread."""
+    fitted = fit_pixels(decoded, min_pixels, max_pixels)
+    if processor is None or not split_matches_whole(processor):
+        return PreparedImage(fitted)
+    return _image_tensors(processor, fitted)
+
+
+def _image_tensors(processor, fitted: DecodedImage) -> PreparedImage:
+    out = processor.image_processor(images=[fitted.image], return_tensors="pt")
+    return PreparedImage(fitted, out["pixel_values"], out["image_grid_thw"])
+
+
+def _splittable(processor) -> bool:
+    """Does the processor follow the Qwen-VL contract the split path relies on (one placeholder per image,
+    expanded to grid t*h*w / merge_size**2 tokens)?"""
+    image_processor = getattr(processor, "image_processor", None)
+    return (isinstance(getattr(processor, "image_token", None), str)
+            and isinstance(getattr(image_processor, "merge_size", None), int) and callable(image_processor))
+
+
+def split_matches_whole(processor) -> bool:
+    """Once per processor: assemble a two-image prompt from per-image pieces and from the processor's whole
+    call; use the pieces only if ids and tensors are equal."""
+    known = _SPLIT_OK.get(id(processor))
+    if known is not None:
+        return known
+    ok = False
+    if _splittable(processor):
+        try:
+            ok = _split_equals_whole(processor)
+        except Exception as exc:  # any surprise means: do not trust the split path for this processor
+            logger.warning("per-image processing check failed for %s (%s: %s)", type(processor).__name__,
+                           type(exc).__name__, exc)
+    if not ok:
+        logger.warning("%s: screenshots are processed with the whole prompt on every turn (the per-image "
+                       "pieces did not reproduce its output)", type(processor).__name__)
+    _SPLIT_OK[id(processor)] = ok
+    return ok
+
+
+def _split_equals_whole(processor) -> bool:
+    pictures = []
+    for i, size in enumerate(((96, 64), (64, 128))):  # two shapes: different grids, no batching by shape
+        img = Image.new("RGB", size, (40 * i, 120, 200))
+        img.paste((250, 30 * i, 10), (8, 8, size[0] // 2, size[1] // 2))
+        pictures.append(_image_tensors(processor, DecodedImage("", img, "check")))
+    parsed = ParsedMessages(for_template=[{"role": "user", "content": [
+        {"type": "image"}, {"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}],
+        for_vllm=[], image_urls=["", ""])
+    split = _assemble(processor, processor.tokenizer, parsed, pictures, None)
+    whole = _assemble(processor, processor.tokenizer, parsed, [PreparedImage(p.decoded) for p in pictures], None)
+    return (split.input_ids == whole.input_ids and split.mm_token_type_ids == whole.mm_token_type_ids
+            and split.multi_modal_input.keys() == whole.multi_modal_input.keys()
+            and all(torch.equal(split.multi_modal_input[k], whole.multi_modal_input[k])
+                    for k in split.multi_modal_input))
+
+
+def expand_image_tokens(text: str, image_token: str, grids: list[torch.Tensor], merge_size: int) -> str:
+    """Each image placeholder in ``text`` -> as many placeholders as its image has merged patches."""
+    pieces = text.split(image_token)
+    if len(pieces) - 1 != len(grids):
+        raise BadRequest(f"chat template produced {len(pieces) - 1} image placeholders for {len(grids)} images")
+    out = [pieces[0]]
+    for grid, rest in zip(grids, pieces[1:]):
+        out.append(image_token * (int(grid.prod()) // merge_size ** 2))
+        out.append(rest)
+    return "".join(out)
 
 
 def _drop_nulls(d: dict) -> dict:
@@ -102,11 +202,16 @@ def parse_messages(messages: Any, keep_images: int | None = None) -> ParsedMessa
     return ParsedMessages(for_template=for_template, for_vllm=for_vllm, image_urls=urls)
 
 
-def build_prompt(processor, tokenizer, parsed: ParsedMessages, images: list[DecodedImage],
+def build_prompt(processor, tokenizer, parsed: ParsedMessages, images: list[PreparedImage],
                  tools: list | None = None) -> PromptInputs:
-    """Run the chat template and the processor exactly once; CPU-bound, call it off the event loop."""
+    """Run the chat template and assemble the prompt from prepared images; CPU-bound, call it off the event
+    loop (thread-safe)."""
     if len(images) != len(parsed.image_urls):
         raise BadRequest("internal: decoded image count differs from image parts")
+    return _assemble(processor, tokenizer, parsed, images, tools)
+
+
+def _assemble(processor, tokenizer, parsed: ParsedMessages, images: list[PreparedImage], tools) -> PromptInputs:
     kwargs = {"tools": tools} if tools else {}
     templater = processor if processor is not None else tokenizer
     try:
@@ -117,19 +222,28 @@ def build_prompt(processor, tokenizer, parsed: ParsedMessages, images: list[Deco
     if processor is None:
         if images:
             raise BadRequest("this model has no image processor; remove the image parts")
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        with _TEXT_LOCK:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         return PromptInputs(list(ids), None, None, [], parsed.for_vllm, text)
 
     image_token = getattr(processor, "image_token", None)
     if image_token is not None and text.count(image_token) != len(images):
         raise BadRequest(f"chat template produced {text.count(image_token)} image placeholders "
                          f"for {len(images)} images")
-    out = processor(images=[d.image for d in images] or None, text=[text], return_tensors="pt")
+    mmi = None
+    if images and all(p.pixel_values is not None for p in images):
+        grids = [p.grid_thw for p in images]
+        expanded = expand_image_tokens(text, image_token, [g[0] for g in grids], processor.image_processor.merge_size)
+        with _TEXT_LOCK:
+            out = processor(text=[expanded], return_tensors="pt")
+        mmi = {"pixel_values": torch.cat([p.pixel_values for p in images]), "image_grid_thw": torch.cat(grids)}
+    else:
+        with _TEXT_LOCK:
+            out = processor(images=[p.decoded.image for p in images] or None, text=[text], return_tensors="pt")
+        if images:
+            mmi = {"pixel_values": out["pixel_values"]}
+            if "image_grid_thw" in out:
+                mmi["image_grid_thw"] = out["image_grid_thw"]
     ids = out["input_ids"][0].tolist()
     mm = out["mm_token_type_ids"][0].tolist() if "mm_token_type_ids" in out else None
-    mmi = None
-    if images:
-        mmi = {"pixel_values": out["pixel_values"]}
-        if "image_grid_thw" in out:
-            mmi["image_grid_thw"] = out["image_grid_thw"]
-    return PromptInputs(ids, mm, mmi, images, parsed.for_vllm, text)
+    return PromptInputs(ids, mm, mmi, [p.decoded for p in images], parsed.for_vllm, text)
