@@ -183,5 +183,7 @@ async def test_pointer_actions_drag_right_click_scroll(gym):
             assert menu == {"ok": True, "screen_changed": True}       # the context menu opened
             closed = await c.act(eid, {"type": "key", "keys": ["Escape"]})
             assert closed == {"ok": True, "screen_changed": True}
+            # a key that draws nothing: the settle wait sees no change (X DAMAGE reports none)
+            assert await c.act(eid, {"type": "key", "keys": ["shift"]}) == {"ok": True, "screen_changed": False}
             assert (await c.act(eid, {"type": "scroll", "x": 0.6, "y": 0.6, "dy": 3}))["ok"] is True
             assert (await c.act(eid, {"type": "tap", "x_norm": 0.6, "y_norm": 0.9}))["ok"] is True
