@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,11 +46,24 @@ def _run(cmd: list[str], log: Path, env: dict[str, str]) -> float:
     print(f"[learning-bench] {' '.join(cmd[:6])} ... (log {log})", file=sys.stderr, flush=True)
     started = time.monotonic()
     with open(log, "w") as out:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C or SIGTERM (see main): stop the stage, which ends its own servers
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
     if rc != 0:
         tail = log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"stage failed (exit {rc}): {' '.join(cmd)}\n--- {log} (tail) ---\n{tail}")
     return round(time.monotonic() - started, 1)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _json_line(log: Path, first_key: str) -> dict:
@@ -144,6 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--plot", default="", help="PNG of the curves (default: <workdir>/learning.png)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage")
     args = parser.parse_args(argv)
+    # SIGTERM ends the bench like Ctrl-C, so the running stage is stopped rather than left training.
+    signal.signal(signal.SIGTERM, _interrupt)
     config = str(Path(args.config).resolve())
     work = Path(args.workdir or tempfile.mkdtemp(prefix="learning-bench-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
