@@ -115,6 +115,26 @@ async def test_gym_refuses(gym, case):
     assert snapshot(server) == before, f"{case.name} changed the gym's executions or desktops"
 
 
+async def test_a_caller_that_hangs_up_mid_body_ends_quietly(gym, caplog):
+    """An agent run cancelled while its action is sent (every run still in flight when training stops): the
+    request ends without an 'Exception in ASGI application' traceback and changes nothing."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    server, eid = gym
+    before = snapshot(server)
+    url = urlsplit(server.url)
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    writer.write(f"POST {G}/executions/{eid}/actions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: 500\r\n\r\n{{\"action\": ".encode())
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    writer.close()  # hang up with most of the body unsent
+    await asyncio.sleep(0.5)
+    assert snapshot(server) == before
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage() for r in caplog.records]
+
+
 async def test_gym_is_healthy_after_the_corpus(gym):
     server, eid = gym
     assert len(CASES) >= 30

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
 # Our own payloads nest at most ~15 levels (an OpenAI tool's JSON schema, a Hydra config); 64 leaves room
@@ -98,5 +99,11 @@ class BodyLimit:
 
 
 def limit_body(app, max_bytes: int, routes: dict[str, int] | None = None) -> None:
-    """Cap request bodies of the FastAPI/Starlette ``app`` (see ``BodyLimit``)."""
+    """Cap request bodies of the FastAPI/Starlette ``app`` (see ``BodyLimit``); a caller that hangs up while
+    its body is read (an agent run cancelled at shutdown) ends that request quietly, not as a traceback."""
     app.add_middleware(BodyLimit, max_bytes=max_bytes, routes=routes)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
+
+
+async def _client_gone(request, exc) -> JSONResponse:
+    return JSONResponse({"detail": "the client closed the request before its body was read"}, status_code=400)
