@@ -39,7 +39,7 @@ import aiohttp
 from .images import BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
 from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
-from .server import get_loop_server
+from .server import error_body, get_loop_server
 from .vllm_proof import install as install_prompt_proof
 from .vllm_proof import proving
 
@@ -166,7 +166,7 @@ class PolicyEndpoint:
                         ep.id, sorted(ignored - ep.ignored_params))
             ep.ignored_params |= ignored
         if body.get("n") not in (None, 1):
-            return 400, _err(400, "n must be 1")
+            return 400, error_body(400, "n must be 1")
         started = time.perf_counter()
         try:
             parsed = parse_messages(body.get("messages"), self.settings.max_screenshots_in_history)
@@ -188,7 +188,7 @@ class PolicyEndpoint:
                                  f"{self.gconfig.max_tokens} in total")
         except (BadRequest, BadImage) as exc:
             logger.info("episode %s: rejected request: %s", ep.id, exc)
-            return 400, _err(400, str(exc))
+            return 400, error_body(400, str(exc))
         ep.in_flight += 1
         try:
             resp = await self._generate(ep, prompt, tools)
@@ -199,7 +199,7 @@ class PolicyEndpoint:
             self.totals["failed_turns"] += 1
             logger.error("episode %s: vLLM generated from other prompt ids than the processor's; turn refused "
                          "and not recorded: %s", ep.id, exc)
-            return 503, _err(503, "engine prompt mismatch: vLLM tokenised the request differently", "server_error")
+            return 503, error_body(503, "engine prompt mismatch: vLLM tokenised the request differently", "server_error")
         except Exception as exc:  # engine/infra failure: the workflow turns this episode into None
             ep.failed_turns += 1
             self.totals["failed_turns"] += 1
@@ -207,15 +207,15 @@ class PolicyEndpoint:
                 # AReaL's destroy() clears `initialized` first, then closes the sessions of episodes still in
                 # flight (the next step's rollouts at the end of a run): an orderly stop, not an error.
                 logger.info("episode %s: generation stopped: the inference engine is shutting down", ep.id)
-                return 503, _err(503, "the inference engine is shutting down", "server_error")
+                return 503, error_body(503, "the inference engine is shutting down", "server_error")
             logger.error("episode %s: generation failed: %s: %s", ep.id, type(exc).__name__, exc)
-            return 503, _err(503, f"policy generation failed ({type(exc).__name__})", "server_error")
+            return 503, error_body(503, f"policy generation failed ({type(exc).__name__})", "server_error")
         finally:
             ep.in_flight -= 1
         if resp is None:
             ep.failed_turns += 1
             self.totals["failed_turns"] += 1
-            return 503, _err(503, "policy output straddled a weight update; retry the request", "server_error")
+            return 503, error_body(503, "policy output straddled a weight update; retry the request", "server_error")
         turn = Turn(prompt_ids=list(resp.input_tokens), output_ids=list(resp.output_tokens),
                     output_logprobs=[float(x) for x in resp.output_logprobs],
                     output_versions=[int(v) for v in resp.output_versions],
@@ -229,7 +229,7 @@ class PolicyEndpoint:
             self.totals["prompt_mismatches"] += 1
             self.totals["failed_turns"] += 1
             logger.error("episode %s: engine echoed different prompt ids; turn not recorded", ep.id)
-            return 503, _err(503, "engine prompt mismatch", "server_error")
+            return 503, error_body(503, "engine prompt mismatch", "server_error")
         if self.proves_prompts:
             ep.verified_turns += 1
             self.totals["verified_turns"] += 1
@@ -389,7 +389,3 @@ def _fresh(messages: list[dict]) -> list[dict]:
     import copy
 
     return copy.deepcopy(messages)
-
-
-def _err(status: int, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": status}}

@@ -32,8 +32,13 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * MiB
 
 
+def error_body(status: int, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    """The OpenAI error object (``{"error": {"message", "type", "code"}}``): the one builder of it."""
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
 def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+    return web.json_response(error_body(status, message, kind), status=status)
 
 
 def _bearer(request: web.Request) -> str | None:
