@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig
 
+from cua_rl.policy import EndpointSettings
 from cua_rl.vllm_config import CUAvLLMConfig
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids")
@@ -45,41 +46,6 @@ def parse_number_ranges(spec: str) -> list[tuple[int, int]]:
             raise ValueError(f"bad task number range {spec!r}: {low} > {high}")
         ranges.append((low, high))
     return ranges
-
-
-@dataclass
-class PolicyEndpointConfig:
-    """The OpenAI-compatible policy endpoint served from the rollout worker (DESIGN.md 4.3)."""
-
-    # Where the endpoint listens. 127.0.0.1 is enough when the agent service runs on the same
-    # machine (the embedded stack); use 0.0.0.0 when an external gbox-mini-agent must reach it.
-    bind_host: str = "127.0.0.1"
-    # 0 = pick a free port at start-up (several rollout workers may share a machine).
-    port: int = 0
-    # Host put into the agent's `model.baseUrl`. Empty = bind_host, or this machine's IP address
-    # when bind_host is a wildcard (0.0.0.0 / ::).
-    advertised_host: str = ""
-    # Screenshots kept in the prompt; older image parts are dropped before the processor runs.
-    # Every kept image is re-encoded into every later turn's training row, so this bounds memory.
-    max_screenshots_in_history: int = 3
-    # Processor pixel limits per image (None = the processor's own default). Qwen3-VL uses
-    # 32x32-pixel tokens: 1_003_520 pixels is about 1000 visual tokens for a 1280x800 desktop.
-    min_pixels: int | None = None
-    max_pixels: int | None = 1_003_520
-    # Caps for image parts given as http(s) URLs instead of data: URLs.
-    image_fetch_max_bytes: int = 20 * 1024 * 1024
-    image_fetch_timeout_seconds: float = 15.0
-
-    def __post_init__(self):
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"policy.port must be 0..65535, got {self.port}")
-        if self.max_screenshots_in_history < 1:
-            raise ValueError("policy.max_screenshots_in_history must be >= 1")
-        if self.min_pixels is not None and self.max_pixels is not None:
-            if self.min_pixels > self.max_pixels:
-                raise ValueError("policy.min_pixels must not exceed policy.max_pixels")
-        if self.image_fetch_max_bytes <= 0 or self.image_fetch_timeout_seconds <= 0:
-            raise ValueError("policy.image_fetch_* caps must be positive")
 
 
 @dataclass
@@ -245,7 +211,7 @@ class CUAConfig(GRPOConfig):
     existing_run: str = "refuse"
     # AReaL's vLLM settings plus logprobs_mode (cua_rl/vllm_config.py: logprobs after temperature)
     vllm: CUAvLLMConfig = field(default_factory=CUAvLLMConfig)
-    policy: PolicyEndpointConfig = field(default_factory=PolicyEndpointConfig)
+    policy: EndpointSettings = field(default_factory=EndpointSettings)  # cua_rl/policy/endpoint.py
     embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig)
     task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig)
     trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)

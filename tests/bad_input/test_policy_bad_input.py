@@ -118,7 +118,8 @@ async def policy(processor):
     engine = EngineDouble(processor.tokenizer)
     gconfig = GenerationHyperparameters(max_new_tokens=8, max_tokens=4096)
     endpoint = PolicyEndpoint(engine, processor, processor.tokenizer, gconfig,
-                              EndpointSettings(model_name="tiny", max_pixels=256 * 256))
+                              EndpointSettings(model_name="tiny", max_pixels=256 * 256,
+                                               max_screenshots_in_history=None))  # no cut: the 65-image case
     ep = await endpoint.open_episode()
     yield endpoint, ep
     await endpoint.aclose()

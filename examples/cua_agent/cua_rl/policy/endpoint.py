@@ -53,28 +53,50 @@ HARMLESS_FIELDS = {"model", "messages", "stream", "n", "tools", "tool_choice", "
                    "response_format", "extra_body", "chat_template_kwargs", "skip_special_tokens"}
 
 
-@dataclass(frozen=True)
+@dataclass
 class EndpointSettings:
-    """Where the endpoint listens and what it accepts (the keys of ``CUAConfig.policy`` plus a few).
+    """The policy endpoint's settings: the ``policy:`` section of the training config (``CUAConfig.policy``
+    is this class) and what ``PolicyEndpoint`` takes; the one definition of their defaults."""
 
-    ``bind_host`` is the bind address; ``advertised_host`` goes into ``base_url`` (empty: ``bind_host``,
-    or this machine's address when binding a wildcard). ``backend`` is ``auto`` (from the engine's class),
-    ``vllm`` or ``sglang``; it only decides how version-straddling outputs are treated.
-    """
-
+    # Where the endpoint listens. 127.0.0.1 is enough when the agent service runs on the same machine (the
+    # embedded stack); use 0.0.0.0 when an external gbox-mini-agent must reach it.
     bind_host: str = "127.0.0.1"
+    # 0 = pick a free port at start-up (several rollout workers may share a machine).
     port: int = 0
+    # Host put into the agent's `model.baseUrl`. Empty = bind_host, or this machine's IP address when
+    # bind_host is a wildcard (0.0.0.0 / ::).
     advertised_host: str = ""
-    max_screenshots_in_history: int | None = None
+    # Screenshots kept in the prompt; older image parts are dropped before the processor runs. Every kept
+    # image is re-encoded into every later turn's training row, so this bounds memory. null = keep all.
+    max_screenshots_in_history: int | None = 3
+    # Pixel bounds per image (null = none). Qwen3-VL uses 32x32-pixel tokens: 1_003_520 pixels is about
+    # 1000 visual tokens for a 1280x800 desktop. The image itself is shrunk, so vLLM sees the same pixels.
     min_pixels: int | None = None
-    max_pixels: int | None = None
+    max_pixels: int | None = 1_003_520
+    # Caps for image parts given as http(s) URLs instead of data: URLs (and for data URLs' size).
     image_fetch_max_bytes: int = 20 * 1024 * 1024
     image_fetch_timeout_seconds: float = 15.0
     allow_http_images: bool = True
     max_images_per_request: int = 64
+    # The model name the endpoint reports (agents' `model` field is accepted and ignored).
     model_name: str = "policy"
+    # auto (from the engine's class), vllm or sglang: only decides how version-straddling outputs are treated.
     backend: str = "auto"
-    max_straddle_retries: int = 2  # regenerations of an interrupted output or one with vision placeholder tokens
+    # Regenerations of an output interrupted by a weight update or carrying vision placeholder tokens.
+    max_straddle_retries: int = 2
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"policy.port must be 0..65535, got {self.port}")
+        if self.max_screenshots_in_history is not None and self.max_screenshots_in_history < 1:
+            raise ValueError("policy.max_screenshots_in_history must be >= 1 (or null: keep all)")
+        if self.min_pixels is not None and self.max_pixels is not None and self.min_pixels > self.max_pixels:
+            raise ValueError("policy.min_pixels must not exceed policy.max_pixels")
+        if self.image_fetch_max_bytes <= 0 or self.image_fetch_timeout_seconds <= 0:
+            raise ValueError("policy.image_fetch_* caps must be positive")
+        if self.max_images_per_request < 1 or self.max_straddle_retries < 0:
+            raise ValueError("policy.max_images_per_request must be >= 1 and max_straddle_retries >= 0")
+        engine_backend(None, self.backend)  # auto, vllm or sglang
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "EndpointSettings":
@@ -94,7 +116,7 @@ def engine_backend(engine: Any, configured: str = "auto") -> str:
     if configured in ("vllm", "sglang"):
         return configured
     if configured != "auto":
-        raise ValueError(f"backend must be auto, vllm or sglang, got {configured!r}")
+        raise ValueError(f"policy.backend must be auto, vllm or sglang, got {configured!r}")
     return "sglang" if "sglang" in type(engine).__name__.lower() else "vllm"
 
 
