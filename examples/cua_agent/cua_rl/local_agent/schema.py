@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from ..http_input import MAX_JSON_DEPTH, too_deep
+from ..mini_agent.models import ACTION_SPACES, DEFAULT_ACTION_SPACE
 from .formats import format_names
 
 # Characters that cannot be in an id the agent puts into a gym URL as one path segment.
@@ -111,7 +112,7 @@ class RunRequest(_Model):
     max_step_time_sec: float | None = Field(default=None, alias="maxStepTimeSec", gt=0, allow_inf_nan=False)
     model: ModelSpec
     env: EnvSpec
-    standard_action_space: Literal["pc", "mobile"] = Field(default="pc", alias="standardActionSpace")
+    standard_action_space: str = Field(default=DEFAULT_ACTION_SPACE, alias="standardActionSpace")
     sampling: Sampling | None = None
     # Extensions of this service (absent from the original protocol); the server's defaults apply if unset.
     history_images: int | None = Field(default=None, alias="historyImages", ge=1, le=32)
@@ -122,6 +123,13 @@ class RunRequest(_Model):
     def _known_agent(cls, value: str) -> str:
         if value not in format_names():
             raise ValueError(f"unknown agent {value!r}; known: {', '.join(format_names())}")
+        return value
+
+    @field_validator("standard_action_space")
+    @classmethod
+    def _known_space(cls, value: str) -> str:
+        if value not in ACTION_SPACES:
+            raise ValueError(f"standardActionSpace must be one of {', '.join(ACTION_SPACES)}, got {value!r}")
         return value
 
     @field_validator("task")

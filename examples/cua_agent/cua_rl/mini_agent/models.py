@@ -13,6 +13,9 @@ from typing import Any
 from .events import ModelOutput, RunEvent
 
 ACTION_SPACES = ("mobile", "pc")
+# The desktop action space when a caller names none: both sides (this client and the embedded agent service,
+# local_agent/schema.py) use this one default.
+DEFAULT_ACTION_SPACE = "pc"
 _CORE_KEYS = frozenset({"task", "agent", "maxSteps", "maxRunTimeSec", "maxStepTimeSec", "model", "env",
                         "standardActionSpace", "sampling"})
 
@@ -74,7 +77,7 @@ class RunRequest:
     max_steps: int = 20
     max_run_time_s: float = 600.0
     max_step_time_s: float = 120.0
-    standard_action_space: str = "mobile"
+    standard_action_space: str = DEFAULT_ACTION_SPACE
     sampling: Sampling | None = None
     # Service-specific fields sent as-is (e.g. the embedded agent's ``historyImages``); they cannot
     # override the documented keys above.
