@@ -118,18 +118,13 @@ class RunRequest(_Model):
     history_images: int | None = Field(default=None, alias="historyImages", ge=1, le=32)
     max_invalid_turns: int | None = Field(default=None, alias="maxInvalidTurns", ge=1)
 
-    @field_validator("agent")
+    @field_validator("agent", "standard_action_space")
     @classmethod
-    def _known_agent(cls, value: str) -> str:
-        if value not in format_names():
-            raise ValueError(f"unknown agent {value!r}; known: {', '.join(format_names())}")
-        return value
-
-    @field_validator("standard_action_space")
-    @classmethod
-    def _known_space(cls, value: str) -> str:
-        if value not in ACTION_SPACES:
-            raise ValueError(f"standardActionSpace must be one of {', '.join(ACTION_SPACES)}, got {value!r}")
+    def _known(cls, value: str, info) -> str:
+        name, known = (("agent", format_names()) if info.field_name == "agent"
+                       else ("standardActionSpace", ACTION_SPACES))
+        if value not in known:
+            raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
         return value
 
     @field_validator("task")
