@@ -41,6 +41,9 @@ async def test_tasks_and_execution_contract(gym):
 
             png = await c.screenshot(ex.execution_id)
             assert png[:8] == b"\x89PNG\r\n\x1a\n" and Image.open(io.BytesIO(png)).size == (1280, 800)
+            for _ in range(4):  # a still desktop is one picture: the editor's caret does not blink
+                await asyncio.sleep(0.4)
+                assert await c.screenshot(ex.execution_id) == png
             jpeg = await c.screenshot(ex.execution_id, format="jpeg")
             assert jpeg[:2] == b"\xff\xd8" and Image.open(io.BytesIO(jpeg)).size == (1280, 800)
 

@@ -45,7 +45,8 @@ proc add_rect {id x y w h colour} {
 
 proc add_entry {id x y w h} {
     set e .e_$id
-    entry $e -font {DejaVuSans 20} -relief solid -borderwidth 2 -background white -highlightthickness 2
+    entry $e -font {DejaVuSans 20} -relief solid -borderwidth 2 -background white -highlightthickness 2 \
+        -insertofftime 0
     place $e -relx $x -rely $y -relwidth $w -relheight $h
     bind $e <Button-1> [list record "click $id"]
     bind $e <Return> [list apply {{id e} { record "submit $id [$e get]" }} $id $e]

@@ -72,6 +72,13 @@ class SandboxLimits:
     home_bytes: int = 256 << 20  # HOME quota, enforced by the gym's watchdog (HOME is a host folder)
 
 
+# Text carets that do not blink (GTK 3 and 2; the board's Tk entries set -insertofftime 0): a blinking caret
+# makes a still desktop give two different screenshots, reports "screen changed" after actions that changed
+# nothing, and costs an idle editor ~4 ms of CPU a second.
+STILL_CARETS = ((".config/gtk-3.0/settings.ini", "[Settings]\ngtk-cursor-blink = false\n"),
+                (".gtkrc-2.0", "gtk-cursor-blink = 0\n"))
+
+
 def _openbox_rules(spec: DesktopSpec) -> str:
     rules = []
     for app in spec.apps:
@@ -200,7 +207,7 @@ class Desktop:
         home.mkdir(mode=0o700)
         for d in self.spec.dirs:
             (home / d).mkdir(parents=True, exist_ok=True)
-        for rel, text in self.spec.files:
+        for rel, text in (*STILL_CARETS, *self.spec.files):  # a task's own files come last and win
             path = home / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
