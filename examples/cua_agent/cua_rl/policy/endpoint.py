@@ -269,20 +269,24 @@ class PolicyEndpoint:
         return [prepared for _, prepared in keyed]
 
     async def _prepared(self, ep: Episode, url: str) -> tuple[str, PreparedImage]:
-        limits, s = self.settings.image_limits, self.settings
-        if url.startswith("data:"):
-            key = await self._on_cpu(_content_key, url)
-            if key in ep.images:
-                return key, ep.images[key]
-            decoded = await self._on_cpu(decode_data_url, url, limits)
-        elif url.split(":", 1)[0].lower() in ("http", "https"):
-            decoded = await fetch_http_image(url, await self._session(), limits)
-            key = await self._on_cpu(_content_key, decoded.b64)
-            if key in ep.images:
-                return key, ep.images[key]
-        else:
-            raise BadImage(f"unsupported image URL scheme {url.split(':', 1)[0].lower()!r} (use data: or http(s):)")
-        return key, await self._on_cpu(prepare_image, self.processor, decoded, s.min_pixels, s.max_pixels)
+        scheme = url.split(":", 1)[0].lower()
+        if scheme == "data":
+            return await self._on_cpu(self._prepare_once, ep.images, url, None)
+        if scheme in ("http", "https"):
+            fetched = await fetch_http_image(url, await self._session(), self.settings.image_limits)
+            return await self._on_cpu(self._prepare_once, ep.images, fetched.b64, fetched)
+        raise BadImage(f"unsupported image URL scheme {scheme!r} (use data: or http(s):)")
+
+    def _prepare_once(self, cache: dict[str, PreparedImage], content: str,
+                      fetched: DecodedImage | None) -> tuple[str, PreparedImage]:
+        """(content hash, the prepared image): from the episode's cache, else decoded (a data URL's
+        ``content`` is the URL itself) and prepared now. Runs on the CPU pool."""
+        key = hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
+        if key in cache:
+            return key, cache[key]
+        s = self.settings
+        decoded = fetched or decode_data_url(content, s.image_limits)
+        return key, prepare_image(self.processor, decoded, s.min_pixels, s.max_pixels)
 
     async def _generate(self, ep: Episode, prompt, tools: list | None = None):
         """The engine's response, proved on vLLM; None when every try straddled a weight update or sampled a
@@ -389,10 +393,6 @@ def _cpu_pool() -> ThreadPoolExecutor:
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0)), thread_name_prefix="policy-cpu")
     return _POOL
-
-
-def _content_key(data: str) -> str:
-    return hashlib.sha256(data.encode("ascii", "replace")).hexdigest()
 
 
 def vision_token_ids(processor) -> frozenset[int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,8 @@ class PreparedImage:
 
 # Fast tokenizers are not safe to call from several threads at once ("Already borrowed"); image work is.
 _TEXT_LOCK = threading.Lock()
-_SPLIT_OK: dict[int, bool] = {}  # id(processor) -> per-image preparation proved equal to the whole call
+# processor -> per-image preparation proved equal to its whole call (weak: a freed processor's id may be reused)
+_SPLIT_OK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def prepare_image(processor, decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> PreparedImage:
@@ -99,7 +101,7 @@ def _splittable(processor) -> bool:
 def split_matches_whole(processor) -> bool:
     """Once per processor: assemble a two-image prompt from per-image pieces and from the processor's whole
     call; use the pieces only if ids and tensors are equal."""
-    known = _SPLIT_OK.get(id(processor))
+    known = _SPLIT_OK.get(processor)
     if known is not None:
         return known
     ok = False
@@ -112,7 +114,7 @@ def split_matches_whole(processor) -> bool:
     if not ok:
         logger.warning("%s: screenshots are processed with the whole prompt on every turn (the per-image "
                        "pieces did not reproduce its output)", type(processor).__name__)
-    _SPLIT_OK[id(processor)] = ok
+    _SPLIT_OK[processor] = ok
     return ok
 
 
