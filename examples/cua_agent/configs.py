@@ -200,6 +200,10 @@ class CUAConfig(GRPOConfig):
     model_base_url: str = ""
     model_name: str = ""
 
+    # --- evaluation: evaluate the base model on the eval split once before the first step (the monitor
+    # shows it as the run's baseline); skipped on resume and when there is no eval split
+    baseline_eval: bool = False
+
     # --- Training Monitor (nothing is sent while monitor_base_url is empty)
     monitor_base_url: str = ""
     project_id: str = ""

@@ -37,7 +37,6 @@ import logging
 import os
 import socket
 import time
-import uuid
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from areal.utils import stats_tracker
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
+from cua_rl.monitor.records import new_rollout_uuid
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
 
@@ -135,7 +135,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 return None
             version = engine.get_version() if hasattr(engine, "get_version") else None
             return monitor.rollout(
-                uuid.uuid4().hex, task_id=task_id, task_name=str(data.get("name") or task_id),
+                new_rollout_uuid(), task_id=task_id, task_name=str(data.get("name") or task_id),
                 task_description=str(data.get("description") or data.get("instruction") or ""), step=version,
                 source_type="step", is_eval=self.is_eval, group_num=data.get("item_idx"), env_index=index,
                 group_id=f"{task_id}:{data.get('item_idx', 0)}:{version}", max_turns=self.max_turns,
@@ -264,7 +264,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 async with GenvClient(gym_url, gym_id) as gym, gym.execution(task_id, options) as execution:
                     entered = True
                     run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id,
-                                                       execution.instruction)
+                                                       execution.instruction, report)
                     if run is None:
                         return None
                     evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
@@ -295,12 +295,18 @@ class CUAAgentWorkflow(RolloutWorkflow):
                                      "num_turns": len(turns), "task_id": task_id},
                             turns=turns, steps=run.steps, tokenizer=getattr(endpoint, "tokenizer", None),
                             discount=self.turn_discount)
-        return EpisodeOutcome(turns=turns, reward=float(evaluation.reward), info=info)
+        return EpisodeOutcome(turns=turns, reward=float(evaluation.reward), info=info,
+                              monitor_uuid=report.uuid if report is not None else None)
 
-    async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id, instruction: str | None = None):
+    async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id, instruction: str | None = None,
+                         report: RolloutReport | None = None):
         """(run result, recorded turns), or (None, []) when the failure is the infrastructure's. The agent is
-        told ``instruction`` (the execution's concrete instance) when there is one, else the row's."""
+        told ``instruction`` (the execution's concrete instance) when there is one, else the row's; each
+        recorded turn goes to the monitor as it happens (``report``)."""
         episode = await endpoint.open_episode() if endpoint else None
+        if episode is not None and report is not None:
+            tokenizer = getattr(endpoint, "tokenizer", None)
+            episode.on_turn = lambda number, turn: report.turn(number, turn, tokenizer)
         model = (ModelEndpoint(base_url=episode.base_url, name=episode.model, api_key=episode.key) if episode
                  else ModelEndpoint(base_url=self.model_base_url, name=self.model_name or "default"))
         request = RunRequest(

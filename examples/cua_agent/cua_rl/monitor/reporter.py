@@ -8,8 +8,10 @@ overtake its start (the monitor upserts by ``client_id``; a late start would res
 The token is read from the environment here, never passed through workflow kwargs (AReaL may log or
 save those). Disabled (no base URL or no token) means no task and no HTTP at all.
 
-Turns (screenshot, action, text, token logprobs) are sent once the episode is evaluated, with the
-screenshots uploaded first by hash; the group's advantages follow once the group is complete. The run
+Each turn is sent as soon as the policy endpoint records it (screenshot uploaded first by hash, the
+model's text and token logprobs), so a running rollout plays in the viewer; once the episode is evaluated
+its turns are sent again with what only the agent knows (parsed actions, thinking, invalid replies) and
+the rewards; the group's advantages follow once the group is complete. The run
 needs nothing back from the monitor, so while it is down records are dropped, never retried forever:
 ``failures`` counts failed sends and ``dropped`` the sends refused because ``MAX_PENDING`` were already
 queued (a monitor that hangs must not hold every episode's screenshots in memory).
@@ -225,6 +227,21 @@ class RolloutReport:
 
     def _started(self, remote_id: Any) -> None:
         self.remote_id = remote_id
+
+    def turn(self, number: int, turn: Any, tokenizer: Any = None) -> None:
+        """A turn the endpoint has just recorded (1-based ``number``), sent while the episode runs; the
+        rollout row shows it as its current turn. Returns at once."""
+        if self.closed or not self.reporter.enabled:
+            return
+
+        async def build() -> list[Record]:
+            views = await asyncio.to_thread(turn_views, [turn], [], tokenizer, first=number)
+            await self.reporter._upload_screenshots(views)
+            rid = self.remote_id if self.remote_id is not None else self.uuid
+            return [rollout_record(self.uuid, status=None, current_phase="agent", current_turn=number,
+                                   **self.identity),
+                    *turn_view_records(self.uuid, rid, views[0])]
+        self.reporter._chain(self.uuid, build)
 
     def finished(self, *, reward: float, task_success: bool, num_turns: int, summary: dict,
                  num_validators: int = 0, evaluation: dict | None = None, turns: list | None = None,

@@ -5,8 +5,8 @@ image bytes forwarded to the engine, output token ids and behaviour logprobs, la
 we train on), while the agent's step says what was done with it (the parsed action, thinking, invalid
 replies). Turn ``i`` of an episode is the agent's step ``i + 1``: every step makes exactly one model call.
 
-Everything here runs off the rollout's critical path (the reporter calls it in a worker thread after the
-episode is evaluated): base64 decoding, hashing and token decoding cost milliseconds per turn.
+Everything here runs off the rollout's critical path (the reporter calls it in a worker thread, for each
+turn as it is recorded and again for the whole episode once it is evaluated): base64 decoding, hashing and token decoding cost milliseconds per turn.
 """
 
 from __future__ import annotations
@@ -78,8 +78,10 @@ def pixel_sha256(turn) -> str | None:
     return tensor_sha256(mmi["pixel_values"])
 
 
-def turn_views(turns: list, steps: list[dict], tokenizer=None, *, trainer_logprobs: list | None = None) -> list[TurnView]:
-    """Views of an episode's turns (endpoint ``Turn`` objects) matched with the agent's steps by order."""
+def turn_views(turns: list, steps: list[dict], tokenizer=None, *, trainer_logprobs: list | None = None,
+               first: int = 1) -> list[TurnView]:
+    """Views of an episode's turns (endpoint ``Turn`` objects) matched with the agent's steps by order;
+    ``first`` is the number of ``turns[0]`` (a live turn is sent alone, before the agent's steps exist)."""
     views = []
     for i, turn in enumerate(turns):
         step = steps[i] if i < len(steps) and isinstance(steps[i], dict) else {}
@@ -94,7 +96,7 @@ def turn_views(turns: list, steps: list[dict], tokenizer=None, *, trainer_logpro
         data = base64.b64decode(shot) if shot else None
         timing = step.get("timing") if isinstance(step.get("timing"), dict) else {}
         views.append(TurnView(
-            turn=i + 1, text=_text_of(tokenizer, ids, step), thinking=step.get("thinking"), actions=_actions(step),
+            turn=first + i, text=_text_of(tokenizer, ids, step), thinking=step.get("thinking"), actions=_actions(step),
             tokens=tokens, latency_s=float(turn.latency_s), screenshot=data,
             image_sha256=hashlib.sha256(data).hexdigest() if data else None, invalid=step.get("invalid"),
             metrics={"latency_s": round(float(turn.latency_s), 4), "n_images": turn.n_images,

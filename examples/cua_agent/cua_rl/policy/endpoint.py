@@ -256,6 +256,11 @@ class PolicyEndpoint:
             ep.verified_turns += 1
             self.totals["verified_turns"] += 1
         ep.turns.append(turn)
+        if ep.on_turn is not None:
+            try:  # an observer: whatever it does, the agent gets its answer
+                ep.on_turn(len(ep.turns), turn)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("episode %s: turn observer failed: %s: %s", ep.id, type(exc).__name__, exc)
         return 200, self._completion_json(ep, turn)
 
     async def _on_cpu(self, fn, *args):

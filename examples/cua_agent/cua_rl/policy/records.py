@@ -71,3 +71,5 @@ class Episode:
     # Content hash -> PreparedImage of the screenshots in the latest request: each distinct screenshot is
     # decoded, shrunk and patchified once per episode (the agent resends its recent history every turn).
     images: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Called with (turn number, Turn) as each turn is recorded (the monitor's live view); must not block.
+    on_turn: Any = field(default=None, repr=False, compare=False)

@@ -18,6 +18,7 @@ from typing import Any
 
 from areal.utils.data import concat_padded_tensors
 
+from cua_rl.monitor.records import turn_key
 from cua_rl.policy.records import Turn
 
 from .rows import ExportStyle, episode_rows
@@ -27,11 +28,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class EpisodeOutcome:
-    """One finished, evaluated episode: its recorded turns and its task reward (0..1)."""
+    """One finished, evaluated episode: its recorded turns and its task reward (0..1); ``monitor_uuid`` is
+    its rollout's client_id in the Training Monitor (None when it is not reported)."""
 
     turns: list[Turn]
     reward: float
     info: dict[str, Any] = field(default_factory=dict)
+    monitor_uuid: str | None = None
 
 
 def normalise_group(rewards: list[float], scale_by_std: bool = True, eps: float = 1e-6) -> list[float]:
@@ -57,14 +60,20 @@ def shuffle_rewards(outcomes: list[EpisodeOutcome], key: str) -> list[EpisodeOut
 
 def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
                 style: ExportStyle = "individual", discount: float = 1.0) -> dict[str, Any] | None:
-    """Rows of all episodes of one group, concatenated; None when no episode produced a row."""
+    """Rows of all episodes of one group, concatenated; None when no episode produced a row. When any
+    episode is reported to the monitor, every row carries ``monitor_turn`` (rows.py)."""
     if not outcomes:
         return None
     raw = [o.reward for o in outcomes]
     values = normalise_group(raw, scale_by_std) if normalise else raw
+    keyed = any(o.monitor_uuid for o in outcomes)
     rows: list[dict[str, Any]] = []
     for outcome, value in zip(outcomes, values):
-        rows.extend(episode_rows(outcome.turns, value, style, discount))
+        keys = None
+        if keyed:
+            keys = [turn_key(outcome.monitor_uuid, i + 1) if outcome.monitor_uuid else 0
+                    for i in range(len(outcome.turns))]
+        rows.extend(episode_rows(outcome.turns, value, style, discount, keys))
     if not rows:
         logger.warning("group of %d episodes recorded no model turns; nothing to train", len(outcomes))
         return None

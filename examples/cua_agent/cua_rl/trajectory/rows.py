@@ -6,6 +6,10 @@ policy versions, ``mm_token_type_ids`` for Qwen-VL's 3-D positions, and the prom
 ``multi_modal_input``. Every row carries the same keys (``concat_padded_tensors`` requires it), so a
 text-only row has ``multi_modal_input=[{}]``.
 
+With the Training Monitor on, every row also carries ``monitor_turn``: per token, the ``turn_key`` of the
+turn whose output that token is (0 elsewhere). The trainer reads it next to its recomputed logprobs to send
+them to the monitor (``cua_rl.monitor.trainer_logprobs``); the loss never reads it.
+
 Export styles:
 - ``individual`` (default): one row per turn. Always correct; the history is repeated in every row.
 - ``concat``: one row per episode, only when every turn's prompt starts with the previous turn's prompt
@@ -28,7 +32,8 @@ ExportStyle = Literal["individual", "concat"]
 
 
 def _row(ids: list[int], loss_mask: list[int], logprobs: list[float], versions: list[int],
-         mm_types: list[int] | None, mmi: dict | None, reward: float) -> dict[str, Any]:
+         mm_types: list[int] | None, mmi: dict | None, reward: float,
+         monitor_turn: list[int] | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {
         "input_ids": torch.tensor([ids], dtype=torch.long),
         "loss_mask": torch.tensor([loss_mask], dtype=torch.int32),
@@ -40,16 +45,18 @@ def _row(ids: list[int], loss_mask: list[int], logprobs: list[float], versions: 
     }
     if mm_types is not None:
         row["mm_token_type_ids"] = torch.tensor([mm_types], dtype=torch.long)
+    if monitor_turn is not None:
+        row["monitor_turn"] = torch.tensor([monitor_turn], dtype=torch.long)
     return row
 
 
-def turn_row(turn: Turn, reward: float) -> dict[str, Any]:
-    """One turn as one training row."""
+def turn_row(turn: Turn, reward: float, key: int | None = None) -> dict[str, Any]:
+    """One turn as one training row (``key``: its monitor ``turn_key``, None = no ``monitor_turn``)."""
     p, g = len(turn.prompt_ids), len(turn.output_ids)
     mm = None if turn.prompt_mm_token_type_ids is None else list(turn.prompt_mm_token_type_ids) + [0] * g
     return _row(list(turn.prompt_ids) + list(turn.output_ids), [0] * p + [1] * g,
                 [0.0] * p + list(turn.output_logprobs), [-1] * p + list(turn.output_versions),
-                mm, turn.multi_modal_input, reward)
+                mm, turn.multi_modal_input, reward, None if key is None else [0] * p + [key] * g)
 
 
 def is_prefix_chain(turns: list[Turn]) -> bool:
@@ -61,22 +68,25 @@ def is_prefix_chain(turns: list[Turn]) -> bool:
     return True
 
 
-def concat_row(turns: list[Turn], reward: float) -> dict[str, Any]:
-    """All turns of a prefix chain as one row: every turn's completion is trained, nothing else."""
+def concat_row(turns: list[Turn], reward: float, keys: list[int] | None = None) -> dict[str, Any]:
+    """All turns of a prefix chain as one row: every turn's completion is trained, nothing else
+    (``keys``: the turns' monitor ``turn_key``s, None = no ``monitor_turn``)."""
     if not turns or not is_prefix_chain(turns):
         raise ValueError("concat_row needs a non-empty strict prefix chain of turns")
     last = turns[-1]
     ids = list(last.prompt_ids) + list(last.output_ids)
     n = len(ids)
-    loss_mask, logprobs, versions = [0] * n, [0.0] * n, [-1] * n
-    for t in turns:
+    loss_mask, logprobs, versions, owner = [0] * n, [0.0] * n, [-1] * n, [0] * n
+    for i, t in enumerate(turns):
         start = len(t.prompt_ids)
         for j, (lp, v) in enumerate(zip(t.output_logprobs, t.output_versions)):
             loss_mask[start + j], logprobs[start + j], versions[start + j] = 1, lp, v
+            owner[start + j] = keys[i] if keys is not None else 0
     mm = None
     if last.prompt_mm_token_type_ids is not None:
         mm = list(last.prompt_mm_token_type_ids) + [0] * len(last.output_ids)
-    return _row(ids, loss_mask, logprobs, versions, mm, last.multi_modal_input, reward)
+    return _row(ids, loss_mask, logprobs, versions, mm, last.multi_modal_input, reward,
+                owner if keys is not None else None)
 
 
 def turn_rewards(reward: float, n_turns: int, discount: float = 1.0) -> list[float]:
@@ -88,14 +98,18 @@ def turn_rewards(reward: float, n_turns: int, discount: float = 1.0) -> list[flo
 
 
 def episode_rows(turns: list[Turn], reward: float, style: ExportStyle = "individual",
-                 discount: float = 1.0) -> list[dict[str, Any]]:
-    """Training rows of one episode (empty when it has no turns)."""
+                 discount: float = 1.0, keys: list[int] | None = None) -> list[dict[str, Any]]:
+    """Training rows of one episode (empty when it has no turns); ``keys``: each turn's monitor
+    ``turn_key`` (0 = not reported), None = rows without ``monitor_turn``."""
     if style not in ("individual", "concat"):
         raise ValueError(f"export style must be 'individual' or 'concat', got {style!r}")
+    if keys is not None and len(keys) != len(turns):
+        raise ValueError(f"{len(keys)} monitor keys for {len(turns)} turns")
     if not turns:
         return []
     if style == "concat":
         if is_prefix_chain(turns):
-            return [concat_row(turns, reward)]
+            return [concat_row(turns, reward, keys)]
         logger.info("episode is not a prefix chain (%d turns); exporting one row per turn", len(turns))
-    return [turn_row(t, r) for t, r in zip(turns, turn_rewards(reward, len(turns), discount))]
+    rewards = turn_rewards(reward, len(turns), discount)
+    return [turn_row(t, r, None if keys is None else keys[i]) for i, (t, r) in enumerate(zip(turns, rewards))]
