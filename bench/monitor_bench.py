@@ -2,14 +2,19 @@
 
 What a rollout pays, measured with the real reporter, client and server (SQLite store in a temp dir,
 loopback HTTP, all in this process as in the embedded default):
-  - ``enqueue_us_per_turn``: time inside ``RolloutReport.finished(turns=...)``, the only part an episode
-    waits for (everything else runs in background tasks);
+  - ``enqueue_us_per_turn``: time inside ``RolloutReport.turn`` (each turn as the endpoint records it) and
+    ``RolloutReport.finished(turns=...)``, the only part an episode waits for (everything else runs in
+    background tasks), summed per turn, and per call (p50, max: a call can wait for the GIL while the
+    in-process server thread works);
   - ``loop_lag_ms``: p50/p99/max delay of a 5 ms ticker on the same event loop while the turns are being
     recorded (what a concurrent rollout on that loop would feel);
   - ``background_ms_per_turn``: wall time from the first ``finished`` until every send is answered, per turn
     (decode, hash, upload, ingest, store; on this machine's cores, shared with the server);
   - ``views_ms_per_turn``: the CPU part run in a worker thread (base64 decode, SHA-256, token pieces);
   - stored bytes per turn (screenshot file, database growth).
+Each pixel budget is measured twice in the same run: ``live`` (what the workflow does: every turn sent when
+recorded, then all of them again with the agent's actions once the episode is evaluated) and ``at_end``
+(turns sent only once the episode is evaluated, as before live turns existed).
 Screenshots are realistic desktop-like PNGs at the endpoint's two pixel budgets (config.cpu.yaml 200704,
 config.yaml 1003520).
 
@@ -38,6 +43,7 @@ from PIL import Image, ImageDraw  # noqa: E402
 
 from cua_rl.http_retry import RetryPolicy  # noqa: E402
 from cua_rl.monitor import EpisodeReporter, training_run  # noqa: E402
+from cua_rl.monitor.records import new_rollout_uuid  # noqa: E402
 from cua_rl.monitor.embedded import start_monitor  # noqa: E402
 from cua_rl.monitor.turns import turn_views  # noqa: E402
 from cua_rl.policy.records import Turn  # noqa: E402
@@ -92,7 +98,7 @@ def pct(values: list[float], q: float) -> float:
     return round(s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))], 3)
 
 
-async def record(url: str, token: str, training_id: int, episodes: list[list[Turn]]) -> dict:
+async def record(url: str, token: str, training_id: int, episodes: list[list[Turn]], live: bool) -> dict:
     rep = EpisodeReporter(url, "bench", training_id, token=token,
                           retry=RetryPolicy(attempts=1, retry_5xx=False))
     lags: list[float] = []
@@ -106,21 +112,28 @@ async def record(url: str, token: str, training_id: int, episodes: list[list[Tur
 
     tick = asyncio.create_task(ticker())
     await asyncio.sleep(0.05)
-    enqueue = 0.0
+    calls: list[float] = []   # each call an episode waits for
     started = time.perf_counter()
     for i, turns in enumerate(episodes):
-        report = rep.rollout(f"{i:032x}", task_id="bench-task", step=0, env_index=i % 4, group_id=f"g{i // 4}")
+        report = rep.rollout(new_rollout_uuid(), task_id="bench-task", step=0, env_index=i % 4,
+                             group_id=f"g{i // 4}")
+        if live:
+            for number, turn in enumerate(turns, 1):
+                t0 = time.perf_counter()
+                report.turn(number, turn, Pieces())
+                calls.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         report.finished(reward=1.0, task_success=True, num_turns=len(turns), summary={}, turns=turns,
                         steps=STEPS * len(turns), tokenizer=Pieces())
-        enqueue += time.perf_counter() - t0
+        calls.append(time.perf_counter() - t0)
     await rep.flush(120)
     background = time.perf_counter() - started
     stop.set()
     await tick
     await rep.aclose()
     n = sum(len(t) for t in episodes)
-    return {"turns": n, "enqueue_us_per_turn": round(enqueue / n * 1e6, 1),
+    return {"turns": n, "enqueue_us_per_turn": round(sum(calls) / n * 1e6, 1),
+            "enqueue_us_per_call": {"p50": pct([c * 1e6 for c in calls], 50), "max": round(max(calls) * 1e6, 1)},
             "background_ms_per_turn": round(background / n * 1000, 2),
             "loop_lag_ms": {"p50": pct(lags, 50), "p99": pct(lags, 99), "max": round(max(lags), 2)},
             "failures": rep.failures, "dropped": rep.dropped}
@@ -148,15 +161,17 @@ def main() -> None:
                 with monitor.store.engine.connect() as conn:
                     conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
                 db_before = db.stat().st_size + sum(p.stat().st_size for p in db.parent.glob("monitor.db-*"))
-                with training_run(monitor.url, "bench", "bench", str(pixels), token=token) as tid:
-                    row = asyncio.run(record(monitor.url, token, tid, episodes))
+                rows = {}
+                for mode in ("live", "at_end"):
+                    with training_run(monitor.url, "bench", "bench", f"{pixels}-{mode}", token=token) as tid:
+                        rows[mode] = asyncio.run(record(monitor.url, token, tid, episodes, live=mode == "live"))
                 blobs = [p.stat().st_size for p in monitor.blobs.root.rglob("*.png")]
                 with monitor.store.engine.connect() as conn:   # fold the WAL into the file before measuring
                     conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
                 db_after = db.stat().st_size + sum(p.stat().st_size for p in db.parent.glob("monitor.db-*"))
-                row.update(views_ms_per_turn=round(views_ms, 2),
-                           screenshot_kb_mean=round(statistics.mean(blobs) / 1024, 1),
-                           db_bytes_per_turn=round((db_after - db_before) / row["turns"]))
+                row = {**rows, "views_ms_per_turn": round(views_ms, 2),
+                       "screenshot_kb_mean": round(statistics.mean(blobs) / 1024, 1),
+                       "db_bytes_per_turn": round((db_after - db_before) / (2 * rows["live"]["turns"]))}
                 result["by_pixels"][str(pixels)] = row
             finally:
                 monitor.stop()

