@@ -164,6 +164,9 @@ def test_eval_and_baseline_rollouts_are_recorded_and_summarised(our_monitor):
     run = httpx.get(f"{monitor.url}/api/trainings/{tid}").json()
     [baseline], [evaluation] = run["baselines"], run["evals"]
     assert baseline["step"] == 0 and baseline["summary"]["reward_mean"] == 0.0 and baseline["summary"]["rollouts"] == 2
+    # rows opened "running" by the rollout workers show finished once the run is (nothing else closes them)
+    assert (baseline["status"], evaluation["status"], run["steps"][0]["status"]) == ("completed",) * 3
+    assert run["status"] == "completed" and run["current_phase"] == "done"
     assert evaluation["step"] == 2 and evaluation["summary"]["success_rate"] == 0.5
     assert run["curve"] == [{"step": 2, "reward_mean": 1.0, "success_rate": 1.0}]   # training rollouts only
     page = httpx.get(f"{monitor.url}/api/baselines/{baseline['id']}").json()
@@ -265,3 +268,17 @@ def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our
     assert t2["tokens"]["trainer_logprobs"] == [-0.5, -0.25, -0.125, -1.0]
     assert t2["tokens"]["ids"] == [100, 101, 102, 103] and t2["advantage"] == 0.5
     assert len(list(monitor.blobs.root.rglob("*.png"))) == 2      # each screenshot uploaded once
+
+
+def test_a_step_shows_running_until_its_rollouts_and_the_run_are_done():
+    from cua_rl.monitor.views import parent_status, summarise
+
+    running = summarise([{"status": "running"}, {"status": "completed", "reward": 1.0}])
+    done = summarise([{"status": "completed", "reward": 1.0}])
+    cancelled = summarise([{"status": "failed"}])
+    assert parent_status("running", running, "running", latest=False) == "running"
+    assert parent_status("running", done, "running", latest=True) == "running"      # the newest step may grow
+    assert parent_status("running", done, "running", latest=False) == "completed"
+    assert parent_status("running", running, "completed", latest=True) == "completed"
+    assert parent_status("running", cancelled, "failed", latest=True) == "cancelled"
+    assert parent_status("failed", done, "running", latest=False) == "failed"          # a recorded end stays

@@ -52,7 +52,7 @@ def training_start(experiment_name: str, trial_name: str, *, started_at: datetim
 
 
 def training_end(training_id: int, status: str = "completed") -> dict:
-    return {"training_id": training_id, "status": status}
+    return {"training_id": training_id, "status": status, "current_phase": "done"}
 
 
 def task_record(task_id: str, name: str, description: str = "", source_type: str = "gym") -> Record:

@@ -78,7 +78,8 @@ def training(store: Store, training_id: int) -> dict[str, Any] | None:
         rollouts = _rows(conn, select(*(r.c[c] for c in _ROLLOUT_COLUMNS)).where(r.c.training_id == training_id))
         parts = {kind: _rows(conn, select(T[kind]).where(T[kind].c.training_id == training_id)
                              .order_by(T[kind].c.step, T[kind].c.id)) for kind in ("steps", "evals", "baselines")}
-    run.update({kind: _with_summaries(rows, rollouts, f"{kind[:-1]}_id") for kind, rows in parts.items()})
+    run.update({kind: _with_summaries(rows, rollouts, f"{kind[:-1]}_id", run.get("status"))
+                for kind, rows in parts.items()})
     train = [x for x in rollouts if x.get("step_id") is not None]
     run["summary"] = summarise(train)
     run["curve"] = [{"step": s["step"], "reward_mean": s["summary"]["reward_mean"],
@@ -88,14 +89,27 @@ def training(store: Store, training_id: int) -> dict[str, Any] | None:
     return run
 
 
-def _with_summaries(parents: list[dict], rollouts: list[dict], link: str) -> list[dict]:
+def _with_summaries(parents: list[dict], rollouts: list[dict], link: str, run_status: str | None) -> list[dict]:
     by_parent: dict[int, list[dict]] = defaultdict(list)
     for x in rollouts:
         if x.get(link) is not None:
             by_parent[x[link]].append(x)
-    for p in parents:
+    for i, p in enumerate(parents):
         p["summary"] = summarise(by_parent.get(p["id"], []))
+        p["status"] = parent_status(p.get("status"), p["summary"], run_status, latest=i == len(parents) - 1)
     return parents
+
+
+def parent_status(recorded: str | None, summary: dict, run_status: str | None, *, latest: bool) -> str | None:
+    """What a step, eval or baseline shows. Rollout workers open these rows ("running") but nothing marks
+    one finished, so it is derived: still running while the run runs and it has running rollouts or is the
+    newest; otherwise "completed" when any of its rollouts completed, else "cancelled" (e.g. the rollouts
+    read ahead for a step that the end of the run stopped)."""
+    if recorded != "running":
+        return recorded
+    if run_status == "running" and (summary["by_status"].get("running") or latest):
+        return "running"
+    return "completed" if summary["completed"] else "cancelled"
 
 
 def groups(store: Store, kind: str, parent_id: int) -> dict[str, Any] | None:
