@@ -141,6 +141,10 @@ class SFTConfig:
     tasks: list[str] = field(default_factory=lambda: ["050", "051", "052"])
     demos_per_task: int = 8
     seed_offset: int = 0            # first training seed used (curriculum.seeds("train", n, offset))
+    # An imperfect demonstrator: this fraction of the demonstrations (chosen by seed) plays a well-formed
+    # wrong solution (another key, another cell) and is kept; the model then imitates its slips, which RL
+    # can correct (docs/learning.md). 0 = only correct demonstrations.
+    demo_error_rate: float = 0.0
     # Screenshots the agent keeps in its prompt (the agent service's --history-images).
     history_images: int = 3
     steps: int = 20                 # optimiser steps
@@ -157,6 +161,8 @@ class SFTConfig:
         for name in ("demos_per_task", "history_images", "steps", "rows_per_step"):
             if getattr(self, name) < 1:
                 raise ValueError(f"sft.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.demo_error_rate < 1.0:
+            raise ValueError(f"sft.demo_error_rate must be in [0, 1), got {self.demo_error_rate}")
         if self.lr <= 0 or self.seed_offset < 0:
             raise ValueError("sft.lr must be positive and sft.seed_offset >= 0")
 

@@ -13,9 +13,11 @@ from PIL import Image
 
 from cua_rl.genv import GenvClient
 from cua_rl.local_gym import load_tasks
-from cua_rl.local_gym.curriculum import ANCHORS, FAMILIES, HELDOUT_START, make_instance, seeds, split_of
+from cua_rl.local_gym.curriculum import (ANCHORS, FAMILIES, HELDOUT_START, make_instance, seeds, split_of,
+                                         wrong_solutions)
 
-FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052"}
+FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052", "key-colour": "053"}
+CLICK_FAMILIES = ("click-colour", "click-square", "type-word")
 SEEDS = [0, 1, 2, HELDOUT_START + 3]   # three training seeds and one held-out seed
 
 
@@ -48,7 +50,7 @@ def test_click_square_target_moves_and_stays_inside_the_screen():
         assert 0 <= item.x and item.x + item.w <= 1 and 0 <= item.y and item.y + item.h <= 1
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", CLICK_FAMILIES)
 def test_scripted_clicks_land_on_the_target_at_a_cell_anchor(family):
     """The solution clicks the anchor of the target's cell: inside the target for every jitter, and one of
     GRID x GRID points (what SFT demonstrates)."""
@@ -101,6 +103,13 @@ async def test_scripted_solutions_score_one_and_untouched_or_wrong_do_not(gym):
         x, y = other.centre
         _, _, after = await _play(client, "051", 1, [{"type": "click", "x": x, "y": y}])
         assert after == 0.0
+        # key-colour: every wrong key scores 0, and so does the right key pressed twice
+        inst = make_instance("key-colour", 2)
+        for wrong in wrong_solutions(inst):
+            _, _, after = await _play(client, "053", 2, wrong)
+            assert after == 0.0, wrong
+        _, _, after = await _play(client, "053", 2, inst.solution * 2)
+        assert after == 0.0
     assert gym.manager.executions == {}
 
 
@@ -120,3 +129,20 @@ async def test_same_seed_same_screen_other_seed_other_screen(gym):
         _, raw = await _screen(client, "050", None)
         assert split_of(raw["seed"]) == "train"
         assert raw["instruction"] == make_instance("click-square", raw["seed"]).instruction
+
+
+def test_key_colour_needs_the_screenshot_and_wrong_solutions_are_wrong():
+    """One instruction for every instance: the colour (and so the key) is only on the screen; every colour
+    occurs; an imperfect demonstrator's alternatives are the other keys (click-square: the other 8 cells)."""
+    instances = [make_instance("key-colour", s) for s in range(200)]
+    assert len({i.instruction for i in instances}) == 1
+    keys = {i.solution[0]["keys"][0] for i in instances}
+    assert keys == {"r", "g", "b", "y"}
+    for inst in instances[:20]:
+        panel = inst.items[0]
+        assert 0 <= panel.x and panel.x + panel.w <= 1 and 0 <= panel.y and panel.y + panel.h <= 1
+        wrong = wrong_solutions(inst)
+        assert len(wrong) == 3 and inst.solution not in wrong
+    square = make_instance("click-square", 3)
+    assert len(wrong_solutions(square)) == 8 and square.solution not in wrong_solutions(square)
+    assert wrong_solutions(make_instance("type-word", 3)) == []

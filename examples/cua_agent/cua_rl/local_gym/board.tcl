@@ -9,9 +9,11 @@
 #   instance   written by the gym when an execution starts; one item per line, fractions of the screen:
 #                rect  ID X Y W H COLOUR      a filled square/rectangle
 #                entry ID X Y W H             a text box
+#                keys  ID                     record key presses (only instances that ask for it: a text box's
+#                                             typing would otherwise be recorded too)
 #   ready      written here once the instance is on screen (the gym waits for it)
 #   events     appended here, one line per event: "click ID" (the topmost item under a left click, or
-#              "background"), "submit ID TEXT" (Enter in a text box)
+#              "background"), "submit ID TEXT" (Enter in a text box), "key KEYSYM" (a key press, when asked)
 # Until the instance arrives the window is blank and records nothing (warm spares wait like that).
 
 set dir [file join $env(HOME) .board]
@@ -62,6 +64,7 @@ proc show {path} {
         switch -- $kind {
             rect { add_rect {*}$rest }
             entry { add_entry {*}$rest }
+            keys { bind .c <KeyPress> {record "key %K"}; focus -force .c }
         }
     }
     bind .c <Button-1> {on_click %x %y}

@@ -50,7 +50,7 @@ READY_TIMEOUT_S = 10.0
 class Item:
     """One thing on the board; position and size are fractions of the screen."""
 
-    kind: str                 # "rect" | "entry"
+    kind: str                 # "rect" | "entry" | "keys" (record key presses; no geometry)
     id: str
     x: float
     y: float
@@ -63,6 +63,8 @@ class Item:
         return round(self.x + self.w / 2, 4), round(self.y + self.h / 2, 4)
 
     def board_line(self) -> str:
+        if self.kind == "keys":
+            return f"keys {self.id}"
         geometry = f"{self.x:.4f} {self.y:.4f} {self.w:.4f} {self.h:.4f}"
         return f"{self.kind} {self.id} {geometry}" + (f" {self.colour}" if self.colour else "")
 
@@ -160,7 +162,41 @@ def _type_word(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec]
     return (f'Click the text box, type "{word}" and press Enter.', [box], validators, solution)
 
 
-FAMILIES = {"click-square": _click_square, "click-colour": _click_colour, "type-word": _type_word}
+PANEL = (0.3, 0.42)                           # key-colour's square (384x336 px at 1280x800)
+KEYS = {"red": "r", "green": "g", "blue": "b", "yellow": "y"}
+
+
+def _key_colour(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+    """One large square of one of four colours; the instruction is the same for every instance, so only the
+    screenshot says which key to press (a colour is one glance for a small vision tower, where a position
+    on a 3x3 grid took the tiny model hundreds of SFT steps)."""
+    name = rng.choice(list(COLOURS))
+    (cell,) = _cells(rng, 1)
+    x, y = _place(rng, cell, PANEL)
+    panel = Item("rect", "target", min(max(x, 0.0), 1 - PANEL[0]), min(max(y, 0.0), 1 - PANEL[1]), *PANEL,
+                 COLOURS[name])
+    keys = Item("keys", "keys", 0, 0, 0, 0)      # the board records key presses for this instance
+    legend = ", ".join(f"{key} for {colour}" for colour, key in KEYS.items())
+    return (f"Press the key for the colour of the square: {legend}.", [panel, keys],
+            [_events_equal(f"key {KEYS[name]}\n")], [{"type": "key", "keys": [KEYS[name]]}])
+
+
+def wrong_solutions(instance: "Instance") -> list[tuple[dict, ...]]:
+    """Well-formed solutions of ``instance`` that fail: what an imperfect demonstrator plays instead
+    (``sft.demo_error_rate``). Another key for key-colour, another cell's anchor for click-square; none for
+    the other families."""
+    if instance.family == "key-colour":
+        right = instance.solution[0]["keys"][0]
+        return [({"type": "key", "keys": [key]},) for key in KEYS.values() if key != right]
+    if instance.family == "click-square":
+        right = instance.solution[0]
+        return [({"type": "click", "x": x, "y": y},) for x in ANCHORS for y in ANCHORS
+                if (x, y) != (right["x"], right["y"])]
+    return []
+
+
+FAMILIES = {"click-square": _click_square, "click-colour": _click_colour, "type-word": _type_word,
+            "key-colour": _key_colour}
 
 
 def make_instance(family: str, seed: int) -> Instance:

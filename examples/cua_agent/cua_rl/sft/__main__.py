@@ -72,7 +72,8 @@ def run(config) -> dict:
     t0 = time.perf_counter()
     with _gym(config) as (url, gym_id):
         demos = asyncio.run(record_demos(url, gym_id, tasks, seeds("train", cfg.demos_per_task, cfg.seed_offset),
-                                         config.gbox_mini_agent_agent, cfg.history_images))
+                                         config.gbox_mini_agent_agent, cfg.history_images,
+                                         error_rate=cfg.demo_error_rate))
     demo_s = time.perf_counter() - t0
     processor = AutoProcessor.from_pretrained(model)
     settings = EndpointSettings.from_dict(asdict(config.policy))
@@ -80,7 +81,8 @@ def run(config) -> dict:
     result = train_rows(rows, model, _output_dir(config), steps=cfg.steps, rows_per_step=cfg.rows_per_step,
                         lr=cfg.lr, seed=cfg.seed, experiment=config.experiment_name, trial=config.trial_name,
                         max_tokens_per_mb=cfg.max_tokens_per_mb)
-    return {"demonstrations": len(demos), "demo_seconds": round(demo_s, 1), **asdict(result)}
+    return {"demonstrations": len(demos), "wrong_demonstrations": sum(d.erroneous for d in demos),
+            "demo_seconds": round(demo_s, 1), **asdict(result)}
 
 
 def main(argv: list[str]) -> None:

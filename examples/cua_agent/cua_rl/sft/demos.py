@@ -9,6 +9,11 @@ call that performs the scripted action; it is parsed back by the same format and
 what the desktop executes, so a reply the agent could not run never becomes a demonstration. The last turn
 ends the run (``terminate`` success), as a solving agent would. A demonstration is kept only when the gym
 scores it 1.0.
+
+An imperfect demonstrator (``error_rate`` > 0, ``sft.demo_error_rate``): that fraction of the
+demonstrations, chosen by seed, plays a well-formed wrong solution instead (``curriculum.wrong_solutions``:
+another key, another cell) and is kept although it fails, as a human demonstrator's slips would be. A model
+imitating them picks the right action only part of the time; that is what RL can then correct.
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..genv import GenvClient
 from ..local_agent.formats import HistoryStep, PromptContext, get_format
 from ..local_agent.runner import png_data_url
-from ..local_gym.curriculum import make_instance
+from ..local_gym.curriculum import make_instance, wrong_solutions
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +46,7 @@ class Demonstration:
     instruction: str
     turns: list[DemoTurn] = field(default_factory=list)
     reward: float = 0.0
+    erroneous: bool = False            # played a wrong solution on purpose (imperfect demonstrator)
 
 
 def _qwen_call(arguments: dict[str, Any]) -> str:
@@ -70,20 +77,32 @@ def reply_writer(agent: str):
         raise ValueError(f"demonstrations are written for agents {sorted(REPLY_WRITERS)}, not {agent!r}") from None
 
 
+def demo_actions(instance, error_rate: float) -> tuple[tuple[dict, ...], bool]:
+    """The actions a demonstrator with ``error_rate`` plays on ``instance``, and whether they are a wrong
+    solution; decided by the seed, so the same demonstrations come back every time."""
+    wrong = wrong_solutions(instance)
+    rng = random.Random(f"demo-error:{instance.family}:{instance.seed}")
+    if wrong and rng.random() < error_rate:
+        return rng.choice(wrong), True
+    return instance.solution, False
+
+
 async def record_demo(client: GenvClient, task, seed: int, agent: str = "qwen3-vl",
-                      history_images: int = 3) -> Demonstration:
-    """Play the scripted solution of ``task`` (a curriculum family task) at ``seed``, one agent turn per action."""
+                      history_images: int = 3, error_rate: float = 0.0) -> Demonstration:
+    """Play the scripted solution of ``task`` (a curriculum family task) at ``seed``, one agent turn per action
+    (a wrong one instead with probability ``error_rate``, where the family has wrong solutions)."""
     fmt, write = get_format(agent), reply_writer(agent)
     instance = make_instance(task.family, seed)
+    actions, erroneous = demo_actions(instance, error_rate)
     async with client.execution(task.task_id, {"seed": seed}) as ex:
         eid = ex.execution_id
         screen = (await client.get_execution(eid)).get("screen", {})
         ctx = PromptContext(instruction=ex.instruction or task.instruction, space="pc",
                             history_images=history_images,
                             screen=(int(screen.get("width") or 0), int(screen.get("height") or 0)))
-        demo = Demonstration(task.task_id, seed, ctx.instruction)
+        demo = Demonstration(task.task_id, seed, ctx.instruction, erroneous=erroneous)
         history: list[HistoryStep] = []
-        for step, action in enumerate([*instance.solution, None], start=1):
+        for step, action in enumerate([*actions, None], start=1):
             shot = png_data_url(await client.screenshot(eid))
             messages = fmt.build_messages(ctx, history, shot, None)
             reply = write(action)
@@ -103,16 +122,17 @@ async def record_demo(client: GenvClient, task, seed: int, agent: str = "qwen3-v
 
 
 async def record_demos(gym_url: str, gym_id: str, tasks: list, seeds: list[int], agent: str = "qwen3-vl",
-                       history_images: int = 3, concurrency: int = 2) -> list[Demonstration]:
-    """Demonstrations of every task at every seed that the gym scores 1.0 (the others are logged and left out)."""
+                       history_images: int = 3, concurrency: int = 2, error_rate: float = 0.0) -> list[Demonstration]:
+    """Demonstrations of every task at every seed that the gym scores 1.0 (the others are logged and left
+    out), plus the wrong ones played on purpose (``error_rate``)."""
     sem = asyncio.Semaphore(concurrency)
     async with GenvClient(gym_url, gym_id) as client:
         async def one(task, seed):
             async with sem:
-                return await record_demo(client, task, seed, agent, history_images)
+                return await record_demo(client, task, seed, agent, history_images, error_rate)
         demos = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
-    kept = [d for d in demos if d.reward == 1.0]
+    kept = [d for d in demos if d.reward == 1.0 or d.erroneous]
     for d in demos:
-        if d.reward != 1.0:
+        if d.reward != 1.0 and not d.erroneous:
             logger.warning("demonstration %s seed %d scored %.2f; left out", d.task_id, d.seed, d.reward)
     return kept
