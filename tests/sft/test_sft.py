@@ -98,3 +98,25 @@ def test_sft_lowers_the_loss_and_the_checkpoint_loads(demos, processor, tiny_mod
     assert changed, "the checkpoint holds the original weights"
     assert (Path(result.checkpoint) / "preprocessor_config.json").exists() or \
         (Path(result.checkpoint) / "processor_config.json").exists()
+
+
+def test_an_imperfect_demonstrator_keeps_its_wrong_demonstrations():
+    """``sft.demo_error_rate``: demonstrations chosen by seed play another key (key-colour) and are kept,
+    scored 0 by the gym; the others score 1.0; the choice is the same every time."""
+    from cua_rl.local_gym.curriculum import make_instance
+    from cua_rl.sft.demos import demo_actions
+
+    seeds = list(range(8))
+    planned = [demo_actions(make_instance("key-colour", s), 0.5) for s in seeds]
+    assert planned == [demo_actions(make_instance("key-colour", s), 0.5) for s in seeds]
+    assert 0 < sum(wrong for _, wrong in planned) < len(seeds)
+    assert all(not wrong for _, wrong in (demo_actions(make_instance("key-colour", s), 0.0) for s in seeds))
+    with start_gym_server(port=0, max_executions=4, pool_size=0) as gym:
+        demos = asyncio.run(record_demos(gym.url, gym.gym_id, [load_tasks().get("053")], seeds,
+                                         history_images=3, error_rate=0.5))
+    assert [d.seed for d in demos] == seeds                      # wrong ones are kept, not filtered out
+    for demo, (actions, wrong) in zip(demos, planned):
+        assert demo.erroneous == wrong and demo.reward == (0.0 if wrong else 1.0)
+        right = make_instance("key-colour", demo.seed).solution[0]["keys"][0]
+        pressed = json.loads(demo.turns[0].reply.split("\n")[1])["arguments"]["keys"]
+        assert pressed == actions[0]["keys"] and (pressed != [right]) == wrong

@@ -162,19 +162,18 @@ def _type_word(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec]
     return (f'Click the text box, type "{word}" and press Enter.', [box], validators, solution)
 
 
-PANEL = (0.3, 0.42)                           # key-colour's square (384x336 px at 1280x800)
+PANEL = (0.7, 0.7)                            # key-colour's square: half the screen, anywhere on it
 KEYS = {"red": "r", "green": "g", "blue": "b", "yellow": "y"}
 
 
 def _key_colour(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
     """One large square of one of four colours; the instruction is the same for every instance, so only the
-    screenshot says which key to press (a colour is one glance for a small vision tower, where a position
-    on a 3x3 grid took the tiny model hundreds of SFT steps)."""
+    screenshot says which key to press. The square covers half the screen, so most image tokens carry the
+    colour: a 2-layer model grounds it quickly, where a position on a 3x3 grid (click-square) took it
+    hundreds of SFT steps, and a smaller square (30% x 42%) was still only half grounded after 300."""
     name = rng.choice(list(COLOURS))
-    (cell,) = _cells(rng, 1)
-    x, y = _place(rng, cell, PANEL)
-    panel = Item("rect", "target", min(max(x, 0.0), 1 - PANEL[0]), min(max(y, 0.0), 1 - PANEL[1]), *PANEL,
-                 COLOURS[name])
+    x, y = round(rng.uniform(0, 1 - PANEL[0]), 4), round(rng.uniform(0, 1 - PANEL[1]), 4)
+    panel = Item("rect", "target", x, y, *PANEL, COLOURS[name])
     keys = Item("keys", "keys", 0, 0, 0, 0)      # the board records key presses for this instance
     legend = ", ".join(f"{key} for {colour}" for colour, key in KEYS.items())
     return (f"Press the key for the colour of the square: {legend}.", [panel, keys],
