@@ -121,6 +121,7 @@ def turn_client_id(rollout_uuid: str, turn: int) -> str:
 # (``monitor_turn``) and the trainer can name the turn its recomputed logprobs belong to: the rollout
 # uuid is 53 random bits written as 14 hex digits, the turn number takes the low 10 bits (0 = no turn).
 _ROLLOUT_BITS, _TURN_BITS = 53, 10
+TURN_KEY_ROW = "monitor_turn"   # the training rows' key holding each output token's turn_key
 
 
 def new_rollout_uuid() -> str:

@@ -26,11 +26,10 @@ from typing import Any
 import torch
 
 from .client import MonitorClient, token_from_env
-from .records import Record, trainer_logprobs_record, turn_of_key
+from .records import TURN_KEY_ROW, Record, trainer_logprobs_record, turn_of_key
 
 logger = logging.getLogger(__name__)
 
-ROW_KEY = "monitor_turn"
 _QUEUE_BATCHES = 64          # compute_logp calls waiting to be sent; more are dropped and counted
 _RECORDS_PER_POST = 200      # records per ingest request (the monitor refuses batches over 5000 rows)
 
@@ -41,7 +40,7 @@ def turn_logprobs(data: list[dict[str, Any]], logps: list[torch.Tensor] | None) 
     Rows without ``monitor_turn`` and tokens whose key is 0 are skipped."""
     out: dict[int, list[float]] = {}
     for batch, logp in zip(data, logps or []):
-        keys = batch.get(ROW_KEY) if isinstance(batch, dict) else None
+        keys = batch.get(TURN_KEY_ROW) if isinstance(batch, dict) else None
         if keys is None or logp is None:
             continue
         mask = batch["loss_mask"].bool() & (keys > 0)

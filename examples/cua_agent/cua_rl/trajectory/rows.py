@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import torch
 
+from cua_rl.monitor.records import TURN_KEY_ROW
 from cua_rl.policy.records import Turn
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def _row(ids: list[int], loss_mask: list[int], logprobs: list[float], versions: 
     if mm_types is not None:
         row["mm_token_type_ids"] = torch.tensor([mm_types], dtype=torch.long)
     if monitor_turn is not None:
-        row["monitor_turn"] = torch.tensor([monitor_turn], dtype=torch.long)
+        row[TURN_KEY_ROW] = torch.tensor([monitor_turn], dtype=torch.long)
     return row
 
 
@@ -78,10 +79,9 @@ def concat_row(turns: list[Turn], reward: float, keys: list[int] | None = None) 
     n = len(ids)
     loss_mask, logprobs, versions, owner = [0] * n, [0.0] * n, [-1] * n, [0] * n
     for i, t in enumerate(turns):
-        start = len(t.prompt_ids)
+        start, key = len(t.prompt_ids), keys[i] if keys is not None else 0
         for j, (lp, v) in enumerate(zip(t.output_logprobs, t.output_versions)):
-            loss_mask[start + j], logprobs[start + j], versions[start + j] = 1, lp, v
-            owner[start + j] = keys[i] if keys is not None else 0
+            loss_mask[start + j], logprobs[start + j], versions[start + j], owner[start + j] = 1, lp, v, key
     mm = None
     if last.prompt_mm_token_type_ids is not None:
         mm = list(last.prompt_mm_token_type_ids) + [0] * len(last.output_ids)
