@@ -1,7 +1,8 @@
 """Does it learn? SFT warm start, GRPO from it, the same GRPO with shuffled rewards; held-out success of each.
 
 Prints one JSON object and writes a PNG plot of the curves. Every stage is the user's own command:
-  1. ``python -m cua_rl.sft --config CONFIG``: the warm start (scripted demonstrations, AReaL's SFT engine);
+  1. the warm start ``train.sh`` builds when ``sft.warm_start`` is on (``python -m cua_rl.sft``: scripted
+     demonstrations, AReaL's SFT engine), kept under ``<CUA_RL_HOME>/warm-starts`` and reused;
   2. ``train.sh --config CONFIG actor.path=<warm start>``: GRPO through the whole embedded stack (real
      desktops, agent service, policy endpoint, AReaL's vLLM server on the CPU, AReaL's trainer), one
      checkpoint per step;
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 from cua_rl.launch import load_config   # the config the stages will see, loaded as the launcher does
+from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cua_agent"
@@ -66,14 +68,6 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _json_line(log: Path, first_key: str) -> dict:
-    """The last JSON object line a stage printed (it starts with ``first_key``)."""
-    for line in reversed(log.read_text(errors="replace").splitlines()):
-        if line.startswith('{"' + first_key + '"'):
-            return json.loads(line)
-    raise SystemExit(f"no JSON result in {log}")
-
-
 STEP_DIR = re.compile(r"globalstep(\d+)$")
 
 
@@ -88,7 +82,7 @@ def step_checkpoints(checkpoints: Path) -> dict[int, Path]:
 
 
 def _rl(label: str, config: str, warm: Path, steps: int, work: Path, env: dict, extra: list[str]) -> tuple[float, dict]:
-    cmd = ["bash", str(EXAMPLE / "train.sh"), "--config", config, f"actor.path={warm}",
+    cmd = ["bash", str(EXAMPLE / "train.sh"), "--config", config, f"actor.path={warm}", "sft.warm_start=false",
            f"total_train_steps={steps}", f"trial_name={label}", "existing_run=overwrite", *extra]
     seconds = _run(cmd, work / f"{label}.log", env)
     user = os.environ.get("USER") or __import__("getpass").getuser()
@@ -176,11 +170,11 @@ def main(argv: list[str] | None = None) -> dict:
         warm, sft = Path(args.warm_start).resolve(), {"checkpoint": args.warm_start}
         if not (warm / "config.json").is_file():
             raise SystemExit(f"--warm-start {warm}: not an HF checkpoint (no config.json)")
-    else:
-        warm = work / "sft"
-        wall["sft"] = _run([sys.executable, "-m", "cua_rl.sft", "--config", config, f"sft.output_dir={warm}",
-                            *extra], work / "sft.log", env)
-        sft = _json_line(work / "sft.log", "demonstrations")
+    else:   # the warm start train.sh itself uses (sft.warm_start): built once, kept, keyed by its inputs
+        t0 = time.monotonic()
+        warm = ensure_warm_start(load_config(config, extra), config, extra, work / "sft.log", env)
+        wall["sft"] = round(time.monotonic() - t0, 1)
+        sft = json.loads((warm / STAMP).read_text())["result"]
     wall["rl"], rl = _rl("grpo", config, warm, steps, work, env, extra)
     control = {}
     if not args.no_control:

@@ -156,6 +156,9 @@ class SFTConfig:
     # Where the checkpoint goes; empty = <cluster.fileroot>/<experiment>/<trial>/sft. RL starts from it
     # with actor.path=<dir>.
     output_dir: str = ""
+    # train.sh fine-tunes actor.path on these demonstrations before RL and trains from the result, built
+    # once and kept under <CUA_RL_HOME>/warm-starts, keyed by what it depends on (cua_rl/sft/warm_start.py).
+    warm_start: bool = False
 
     def __post_init__(self):
         for name in ("demos_per_task", "history_images", "steps", "rows_per_step"):

@@ -86,11 +86,12 @@ async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str]
     endpoint = workflow._policy(engine)
     results = []
     async with httpx.AsyncClient(timeout=300) as client:
-        for n, checkpoint in enumerate(checkpoints):
-            if n:   # AReaL's disk weight update route: the served model becomes this checkpoint
-                r = await client.post(model_url + "/areal_update_weights", json={"model_path": str(checkpoint)})
-                if r.status_code != 200:
-                    raise RuntimeError(f"vLLM could not load {checkpoint}: HTTP {r.status_code} {r.text[:300]}")
+        for checkpoint in checkpoints:
+            # AReaL's disk weight update route: the served model becomes this checkpoint. The first one too,
+            # though the server started with it, so every checkpoint is served the same way.
+            r = await client.post(model_url + "/areal_update_weights", json={"model_path": str(checkpoint)})
+            if r.status_code != 200:
+                raise RuntimeError(f"vLLM could not load {checkpoint}: HTTP {r.status_code} {r.text[:300]}")
             started = time.monotonic()
             counts = await _evaluate_loaded(workflow, endpoint, rows, heldout, concurrency)
             episodes = sum(c["episodes"] for c in counts.values())

@@ -45,7 +45,8 @@ Each flag has an environment variable (also read from examples/cua_agent/.env an
   --gym-tags a,b                   keep tasks having any of these tags         GYM_TAGS
   --gym-eval-number-range 001-032  eval split by task number (beats ratio)     GYM_EVAL_NUMBER_RANGE
   --config FILE                    config file (default: config.yaml with a    CUA_CONFIG
-                                     GPU, config.cpu.yaml without)
+                                     GPU; without: config.learn.yaml for the
+                                     embedded stack, config.cpu.yaml with --gym)
   --dry-run                        print the command and overrides, run nothing
   -h, --help                       this help
 
@@ -206,8 +207,10 @@ if [[ -n ${CUA_CONFIG:-} ]]; then
 elif [[ ${CUA_RL_DEVICE:-auto} == gpu ]] || { [[ ${CUA_RL_DEVICE:-auto} == auto ]] && command -v nvidia-smi >/dev/null 2>&1 \
       && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
   CONFIG=$EXAMPLE_DIR/config.yaml why="default: a GPU is present"
+elif ((EMBEDDED)); then
+  CONFIG=$EXAMPLE_DIR/config.learn.yaml why="default: no GPU found, embedded stack: the learning recipe"
 else
-  CONFIG=$EXAMPLE_DIR/config.cpu.yaml why="default: no GPU found"
+  CONFIG=$EXAMPLE_DIR/config.cpu.yaml why="default: no GPU found, your gym"
 fi
 [[ -f $CONFIG ]] || die "config file not found: $CONFIG"
 CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"

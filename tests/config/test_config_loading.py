@@ -90,17 +90,21 @@ def test_cpu_overlay_starts_from_config_yaml(tmp_path, monkeypatch):
     # inherited from config.yaml
     assert cfg.workflow == "cua_workflow.CUAAgentWorkflow" and cfg.actor.use_decoupled_loss
     assert cfg.actor.optimizer.type == "adam" and cfg.actor.optimizer.lr == 1e-5
+    assert not cfg.sft.warm_start and cfg.task_source.kind == "gym"   # with --gym: your gym's tasks as they are
 
 
-def test_learn_config_is_the_cpu_stack_on_curriculum_families_and_takes_the_control_switch(tmp_path, monkeypatch):
+def test_learn_config_is_the_cpu_stack_learning_a_curriculum_family_from_a_warm_start(tmp_path, monkeypatch):
     from cua_rl.local_gym import load_tasks
 
     monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
     cfg = load(tmp_path, config="config.learn.yaml")
-    assert cfg.rollout.backend == "vllm:d1" and cfg.trajectory.shuffle_rewards is False
+    assert cfg.rollout.backend == "vllm:d1" and cfg.actor.path == str(tmp_path / "home" / "models" / "tiny-qwen3-vl")
+    assert cfg.sft.warm_start and cfg.trajectory.shuffle_rewards is False
     assert cfg.task_source.task_ids == cfg.sft.tasks
     assert all(load_tasks().get(t).family for t in cfg.sft.tasks)
-    assert load(tmp_path / "c", "trajectory.shuffle_rewards=true", config="config.learn.yaml").trajectory.shuffle_rewards
+    assert cfg.actor.optimizer.type == "sgd" and cfg.gconfig.n_samples >= 2
+    control = load(tmp_path / "c", "trajectory.shuffle_rewards=true", config="config.learn.yaml")
+    assert control.trajectory.shuffle_rewards
 
 
 def test_the_test_vllm_server_is_the_one_the_cpu_config_launches(tmp_path, monkeypatch):

@@ -117,8 +117,12 @@ def test_config_choice():
     assert given.config == str(EXAMPLE / "config.yaml")  # relative to the caller's directory, made absolute
     from_env = run(["--dry-run"], env=clean_env(CUA_CONFIG=str(EXAMPLE / "config.cpu.yaml")))
     assert from_env.config == str(EXAMPLE / "config.cpu.yaml")
-    auto = run(["--dry-run"])
-    assert auto.config in (str(EXAMPLE / "config.yaml"), str(EXAMPLE / "config.cpu.yaml"))
+    # no GPU: the embedded stack runs the learning recipe, a user's gym the plain CPU stack
+    cpu = clean_env(CUA_RL_DEVICE="cpu")
+    assert run(["--dry-run"], env=cpu).config == str(EXAMPLE / "config.learn.yaml")
+    assert run(["--dry-run", "--gym", "http://gym:5010", "--gym-id", "g"], env=cpu).config == \
+        str(EXAMPLE / "config.cpu.yaml")
+    assert run(["--dry-run"], env=clean_env(CUA_RL_DEVICE="gpu")).config == str(EXAMPLE / "config.yaml")
 
 
 def test_dry_run_needs_no_python_environment(tmp_path):

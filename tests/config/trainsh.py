@@ -84,6 +84,6 @@ def copy_example(tmp_path: Path) -> Path:
     """A private copy of the example (train.sh + configs) so .env files never touch the shared tree."""
     dest = tmp_path / "repo" / "examples" / "cua_agent"
     dest.mkdir(parents=True)
-    for name in ("train.sh", "config.yaml", "config.cpu.yaml"):
+    for name in ("train.sh", "config.yaml", "config.cpu.yaml", "config.learn.yaml"):
         shutil.copy2(EXAMPLE / name, dest / name)
     return dest / "train.sh"

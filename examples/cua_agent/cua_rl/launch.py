@@ -301,11 +301,17 @@ def main(argv: list[str] | None = None) -> int:
     rc = 1
     with contextlib.ExitStack() as stack:
         try:
+            if not has_gpu():
+                env.update(_prepare_cpu(config))
+            if config.sft.warm_start:
+                from cua_rl.sft.warm_start import ensure_warm_start
+
+                model = ensure_warm_start(config, config_file, overrides, paths.logs / "warm_start.log", env)
+                overrides.append(f"actor.path={model}")
+                logger.info("training from the SFT warm start %s", model)
             if args.embedded or config.embedded_enabled:
                 overrides += _start_embedded(config, stack)
                 overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
-            if not has_gpu():
-                env.update(_prepare_cpu(config))
             cmd = [sys.executable, str(EXAMPLE_DIR / "train.py"), "--config", config_file, *overrides]
             logger.info("starting the trainer: %s", " ".join(cmd[:4]) + " ...")
             rc = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps)

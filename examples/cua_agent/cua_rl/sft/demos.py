@@ -126,10 +126,16 @@ async def record_demos(gym_url: str, gym_id: str, tasks: list, seeds: list[int],
     """Demonstrations of every task at every seed that the gym scores 1.0 (the others are logged and left
     out), plus the wrong ones played on purpose (``error_rate``)."""
     sem = asyncio.Semaphore(concurrency)
+    total, done = len(tasks) * len(seeds), 0
     async with GenvClient(gym_url, gym_id) as client:
         async def one(task, seed):
+            nonlocal done
             async with sem:
-                return await record_demo(client, task, seed, agent, history_images, error_rate)
+                demo = await record_demo(client, task, seed, agent, history_images, error_rate)
+            done += 1
+            if done % max(1, total // 8) == 0 or done == total:   # about 8 progress lines
+                logger.info("recorded %d/%d demonstrations", done, total)
+            return demo
         demos = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
     kept = [d for d in demos if d.reward == 1.0 or d.erroneous]
     for d in demos:

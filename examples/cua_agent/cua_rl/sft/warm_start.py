@@ -1,0 +1,136 @@
+"""The warm start a run trains from when ``sft.warm_start`` is on: SFT on the config's demonstrations, built
+once and kept.
+
+The launcher calls ``ensure_warm_start`` before the trainer starts and trains from the directory it returns
+(``actor.path``). The build is the user's own command, ``python -m cua_rl.sft``, run as a child process so the
+SFT engine's torch state and rank variables stay out of the launcher. A build is keyed by everything its
+checkpoint depends on (``warm_start_key``): the ``sft`` section, the base model, the prompt settings and the
+source of the demonstrator, curriculum, prompt and row code. The same key finds the same directory under
+``<CUA_RL_HOME>/warm-starts``, so later runs start at once; a build goes to a temporary directory that is
+renamed only when complete, so a killed build is never picked up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+logger = logging.getLogger("cua_rl.sft")
+
+PACKAGE = Path(__file__).resolve().parents[1]      # cua_rl
+# The code a warm start depends on: demonstrations, curriculum, prompt building, rows, SFT training.
+SOURCES = ("sft/__main__.py", "sft/demos.py", "sft/rows.py", "sft/train.py", "local_gym/curriculum.py",
+           "local_gym/board.tcl", "local_gym/tasks", "local_agent", "policy")
+STAMP = "warm_start.json"
+
+
+def _hash_tree(h, path: Path) -> None:
+    files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) \
+        if path.is_dir() else [path]
+    for f in files:
+        h.update(str(f.relative_to(PACKAGE)).encode())
+        h.update(f.read_bytes())
+
+
+def _base_model_identity(model_dir: Path) -> dict:
+    """What names the base weights without reading them: its config, the tiny builder's stamp when present,
+    and the size and time of each weight file."""
+    ident = {"path": str(model_dir)}
+    for name in ("config.json", "tiny_spec.json"):
+        if (model_dir / name).exists():
+            ident[name] = hashlib.sha256((model_dir / name).read_bytes()).hexdigest()
+    for f in sorted(model_dir.glob("*.safetensors")):
+        st = f.stat()
+        ident[f.name] = [st.st_size, st.st_mtime_ns]
+    return ident
+
+
+def warm_start_key(config) -> str:
+    """16 hex digits naming what a warm start of ``config`` is built from."""
+    sft = {k: v for k, v in asdict(config.sft).items() if k not in ("output_dir", "warm_start")}
+    inputs = {"sft": sft, "policy": asdict(config.policy), "agent": config.gbox_mini_agent_agent,
+              "base": _base_model_identity(Path(os.path.expanduser(config.actor.path)))}
+    h = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
+    for rel in SOURCES:
+        if (PACKAGE / rel).exists():
+            _hash_tree(h, PACKAGE / rel)
+    return h.hexdigest()[:16]
+
+
+def warm_start_root(environ: dict | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    home = env.get("CUA_RL_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "cua-rl")
+    return Path(home) / "warm-starts"
+
+
+def warm_start_dir(config) -> Path:
+    """Where the warm start of ``config`` is (or will be) kept."""
+    return warm_start_root() / f"sft-{warm_start_key(config)}"
+
+
+def is_built(path: Path) -> bool:
+    return (path / STAMP).exists() and (path / "config.json").exists()
+
+
+def ensure_warm_start(config, config_file: str, overrides: list[str], log_file: Path,
+                      env: dict[str, str] | None = None) -> Path:
+    """The warm start of ``config``: reused when built, else built now (``python -m cua_rl.sft`` with the
+    run's config file and overrides, in ``env``; output to ``log_file``, progress lines to the console)."""
+    out = warm_start_dir(config)
+    if is_built(out):
+        logger.info("SFT warm start: reusing %s", out)
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    logger.info("SFT warm start: %d demonstrations per task of %s, %d steps (first run only; kept in %s; "
+                "log %s)", config.sft.demos_per_task, list(config.sft.tasks), config.sft.steps, out, log_file)
+    started = time.monotonic()
+    cmd = [sys.executable, "-m", "cua_rl.sft", "--config", config_file, *overrides,
+           f"sft.output_dir={partial}", "sft.warm_start=false"]
+    try:
+        result = _run_showing_progress(cmd, log_file, env)
+        result["checkpoint"] = str(out)
+        (partial / STAMP).write_text(json.dumps({"key": warm_start_key(config), "result": result,
+                                                 "seconds": round(time.monotonic() - started, 1)}, indent=2))
+        shutil.rmtree(out, ignore_errors=True)   # an incomplete one (no stamp): never used, replaced
+        os.replace(partial, out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    logger.info("SFT warm start: built %s in %.0f s", out, time.monotonic() - started)
+    return out
+
+
+def _run_showing_progress(cmd: list[str], log_file: Path, env: dict[str, str] | None) -> dict:
+    """Run the SFT command; all output to ``log_file``, its progress lines to the console; its JSON result."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    result: dict = {}
+    with open(log_file, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", env={**(env or os.environ), "PYTHONUNBUFFERED": "1"})
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                if " cua_rl.sft" in line and (" SFT step " in line or " demonstrations" in line):
+                    print(f"[cua-rl] {line.split(' INFO ', 1)[-1].rstrip()}", flush=True)
+                elif line.startswith('{"demonstrations"'):
+                    result = json.loads(line)
+            rc = proc.wait()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    if rc != 0:
+        raise SystemExit(f"SFT warm start failed (exit {rc}); see {log_file}")
+    return result

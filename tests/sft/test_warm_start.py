@@ -1,0 +1,57 @@
+"""The kept SFT warm start (cua_rl/sft/warm_start.py): its key follows what the checkpoint depends on and
+nothing else, and only a complete build is ever reused. The build itself is the ``python -m cua_rl.sft``
+command tests/sft/test_sft.py runs; the learning gate (tests/training/test_learning_gate.py) trains from it."""
+
+import json
+from pathlib import Path
+
+from areal.api.cli_args import load_expr_config
+
+from configs import CUAConfig
+from cua_rl.sft import warm_start
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cua_agent"
+
+
+def _config(tmp_path: Path, *overrides: str) -> CUAConfig:
+    cfg, _ = load_expr_config(["--config", str(EXAMPLE / "config.cpu.yaml"), f"cluster.fileroot={tmp_path}",
+                               *overrides], CUAConfig)
+    return cfg
+
+
+def test_the_key_follows_the_demonstrations_the_prompt_and_the_base_model_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    base = warm_start.warm_start_key(_config(tmp_path / "a"))
+    # where it is written, whether it is used, and the RL settings do not change what is built
+    assert warm_start.warm_start_key(_config(tmp_path / "b", "sft.output_dir=/elsewhere", "sft.warm_start=false",
+                                             "actor.optimizer.lr=0.5", "gconfig.n_samples=8")) == base
+    # the demonstrations, the prompt and the base model do
+    for override in ("sft.demo_error_rate=0.1", "sft.steps=7", "policy.max_pixels=100352",
+                     "gbox_mini_agent_agent=mai-ui", f"actor.path={tmp_path / 'other-model'}"):
+        assert warm_start.warm_start_key(_config(tmp_path / "c", override)) != base, override
+
+
+def test_the_key_follows_the_base_models_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"a": 1}')
+    cfg = _config(tmp_path / "a", f"actor.path={model}")
+    before = warm_start.warm_start_key(cfg)
+    (model / "config.json").write_text('{"a": 2}')
+    assert warm_start.warm_start_key(cfg) != before
+
+
+def test_only_a_stamped_build_is_reused_and_a_partial_one_is_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = _config(tmp_path / "a")
+    out = warm_start.warm_start_dir(cfg)
+    assert out.parent == tmp_path / "home" / "warm-starts"
+    assert warm_start.warm_start_dir(_config(tmp_path / "b", "experiment_name=another")) == out   # shared
+    out.mkdir(parents=True)
+    (out / "config.json").write_text("{}")
+    assert not warm_start.is_built(out)          # weights without the stamp: a build that did not finish
+    (out / warm_start.STAMP).write_text(json.dumps({"key": warm_start.warm_start_key(cfg)}))
+    assert warm_start.is_built(out)
+    # a built one is returned without running anything (the command would fail: no such config file)
+    assert warm_start.ensure_warm_start(cfg, "/nonexistent.yaml", [], tmp_path / "log") == out
