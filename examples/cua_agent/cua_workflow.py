@@ -354,12 +354,15 @@ class CUAAgentWorkflow(RolloutWorkflow):
 
 
 def _stats_dir(config) -> str:
-    try:
-        from areal.utils.stats_logger import StatsLogger
+    """The run's log directory, where the launcher's summary reads the endpoint counts, computed without
+    creating it (AReaL's ``StatsLogger.get_log_path`` makes the directory: for ``CUAConfig()`` in a test that
+    was ``???/logs/<user>/???/???`` in the working directory). None for a config that names no run."""
+    from cua_rl.launch import RunPaths
 
-        return str(StatsLogger.get_log_path(config.stats_logger))
-    except Exception:  # noqa: BLE001 - a config without stats_logger (tests) records no counts
+    s = getattr(config, "stats_logger", None)
+    if s is None or any(not part or part == "???" for part in (s.fileroot, s.experiment_name, s.trial_name)):
         return ""
+    return str(RunPaths.of(config).logs)
 
 
 def instance_seed(base: int, phase: str, task_id: str, version: int, nth: int) -> int:

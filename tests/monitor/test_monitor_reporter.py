@@ -106,9 +106,13 @@ def test_unreachable_monitor_does_not_stop_training():
         assert training_id is None
 
 
-def test_workflow_kwargs_carry_the_monitor_settings_but_never_the_token():
-    """What train.py ships to rollout workers (AReaL logs and saves these kwargs)."""
+def test_workflow_kwargs_carry_the_monitor_settings_but_never_the_token(tmp_path, monkeypatch):
+    """What train.py ships to rollout workers (AReaL logs and saves these kwargs). A config that names no run
+    gets no counts directory, and nothing is created in the working directory (AReaL's directory-making
+    getter once left ``???/logs/<user>/???/???`` there)."""
     import pickle
+
+    monkeypatch.chdir(tmp_path)
 
     from configs import CUAConfig
     from cua_workflow import CUAAgentWorkflow
@@ -119,3 +123,4 @@ def test_workflow_kwargs_carry_the_monitor_settings_but_never_the_token():
     wf = CUAAgentWorkflow(**pickle.loads(pickle.dumps(kwargs)))
     assert (wf.monitor_base_url, wf.monitor_project_id, wf.monitor_training_id, wf.is_eval) == (
         "http://monitor.example/178", "p1", 5, True)
+    assert kwargs["stats_dir"] == "" and list(tmp_path.iterdir()) == []
