@@ -272,6 +272,6 @@ def resolve_tiny_model_dir(config: CUAConfig, environ: dict | None = None) -> st
     """Directory of the tiny offline model used by the embedded CPU stack."""
     if config.embedded.tiny_model_dir:
         return os.path.expanduser(config.embedded.tiny_model_dir)
-    env = os.environ if environ is None else environ
-    home = env.get("CUA_RL_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "cua-rl")
-    return os.path.join(home, "models", "tiny-qwen3-vl")
+    from cua_rl import cua_rl_home
+
+    return os.path.join(cua_rl_home(environ), "models", "tiny-qwen3-vl")

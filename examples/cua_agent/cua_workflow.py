@@ -357,10 +357,12 @@ def _stats_dir(config) -> str:
     """The run's log directory, where the launcher's summary reads the endpoint counts, computed without
     creating it (AReaL's ``StatsLogger.get_log_path`` makes the directory: for ``CUAConfig()`` in a test that
     was ``???/logs/<user>/???/???`` in the working directory). None for a config that names no run."""
+    from omegaconf import MISSING
+
     from cua_rl.launch import RunPaths
 
     s = getattr(config, "stats_logger", None)
-    if s is None or any(not part or part == "???" for part in (s.fileroot, s.experiment_name, s.trial_name)):
+    if s is None or any(not part or part == MISSING for part in (s.fileroot, s.experiment_name, s.trial_name)):
         return ""
     return str(RunPaths.of(config).logs)
 

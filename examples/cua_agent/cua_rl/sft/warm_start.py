@@ -23,6 +23,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from cua_rl import cua_rl_home
+
 logger = logging.getLogger("cua_rl.sft")
 
 PACKAGE = Path(__file__).resolve().parents[1]      # cua_rl
@@ -65,15 +67,13 @@ def warm_start_key(config) -> str:
     return h.hexdigest()[:16]
 
 
-def warm_start_root(environ: dict | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    home = env.get("CUA_RL_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "cua-rl")
-    return Path(home) / "warm-starts"
+def _dir_of(key: str) -> Path:
+    return Path(cua_rl_home()) / "warm-starts" / f"sft-{key}"
 
 
 def warm_start_dir(config) -> Path:
     """Where the warm start of ``config`` is (or will be) kept."""
-    return warm_start_root() / f"sft-{warm_start_key(config)}"
+    return _dir_of(warm_start_key(config))
 
 
 def is_built(path: Path) -> bool:
@@ -84,7 +84,8 @@ def ensure_warm_start(config, config_file: str, overrides: list[str], log_file: 
                       env: dict[str, str] | None = None) -> Path:
     """The warm start of ``config``: reused when built, else built now (``python -m cua_rl.sft`` with the
     run's config file and overrides, in ``env``; output to ``log_file``, progress lines to the console)."""
-    out = warm_start_dir(config)
+    key = warm_start_key(config)   # once: the stamp must name the key the directory was found by
+    out = _dir_of(key)
     if is_built(out):
         logger.info("SFT warm start: reusing %s", out)
         return out
@@ -99,7 +100,7 @@ def ensure_warm_start(config, config_file: str, overrides: list[str], log_file: 
     try:
         result = _run_showing_progress(cmd, log_file, env)
         result["checkpoint"] = str(out)
-        (partial / STAMP).write_text(json.dumps({"key": warm_start_key(config), "result": result,
+        (partial / STAMP).write_text(json.dumps({"key": key, "result": result,
                                                  "seconds": round(time.monotonic() - started, 1)}, indent=2))
         shutil.rmtree(out, ignore_errors=True)   # an incomplete one (no stamp): never used, replaced
         os.replace(partial, out)
