@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 
 def measure(repo: Path, calls: int, levels: list[int], max_pixels: int) -> dict:
-    sys.path.insert(0, str(repo / "examples" / "cua_agent"))
+    sys.path.insert(0, str(repo / "examples" / "cua_agent"))   # where the package lived before it moved
+    sys.path.insert(0, str(repo))
     sys.path.insert(0, str(ROOT / "tests" / "policy"))
     from areal.api.cli_args import GenerationHyperparameters
     from transformers import AutoProcessor

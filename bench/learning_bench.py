@@ -8,7 +8,7 @@ Prints one JSON object and writes a PNG plot of the curves. Every stage is the u
      checkpoint per step;
   3. the same command with ``trajectory.shuffle_rewards=true``: the negative control (each group's rewards
      dealt to its episodes at random, so which episode succeeded is lost; it must not rise);
-  4. ``examples/cua_agent/evaluate.py``: held-out success of the warm start and of the checkpoints (one
+  4. ``python -m cua_rl.evaluate``: held-out success of the warm start and of the checkpoints (one
      served vLLM model loading each in turn; instances at seeds no training group draws; sampling as in
      training, ``gconfig``).
 
@@ -158,8 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="learning-bench-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     os.environ["CUA_RL_FILEROOT"] = str(work / "fileroot")   # loading the config here writes under it too
-    env = {**os.environ, "CUA_RL_DEVICE": "cpu",
-           "PYTHONPATH": os.pathsep.join([str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {**os.environ, "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
     extra = list(args.overrides)
     steps = args.steps or _config_steps(config, extra)
@@ -184,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
     picked = eval_steps(steps, args.eval_every)
     order = [("sft", 0, warm)] + [("grpo", s, rl[s]) for s in picked] + \
             ([("control", s, control[s]) for s in picked] if control else [])
-    wall["evaluate"] = _run([sys.executable, str(EXAMPLE / "evaluate.py"), "--config", config,
+    wall["evaluate"] = _run([sys.executable, "-m", "cua_rl.evaluate", "--config", config,
                              "--seeds-per-task", str(args.seeds_per_task), "--checkpoints",
                              *[str(p) for _, _, p in order], *extra], work / "evaluate.log", env)
     scores = [json.loads(line) for line in (work / "evaluate.log").read_text().splitlines()

@@ -32,12 +32,10 @@ import json
 import math
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "cua_agent"))
 
 from PIL import Image, ImageDraw  # noqa: E402
 

@@ -19,14 +19,12 @@ import io
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "cua_agent"))
 
 
 class TimedEngine:
@@ -122,7 +120,7 @@ async def bench_e2e(stack, engine, groups: int) -> dict:
 
     from cua_rl.genv import GenvClient
     from cua_rl.policy import close_loop_servers
-    from cua_workflow import CUAAgentWorkflow
+    from cua_rl.workflow import CUAAgentWorkflow
 
     wf = CUAAgentWorkflow(
         gconfig=GenerationHyperparameters(max_new_tokens=64, temperature=1.0), model_path=stack["model_dir"],

@@ -85,10 +85,12 @@ if [ ! -f "$VENV/.complete" ]; then
   touch "$VENV/.complete"
 fi
 # Link this clone's sources (editable, no dependencies: a second or so).
-if [ "$(cat "$VENV/.source" 2>/dev/null)" != "$ROOT" ]; then
+# Relinked when another clone was linked last or this clone's package layout (pyproject.toml) changed.
+source_id="$ROOT $(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [ "$(cat "$VENV/.source" 2>/dev/null)" != "$source_id" ]; then
   step "linking this clone ($ROOT) into the environment" \
     "$UV" pip install -q --python "$VENV/bin/python" --no-deps -e "$ROOT"
-  echo "$ROOT" > "$VENV/.source"
+  echo "$source_id" > "$VENV/.source"
 fi
 ln -sfn "$VENV" "$CUA_RL_HOME/current"
 echo "$VENV"

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from sqlalchemy import func, select
 
-from bad_input_corpus import Case, check_refused, json_bytes, nested, send
+from bad_input_corpus import Case, check_refused, nested, send
 from cua_rl.monitor.schema import TABLES
 
 JSON = {"Content-Type": "application/json"}

@@ -9,10 +9,11 @@ import yaml
 from areal.api.cli_args import GRPOConfig, load_expr_config
 from omegaconf import OmegaConf
 
-from configs import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
-from trainsh import ALL_FLAGS, EXAMPLE, run
+from cua_rl.config import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
+from cli_cases import ALL_FLAGS, EXAMPLE
+from cua_rl import cli
 
-SECTION_5_2_KEYS = {  # external-protocols.md 5.2, with our defaults
+SECTION_5_2_KEYS = {  # the original example's keys (one per flag), with our defaults
     "max_turns": 20, "max_task_time_seconds": 600, "max_turn_time_seconds": 120, "gym_base_url": "",
     "gym_id": "", "gym_train_ratio": 0.8, "gym_split_type": "train", "gym_limit": None, "gym_seed": 42,
     "gym_tags": None, "gym_eval_number_range": None, "gbox_mini_agent_base_url": "http://127.0.0.1:3000",
@@ -88,7 +89,7 @@ def test_cpu_overlay_starts_from_config_yaml(tmp_path, monkeypatch):
     assert (cfg.rollout.backend, cfg.actor.backend, cfg.actor.weight_update_mode) == ("vllm:d1", "fsdp:d1", "disk")
     assert cfg.actor.attn_impl == "sdpa" and cfg.actor.scheduling_spec[0].gpu == 0
     # inherited from config.yaml
-    assert cfg.workflow == "cua_workflow.CUAAgentWorkflow" and cfg.actor.use_decoupled_loss
+    assert cfg.workflow == "cua_rl.workflow.CUAAgentWorkflow" and cfg.actor.use_decoupled_loss
     assert cfg.actor.optimizer.type == "adam" and cfg.actor.optimizer.lr == 1e-5
     assert not cfg.sft.warm_start and cfg.task_source.kind == "gym"   # with --gym: your gym's tasks as they are
 
@@ -125,9 +126,8 @@ def test_the_test_vllm_server_is_the_one_the_cpu_config_launches(tmp_path, monke
 
 
 def test_train_sh_overrides_load_into_the_intended_values(tmp_path):
-    r = run(["--dry-run", *ALL_FLAGS, "actor.optimizer.lr=1e-6", "--config", str(EXAMPLE / "config.yaml")])
-    assert r.returncode == 0, r.stderr
-    cfg = load(tmp_path, *r.launch_overrides)
+    request = cli.parse([*ALL_FLAGS, "actor.optimizer.lr=1e-6"], {}, [])
+    cfg = load(tmp_path, *request.overrides)
     assert (cfg.gym_base_url, cfg.gym_id) == ("http://127.0.0.1:5010", "desk")
     assert cfg.gbox_mini_agent_base_url == "http://127.0.0.1:3100"
     assert (cfg.gbox_mini_agent_agent, cfg.gbox_mini_agent_standard_action_space) == ("mai-ui", "mobile")
@@ -147,25 +147,27 @@ def test_train_sh_overrides_load_into_the_intended_values(tmp_path):
 
 
 def test_strings_that_look_like_numbers_stay_strings(tmp_path):
-    r = run(["--dry-run", "--gym", "http://127.0.0.1:1", "--gym-id", "007", "--model-name", "Qwen 3,VL",
-             "--config", str(EXAMPLE / "config.yaml")])
-    cfg = load(tmp_path, *r.launch_overrides)
+    request = cli.parse(["--gym", "http://127.0.0.1:1", "--gym-id", "007", "--model-name", "Qwen 3,VL"], {}, [])
+    cfg = load(tmp_path, *request.overrides)
     assert cfg.gym_id == "007" and cfg.model_name == "Qwen 3,VL"
 
 
-def test_every_key_train_sh_sets_is_in_config_yaml():
-    """So train.sh's plain `key=value` overrides never need Hydra's `+` (areal-notes 1)."""
-    r = run(["--dry-run", *ALL_FLAGS])
+def test_every_key_a_flag_sets_is_in_config_yaml():
+    """So the flags' plain `key=value` overrides never need Hydra's `+`."""
     document = OmegaConf.create(yaml.safe_load((EXAMPLE / "config.yaml").read_text()))
     missing = object()
-    for override in r.overrides:
+    for override in cli.parse(ALL_FLAGS, {}, []).overrides:
         key = override.split("=", 1)[0]
         assert OmegaConf.select(document, key, default=missing) is not missing, key
 
 
 @pytest.mark.parametrize("override, message", [
     ("gym_train_ratio=1.5", "gym_train_ratio must be within"),
-    ("gym_eval_number_range=abc", "bad task number range"),
+    ("gym_eval_number_range=abc", "gym_eval_number_range: bad task number range"),
+    ("gym_seed=-1", "gym_seed must be >= 0"),
+    ("gym_tags=[easy,'a;b']", "gym_tags: bad tag 'a;b'"),
+    ("train_dataset.batch_size=0", "train_dataset.batch_size must be >= 1"),
+    ("rollout.max_concurrent_rollouts=0", "rollout.max_concurrent_rollouts must be >= 1"),
     ("gym_split_type=test", "gym_split_type must be one of"),
     ("max_turns=0", "max_turns must be positive"),
     ("task_source.kind=file", "needs task_source.task_file"),

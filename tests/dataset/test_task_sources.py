@@ -6,10 +6,10 @@ The gym source runs against the genv TEST DOUBLE (tests/genv/genv_double.py) ove
 import json
 
 import pytest
-from configs import CUAConfig, TaskSourceConfig
+from cua_rl.config import CUAConfig, TaskSourceConfig
 from cua_rl.asgi_thread import free_port
 from cua_rl.genv import Task
-from dataset import (
+from cua_rl.dataset import (
     ROW_FEATURES,
     TaskSourceError,
     aload_task_datasets,

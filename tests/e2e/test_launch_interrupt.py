@@ -44,9 +44,11 @@ def test_ctrl_c_tears_everything_down(tmp_path):
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
     log = open(tmp_path / "out.log", "w+")
-    # Many steps, so that the run is surely still going when it is interrupted.
+    # Many steps, so that the run is surely still going when it is interrupted; no warm start (a teardown
+    # test needs no trained model, and a cold cache would spend its deadline building one).
     proc = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=50",
-                             "trial_name=interrupt"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+                             "trial_name=interrupt", "sft.warm_start=false"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 600
         # Interrupt mid-rollout: the desktops, the agent's runs and every server are up by then.

@@ -14,7 +14,6 @@ through the rows' ``monitor_turn`` key) next to vLLM's. The runtime is printed.
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -35,7 +34,6 @@ def _vllm_pids() -> set[int]:
 
 
 def test_train_sh_embedded_cpu_run(tmp_path):
-    sys.path.insert(0, str(ROOT / "examples" / "cua_agent"))
     from cua_rl.launch import read_scalars
 
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from areal.api.cli_args import load_expr_config
 
-from configs import CUAConfig
-from cua_workflow import CUAAgentWorkflow, has_reward_variance
+from cua_rl.config import CUAConfig
+from cua_rl.workflow import CUAAgentWorkflow, has_reward_variance
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cua_agent"
 
@@ -60,8 +60,8 @@ def test_reward_variance_filter():
 def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
     from areal.api.cli_args import GenerationHyperparameters
 
-    import cua_workflow
-    from cua_workflow import CUAAgentWorkflow
+    from cua_rl import workflow as cua_workflow
+    from cua_rl.workflow import CUAAgentWorkflow
 
     class Engine:
         version = 3

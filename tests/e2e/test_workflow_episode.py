@@ -41,7 +41,7 @@ def stack(vllm_server, tiny_model_dir):
 
 
 def _workflow(stack, **kw):
-    from cua_workflow import CUAAgentWorkflow
+    from cua_rl.workflow import CUAAgentWorkflow
 
     args = dict(gconfig=GenerationHyperparameters(max_new_tokens=48, temperature=1.0), model_path=stack["model_dir"],
                 gym_base_url=stack["gym"].url, gym_id="desktop", agent_base_url=stack["agent"].url,

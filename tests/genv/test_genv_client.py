@@ -82,6 +82,26 @@ async def test_create_is_never_retried(gym_server, gym_state):
     assert gym_state.executions == {}
 
 
+async def test_a_gym_at_capacity_is_asked_again_within_busy_wait_only(gym_server, gym_state, monkeypatch):
+    """429/503 created nothing: asked again with back-off while busy_wait_s allows; a 500 is never retried."""
+    import cua_rl.genv.client as client_module
+
+    slept = []
+
+    async def no_sleep(seconds):
+        slept.append(seconds)
+    monkeypatch.setattr(client_module.asyncio, "sleep", no_sleep)
+    gym_state.fail_next[("POST", "/tasks/task-001")] = [429, 503]
+    async with client_for(gym_server) as gym:
+        execution = await gym.create_execution("task-001", busy_wait_s=60)
+        assert execution.execution_id in gym_state.executions and slept == [2.0, 4.0]
+        gym_state.fail_next[("POST", "/tasks/task-001")] = [500]
+        with pytest.raises(GenvError) as info:
+            await gym.create_execution("task-001", busy_wait_s=60)
+        assert info.value.status_code == 500 and slept == [2.0, 4.0]
+    assert sum(1 for m, p, *_ in gym_state.requests if m == "POST") == 4
+
+
 async def test_error_detail_propagates(gym_server):
     async with client_for(gym_server) as gym:
         with pytest.raises(GenvError) as info:

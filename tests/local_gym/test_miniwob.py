@@ -229,7 +229,7 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.mini_agent import MiniAgentClient
     from areal.api.cli_args import GenerationHyperparameters
-    from cua_workflow import CUAAgentWorkflow
+    from cua_rl.workflow import CUAAgentWorkflow
 
     agent = start_agent_server()
     try:

@@ -69,7 +69,7 @@ async def test_timeout_cancels_run_and_keeps_events(agent_server, agent_state):
     agent_state.runs["run-1"] = {"revealed": 2, "cancelled": False, "polls": 0}
     async with client_for(agent_server) as agent:
         result = await agent.wait("run-1", timeout_s=0.3, poll_interval_s=POLL)
-    assert result.timed_out and result.ok is False and result.reason.startswith("timeout")
+    assert result.timed_out and result.ok is False and result.reason.startswith("timeout") and not result.service_failed
     assert agent_state.cancelled == ["run-1"]
     assert [e.type for e in result.events] == ["step_start", "model_call"]
 
@@ -99,7 +99,7 @@ async def test_persistent_poll_failure_ends_run_cleanly(agent_server, agent_stat
     agent_state.fail_next[("GET", "/events")] = [500, 500, 500]
     async with client_for(agent_server) as agent:
         result = await agent.wait("run-1", timeout_s=20, poll_interval_s=POLL)
-    assert result.ok is False and "agent service error" in result.reason and "injected failure" in result.reason
+    assert result.ok is False and result.service_failed and "agent service error" in result.reason and "injected failure" in result.reason
     assert agent_state.cancelled == ["run-1"]
 
 

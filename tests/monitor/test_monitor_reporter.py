@@ -114,8 +114,8 @@ def test_workflow_kwargs_carry_the_monitor_settings_but_never_the_token(tmp_path
 
     monkeypatch.chdir(tmp_path)
 
-    from configs import CUAConfig
-    from cua_workflow import CUAAgentWorkflow
+    from cua_rl.config import CUAConfig
+    from cua_rl.workflow import CUAAgentWorkflow
 
     config = CUAConfig(monitor_base_url="http://monitor.example/178", project_id="p1", project_token="tok-KW-secret")
     kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, 2, is_eval=True, monitor_training_id=5)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from areal.api.cli_args import load_expr_config
 
-from configs import CUAConfig
+from cua_rl.config import CUAConfig
 from cua_rl.sft import warm_start
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cua_agent"

@@ -139,7 +139,7 @@ def test_rows_name_each_output_tokens_monitor_turn_and_the_trainer_side_reads_th
     from cua_rl.monitor.records import new_rollout_uuid, turn_key, turn_of_key
     from cua_rl.monitor.trainer_logprobs import records_of, turn_logprobs
 
-    a, b = new_rollout_uuid(), new_rollout_uuid()
+    a = new_rollout_uuid()
     assert turn_of_key(turn_key(a, 7)) == (a, 7) and turn_key(a, 0) == 0 and turn_key("0" * 32, 1) == 0
     t1, t2 = _turn([1, 2], [5, 6]), _turn([1, 2, 5, 6, 9], [7])
     chain = [t1, t2]

@@ -26,7 +26,7 @@ from typing import Iterable
 import yaml
 from datasets import Dataset, Features, Sequence, Value
 
-from configs import CUAConfig, parse_number_ranges
+from cua_rl.config import CUAConfig, parse_number_ranges
 from cua_rl.genv import GenvClient, GenvError, Task
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Held-out success of model checkpoints on the seeded curriculum, through the same stack training uses.
 
-    python examples/cua_agent/evaluate.py --config examples/cua_agent/config.cpu.yaml \
+    python -m cua_rl.evaluate --config examples/cua_agent/config.cpu.yaml \
         --checkpoints SFT_DIR STEP1_DIR ... [--seeds-per-task 16] [--concurrency 4] [key=value ...]
 
 Why a separate path from AReaL's evaluator: the learning gate compares checkpoints written by different runs
@@ -120,7 +120,7 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
     from cua_rl.local_gym.curriculum import seeds
     from cua_rl.local_gym.server import start_gym_server
     from cua_rl.local_model.vllm_server import VLLMServer
-    from cua_workflow import CUAAgentWorkflow
+    from cua_rl.workflow import CUAAgentWorkflow
 
     if not checkpoints:
         raise ValueError("no checkpoints to evaluate")
@@ -149,7 +149,7 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
 def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
     """(checkpoints, options, config args): ``--checkpoints A B ...`` up to the next option or key=value;
     ``--seeds-per-task N`` and ``--concurrency N``; the rest is AReaL's ``--config FILE key=value ...``."""
-    usage = ("usage: evaluate.py --config CONFIG --checkpoints DIR [DIR ...] [--seeds-per-task N] "
+    usage = ("usage: python -m cua_rl.evaluate --config CONFIG --checkpoints DIR [DIR ...] [--seeds-per-task N] "
              "[--concurrency N] [key=value ...]")
     if "--checkpoints" not in argv:
         raise SystemExit(usage)
@@ -177,7 +177,7 @@ def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
 def main(argv: list[str]) -> None:
     from areal.api.cli_args import load_expr_config
 
-    from configs import CUAConfig
+    from cua_rl.config import CUAConfig
 
     setup_logging()
     checkpoints, options, config_args = _split_argv(argv)

@@ -1,11 +1,15 @@
-"""What ``train.sh`` execs: ``python -m cua_rl.launch --config CONFIG [--embedded] -- OVERRIDES...``.
+"""What ``train.sh`` execs after preparing the environment: ``python -m cua_rl.launch [FLAGS] [key=value ...]``.
 
-- ``--embedded``: start the gym (X11 desktops) and the agent service in this process, point the config at
-  them, and run training against them.
-- ``train.py`` always runs in AReaL's single-controller mode: AReaL's local scheduler starts the RPC workers
-  (actor, rollout) and the rollout worker launches AReaL's vLLM server, on a GPU or on the CPU alike. Without
-  a GPU the only differences are the config (config.cpu.yaml: sizes, float32, CPU worker extension), vLLM's
-  CPU environment (``CPU_ENV``) and the tiny model, built offline first when missing.
+Every start-up decision is made here, once:
+- the flags, their environment variables and the ``.env`` files become Hydra overrides (``cua_rl.cli``);
+- GPU or not (``has_gpu``: ``CUA_RL_DEVICE`` or ``nvidia-smi``), which decides the default config file;
+- embedded or not (``CUAConfig.embedded_enabled`` of the loaded config: no gym URL, or ``embedded.enabled``);
+- the values are checked by the config classes; ``--dry-run`` stops after that and prints what would run.
+
+Then: the run's own directory (a timestamped trial), without a GPU the tiny model and vLLM's CPU environment,
+the SFT warm start when ``sft.warm_start``, the embedded gym, agent service and monitor when embedded, and
+``python -m cua_rl.train`` in AReaL's single-controller mode (AReaL's scheduler starts the actor and rollout
+workers and vLLM, on a GPU or on the CPU alike).
 
 Everything started here is stopped on exit, error or Ctrl-C (the trainer gets SIGTERM, then SIGKILL), and
 the end prints where the logs, checkpoints and statistics are, plus the last rewards seen.
@@ -13,7 +17,6 @@ the end prints where the logs, checkpoints and statistics are, plus the last rew
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import getpass
 import json
@@ -29,13 +32,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cua_rl import cli
 from cua_rl.console import TrainerConsole
 from cua_rl.logs import setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 
 logger = logging.getLogger("cua_rl.launch")
-EXAMPLE_DIR = Path(__file__).resolve().parents[1]
-REPO_ROOT = EXAMPLE_DIR.parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_DIR = REPO_ROOT / "examples" / "cua_agent"   # the recipes (config*.yaml) and .env
 
 
 def has_gpu() -> bool:
@@ -123,21 +127,37 @@ def read_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return scalars
 
 
-def load_config(config_file: str, overrides: list[str]):
+class ConfigError(SystemExit):
+    """The config file plus overrides do not load or validate: one readable message, exit code 2."""
+
+
+def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str] | None = None):
     """The validated CUAConfig of ``config_file`` plus ``overrides``. AReaL's loader saves a config.yaml
     into the trial's log directory; under the ``auto`` placeholder that directory is removed again when
-    the file is all it holds (the real trial name is chosen later)."""
-    sys.path.insert(0, str(EXAMPLE_DIR))
+    the file is all it holds (the real trial name is chosen later). A bad value raises ``ConfigError``
+    naming the flag that set it (``flag_keys``: config key -> flag, from ``cli.parse``)."""
     from areal.api.cli_args import load_expr_config
 
-    from configs import CUAConfig
+    from cua_rl.config import CUAConfig
 
-    config, _ = load_expr_config(["--config", config_file, *overrides], CUAConfig)
+    if not Path(config_file).is_file():
+        raise ConfigError(f"config file not found: {config_file}")
+    try:
+        config, _ = load_expr_config(["--config", config_file, *overrides], CUAConfig)
+    except Exception as exc:  # Hydra's parse errors, OmegaConf's type errors, our __post_init__ checks
+        raise ConfigError(_config_error(config_file, exc, flag_keys or {})) from None
     if config.trial_name == AUTO_TRIAL:
         stray = RunPaths.of(config).logs
         if stray.is_dir() and {p.name for p in stray.iterdir()} <= {"config.yaml"}:
             shutil.rmtree(stray)
     return config
+
+
+def _config_error(config_file: str, exc: Exception, flag_keys: dict[str, str]) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    flags = sorted({flag for key, flag in flag_keys.items() if key in text})
+    source = f" (set by {', '.join(flags)})" if flags else ""
+    return f"invalid configuration {config_file} + overrides: {text}{source}"
 
 
 def _clear_name_records(config) -> None:
@@ -170,7 +190,7 @@ def _prepare_cpu(config) -> dict[str, str]:
     """No GPU: the tiny model (built offline when ``actor.path`` has none) and vLLM's CPU environment."""
     from cua_rl.local_model.vllm_server import CPU_ENV
 
-    from configs import resolve_tiny_model_dir
+    from cua_rl.config import resolve_tiny_model_dir
 
     model_dir = Path(config.actor.path)
     if model_dir == Path(resolve_tiny_model_dir(config)):
@@ -186,7 +206,7 @@ def _prepare_cpu(config) -> dict[str, str]:
 
 
 def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_steps: int | None = None) -> int:
-    """Run train.py in its own process group: all its output to ``log_file``, and to the console through
+    """Run the trainer (``cua_rl.train``) in its own process group: all its output to ``log_file``, and to the console through
     ``TrainerConsole`` (one line per step instead of AReaL's statistics table; CUA_RL_CONSOLE=full: all)."""
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -276,32 +296,87 @@ def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
         print(f"[cua-rl]   {tag}: " + ", ".join(f"step {s}: {v:.3f}" for s, v in scalars[tag]))
 
 
+def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
+    """(config file, why it was chosen, its loaded config). Given: that file. Else with a GPU config.yaml;
+    without one config.learn.yaml when the run is embedded (the learning recipe), config.cpu.yaml when it
+    names a gym: the embedded question is answered by the loaded config itself (``embedded_enabled``)."""
+    overrides, keys = request.overrides, request.flag_keys
+    if request.config_file:
+        path = str(Path(request.config_file).expanduser().resolve())   # relative to the caller's directory
+        return path, "given", load_config(path, overrides, keys)
+    if gpu:
+        path = str(EXAMPLE_DIR / "config.yaml")
+        return path, "default: a GPU is present", load_config(path, overrides, keys)
+    path = str(EXAMPLE_DIR / "config.learn.yaml")
+    config = load_config(path, overrides, keys)
+    if config.embedded_enabled:
+        return path, "default: no GPU found, embedded stack: the learning recipe", config
+    path = str(EXAMPLE_DIR / "config.cpu.yaml")
+    return path, "default: no GPU found, your gym", load_config(path, overrides, keys)
+
+
+def _warn_secret_overrides(overrides: list[str]) -> None:
+    for arg in overrides:
+        if cli.is_secret_override(arg):
+            print(f"train.sh: warning: {arg.split('=', 1)[0]} given as an override lands in argv and in the run's "
+                  "saved config.yaml; prefer the environment (e.g. PROJECT_TOKEN in .env)", file=sys.stderr)
+
+
+def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> None:
+    print("train.sh --dry-run: the config loads and checks; nothing is started")
+    print("mode: embedded stack" if config.embedded_enabled else f"mode: external gym {config.gym_base_url}")
+    print(f"config: {config_file} ({why})")
+    trial = "a new timestamped trial at start" if config.trial_name == AUTO_TRIAL else config.trial_name
+    print(f"run: {config.experiment_name} / {trial}")
+    print("overrides:")
+    for arg in request.overrides:
+        print(f"  {cli.mask(arg)}")
+    if "PROJECT_TOKEN" in request.environ:
+        print("environment: PROJECT_TOKEN=**** (the monitor token; never an override)")
+    print(f"trainer: python -m cua_rl.train --config {config_file} <overrides above> plus the run's own "
+          "(trial name, statistics path" + (", the embedded services' URLs" if config.embedded_enabled else "")
+          + (", the warm start" if config.sft.warm_start else "") + ")")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cua_rl.launch")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--embedded", action="store_true", help="start the embedded gym and agent service")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
-    args = parser.parse_args(argv)
-    setup_logging()
+    try:
+        request = cli.parse(sys.argv[1:] if argv is None else argv, dict(os.environ),
+                            cli.default_env_files(REPO_ROOT))
+        if request is None:
+            cli.print_help()
+            return 0
+        os.environ.update(request.environ)   # .env values and the token reach every child through it
+        setup_logging()
+        _warn_secret_overrides(request.overrides)
+        gpu = has_gpu()
+        config_file, why, config = choose_config(request, gpu)
+    except (cli.UsageError, ConfigError) as exc:
+        print(f"train.sh: {exc}", file=sys.stderr)
+        return 2
+    if request.dry_run:
+        _print_dry_run(request, config_file, why, config)
+        return 0
+    return run(config_file, config, list(request.overrides), gpu)
+
+
+def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
+    """Train ``config`` (``config_file`` plus ``overrides``): everything after the decisions."""
     started = time.monotonic()
-    config_file = str(Path(args.config).resolve())
-    overrides = list(args.overrides)
-    config = load_config(config_file, overrides)  # validates the config before anything starts
     if config.trial_name == AUTO_TRIAL:
         trial = new_trial_name(lambda name: RunPaths.of(config, name))
         overrides.append(f"trial_name={trial}")
         config = load_config(config_file, overrides)
     paths = RunPaths.of(config)
     claim_run_dir(paths, config.trial_name, config.existing_run)
-    logger.info("run %s/%s: logs %s", config.experiment_name, config.trial_name, paths.logs)
+    logger.info("run %s/%s (config %s): logs %s", config.experiment_name, config.trial_name,
+                Path(config_file).name, paths.logs)
     _clear_name_records(config)
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(EXAMPLE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = dict(os.environ)
     rc = 1
     with contextlib.ExitStack() as stack:
         try:
-            if not has_gpu():
+            if not gpu:
                 env.update(_prepare_cpu(config))
             if config.sft.warm_start:
                 from cua_rl.sft.warm_start import ensure_warm_start
@@ -309,11 +384,11 @@ def main(argv: list[str] | None = None) -> int:
                 model = ensure_warm_start(config, config_file, overrides, paths.logs / "warm_start.log", env)
                 overrides.append(f"actor.path={model}")
                 logger.info("training from the SFT warm start %s", model)
-            if args.embedded or config.embedded_enabled:
+            if config.embedded_enabled:
                 overrides += _start_embedded(config, stack)
                 overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
-            cmd = [sys.executable, str(EXAMPLE_DIR / "train.py"), "--config", config_file, *overrides]
-            logger.info("starting the trainer: %s", " ".join(cmd[:4]) + " ...")
+            cmd = [sys.executable, "-m", "cua_rl.train", "--config", config_file, *overrides]
+            logger.info("starting the trainer: python -m cua_rl.train --config %s ...", config_file)
             rc = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps)
         except KeyboardInterrupt:
             logger.warning("interrupted; shutting everything down")

@@ -4,11 +4,11 @@
 
     config, config_file = load_expr_config(["--config", "config.yaml", *overrides], CUAConfig)
 
-The flat keys (`gym_base_url`, `max_turns`, ...) keep the names of the original example
-(external-protocols.md section 5.2) so that every train.sh flag maps 1:1 onto one key. Settings
+The flat keys (`gym_base_url`, `max_turns`, ...) keep the names of the original example so that every
+train.sh flag maps onto one key (the flag table is `cua_rl/cli.py`; values are checked here, once). Settings
 that only this project has live in small nested sections: `policy`, `embedded`, `task_source`.
 
-Secrets: `project_token` exists for compatibility, but train.sh never puts a token into the
+Secrets: `project_token` exists for compatibility, but the launcher never puts a token into the
 config (AReaL writes the resolved config to `<fileroot>/logs/.../config.yaml`). It exports the
 token as the environment variable PROJECT_TOKEN instead; read it with `resolve_project_token()`.
 """
@@ -28,6 +28,7 @@ TASK_SOURCE_KINDS = ("gym", "file", "ids")
 SPLIT_TYPES = ("train", "eval", "all")
 EXPORT_STYLES = ("individual", "concat")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
+_TAG = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _RANGE_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
@@ -172,11 +173,11 @@ class SFTConfig:
 
 @dataclass
 class CUAConfig(GRPOConfig):
-    """GRPOConfig plus the keys of the computer-use agent (external-protocols.md 5.2)."""
+    """GRPOConfig plus the keys of the computer-use agent (the original example's names, one per train.sh flag)."""
 
-    # Rollout workflow classes, import paths resolved on the rollout workers (areal-notes 1).
-    workflow: str = "cua_workflow.CUAAgentWorkflow"
-    eval_workflow: str = "cua_workflow.CUAAgentWorkflow"
+    # Rollout workflow classes: import paths that AReaL resolves on the rollout workers.
+    workflow: str = "cua_rl.workflow.CUAAgentWorkflow"
+    eval_workflow: str = "cua_rl.workflow.CUAAgentWorkflow"
 
     # --- episode limits
     max_turns: int = 20
@@ -243,10 +244,25 @@ class CUAConfig(GRPOConfig):
             raise ValueError(f"gym_split_type must be one of {SPLIT_TYPES}, got {self.gym_split_type!r}")
         if self.gym_limit is not None and self.gym_limit <= 0:
             raise ValueError(f"gym_limit must be positive or null, got {self.gym_limit}")
+        if self.gym_seed < 0:
+            raise ValueError(f"gym_seed must be >= 0, got {self.gym_seed}")
+        for name in ("train_dataset", "valid_dataset"):
+            dataset = getattr(self, name, None)
+            if dataset is not None and dataset.batch_size < 1:
+                raise ValueError(f"{name}.batch_size must be >= 1, got {dataset.batch_size}")
+        in_flight = self.rollout.max_concurrent_rollouts
+        if in_flight is not None and in_flight < 1:
+            raise ValueError(f"rollout.max_concurrent_rollouts must be >= 1 or null, got {in_flight}")
         if self.gym_eval_number_range:
-            parse_number_ranges(self.gym_eval_number_range)  # fail at load time, not mid-run
+            try:
+                parse_number_ranges(self.gym_eval_number_range)  # fail at load time, not mid-run
+            except ValueError as exc:
+                raise ValueError(f"gym_eval_number_range: {exc}") from None
         if isinstance(self.gym_tags, str):  # tolerate "easy,normal" from hand-written YAML
             self.gym_tags = [t.strip() for t in self.gym_tags.split(",") if t.strip()]
+        for tag in self.gym_tags or []:
+            if not _TAG.match(str(tag)):
+                raise ValueError(f"gym_tags: bad tag {tag!r} (letters, digits, _ . : - only)")
 
     # --- small derived values, so callers do not repeat the rules
     @property

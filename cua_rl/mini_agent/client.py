@@ -130,7 +130,8 @@ class MiniAgentClient:
                    cancel_on_timeout: bool = True) -> RunResult:
         """Poll until ``run_end`` or a terminal status, at most ``timeout_s``; then fetch the steps."""
         log, errors = EventLog(), []
-        final: dict[str, Any] = {"status": None, "reason": None, "ok": False, "timed_out": False, "answer": None}
+        final: dict[str, Any] = {"status": None, "reason": None, "ok": False, "timed_out": False, "answer": None,
+                                 "service_failed": False}
 
         async def poll() -> None:
             while True:
@@ -154,7 +155,7 @@ class MiniAgentClient:
             if cancel_on_timeout:
                 await self._safe_cancel(run_id, errors)
         except MiniAgentError as exc:
-            final["reason"] = f"agent service error: {exc}"
+            final["reason"], final["service_failed"] = f"agent service error: {exc}", True
             logger.error("polling agent run %s failed: %s", run_id, exc)
             await self._safe_cancel(run_id, errors)
         else:
@@ -179,7 +180,8 @@ class MiniAgentClient:
         result = RunResult(ok=final["ok"], reason=None if final["reason"] is None else str(final["reason"]),
                            answer=answer, steps=steps, events=log.events(), model_outputs=log.model_outputs(),
                            num_steps=max(log.num_steps(), len(steps)), run_id=run_id, status=final["status"],
-                           timed_out=final["timed_out"], errors=log.errors() + errors)
+                           timed_out=final["timed_out"], errors=log.errors() + errors,
+                           service_failed=final["service_failed"])
         logger.info("agent run %s ended: ok=%s reason=%s steps=%d", run_id, result.ok, result.reason,
                     result.num_steps)
         return result

@@ -1,6 +1,6 @@
 """GRPO training of a computer-use VLM agent on AReaL (shape of AReaL's examples/agent_workflow/train.py).
 
-    python examples/cua_agent/train.py --config examples/cua_agent/config.yaml [key=value ...]
+    python -m cua_rl.train --config examples/cua_agent/config.yaml [key=value ...]
 
 Normally started by ``train.sh`` -> ``python -m cua_rl.launch``, which also starts the embedded gym and
 agent service. AReaL's scheduler starts the workers (``cua_rl.train_worker``) and vLLM, on a GPU or a CPU.
@@ -19,10 +19,10 @@ from areal import PPOTrainer
 from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
-from configs import CUAConfig, resolve_project_token
+from cua_rl.config import CUAConfig, resolve_project_token
 from cua_rl.monitor import training_run
-from cua_workflow import CUAAgentWorkflow
-from dataset import load_task_datasets
+from cua_rl.workflow import CUAAgentWorkflow
+from cua_rl.dataset import load_task_datasets
 
 logger = logging.getLogger("cua-train")
 

@@ -148,6 +148,9 @@ class RunResult:
     status: str | None = None
     timed_out: bool = False
     errors: list[str] = field(default_factory=list)
+    # The agent service itself failed while the run went (it stopped answering, or answered errors): the
+    # episode is the infrastructure's failure, not the policy's.
+    service_failed: bool = False
 
     def as_execution_data(self) -> dict:
         """The §2.6 dict the original passed to evaluate as ``execution_data``."""

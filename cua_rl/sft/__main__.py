@@ -26,7 +26,7 @@ logger = logging.getLogger("cua_rl.sft")
 
 def _model_dir(config) -> str:
     """``actor.path``; the embedded tiny model is built offline when it is the one asked for and missing."""
-    from configs import resolve_tiny_model_dir
+    from cua_rl.config import resolve_tiny_model_dir
 
     path = Path(os.path.expanduser(config.actor.path))
     if path == Path(resolve_tiny_model_dir(config)):
@@ -88,7 +88,7 @@ def run(config) -> dict:
 def main(argv: list[str]) -> None:
     from areal.api.cli_args import load_expr_config
 
-    from configs import CUAConfig
+    from cua_rl.config import CUAConfig
 
     keep_stdlib_logging()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

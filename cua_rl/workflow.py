@@ -254,33 +254,22 @@ class CUAAgentWorkflow(RolloutWorkflow):
         task_id = str(data["task_id"])
         started = time.monotonic()
         where = f"task {task_id} episode {index}"
-        # A full gym answers create with 429/503 and creates nothing, so waiting and asking again is safe
-        # (and expected: max_concurrent_rollouts x group_size executions may exceed the gym's capacity).
-        wait_s, give_up = 2.0, started + self.max_task_time_s
-        while True:
-            entered = False
-            try:
-                options = {"seed": seed} if seed is not None else None
-                async with GenvClient(gym_url, gym_id) as gym, gym.execution(task_id, options) as execution:
-                    entered = True
-                    run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id,
-                                                       execution.instruction, report)
-                    if run is None:
-                        return None
-                    evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
-                                                    execution_data=run.as_execution_data())
-                break
-            except (GenvError, MiniAgentError) as exc:
-                busy = not entered and getattr(exc, "status_code", None) in (429, 503)
-                if busy and time.monotonic() + wait_s < give_up:
-                    logger.info("%s: gym busy (%s); retrying create in %.0fs", where, exc, wait_s)
-                    await asyncio.sleep(wait_s)
-                    wait_s = min(30.0, wait_s * 2)
-                    continue
-                logger.error("%s: infrastructure failure, episode dropped: %s", where, exc)
-                if report is not None:
-                    report.failed(f"{type(exc).__name__}: {exc}", {"task_id": task_id})
-                return None
+        options = {"seed": seed} if seed is not None else None
+        try:
+            # a gym at capacity is waited for (the client's back-off), within the episode's time limit
+            async with GenvClient(gym_url, gym_id) as gym, \
+                    gym.execution(task_id, options, busy_wait_s=self.max_task_time_s) as execution:
+                run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id,
+                                                   execution.instruction, report)
+                if run is None:
+                    return None
+                evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
+                                                execution_data=run.as_execution_data())
+        except (GenvError, MiniAgentError) as exc:
+            logger.error("%s: infrastructure failure, episode dropped: %s", where, exc)
+            if report is not None:
+                report.failed(f"{type(exc).__name__}: {exc}", {"task_id": task_id})
+            return None
         seconds = time.monotonic() - started
         logger.info("%s: reward=%.3f run_ok=%s reason=%s turns=%d %.1fs", where, evaluation.reward, run.ok,
                     run.reason, len(turns), seconds)
@@ -323,7 +312,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         finally:
             if episode is not None:
                 endpoint.close_episode(episode)
-        if run.reason and run.reason.startswith("agent service error"):
+        if run.service_failed:
             logger.error("execution %s: agent service failed mid-run (%s)", execution_id, run.reason)
             return None, []
         if episode is not None and (episode.failed_turns or episode.in_flight):
@@ -374,6 +363,6 @@ def instance_seed(base: int, phase: str, task_id: str, version: int, nth: int) -
 
 
 def has_reward_variance(batch: dict[str, Any]) -> bool:
-    """Optional ``dynamic_filter_fn`` ("cua_workflow.has_reward_variance"): drop groups whose episodes all
+    """Optional ``dynamic_filter_fn`` ("cua_rl.workflow.has_reward_variance"): drop groups whose episodes all
     scored the same (their normalised rewards are all 0, so they carry no GRPO signal)."""
     return bool(batch["rewards"].abs().sum() > 0)

@@ -1,0 +1,235 @@
+"""The command line: cua_rl/cli.py's flag table (flags, environment, .env files, quoting, masking), the
+launcher's decisions on it (config file, embedded or not, values checked by the config classes, --dry-run),
+and train.sh handing every argument to the launcher."""
+
+import subprocess
+
+import pytest
+
+from cli_cases import ALL_FLAGS, ALL_OVERRIDES, ENV_FOR_FLAGS, EXAMPLE, ROOT
+from cua_rl import cli, launch
+
+ISSUE_ARGS = ["--gym", "http://gym.example:5010", "--gym-id", "g1", "--batch-size", "8", "--project-token", "SECRET",
+              "actor.optimizer.lr=1e-6"]
+
+
+def parse(args, environ=None, env_files=()):
+    return cli.parse(args, environ or {}, list(env_files))
+
+
+# --- the flag table ----------------------------------------------------------------------------------
+def test_every_flag_becomes_its_override_and_the_token_only_an_environment_value():
+    request = parse(ALL_FLAGS)
+    assert request.overrides == ALL_OVERRIDES
+    assert request.environ == {"PROJECT_TOKEN": "tok"}
+    assert not any("tok" in o.replace("token", "") for o in request.overrides)
+    assert request.flag_keys["train_dataset.batch_size"] == "--batch-size / BATCH_SIZE"
+
+
+def test_every_environment_variable_falls_back_for_its_flag():
+    request = parse([], environ=ENV_FOR_FLAGS)
+    assert request.overrides == ALL_OVERRIDES
+    assert request.environ == {"PROJECT_TOKEN": "tok"}
+
+
+def test_flags_beat_the_environment_and_aliases_work():
+    request = parse(["--gym-id=from-flag", "--inference-base-url", "http://127.0.0.1:2/v1",
+                     "--gbox-mini-agent-base-url", "http://127.0.0.1:4"],
+                    environ={"GYM_ID": "from-env", "BATCH_SIZE": "3", "MODEL_BASE_URL": "http://127.0.0.1:1/v1"})
+    assert request.overrides == ["gym_id=from-flag", "gbox_mini_agent_base_url=http://127.0.0.1:4",
+                                 "model_base_url=http://127.0.0.1:2/v1", "train_dataset.batch_size=3",
+                                 "valid_dataset.batch_size=3"]
+
+
+def test_passthrough_overrides_come_last_and_secrets_are_masked():
+    request = parse(["--max-turns", "5", "+foo.bar=1", "max_turns=9", "project_token=hunter2",
+                     "rollout.agent.admin_api_key=k3y", "--", "actor.path=/models/x", "~foo.bar"])
+    assert request.overrides == ["max_turns=5", "+foo.bar=1", "max_turns=9", "project_token=hunter2",
+                                 "rollout.agent.admin_api_key=k3y", "actor.path=/models/x", "~foo.bar"]
+    assert [cli.mask(o) for o in request.overrides[3:5]] == ["project_token=****", "rollout.agent.admin_api_key=****"]
+    # keys that merely contain "token" are not secrets
+    assert cli.mask("actor.mb_spec.max_tokens_per_mb=8192") == "actor.mb_spec.max_tokens_per_mb=8192"
+
+
+def test_values_that_hydra_would_misread_are_quoted():
+    request = parse(["--gym-id", "007", "--model-name", "Qwen 3,VL", "--gbox-agent", "true", "--max-turns", "1,2",
+                     "--gym-tags", " easy , a b"])
+    assert request.overrides == ["gym_id='007'", "gbox_mini_agent_agent='true'", "model_name='Qwen 3,VL'",
+                                 "max_turns='1,2'", "gym_tags=[easy,'a b']"]
+    assert cli.hydra_str("it's") == "'it\\'s'" and cli.hydra_str("http://h:1/v1") == "http://h:1/v1"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--bogus"], "unknown flag '--bogus'. Run train.sh --help"),
+    (["--gym-idd", "x"], "unknown flag '--gym-idd'"),
+    (["--gym"], "--gym needs a value"),
+    (["stray"], "unexpected argument 'stray'"),
+    (["--", "stray"], "unexpected argument 'stray'"),
+])
+def test_bad_command_lines_fail_clearly(args, message):
+    with pytest.raises(cli.UsageError, match=message):
+        parse(args)
+
+
+def test_help_lists_every_flag_with_its_variable(capsys):
+    assert parse(["--gym", "x", "--help"]) is None
+    cli.print_help()
+    text = capsys.readouterr().out
+    for flag in cli.FLAGS:
+        for name in (flag.name, *flag.aliases):
+            assert name in text, name
+        assert f"[{flag.env}]" in text, flag.env
+    assert "--dry-run" in text
+
+
+# --- .env files -----------------------------------------------------------------------------------
+def test_env_files_precedence(tmp_path):
+    example, root = tmp_path / "example.env", tmp_path / "root.env"
+    example.write_text("# example .env\nGYM_ID=from-example\nMAX_TURNS=3\nGYM_LIMIT=4\nGBOX_AGENT=\"mai-ui\"  \n"
+                       "export MODEL_NAME='quoted # not a comment'\nGYM_SEED=5 # trailing comment\nCUA_RL_FILEROOT=/x\n")
+    root.write_text("GYM_ID=from-root\r\nMAX_TURNS=6\r\nGYM_LIMIT=\r\n")
+    request = parse(["--gym-limit", "2"], environ={"MAX_TURNS": "8"}, env_files=[example, root])
+    # root .env beats example .env; the process environment beats both; flags beat everything; empty = unset
+    assert request.overrides == ["gym_id=from-root", "gbox_mini_agent_agent=mai-ui",
+                                 "model_name='quoted # not a comment'", "max_turns=8", "gym_seed=5", "gym_limit=2"]
+    # every .env value the environment lacks reaches the run's environment (CUA_RL_FILEROOT is no flag)
+    assert request.environ["CUA_RL_FILEROOT"] == "/x" and "MAX_TURNS" not in request.environ
+    assert "gym_limit=4" in parse([], env_files=[example, root]).overrides
+
+
+def test_env_file_token_is_not_an_override(tmp_path):
+    env = tmp_path / ".env"
+    env.write_text("PROJECT_TOKEN=s3cr3t-from-file\nMONITOR_BASE_URL=http://127.0.0.1:9\n")
+    request = parse([], env_files=[env])
+    assert request.overrides == ["monitor_base_url=http://127.0.0.1:9"]
+    assert request.environ["PROJECT_TOKEN"] == "s3cr3t-from-file"
+
+
+def test_malformed_env_file_names_file_and_line(tmp_path):
+    env = tmp_path / ".env"
+    env.write_text("GYM_ID=a\n\nthis is not an assignment\n")
+    with pytest.raises(cli.UsageError, match=f"{env}:3: expected KEY=value"):
+        parse([], env_files=[env])
+
+
+def test_env_example_documents_every_variable_and_holds_no_values():
+    text = (EXAMPLE / ".env.example").read_text()
+    for var in [flag.env for flag in cli.FLAGS] + ["MONITOR_PROJECT_TOKEN", "CUA_RL_FILEROOT"]:
+        assert f"{var}=" in text, var
+    # every documented variable is empty in the example: no addresses or secrets are committed
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            assert line.split("=", 1)[1].split("#")[0].strip() == "", line
+
+
+# --- the launcher's decisions (in process; --dry-run loads and checks the config, starts nothing) --------
+@pytest.fixture
+def launcher(monkeypatch, tmp_path, capsys):
+    """launch.main with a clean environment, no .env files and CUA_RL_FILEROOT in tmp_path."""
+    for flag in cli.FLAGS:
+        monkeypatch.delenv(flag.env, raising=False)
+    monkeypatch.delenv("MONITOR_PROJECT_TOKEN", raising=False)
+    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
+    monkeypatch.setattr(cli, "default_env_files", lambda _root: [])
+
+    def run(args, device="cpu"):
+        monkeypatch.setenv("CUA_RL_DEVICE", device)
+        rc = launch.main(["--dry-run", *args])
+        out = capsys.readouterr()
+        lines = out.out.splitlines()
+        report = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines if ": " in line
+                  and not line.startswith("  ")}
+        overrides = [line.strip() for line in lines if line.startswith("  ")]
+        return rc, report, overrides, out
+    return run
+
+
+def test_issue_example_prints_overrides_and_never_the_token(launcher):
+    rc, report, overrides, out = launcher(ISSUE_ARGS)
+    assert rc == 0, out.err
+    assert report["mode"] == "external gym http://gym.example:5010"
+    assert report["config"].startswith(str(EXAMPLE / "config.cpu.yaml"))
+    assert overrides == ["gym_base_url=http://gym.example:5010", "gym_id=g1", "train_dataset.batch_size=8",
+                         "valid_dataset.batch_size=8", "actor.optimizer.lr=1e-6"]
+    assert "SECRET" not in out.out + out.err and "PROJECT_TOKEN=****" in out.out
+
+
+def test_config_choice_is_made_once_from_the_loaded_config(launcher):
+    assert launcher([])[1]["config"] == f"{EXAMPLE / 'config.learn.yaml'} (default: no GPU found, embedded " \
+                                        "stack: the learning recipe)"
+    assert launcher([])[1]["mode"] == "embedded stack"
+    assert launcher(["gym_base_url=http://127.0.0.1:7"])[1]["config"].startswith(str(EXAMPLE / "config.cpu.yaml"))
+    assert launcher([], device="gpu")[1]["config"].startswith(str(EXAMPLE / "config.yaml"))
+    # a gym URL and embedded.enabled=true: the config decides, the embedded stack runs
+    assert launcher(["gym_base_url=http://127.0.0.1:7", "embedded.enabled=true"])[1]["mode"] == "embedded stack"
+
+
+def test_a_custom_config_naming_its_own_gym_is_not_embedded(launcher, tmp_path, monkeypatch):
+    custom = tmp_path / "custom.yaml"   # a whole config (Hydra's defaults list would search tmp_path)
+    text = (EXAMPLE / "config.yaml").read_text()
+    assert '\ngym_base_url: ""' in text
+    custom.write_text(text.replace('\ngym_base_url: ""', "\ngym_base_url: http://127.0.0.1:9"))
+    rc, report, _, out = launcher(["--config", str(custom)])
+    assert rc == 0, out.err
+    assert report["mode"] == "external gym http://127.0.0.1:9" and report["config"] == f"{custom} (given)"
+    monkeypatch.chdir(EXAMPLE)   # a relative --config is relative to the caller's directory
+    assert launcher(["--config", "config.yaml"])[1]["config"] == f"{EXAMPLE / 'config.yaml'} (given)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "x"], "could not be converted to Integer full_key: train_dataset.batch_size"),
+    (["--batch-size", "0"], "train_dataset.batch_size must be >= 1, got 0 (set by --batch-size / BATCH_SIZE)"),
+    (["--gym-train-ratio", "1.5"], "gym_train_ratio must be within [0, 1], got 1.5 (set by --gym-train-ratio"),
+    (["--gym-tags", "easy,a;b"], "bad tag 'a;b'"),
+    (["--gym-eval-number-range", "1-x"], "set by --gym-eval-number-range / GYM_EVAL_NUMBER_RANGE"),
+    (["--gym-seed", "-1"], "gym_seed must be >= 0"),
+    (["--max-concurrent-rollouts", "0"], "rollout.max_concurrent_rollouts must be >= 1"),
+    (["--config", "/nonexistent/cfg.yaml"], "config file not found: /nonexistent/cfg.yaml"),
+    (["no_such_key=1"], "invalid configuration"),
+    (["--bogus"], "unknown flag '--bogus'"),
+])
+def test_bad_values_are_refused_by_the_config_classes_naming_the_flag(launcher, args, message):
+    rc, _, _, out = launcher(args)
+    assert rc == 2 and out.out == ""
+    assert out.err.startswith("train.sh: ") and message in out.err, out.err
+    assert "Traceback" not in out.err
+
+
+def test_secret_overrides_are_masked_and_warned_about(launcher):
+    rc, _, overrides, out = launcher(["project_token=hunter2"])
+    assert rc == 0, out.err
+    assert overrides == ["project_token=****"] and "hunter2" not in out.out + out.err
+    assert "warning: project_token given as an override" in out.err
+
+
+# --- train.sh --------------------------------------------------------------------------------------
+def test_train_sh_prepares_the_environment_and_hands_every_argument_to_the_launcher(tmp_path):
+    """STAND-IN for scripts/env.sh: a copy of train.sh beside an env.sh that puts a `python` first on PATH
+    recording its argv and working directory. Checks the hand-over only (the launcher is tested above)."""
+    example = tmp_path / "repo" / "examples" / "cua_agent"
+    example.mkdir(parents=True)
+    (example / "train.sh").write_text((EXAMPLE / "train.sh").read_text())
+    bin_dir, record = tmp_path / "bin", tmp_path / "record.txt"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/bin/bash\n{{ pwd; printf "%s\\n" "$@"; }} > {record}\n')
+    (bin_dir / "python").chmod(0o755)
+    (tmp_path / "repo" / "scripts").mkdir()
+    (tmp_path / "repo" / "scripts" / "env.sh").write_text(f'export PATH="{bin_dir}:$PATH"\n')
+    args = ["--gym", "http://127.0.0.1:5010", "--config", "my config.yaml", "max_turns=4", "--", "a=b c"]
+    proc = subprocess.run(["bash", str(example / "train.sh"), *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    cwd, *argv = record.read_text().splitlines()
+    assert cwd == str(tmp_path) and argv == ["-m", "cua_rl.launch", *args]
+    assert len((EXAMPLE / "train.sh").read_text().splitlines()) <= 8
+
+
+def test_train_sh_dry_run_end_to_end():
+    """The real train.sh: set-up (idempotent), the launcher, the config loaded and checked; nothing started."""
+    proc = subprocess.run(["bash", str(EXAMPLE / "train.sh"), "--dry-run", *ISSUE_ARGS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "mode: external gym http://gym.example:5010" in proc.stdout and "SECRET" not in proc.stdout + proc.stderr
+    bad = subprocess.run(["bash", str(EXAMPLE / "train.sh"), "--dry-run", "--batch-size", "0"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "train_dataset.batch_size must be >= 1" in bad.stderr
