@@ -1,0 +1,251 @@
+"""The embedded gym as one object: ``reset`` (a new execution of a task), ``screenshot``, ``act``, ``evaluate``,
+``terminate``, ``close``.
+
+Why: the desktops, the warm pool, the task suite and the logic that waits for the screen to settle after an
+action are one environment, usable without HTTP (Gymnasium's ``Env`` shape). ``server.py`` only adapts it to
+the genv API; every refusal here is a ``GymError`` carrying the HTTP status a genv server answers with.
+
+    async with LocalGym(GymOptions(gym_id="desktop")) as gym:
+        ex = await gym.reset("053", seed=7)
+        png = await gym.screenshot(ex["execution_id"])
+        await gym.act(ex["execution_id"], {"type": "key", "keys": ["r"]})
+        result = await gym.evaluate(ex["execution_id"])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from .actions import ActionError, parse_action, perform
+from .browser import page_events
+from .manager import CapacityError, Execution, GymManager, GymOptions
+from .suite import OptionsError, create_options, make_suite
+from .tasks import TaskDef, TaskSet
+
+logger = logging.getLogger(__name__)
+
+# Settling after an action: wait up to CHANGE_WAIT for the first changed pixels, then until the screen is
+# unchanged for STABLE, at most MAX_SETTLE in all. Keys and clicks may open dialogs, whose first pixels come
+# 80-300 ms later; typed characters show within ~10-20 ms.
+POLL_S, STABLE_S, MAX_SETTLE_S = 0.006, 0.012, 2.0
+CHANGE_WAIT_S = {"key": 0.3, "click": 0.3, "press": 0.3, "type": 0.12, "scroll": 0.12, "drag": 0.12}
+SCREENSHOT_FORMATS = ("png", "jpeg")
+
+
+class GymError(Exception):
+    """A refused or failed call: ``status`` is the HTTP status the genv API answers with, ``detail`` says why."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+async def settle(ex: Execution, before: bytearray, change_wait_s: float) -> tuple[bool, bytearray]:
+    """Whether the action changed the screen, and the settled frame: the first change within
+    ``change_wait_s``, then no change for ``STABLE_S`` (at most ``MAX_SETTLE_S`` in all). With X DAMAGE
+    (``screen.damage``, armed before ``before`` was grabbed) the waits cost nothing and the frame one grab."""
+    screen = ex.desktop.screen
+    if screen.damage is not None:
+        t0 = time.monotonic()
+        if not await screen.damage.changed_within(change_wait_s):
+            return False, before
+        while time.monotonic() - t0 < MAX_SETTLE_S and await screen.damage.changed_within(STABLE_S):
+            pass
+        frame = screen.grab()
+        return frame != before, frame
+    return await _settle_by_polling(screen, before, change_wait_s)
+
+
+async def _settle_by_polling(screen, before: bytearray, change_wait_s: float) -> tuple[bool, bytearray]:
+    """Grabs run inline: one is well under a millisecond with MIT-SHM, cheaper than a thread hop."""
+    t0 = time.monotonic()
+    last, last_change, changed = before, t0, False
+    while True:
+        await asyncio.sleep(POLL_S)
+        cur = screen.grab()
+        now = time.monotonic()
+        if cur != last:
+            last, last_change = cur, now
+            changed = changed or cur != before
+        elif changed and now - last_change >= STABLE_S:
+            break
+        elif not changed and now - t0 >= change_wait_s:
+            break
+        if now - t0 >= MAX_SETTLE_S:
+            break
+    return last != before, last
+
+
+class LocalGym:
+    """The tasks of one suite (desktop tasks, the curriculum or MiniWoB++) on this machine's desktops.
+    ``start`` (or ``async with``) opens the desktop manager, its reaper and the warm pool; ``close`` ends
+    every desktop."""
+
+    def __init__(self, options: GymOptions | None = None, tasks: TaskSet | None = None) -> None:
+        self.options = options or GymOptions()
+        self.suite = make_suite(self.options, tasks)
+        self.tasks: TaskSet = self.suite.tasks
+        self._manager: GymManager | None = None
+        self._reaper: asyncio.Task | None = None
+
+    @property
+    def gym_id(self) -> str:
+        return self.options.gym_id
+
+    @property
+    def manager(self) -> GymManager:
+        if self._manager is None:
+            raise RuntimeError("LocalGym is not started (call start() or use `async with`)")
+        return self._manager
+
+    async def start(self) -> "LocalGym":
+        opt = self.options
+        self._manager = GymManager(opt)
+        self._reaper = asyncio.create_task(self._manager.reap_forever())
+        if opt.prewarm:
+            self._manager.prewarm([t for t in (self.tasks.get(k) for k in opt.prewarm) if t is not None])
+        logger.info("gym %s (%s): %d tasks, up to %d executions", opt.gym_id, self.suite.kind, len(self.tasks),
+                    opt.max_executions)
+        return self
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        if self._manager is not None:
+            await self._manager.close()
+            logger.info("gym %s shut down; every desktop ended", self.gym_id)
+
+    async def __aenter__(self) -> "LocalGym":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ---- lookups ---------------------------------------------------------------------------------------
+    def health(self) -> dict:
+        m = self.manager
+        return {"ok": True, "gym_id": self.gym_id, "suite": self.suite.kind, "tasks": len(self.tasks),
+                "executions": len(m.executions), "pool": m.pool_stats()}
+
+    def task(self, task_id: str) -> TaskDef:
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise GymError(404, f"unknown task {task_id!r}")
+        return task
+
+    def execution(self, eid: str) -> Execution:
+        ex = self.manager.get(eid)
+        if ex is None:
+            raise GymError(404, f"unknown execution {eid!r} (never created, terminated or reaped)")
+        return ex
+
+    def describe(self, eid: str) -> dict:
+        ex = self.execution(eid)
+        return {"execution_id": ex.execution_id, "status": "running", "task_id": ex.task.task_id,
+                "screen": {"width": ex.desktop.spec.width, "height": ex.desktop.spec.height},
+                "age_s": round(time.monotonic() - ex.created, 3)}
+
+    # ---- the episode -----------------------------------------------------------------------------------
+    async def reset(self, task_id: str, body: object = None) -> dict:
+        """A new execution of ``task_id`` on a fresh desktop; ``body`` is the create request's JSON
+        (``{"options": {"seed": 7}}``, or None). 429 at capacity; 503 when no desktop could start."""
+        task = self.task(task_id)
+        try:
+            seed = create_options(body)
+        except OptionsError as exc:
+            raise GymError(422, str(exc)) from exc
+        try:
+            ex = await self.manager.create(task)
+        except CapacityError as exc:
+            raise GymError(429, str(exc)) from exc
+        except RuntimeError as exc:
+            logger.error("create execution of %s failed: %s", task_id, exc)
+            raise GymError(503, f"could not start a desktop: {exc}") from exc
+        try:
+            extra = await self.suite.begin(ex, seed)
+        except Exception as exc:  # noqa: BLE001 - the execution is ended, the caller told why
+            logger.error("starting task %s in execution %s failed: %s", task_id, ex.execution_id, exc)
+            await self.manager.terminate(ex.execution_id)
+            raise GymError(503, f"could not start task {task.task_id}: {exc}") from exc
+        d = ex.desktop
+        kind = "browser" if self.suite.kind == "miniwob" else "desktop"
+        return {"execution_id": ex.execution_id, "task_id": task.task_id, "status": "running",
+                "device": {"type": kind, "display": d.display, "width": d.spec.width, "height": d.spec.height},
+                "warm": ex.from_pool, **extra}
+
+    async def screenshot(self, eid: str, fmt: str = "png", quality: int = 85) -> tuple[bytes, str]:
+        """(image bytes, format) of the execution's screen now; the format is remembered, so the frame after
+        the next action is encoded in it ahead of the request."""
+        ex = self.execution(eid)
+        fmt = fmt.lower().replace("jpg", "jpeg")
+        if fmt not in SCREENSHOT_FORMATS:
+            raise GymError(422, f"format must be png or jpeg, got {fmt!r}")
+        if not 1 <= quality <= 100:
+            raise GymError(422, "quality must be in 1..100")
+        screen = ex.desktop.screen
+        ex.state["shot_format"] = (fmt, quality)
+        try:
+            raw = screen.grab()
+            data = screen.cached(raw, fmt, quality) or await asyncio.to_thread(screen.encode, raw, fmt, quality)
+        except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
+            logger.error("screenshot of %s failed: %s", eid, exc)
+            raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+        return data, fmt
+
+    async def act(self, eid: str, raw_action: object) -> dict:
+        """Perform one action and wait for the screen to settle: ``{ok, screen_changed}``, or ``ok: false``
+        with the error when the X server refused the input (the desktop is kept)."""
+        ex = self.execution(eid)
+        try:
+            action = parse_action(raw_action)
+        except ActionError as exc:
+            raise GymError(exc.status, exc.detail) from exc
+        async with ex.lock:
+            if eid not in self.manager.executions:
+                raise GymError(404, f"execution {eid!r} was terminated")
+            d = ex.desktop
+            try:
+                if d.screen.damage is not None:
+                    d.screen.damage.arm()
+                before = d.screen.grab()
+            except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
+                raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+            # Browser desktops: the action returns once the page has received its input (browser.py).
+            inputs = await d.input_count() if hasattr(d, "input_count") else None
+            try:
+                await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
+                if inputs is not None:
+                    await d.wait_input(inputs, page_events(action))
+            except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
+                logger.warning("action %s on %s failed: %s", action.type, eid, exc)
+                with contextlib.suppress(Exception):
+                    d.xinput.reset_modifiers()
+                return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "screen_changed": False}
+            try:
+                changed, frame = await settle(ex, before, CHANGE_WAIT_S.get(action.type, 0.0))
+            except Exception as exc:  # noqa: BLE001
+                raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+            ex.last_used = time.monotonic()
+            # The agent's next call is almost always a screenshot of this very frame, in the format it
+            # asked for last time: start encoding it now.
+            fmt, quality = ex.state.get("shot_format", ("png", 85))
+            asyncio.get_running_loop().run_in_executor(None, d.screen.encode, frame, fmt, quality)
+        return {"ok": True, "screen_changed": changed}
+
+    async def evaluate(self, eid: str, body: dict | None = None) -> dict:
+        """The task's validators on the execution's final state (``body``: e.g. ``{"answer_text": ...}``)."""
+        ex = self.execution(eid)
+        try:
+            result = await self.suite.evaluate(ex, body or {})
+        except Exception as exc:  # noqa: BLE001 - e.g. the browser of this execution is gone
+            logger.error("evaluating execution %s failed: %s", eid, exc)
+            raise GymError(503, f"could not evaluate execution {eid}: {exc}") from exc
+        return {**result, "execution_id": eid, "task_id": ex.task.task_id}
+
+    async def terminate(self, eid: str) -> dict:
+        if not await self.manager.terminate(eid):
+            raise GymError(404, f"unknown execution {eid!r}")
+        return {"execution_id": eid, "status": "terminated"}
