@@ -74,6 +74,7 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 EPILOG = """\
+[ENV -> key]: the flag's environment variable and the config key it sets.
 Other arguments are Hydra overrides passed through unchanged, after the flags' own, e.g.
 actor.optimizer.lr=1e-6 or task_source.kind=file task_source.task_file=/path/tasks.jsonl (keys missing from
 the config file need a leading '+'). `--` ends the flags. Every flag falls back to its environment variable
@@ -157,6 +158,11 @@ def env_defaults(files: list[Path], environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in merged.items() if k not in environ}
 
 
+def _names(flag: Flag) -> str:
+    """``[ENV -> config.key]``: one setting's names, from this table (the help is their documentation)."""
+    return f"[{flag.env}" + (f" -> {', '.join(flag.keys)}]" if flag.keys else "]")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Only for ``--help`` (``parse`` reads the command line itself: flags and overrides interleave)."""
     parser = argparse.ArgumentParser(
@@ -166,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
             "embedded stack runs on this machine: a gym with X11 desktops, the agent service and, without a "
             "GPU, a tiny model on vLLM's CPU backend.", 100))
     for flag in FLAGS:
-        parser.add_argument(flag.name, *flag.aliases, metavar=flag.metavar, help=f"{flag.help} [{flag.env}]")
+        parser.add_argument(flag.name, *flag.aliases, metavar=flag.metavar, help=f"{flag.help} {_names(flag)}")
     parser.add_argument("--dry-run", action="store_true",
                         help="load and check the config, print what would run, start nothing")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Hydra overrides")

@@ -18,7 +18,6 @@ the end prints where the logs, checkpoints and statistics are, plus the last rew
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import logging
 import os
@@ -29,13 +28,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from cua_rl import cli
 from cua_rl.console import TrainerConsole
 from cua_rl.logs import setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
+from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
 
 logger = logging.getLogger("cua_rl.launch")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -54,59 +53,6 @@ def has_gpu() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return any(line.startswith("GPU") for line in out.splitlines())
-
-
-@dataclass
-class RunPaths:
-    logs: Path
-    checkpoints: Path
-    tensorboard: Path
-
-    @classmethod
-    def of(cls, config, trial: str | None = None) -> "RunPaths":
-        """The directories AReaL's StatsLogger and Saver use for this run (``trial`` in place of the
-        config's), computed without creating them (AReaL's own getters make the directories)."""
-        user, s = getpass.getuser(), config.stats_logger
-        trial = trial or s.trial_name
-        logs = Path(f"{s.fileroot}/logs/{user}/{s.experiment_name}/{trial}")
-        ckpt = Path(f"{config.saver.fileroot}/checkpoints/{user}/{config.saver.experiment_name}/{trial}")
-        return cls(logs=logs, checkpoints=ckpt, tensorboard=logs / "tensorboard")
-
-
-AUTO_TRIAL = "auto"
-
-
-def run_exists(paths: RunPaths) -> bool:
-    """A run of this experiment/trial already trained here (loading a config only writes config.yaml, and
-    AReaL may create an empty checkpoint directory)."""
-    return ((paths.logs / "train.log").exists() or paths.tensorboard.exists()
-            or (paths.checkpoints.is_dir() and any(paths.checkpoints.iterdir())))
-
-
-def new_trial_name(logs_of, now: float | None = None) -> str:
-    """``run<YYYYmmdd_HHMMSS>`` (AReaL trial names take no '-'), suffixed ``_2``, ``_3``... while
-    ``logs_of(name)`` (a name's RunPaths) shows that a run of that name exists."""
-    base = time.strftime("run%Y%m%d_%H%M%S", time.localtime(now))
-    name, n = base, 1
-    while run_exists(logs_of(name)):
-        n += 1
-        name = f"{base}_{n}"
-    return name
-
-
-def claim_run_dir(paths: RunPaths, trial: str, existing_run: str) -> None:
-    """An explicit trial name whose run exists is refused, or its logs and checkpoints are removed when the
-    user said ``existing_run=overwrite``: runs never share statistics, logs or checkpoints."""
-    if not run_exists(paths):
-        return
-    if existing_run != "overwrite":
-        raise SystemExit(f"a run named {trial!r} already exists ({paths.logs}); choose another trial_name, "
-                         f"leave it at '{AUTO_TRIAL}' for a new timestamped one, or pass existing_run=overwrite "
-                         f"to delete its logs and checkpoints")
-    for d in (paths.logs, paths.checkpoints):
-        if d.exists():
-            logger.warning("existing_run=overwrite: deleting %s", d)
-            shutil.rmtree(d)
 
 
 def read_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -362,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
     """Train ``config`` (``config_file`` plus ``overrides``): everything after the decisions."""
     started = time.monotonic()
-    if config.trial_name == AUTO_TRIAL:
+    named = config.trial_name != AUTO_TRIAL
+    if not named:
         trial = new_trial_name(lambda name: RunPaths.of(config, name))
         overrides.append(f"trial_name={trial}")
         config = load_config(config_file, overrides)
@@ -370,7 +317,8 @@ def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
     claim_run_dir(paths, config.trial_name, config.existing_run)
     logger.info("run %s/%s (config %s): logs %s", config.experiment_name, config.trial_name,
                 Path(config_file).name, paths.logs)
-    _clear_name_records(config)
+    if named:   # a new timestamped trial has no records to forget
+        _clear_name_records(config)
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
     env = dict(os.environ)
     rc = 1

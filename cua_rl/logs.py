@@ -50,3 +50,5 @@ def setup_logging(level: int = logging.INFO) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx logs every request at INFO: thousands of screenshot/action lines per training step.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # transformers logs every file it saves or loads at INFO (processor configs, chat templates).
+    logging.getLogger("transformers").setLevel(logging.WARNING)

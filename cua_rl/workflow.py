@@ -51,6 +51,7 @@ from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEnd
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.monitor.records import new_rollout_uuid
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
+from cua_rl.runs import RunPaths
 from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
 
 logger = logging.getLogger(__name__)
@@ -347,8 +348,6 @@ def _stats_dir(config) -> str:
     creating it (AReaL's ``StatsLogger.get_log_path`` makes the directory: for ``CUAConfig()`` in a test that
     was ``???/logs/<user>/???/???`` in the working directory). None for a config that names no run."""
     from omegaconf import MISSING
-
-    from cua_rl.launch import RunPaths
 
     s = getattr(config, "stats_logger", None)
     if s is None or any(not part or part == MISSING for part in (s.fileroot, s.experiment_name, s.trial_name)):

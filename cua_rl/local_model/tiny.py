@@ -122,7 +122,9 @@ def build_tiny(out_dir: str | Path, seed: int = 0, spec: TinySpec | None = None)
     )
     from transformers.models.qwen2_vl.image_processing_qwen2_vl_fast import Qwen2VLImageProcessorFast
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()   # one log line says it was built; no shard-writing bar
     spec = spec or TinySpec()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -71,14 +71,15 @@ def test_bad_command_lines_fail_clearly(args, message):
         parse(args)
 
 
-def test_help_lists_every_flag_with_its_variable(capsys):
+def test_help_lists_every_flag_with_its_variable_and_config_key(capsys):
     assert parse(["--gym", "x", "--help"]) is None
     cli.print_help()
     text = capsys.readouterr().out
     for flag in cli.FLAGS:
         for name in (flag.name, *flag.aliases):
             assert name in text, name
-        assert f"[{flag.env}]" in text, flag.env
+        names = f"[{flag.env} -> {', '.join(flag.keys)}]" if flag.keys else f"[{flag.env}]"
+        assert names in " ".join(text.split()), names   # argparse wraps long help lines
     assert "--dry-run" in text
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cua_rl.launch import RunPaths, claim_run_dir, new_trial_name, run_exists
+from cua_rl.runs import RunPaths, claim_run_dir, new_trial_name, run_exists
 
 
 def _paths(root: Path, trial: str) -> RunPaths:
