@@ -3,8 +3,13 @@
 Why: AReaL prints a table of about 100 statistics after every step, so a researcher watching a run scrolls
 past pages of numbers to find whether reward moves. The launcher copies everything the trainer prints to
 ``train.log`` unchanged (and AReaL writes the same statistics to TensorBoard); on the console,
-``TrainerConsole`` swaps each table for one progress line (step, reward, success, episodes, step time) and
-passes every other line through. ``CUA_RL_CONSOLE=full`` turns the filter off.
+``TrainerConsole`` swaps each table for one progress line (step, reward, success, episodes, step time).
+
+Quiet (the launcher's default) also keeps back what only matters when digging: AReaL's and vLLM's INFO and
+WARNING lines (start-up, memory, placement, CPU-backend advice), library output without a log level (progress
+bars, Python warnings, the rollout workers' retry notes). It shows the progress lines, our own ``cua_rl``
+log lines and every ERROR. Nothing is lost: all of it is in ``train.log``, and when the trainer fails the
+launcher prints that file's last lines. ``CUA_RL_CONSOLE=full`` turns the filter off.
 """
 
 from __future__ import annotations
@@ -16,6 +21,30 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TABLE_START = ("│", "┌", "├", "└", "╭", "╰", "╒", "╞", "╘")   # box drawing: AReaL's tables only
 STEP_DONE = re.compile(r"StatsLogger INFO: Epoch \d+/\d+ Step \d+/\d+ Train step (\d+)/\d+ done")
 HIDDEN = re.compile(r"StatsLogger INFO:\s*(Stats \(\d+/\d+\):)?\s*$")
+# The level of a log line in the three formats the trainer's output mixes: ours and Python's default
+# ("2026-01-01 10:00:00,123 INFO name: ..."), AReaL's ("(AReaL) 20260101-10:00:00.123 Name INFO: ..."),
+# vLLM's ("(EngineCore pid=1) WARNING 01-01 10:00:00 [file.py:1] ...").
+PY_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.]+):")
+AREAL_LINE = re.compile(r"^\(AReaL\) \S+ .*? (DEBUG|INFO|WARNING|ERROR|CRITICAL):")
+VLLM_LINE = re.compile(r"^\((?:APIServer|EngineCore|Worker)[^)]*\) (DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
+LOUD = ("ERROR", "CRITICAL")
+# AReaL's start-up milestones, shown by a quiet console as one line each (start-up takes minutes on a CPU).
+MILESTONES = (
+    (re.compile(r"TrainController INFO: TrainController initialization complete"), "training engine ready"),
+    (re.compile(r"Starting vLLM server on (\S+)"), "vLLM starting at {0}"),
+    (re.compile(r"RolloutController INFO: All engines are initialized"), "inference engine ready; rollouts begin"),
+)
+
+
+def worth_showing(plain: str) -> bool:
+    """Whether a quiet console shows this line (ANSI codes removed): every ERROR, our own log lines."""
+    m = PY_LINE.match(plain)
+    if m:
+        return m.group(1) in LOUD or m.group(2).split(".")[0] == "cua_rl"
+    m = AREAL_LINE.match(plain) or VLLM_LINE.match(plain)
+    if m:
+        return m.group(1) in LOUD
+    return plain.startswith("[cua-rl]")
 
 
 def _number(text: str) -> float | None:
@@ -28,13 +57,15 @@ def _number(text: str) -> float | None:
 class TrainerConsole:
     """Feed it the trainer's output line by line; it returns the lines to print."""
 
-    def __init__(self, total_steps: int | None = None, log_file: str = ""):
+    def __init__(self, total_steps: int | None = None, log_file: str = "", quiet: bool = False):
         self.total_steps = total_steps
+        self.quiet = quiet
         self.log_file = log_file
         self.step: int | None = None
         self.stats: dict[str, float] = {}
-        self.last_step_at = time.monotonic()
+        self.started = self.last_step_at = time.monotonic()
         self.told_where = False
+        self.milestones_shown: set[str] = set()
 
     def feed(self, line: str) -> list[str]:
         plain = ANSI.sub("", line).strip()
@@ -48,7 +79,17 @@ class TrainerConsole:
             return out
         if HIDDEN.search(plain):
             return out
+        if self.quiet and not worth_showing(plain):
+            return [*out, *self._milestone(plain)]
         return [*out, line]
+
+    def _milestone(self, plain: str) -> list[str]:
+        for pattern, text in MILESTONES:
+            m = pattern.search(plain)
+            if m and text not in self.milestones_shown:
+                self.milestones_shown.add(text)
+                return [f"[cua-rl] {text.format(*m.groups())} ({time.monotonic() - self.started:.0f} s)"]
+        return []
 
     def close(self) -> list[str]:
         """Lines still owed at the end of the output (a table the trainer printed last)."""

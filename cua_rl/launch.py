@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from cua_rl import cli
-from cua_rl.console import TrainerConsole
-from cua_rl.logs import setup_logging
+from cua_rl.console import ANSI, TrainerConsole
+from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
 
@@ -156,7 +156,8 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
     ``TrainerConsole`` (one line per step instead of AReaL's statistics table; CUA_RL_CONSOLE=full: all)."""
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    console = None if os.environ.get("CUA_RL_CONSOLE") == "full" else TrainerConsole(total_steps, str(log_file))
+    console = None if os.environ.get("CUA_RL_CONSOLE") == "full" else \
+        TrainerConsole(total_steps, str(log_file), quiet=True)
 
     def show(lines: list[str]) -> None:
         for text in lines:
@@ -203,7 +204,20 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
         reader.join(10)
         for s, h in old.items():
             signal.signal(s, h)
+    if rc != 0 and console is not None:
+        _show_tail(log_file)
     return rc
+
+
+def _show_tail(log_file: Path, lines: int = 40) -> None:
+    """A failed trainer's last lines, which the quiet console kept back (the traceback is usually there)."""
+    try:
+        tail = log_file.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return
+    print(f"[cua-rl] the trainer failed; the last {len(tail)} lines of {log_file}:")
+    for line in tail:
+        print("  " + ANSI.sub("", line))
 
 
 def endpoint_totals(logs: Path) -> dict[str, int]:
@@ -236,10 +250,18 @@ def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
     except Exception as exc:  # a summary must never hide the run's own exit code
         print(f"[cua-rl] (could not read statistics: {exc})")
         return
-    wanted = ("rollout/reward", "rollout/task_success", "eval-rollout/reward", "eval-rollout/task_success",
-              "ppo_actor/task_reward/avg")
+    wanted = ("rollout/reward", "rollout/task_success", "eval-rollout/reward", "eval-rollout/task_success")
     for tag in (t for t in wanted if t in scalars):
-        print(f"[cua-rl]   {tag}: " + ", ".join(f"step {s}: {v:.3f}" for s, v in scalars[tag]))
+        print(f"[cua-rl]   {tag}: {by_step(scalars[tag])}")
+
+
+def by_step(points: list[tuple[int, float]]) -> str:
+    """``steps 1-24: 0.781 0.833 - ...``: AReaL's 0-based global steps numbered as the console numbers them,
+    '-' for a step without the statistic."""
+    values = dict(points)
+    first, last = min(values), max(values)
+    return f"steps {first + 1}-{last + 1}: " + " ".join(
+        f"{values[s]:.3f}" if s in values else "-" for s in range(first, last + 1))
 
 
 def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
@@ -317,6 +339,8 @@ def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
     claim_run_dir(paths, config.trial_name, config.existing_run)
     logger.info("run %s/%s (config %s): logs %s", config.experiment_name, config.trial_name,
                 Path(config_file).name, paths.logs)
+    # The embedded services run in this process: their per-episode lines go to a file, not the console.
+    log_to_file(paths.logs / "launcher.log", quiet_console=os.environ.get("CUA_RL_CONSOLE") != "full")
     if named:   # a new timestamped trial has no records to forget
         _clear_name_records(config)
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")

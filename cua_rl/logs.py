@@ -15,6 +15,9 @@ import functools
 import logging
 
 _INSTALLED_FLAG = "_cua_keeps_stdlib_root"
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Loggers whose INFO lines a quiet console still shows: the launcher's own decisions and progress.
+CONSOLE_INFO = ("cua_rl.launch", "cua_rl.sft", "cua_rl.local_model")
 
 
 def keep_stdlib_logging() -> bool:
@@ -47,8 +50,32 @@ def keep_stdlib_logging() -> bool:
 def setup_logging(level: int = logging.INFO) -> None:
     """The console logging of our entry points (train.py, the launcher, the servers' CLIs)."""
     keep_stdlib_logging()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format=FORMAT)
     # httpx logs every request at INFO: thousands of screenshot/action lines per training step.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # transformers logs every file it saves or loads at INFO (processor configs, chat templates).
     logging.getLogger("transformers").setLevel(logging.WARNING)
+
+
+
+def _console_worthy(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or record.name.startswith(CONSOLE_INFO)
+
+
+def log_to_file(path, quiet_console: bool = True) -> None:
+    """Everything at INFO also goes to ``path``; with ``quiet_console`` the console keeps only WARNING and
+    above plus the launcher's own INFO lines (``CONSOLE_INFO``): the embedded gym and agent service log a
+    line per execution and run, which belongs in the file."""
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setLevel(logging.INFO)
+    if quiet_console:
+        for h in root.handlers:
+            if type(h) is logging.StreamHandler:
+                h.addFilter(_console_worthy)
+    root.addHandler(handler)

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,8 @@ PACKAGE = Path(__file__).resolve().parents[1]      # cua_rl
 SOURCES = ("sft/__main__.py", "sft/demos.py", "sft/rows.py", "sft/train.py", "local_gym/curriculum.py",
            "local_gym/board.tcl", "local_gym/tasks", "local_agent", "policy")
 STAMP = "warm_start.json"
+# The SFT child's progress lines: "recorded 16/128 demonstrations", "SFT step 15/300: loss ...".
+PROGRESS = re.compile(r"(recorded|SFT step) (\d+)/(\d+)")
 
 
 def _hash_tree(h, path: Path) -> None:
@@ -118,9 +121,13 @@ def _run_showing_progress(cmd: list[str], log_file: Path, env: dict[str, str] | 
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", env={**(env or os.environ), "PYTHONUNBUFFERED": "1"})
         try:
+            shown: dict[str, int] = {}
             for line in proc.stdout:
                 log.write(line)
-                if " cua_rl.sft" in line and (" SFT step " in line or " demonstrations" in line):
+                m = PROGRESS.search(line) if " cua_rl.sft" in line else None
+                # a few lines per phase on the console: the first, each quarter, the last
+                if m and shown.get(m.group(1)) != (quarter := 4 * int(m.group(2)) // max(1, int(m.group(3)))):
+                    shown[m.group(1)] = quarter
                     print(f"[cua-rl] {line.split(' INFO ', 1)[-1].rstrip()}", flush=True)
                 elif line.startswith('{"demonstrations"'):
                     result = json.loads(line)

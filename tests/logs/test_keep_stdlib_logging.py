@@ -30,3 +30,27 @@ def test_patch_keeps_our_info_lines_and_areal_logging():
     assert "cua_rl.probe ours-info" in out
     assert "cua_rl.probe ours-fresh-lookup" in out
     assert "areal-warning" in out
+
+
+QUIET = textwrap.dedent("""
+    import logging, sys
+    from cua_rl.logs import log_to_file, setup_logging
+    setup_logging()                                   # the launcher's console: stderr
+    log_to_file(sys.argv[1])
+    logging.getLogger("cua_rl.local_gym.manager").info("per-execution line")
+    logging.getLogger("cua_rl.local_gym.manager").warning("a desktop failed")
+    logging.getLogger("cua_rl.launch").info("the launcher decides")
+    logging.getLogger("uvicorn.error").info("server started")
+""")
+
+
+def test_launcher_console_keeps_its_own_lines_and_warnings_the_file_keeps_everything(tmp_path):
+    log = tmp_path / "launcher.log"
+    result = subprocess.run([sys.executable, "-c", QUIET, str(log)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    console = result.stderr
+    assert "a desktop failed" in console and "the launcher decides" in console
+    assert "per-execution line" not in console and "server started" not in console
+    text = log.read_text()
+    for line in ("per-execution line", "a desktop failed", "the launcher decides", "server started"):
+        assert line in text, line

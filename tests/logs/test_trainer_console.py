@@ -41,3 +41,42 @@ def test_two_steps_and_a_table_at_the_very_end():
 def test_lines_with_box_characters_outside_a_step_pass_through():
     line = "│ a user's own table │ 1 │\n"
     assert TrainerConsole().feed(line) == [line]
+
+
+# --- quiet (the launcher's default) ----------------------------------------------------------------
+START = (Path(__file__).parent / "data" / "cpu_run_start.txt").read_text()   # train.log of a default CPU run:
+# AReaL's and vLLM's start-up, the rollout workers' notes and the first two steps (450 lines)
+
+
+def test_quiet_console_shows_progress_milestones_and_our_lines_only():
+    out = _run(TrainerConsole(total_steps=24, log_file="/runs/x/train.log", quiet=True), START)
+    assert len(out) <= 12, out
+    progress = [line for line in out if line.startswith("[cua-rl] step")]
+    assert [p.split(":")[0] for p in progress] == ["[cua-rl] step 1/24", "[cua-rl] step 2/24"]
+    milestones = [line.split(" (")[0] for line in out if line.startswith("[cua-rl]") and "step" not in line
+                  and "statistics" not in line]
+    assert milestones == ["[cua-rl] training engine ready", "[cua-rl] vLLM starting at http://192.0.2.2:10743",
+                          "[cua-rl] inference engine ready; rollouts begin"]
+    others = [line for line in out if not line.startswith("[cua-rl]")]
+    assert others and all(" INFO cua_rl." in line for line in others), others
+    assert not any("APIServer" in line or "(AReaL)" in line or "Writing model shards" in line for line in out)
+
+
+def test_quiet_console_keeps_every_error_whatever_its_format():
+    errors = ["\x1b[31m(AReaL) 20261125-00:50:24.607 RolloutController ERROR: rollout failed\x1b[0m\n",
+              "(EngineCore pid=9999) ERROR 11-25 00:49:30 [core.py:1] engine died\n",
+              "2026-11-25 00:47:18,302 ERROR areal.x: boom\n",
+              "2026-11-25 00:47:18,302 WARNING cua_rl.workflow: an episode was dropped\n"]
+    console = TrainerConsole(quiet=True)
+    assert [console.feed(line) for line in errors] == [[line] for line in errors]
+    hidden = ["(AReaL) 20261125-00:50:24.607 FileSystemUtils WARNING: not on a network filesystem\n",
+              "(APIServer pid=1) WARNING 11-25 00:48:37 [system_utils.py:289] Found ulimit\n",
+              "2026-11-25 00:47:18,302 INFO torch._inductor: compiling\n", "Writing model shards: 100%\n"]
+    assert [console.feed(line) for line in hidden] == [[] for _ in hidden]
+    assert TrainerConsole(quiet=False).feed(hidden[0]) == [hidden[0]], "CUA_RL_CONSOLE=full shows everything"
+
+
+def test_the_summary_numbers_steps_as_the_console_does():
+    from cua_rl.launch import by_step
+
+    assert by_step([(0, 0.78125), (1, 0.5), (3, 1.0)]) == "steps 1-4: 0.781 0.500 - 1.000"
