@@ -31,7 +31,8 @@ LOUD = ("ERROR", "CRITICAL")
 # AReaL's start-up milestones, shown by a quiet console as one line each (start-up takes minutes on a CPU).
 MILESTONES = (
     (re.compile(r"TrainController INFO: TrainController initialization complete"), "training engine ready"),
-    (re.compile(r"Starting vLLM server on (\S+)"), "vLLM starting at {0}"),
+    (re.compile(r"vLLMEngine INFO: Launching vLLM server"), "vLLM starting"),
+    (re.compile(r"Starting vLLM server on (\S+)"), "vLLM serving at {0}"),
     (re.compile(r"RolloutController INFO: All engines are initialized"), "inference engine ready; rollouts begin"),
 )
 
@@ -124,6 +125,8 @@ class TrainerConsole:
         rows, turns = stats.get("ppo_actor/n_seqs"), stats.get("rollout/num_turns")
         if rows and turns:
             parts.append(f"~{rows / turns:.0f} episodes ({rows:.0f} rows)")
+        if "rollout/reward" not in stats:   # AReaL exported no rollout statistics with this step
+            parts.append("no rollout statistics this step")
         train = sum(stats.get(k, 0.0) for k in ("timeperf/recompute_logp", "timeperf/train_step"))
         if train:
             parts.append(f"train {train:.1f} s")

@@ -329,7 +329,8 @@ class Desktop:
 
             if not procs.wait_until(mapped, timeout_s, 0.01):
                 tail = (self.root / "apps.log").read_text(errors="replace")[-800:]
-                raise RuntimeError(f"apps {sorted(want)} did not map on {self.display}: {tail}")
+                raise RuntimeError(f"apps {sorted(want)} did not map on {self.display} within {timeout_s:g} s"
+                                   + (f": {tail}" if tail.strip() else " (apps.log is empty)"))
         finally:
             d.close()
 

@@ -199,7 +199,7 @@ class GymManager:
         uid = self.opt.uid_base + slot if os.geteuid() == 0 else os.getuid()
         last: Exception | None = None
         try:
-            for _ in range(3):
+            for attempt in range(1, 4):
                 num = self._pick_display()
                 try:
                     desk = browser_desktop_class(spec).start(spec, display_num=num, uid=uid, workdir=self.workdir,
@@ -209,7 +209,12 @@ class GymManager:
                 except Exception as exc:  # noqa: BLE001 - retried on another display, then re-raised
                     # Keep ``num`` marked used: another server may hold it (e.g. only its abstract socket).
                     last = exc
-                    logger.warning("desktop on :%d failed: %s", num, exc)
+                    # a spare whose build the shutdown interrupted is not news
+                    logger.log(logging.INFO if self._closed else logging.WARNING,
+                               "desktop on :%d failed (attempt %d/3%s): %s", num, attempt,
+                               ", trying another display" if attempt < 3 and not self._closed else "", exc)
+                    if self._closed:
+                        break
         except BaseException:
             self._free_slots.append(slot)
             raise

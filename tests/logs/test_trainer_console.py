@@ -55,7 +55,8 @@ def test_quiet_console_shows_progress_milestones_and_our_lines_only():
     assert [p.split(":")[0] for p in progress] == ["[cua-rl] step 1/24", "[cua-rl] step 2/24"]
     milestones = [line.split(" (")[0] for line in out if line.startswith("[cua-rl]") and "step" not in line
                   and "statistics" not in line]
-    assert milestones == ["[cua-rl] training engine ready", "[cua-rl] vLLM starting at http://192.0.2.2:10743",
+    assert milestones == ["[cua-rl] training engine ready", "[cua-rl] vLLM starting",
+                          "[cua-rl] vLLM serving at http://192.0.2.2:10743",
                           "[cua-rl] inference engine ready; rollouts begin"]
     others = [line for line in out if not line.startswith("[cua-rl]")]
     assert others and all(" INFO cua_rl." in line for line in others), others
