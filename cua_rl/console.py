@@ -25,7 +25,7 @@ HIDDEN = re.compile(r"StatsLogger INFO:\s*(Stats \(\d+/\d+\):)?\s*$")
 # ("2026-01-01 10:00:00,123 INFO name: ..."), AReaL's ("(AReaL) 20260101-10:00:00.123 Name INFO: ..."),
 # vLLM's ("(EngineCore pid=1) WARNING 01-01 10:00:00 [file.py:1] ...").
 PY_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.]+):")
-AREAL_LINE = re.compile(r"^\(AReaL\) \S+ .*? (DEBUG|INFO|WARNING|ERROR|CRITICAL):")
+AREAL_LINE = re.compile(r"^\(AReaL\) \S+ (.*?) (DEBUG|INFO|WARNING|ERROR|CRITICAL):")
 VLLM_LINE = re.compile(r"^\((?:APIServer|EngineCore|Worker)[^)]*\) (DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
 LOUD = ("ERROR", "CRITICAL")
 # AReaL's start-up milestones, shown by a quiet console as one line each (start-up takes minutes on a CPU).
@@ -42,7 +42,10 @@ def worth_showing(plain: str) -> bool:
     m = PY_LINE.match(plain)
     if m:
         return m.group(1) in LOUD or m.group(2).split(".")[0] == "cua_rl"
-    m = AREAL_LINE.match(plain) or VLLM_LINE.match(plain)
+    m = AREAL_LINE.match(plain)
+    if m:   # our trainer's own logger ("cua-train") writes in AReaL's format
+        return m.group(2) in LOUD or m.group(1).startswith("cua")
+    m = VLLM_LINE.match(plain)
     if m:
         return m.group(1) in LOUD
     return plain.startswith("[cua-rl]")

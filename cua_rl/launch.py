@@ -111,6 +111,7 @@ def _clear_name_records(config) -> None:
     of the same trial leaves e.g. its weight-update entry, and the next update would then fail."""
     from areal.utils import name_resolve, names
 
+    name_resolve.logger.setLevel(logging.WARNING)   # "No such name resolve path" is not news
     name_resolve.reconfigure(config.cluster.name_resolve)
     name_resolve.clear_subtree(names.trial_root(experiment_name=config.experiment_name,
                                                 trial_name=config.trial_name))

@@ -51,8 +51,12 @@ def test_ctrl_c_tears_everything_down(tmp_path):
                             stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 600
-        # Interrupt mid-rollout: the desktops, the agent's runs and every server are up by then.
-        while not re.search(r"local_agent\.server: run \w+ started", (tmp_path / "out.log").read_text()):
+        # Interrupt mid-rollout: the desktops, the agent's runs and every server are up by then. The embedded
+        # services log to the run's launcher.log (the console only shows the launcher's own lines).
+        def services_log() -> str:
+            return "".join(f.read_text() for f in (tmp_path / "fileroot").glob("logs/*/*/interrupt/launcher.log"))
+
+        while not re.search(r"local_agent\.server: run \w+ started", services_log()):
             assert proc.poll() is None, (tmp_path / "out.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no agent run started"
             time.sleep(0.5)

@@ -59,15 +59,18 @@ def test_quiet_console_shows_progress_milestones_and_our_lines_only():
                           "[cua-rl] vLLM serving at http://192.0.2.2:10743",
                           "[cua-rl] inference engine ready; rollouts begin"]
     others = [line for line in out if not line.startswith("[cua-rl]")]
-    assert others and all(" INFO cua_rl." in line for line in others), others
-    assert not any("APIServer" in line or "(AReaL)" in line or "Writing model shards" in line for line in out)
+    assert others and all(" INFO cua_rl." in line or " cua-train INFO:" in line for line in others), others
+    assert any(" cua-train INFO: train tasks:" in line for line in others), "the trainer's own logger shows"
+    assert not any("APIServer" in line or "EngineCore" in line or "Writing model shards" in line for line in out)
+    assert not any("(AReaL)" in line and " cua-train " not in line for line in out)
 
 
 def test_quiet_console_keeps_every_error_whatever_its_format():
     errors = ["\x1b[31m(AReaL) 20261125-00:50:24.607 RolloutController ERROR: rollout failed\x1b[0m\n",
               "(EngineCore pid=9999) ERROR 11-25 00:49:30 [core.py:1] engine died\n",
               "2026-11-25 00:47:18,302 ERROR areal.x: boom\n",
-              "2026-11-25 00:47:18,302 WARNING cua_rl.workflow: an episode was dropped\n"]
+              "2026-11-25 00:47:18,302 WARNING cua_rl.workflow: an episode was dropped\n",
+              "(AReaL) 20261125-01:19:32.199 cua-train INFO: baseline (policy version 0): reward 0.000\n"]
     console = TrainerConsole(quiet=True)
     assert [console.feed(line) for line in errors] == [[line] for line in errors]
     hidden = ["(AReaL) 20261125-00:50:24.607 FileSystemUtils WARNING: not on a network filesystem\n",
