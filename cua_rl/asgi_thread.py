@@ -46,6 +46,12 @@ class ServedApp:
         self.stop()
 
 
+# Idle connections are kept 30 s, longer than httpx clients keep theirs (5 s): the client always drops an
+# idle connection first, so a request never races the server closing it ("Server disconnected without
+# sending a response", seen under load with uvicorn's default of 5 s). The gym and monitor CLIs use it too.
+KEEP_ALIVE_S = 30
+
+
 def serve_app_in_thread(app, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning",
                         start_timeout_s: float = 20.0) -> ServedApp:
     """Start ``app`` on ``host:port`` (0 = any free port) and return once it accepts connections."""
@@ -53,7 +59,8 @@ def serve_app_in_thread(app, host: str = "127.0.0.1", port: int = 0, *, log_leve
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     actual_port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=log_level, lifespan="auto", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, log_level=log_level, lifespan="auto", timeout_graceful_shutdown=2,
+                            timeout_keep_alive=KEEP_ALIVE_S)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"uvicorn-{host}:{actual_port}")

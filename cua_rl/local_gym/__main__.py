@@ -11,6 +11,7 @@ import sys
 
 import uvicorn
 
+from cua_rl.asgi_thread import KEEP_ALIVE_S
 from cua_rl.logs import setup_logging
 
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                       prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,
                       display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit)
     uvicorn.run(create_app(opts), host=args.host, port=args.port, log_level=args.log_level.lower(),
-                timeout_graceful_shutdown=5)
+                timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S)
     return 0
 
 

@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import uvicorn
 
+    from ..asgi_thread import KEEP_ALIVE_S
     from .blobs import BlobStore
     from .server import build_app
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"token for project {args.project!r} (shown once): {store.create_token(args.project)}", flush=True)
         app = build_app(store, BlobStore(data_dir / "blobs"), refresh_s=args.refresh)
         print(f"Training Monitor: http://{args.host}:{args.port}/  (store: {describe_url(url)})", flush=True)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
     finally:
         store.close()
     return 0
