@@ -209,8 +209,9 @@ class GymManager:
                 except Exception as exc:  # noqa: BLE001 - retried on another display, then re-raised
                     # Keep ``num`` marked used: another server may hold it (e.g. only its abstract socket).
                     last = exc
-                    # a spare whose build the shutdown interrupted is not news
-                    logger.log(logging.INFO if self._closed else logging.WARNING,
+                    # a spare whose build the shutdown interrupted is not news, nor a retried attempt (in
+                    # launcher.log); the last attempt's failure is a warning
+                    logger.log(logging.INFO if self._closed or attempt < 3 else logging.WARNING,
                                "desktop on :%d failed (attempt %d/3%s): %s", num, attempt,
                                ", trying another display" if attempt < 3 and not self._closed else "", exc)
                     if self._closed:
@@ -261,7 +262,8 @@ class GymManager:
         try:
             desk = await asyncio.wrap_future(self._pool_spawner.submit(self._build, spec))
         except Exception as exc:  # noqa: BLE001 - a failed spare only costs a cold start later
-            logger.error("could not build a spare desktop: %s", exc)
+            logger.log(logging.INFO if self._closed else logging.ERROR, "could not build a spare desktop%s: %s",
+                       " (shutting down)" if self._closed else "", exc)
             return
         finally:
             self._building[key] -= 1
