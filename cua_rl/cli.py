@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(flag.name, *flag.aliases, metavar=flag.metavar, help=f"{flag.help} {_names(flag)}")
     parser.add_argument("--dry-run", action="store_true",
                         help="load and check the config, print what would run, start nothing")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue a killed run from its last committed recover point: the run named by "
+                             "trial_name=..., else the experiment's newest [-> existing_run=resume]")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Hydra overrides")
     return parser
 
@@ -189,11 +192,14 @@ def _check_override(arg: str) -> str:
     return arg
 
 
-def _split_argv(argv: list[str]) -> tuple[dict[str, str], list[str], bool, bool]:
-    """(flag env name -> value, overrides, dry run, help) of ``argv``; ``--name=value`` works too."""
+SWITCHES = ("--dry-run", "--resume", "--help", "-h")
+
+
+def _split_argv(argv: list[str]) -> tuple[dict[str, str], list[str], set[str]]:
+    """(flag env name -> value, overrides, switches given) of ``argv``; ``--name=value`` works too."""
     given: dict[str, str] = {}
     overrides: list[str] = []
-    dry_run = want_help = False
+    switches: set[str] = set()
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -203,10 +209,8 @@ def _split_argv(argv: list[str]) -> tuple[dict[str, str], list[str], bool, bool]
                 _check_override(rest)
             overrides += argv[i:]
             break
-        if arg in ("-h", "--help"):
-            want_help = True
-        elif arg == "--dry-run":
-            dry_run = True
+        if arg in SWITCHES:
+            switches.add("--help" if arg == "-h" else arg)
         elif arg.startswith("-"):
             name, eq, value = arg.partition("=")
             flag = _BY_NAME.get(name)
@@ -219,18 +223,21 @@ def _split_argv(argv: list[str]) -> tuple[dict[str, str], list[str], bool, bool]
             given[flag.env] = value
         else:
             overrides.append(_check_override(arg))
-    return given, overrides, dry_run, want_help
+    return given, overrides, switches
 
 
 def parse(argv: list[str], environ: dict[str, str], env_files: list[Path]) -> Request | None:
     """The request of ``argv`` (flags and overrides) with ``environ`` and the ``.env`` files as fallbacks;
     None when the user asked for ``--help``."""
-    given, passthrough, dry_run, want_help = _split_argv(argv)
-    if want_help:
+    given, passthrough, switches = _split_argv(argv)
+    if "--help" in switches:
         return None
     defaults = env_defaults(env_files, environ)
     lookup = {**defaults, **environ, **given}
-    request = Request(dry_run=dry_run, environ=dict(defaults))
+    request = Request(dry_run="--dry-run" in switches, environ=dict(defaults))
+    if "--resume" in switches:
+        request.overrides.append("existing_run=resume")
+        request.flag_keys["existing_run"] = "--resume"
     for flag in FLAGS:
         value = lookup.get(flag.env, "")
         if not value:

@@ -26,6 +26,7 @@ from cua_rl.vllm_config import CUAvLLMConfig
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids")
 SPLIT_TYPES = ("train", "eval", "all")
+EXISTING_RUN = ("refuse", "overwrite", "resume")
 EXPORT_STYLES = ("individual", "concat")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
 _TAG = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -221,7 +222,8 @@ class CUAConfig(GRPOConfig):
 
     # trial_name "auto" (config.yaml): the launcher names each run run<YYYYmmdd_HHMMSS>, so runs never share
     # logs, statistics or checkpoints. An explicit trial_name whose run exists is refused unless this is
-    # "overwrite" (its logs and checkpoints are deleted first). Resuming a run is not offered yet.
+    # "overwrite" (its logs and checkpoints are deleted first) or "resume" (train.sh --resume: continue it
+    # from its last committed recover point, cua_rl/resume.py; with trial_name auto, the newest run).
     existing_run: str = "refuse"
     # AReaL's vLLM settings plus logprobs_mode (cua_rl/vllm_config.py: logprobs after temperature)
     vllm: CUAvLLMConfig = field(default_factory=CUAvLLMConfig)
@@ -238,8 +240,10 @@ class CUAConfig(GRPOConfig):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.gym_train_ratio <= 1.0:
             raise ValueError(f"gym_train_ratio must be within [0, 1], got {self.gym_train_ratio}")
-        if self.existing_run not in ("refuse", "overwrite"):
-            raise ValueError(f"existing_run must be 'refuse' or 'overwrite', got {self.existing_run!r}")
+        if self.existing_run not in EXISTING_RUN:
+            raise ValueError(f"existing_run must be one of {EXISTING_RUN}, got {self.existing_run!r}")
+        if self.existing_run == "resume" and self.recover.mode in ("disabled", "off"):
+            raise ValueError(f"existing_run=resume needs recover.mode on (got {self.recover.mode!r})")
         if self.gym_split_type not in SPLIT_TYPES:
             raise ValueError(f"gym_split_type must be one of {SPLIT_TYPES}, got {self.gym_split_type!r}")
         if self.gym_limit is not None and self.gym_limit <= 0:

@@ -31,10 +31,11 @@ import time
 from pathlib import Path
 
 from cua_rl import cli
-from cua_rl.console import ANSI, TrainerConsole
+from cua_rl.console import ANSI, TABLE_START, TrainerConsole
 from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
-from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
+from cua_rl.resume import resume_point, settle
+from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name, newest_resumable
 
 logger = logging.getLogger("cua_rl.launch")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -211,12 +212,14 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
 
 
 def _show_tail(log_file: Path, lines: int = 40) -> None:
-    """A failed trainer's last lines, which the quiet console kept back (the traceback is usually there)."""
+    """A failed trainer's last lines, which the quiet console kept back (the traceback is usually there);
+    AReaL's statistics tables are left out (a trainer killed after a step ends its log with one)."""
     try:
-        tail = log_file.read_text(errors="replace").splitlines()[-lines:]
+        text = log_file.read_text(errors="replace").splitlines()
     except OSError:
         return
-    print(f"[cua-rl] the trainer failed; the last {len(tail)} lines of {log_file}:")
+    tail = [line for line in text if not ANSI.sub("", line).strip().startswith(TABLE_START)][-lines:]
+    print(f"[cua-rl] the trainer failed; the last {len(tail)} lines of {log_file} (statistics tables left out):")
     for line in tail:
         print("  " + ANSI.sub("", line))
 
@@ -245,6 +248,11 @@ def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
               f"{totals.get('failed_turns', 0)} failed turns")
     saved = paths.checkpoints.is_dir() and any(p.is_file() for p in paths.checkpoints.rglob("*"))
     print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if saved else "  (none written: see saver.freq_steps)"))
+    if rc != 0:
+        point = settle(paths.checkpoints) if paths.checkpoints.is_dir() else None   # the trainer is gone
+        if point is not None:
+            print(f"[cua-rl] recover point: after step {point['global_step'] + 1}; continue this run with: "
+                  f"train.sh --resume trial_name={paths.checkpoints.name} (and the same other arguments)")
     print(f"[cua-rl] statistics:  {paths.tensorboard}  (tensorboard event files)")
     try:
         scalars = read_scalars(paths.tensorboard)
@@ -296,6 +304,9 @@ def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> 
     print("mode: embedded stack" if config.embedded_enabled else f"mode: external gym {config.gym_base_url}")
     print(f"config: {config_file} ({why})")
     trial = "a new timestamped trial at start" if config.trial_name == AUTO_TRIAL else config.trial_name
+    if config.existing_run == "resume":
+        trial = ("resume " + ("the newest run with a committed recover point" if config.trial_name == AUTO_TRIAL
+                              else config.trial_name))
     print(f"run: {config.experiment_name} / {trial}")
     print("overrides:")
     for arg in request.overrides:
@@ -331,13 +342,24 @@ def main(argv: list[str] | None = None) -> int:
 def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
     """Train ``config`` (``config_file`` plus ``overrides``): everything after the decisions."""
     started = time.monotonic()
+    resume = config.existing_run == "resume"
     named = config.trial_name != AUTO_TRIAL
     if not named:
-        trial = new_trial_name(lambda name: RunPaths.of(config, name))
+        if resume:
+            trial = newest_resumable(RunPaths.of(config, AUTO_TRIAL).checkpoints.parent)
+            if trial is None:
+                raise SystemExit(f"--resume: no run of experiment {config.experiment_name!r} has a committed "
+                                 f"recover point; name one with trial_name=...")
+        else:
+            trial = new_trial_name(lambda name: RunPaths.of(config, name))
         overrides.append(f"trial_name={trial}")
         config = load_config(config_file, overrides)
+        named = resume   # a resumed trial has name-resolve records to forget
     paths = RunPaths.of(config)
     claim_run_dir(paths, config.trial_name, config.existing_run)
+    if resume:
+        point = resume_point(config)   # fail before anything starts; the trainer loads it
+        logger.info("resuming run %s after step %d", config.trial_name, point.global_step + 1)
     logger.info("run %s/%s (config %s): logs %s", config.experiment_name, config.trial_name,
                 Path(config_file).name, paths.logs)
     # The embedded services run in this process: their per-episode lines go to a file, not the console.

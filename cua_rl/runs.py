@@ -2,7 +2,8 @@
 directories) and the workflow (which writes its counts there) share.
 
 Each run gets its own trial directory by default (``run<YYYYmmdd_HHMMSS>``); an explicit name that already
-trained here is refused unless ``existing_run=overwrite``, so runs never share statistics, logs or checkpoints.
+trained here is refused unless ``existing_run=overwrite`` (deleted first) or ``existing_run=resume``
+(``train.sh --resume``: continued, cua_rl/resume.py), so runs never share statistics, logs or checkpoints.
 """
 
 from __future__ import annotations
@@ -55,9 +56,23 @@ def new_trial_name(logs_of, now: float | None = None) -> str:
     return name
 
 
+def newest_resumable(checkpoints_of_experiment: Path) -> str | None:
+    """The trial of this experiment whose last recover point was committed most recently (``--resume``
+    without a trial name), or None."""
+    commits = list(checkpoints_of_experiment.glob("*/recover_info/COMMIT.json"))
+    if not commits:
+        return None
+    return max(commits, key=lambda p: p.stat().st_mtime).parent.parent.name
+
+
 def claim_run_dir(paths: RunPaths, trial: str, existing_run: str) -> None:
     """An explicit trial name whose run exists is refused, or its logs and checkpoints are removed when the
-    user said ``existing_run=overwrite``: runs never share statistics, logs or checkpoints."""
+    user said ``existing_run=overwrite``, or kept for ``existing_run=resume`` (which needs the run): runs
+    never share statistics, logs or checkpoints unless one continues the other."""
+    if existing_run == "resume":
+        if not run_exists(paths):
+            raise SystemExit(f"--resume: there is no run named {trial!r} ({paths.checkpoints})")
+        return
     if not run_exists(paths):
         return
     if existing_run != "overwrite":

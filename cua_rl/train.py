@@ -21,6 +21,7 @@ from areal.utils import logging
 
 from cua_rl.config import CUAConfig, resolve_project_token
 from cua_rl.monitor import training_run
+from cua_rl.resume import install, resume_point
 from cua_rl.workflow import CUAAgentWorkflow
 from cua_rl.dataset import load_task_datasets
 
@@ -32,6 +33,11 @@ def main(args: list[str]) -> None:
     # is marked failed instead of staying "running".
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     config, _ = load_expr_config(args, CUAConfig)
+    # Before the trainer is built: its recover handler loads whatever recover_info it finds, so the
+    # directories must be back at the last committed point (or the run refused) first.
+    point = resume_point(config) if config.existing_run == "resume" else None
+    if point is not None:
+        logger.info("resuming after step %d (policy version %d)", point.global_step + 1, point.global_step + 1)
     train_dataset, valid_dataset = load_task_datasets(config)
 
     # GRPO groups are run by the workflow itself (group-normalised rewards, see cua_rl/trajectory/groups.py),
@@ -61,6 +67,9 @@ def main(args: list[str]) -> None:
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
                                                                    is_eval=True, monitor_training_id=training_id)
         with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+            install(trainer, point)   # atomic recover dumps; each stream item trained once (cua_rl/resume.py)
+            if point is not None and trainer.recover_info is None:
+                raise SystemExit(f"--resume: AReaL did not load the recover point in {point.root}")
             if config.baseline_eval and valid_dataset is not None and trainer.recover_info is None:
                 evaluate_baseline(trainer, config.eval_workflow, eval_workflow_kwargs)
             trainer.train(

@@ -41,6 +41,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from areal import workflow_context
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.workflow_api import RolloutWorkflow
@@ -51,6 +52,7 @@ from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEnd
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.monitor.records import new_rollout_uuid
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
+from cua_rl.resume import STREAM_KEY
 from cua_rl.runs import RunPaths
 from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
 
@@ -178,8 +180,12 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if self.shuffle_rewards:
             outcomes = shuffle_rewards(outcomes, f"{self.seed}:{task_id}:{seed}:{data.get('item_idx')}")
         self._report_advantages(outcomes)
-        return group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
-                           style=self.export_style, discount=self.turn_discount)
+        batch = group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
+                            style=self.export_style, discount=self.turn_discount)
+        if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/resume.py)
+            batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
+                                           dtype=torch.long)
+        return batch
 
     @property
     def _kind(self) -> str:

@@ -234,3 +234,15 @@ def test_train_sh_dry_run_end_to_end():
     bad = subprocess.run(["bash", str(EXAMPLE / "train.sh"), "--dry-run", "--batch-size", "0"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "train_dataset.batch_size must be >= 1" in bad.stderr
+
+
+def test_resume_is_a_switch_that_keeps_the_trial(launcher):
+    request = parse(["--resume", "trial_name=mine", "--gym", "http://g:1"])
+    assert request.overrides == ["existing_run=resume", "gym_base_url=http://g:1", "trial_name=mine"]
+    rc, report, overrides, out = launcher(["--resume", "trial_name=mine"])
+    assert rc == 0, out.err
+    assert report["run"].endswith("/ resume mine") and "existing_run=resume" in overrides
+    rc, report, _, out = launcher(["--resume"])
+    assert rc == 0 and report["run"].endswith("resume the newest run with a committed recover point"), out.out
+    rc, _, _, out = launcher(["--resume", "recover.mode=disabled"])
+    assert rc == 2 and "existing_run=resume needs recover.mode on" in out.err and "--resume" in out.err

@@ -1,12 +1,13 @@
 """Runs never mix: with trial_name "auto" each launch gets its own timestamped trial; an explicit name whose
 run already exists is refused (clear message, nothing deleted) unless existing_run=overwrite, which deletes
-that run's logs and checkpoints. Checked on the launcher's own functions with real directories."""
+that run's logs and checkpoints, or existing_run=resume, which keeps it (and needs it). Checked on the
+launcher's own functions with real directories."""
 
 from pathlib import Path
 
 import pytest
 
-from cua_rl.runs import RunPaths, claim_run_dir, new_trial_name, run_exists
+from cua_rl.runs import RunPaths, claim_run_dir, new_trial_name, newest_resumable, run_exists
 
 
 def _paths(root: Path, trial: str) -> RunPaths:
@@ -64,3 +65,28 @@ def test_existing_run_is_validated_at_load(tmp_path):
     before = sorted(tmp_path.rglob("*"))
     p = RunPaths.of(cfg, "run20260101_000000")
     assert p.logs.name == p.checkpoints.name == "run20260101_000000" and sorted(tmp_path.rglob("*")) == before
+
+
+def test_resume_keeps_an_existing_run_and_needs_one(tmp_path):
+    p = _paths(tmp_path, "mine")
+    with pytest.raises(SystemExit, match="--resume: there is no run named 'mine'"):
+        claim_run_dir(p, "mine", "resume")
+    p.checkpoints.mkdir(parents=True)
+    (p.checkpoints / "weights").write_text("w")
+    claim_run_dir(p, "mine", "resume")
+    assert (p.checkpoints / "weights").exists()
+
+
+def test_resume_without_a_name_picks_the_newest_committed_run(tmp_path):
+    import os
+
+    experiment = tmp_path / "checkpoints"
+    assert newest_resumable(experiment) is None
+    for name, mtime in (("old", 1_000), ("new", 2_000), ("uncommitted", 3_000)):
+        info = experiment / name / "recover_info"
+        info.mkdir(parents=True)
+        (info / "step_info.json").write_text("{}")
+        if name != "uncommitted":
+            (info / "COMMIT.json").write_text("{}")
+            os.utime(info / "COMMIT.json", (mtime, mtime))
+    assert newest_resumable(experiment) == "new"

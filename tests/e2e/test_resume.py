@@ -1,0 +1,129 @@
+"""A killed run continues with ``train.sh --resume`` and loses nothing (cua_rl/resume.py), on the embedded CPU
+default: real desktops, real vLLM, AReaL's FSDP trainer and its recover dump and load.
+
+The run trains 5 steps of one group each (2 episodes; the 4 task rows of an epoch are 4 steps, so step 5 is
+in the second epoch). When its second recover point is committed, the trainer (``python -m cua_rl.train``)
+is killed with SIGKILL 2 s later, in the middle of whatever it is doing (the next step's rollouts or
+training, or its dump); the launcher must report the failure and leave nothing running. ``train.sh --resume``
+then finishes the run. From the run's own records:
+- the committed ledger (``recover_info/stream.json``) lists steps 0..4 once each, and its stream positions
+  are distinct, 5 in all, a prefix of the stream but for at most the read-ahead in flight (0 skipped,
+  0 duplicated), each with the task the loader puts there;
+- the policy version continues: the resumed trainer recovered at the committed step, pushed those weights
+  to its new vLLM as version committed step + 1, and each later step added one (not version 1 again);
+- the resumed run's console continues at the step after the committed one, not at step 1.
+"""
+
+import getpass
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cua_rl.resume import settle
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
+STEPS = 5
+ARGS = [f"total_train_steps={STEPS}", "train_dataset.batch_size=1", "gconfig.n_samples=2", "trial_name=resume"]
+
+
+def _pids(pattern: str) -> set[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def _trainer_pid(marker: str) -> int | None:
+    for pid in _pids(r"cua_rl\.train --config"):
+        try:
+            if marker in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                return pid
+        except OSError:
+            pass
+    return None
+
+
+def _run(env, *extra, timeout=1500) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "examples/cua_agent/train.sh"), *ARGS, *extra], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
+    fileroot = tmp_path / "fileroot"
+    env = {**os.environ, "CUA_RL_FILEROOT": str(fileroot), "CUA_RL_DEVICE": "cpu"}
+    env.pop("GYM_BASE_URL", None)
+    xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
+    ckpts = fileroot / "checkpoints" / getpass.getuser()
+    started = time.monotonic()
+
+    first = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), *ARGS], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed_after = None
+    try:
+        deadline = time.monotonic() + 1500
+        while time.monotonic() < deadline and first.poll() is None:
+            commit = next(iter(fileroot.glob("checkpoints/*/cua-learn/resume/recover_info/COMMIT.json")), None)
+            step = json.loads(commit.read_text())["global_step"] if commit else -1
+            if step >= 1:   # two steps committed: kill mid-run, inside the next step (or its dump)
+                time.sleep(2.0)
+                pid = _trainer_pid(str(fileroot))
+                assert pid, "trainer process not found"
+                os.kill(pid, signal.SIGKILL)
+                killed_after = step
+                break
+            time.sleep(0.5)
+        out1, _ = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    (tmp_path / "run1.log").write_text(out1)
+    assert killed_after is not None, out1[-6000:]
+    # the last committed step, wherever the kill landed (a dump cut short is rolled back to it)
+    killed_after = settle(next(ckpts.glob("cua-learn/resume")))["global_step"]
+    assert first.returncode != 0 and "training FAILED" in out1, out1[-4000:]
+    time.sleep(2)
+    assert not (_pids("^Xvfb") - xvfb_before) and not (_pids("areal_vllm_server") - vllm_before), \
+        "the killed run left desktops or vLLM running"
+
+    second = _run(env, "--resume")
+    out2 = second.stdout + second.stderr
+    (tmp_path / "run2.log").write_text(out2)
+    print(f"resume e2e: killed after step {killed_after + 1}; total runtime {time.monotonic() - started:.0f} s")
+    assert second.returncode == 0, out2[-6000:]
+    assert "resuming run resume after step" in out2, out2[-4000:]
+
+    root = next(ckpts.glob("cua-learn/resume"))
+    ledger = json.loads((root / "recover_info" / "stream.json").read_text())
+    steps = ledger["steps"]
+    assert [s["global_step"] for s in steps] == list(range(STEPS)), steps
+    positions = [p for s in steps for p in s["items"]]
+    tasks = [t for s in steps for t in s["tasks"]]
+    skipped = sorted(set(range(max(positions) + 1)) - set(positions))
+    duplicated = len(positions) - len(set(positions))
+    print(f"resume e2e: trained stream positions {positions} (tasks {tasks}); skipped {skipped}, "
+          f"duplicated {duplicated}")
+    assert duplicated == 0 and len(positions) == STEPS
+    assert len(skipped) <= 1, skipped   # only a rollout still in flight at the end (max_head_offpolicyness 1)
+    assert all(tasks), tasks
+    assert ledger["untracked_batches"] == 0
+
+    logs = next(fileroot.glob("logs/*/cua-learn/resume"))
+    train_log = (logs / "train.log").read_text(errors="replace")
+    # AReaL recovered at the committed step and the next weight update continued the version count
+    assert re.search(rf"Recovering from StepInfo\(epoch=\d+, epoch_step=\d+, global_step={killed_after + 1}\b",
+                     train_log), train_log[-3000:]
+    rollout_log = (logs / "rollout.log").read_text(errors="replace")
+    after = rollout_log[rollout_log.rfind("areal_vllm_server"):]   # the resumed run's vLLM
+    versions = [int(v) for v in re.findall(r"loaded weights from \S*weight_update_v(\d+)", after)]
+    # the recovered weights are pushed as version committed step + 1, then each step adds one
+    assert versions == list(range(killed_after + 1, STEPS + 1)), (killed_after, versions)
+    # resumed steps only: the console counts from the committed step on
+    assert "step 1/" not in out2 and re.search(rf"step {killed_after + 2}/{STEPS}", out2), out2[-3000:]
+    time.sleep(2)
+    assert not (_pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
+    assert not (_pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
