@@ -34,8 +34,8 @@ from cua_rl import cli
 from cua_rl.console import ANSI, TABLE_START, TrainerConsole
 from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
-from cua_rl.resume import resume_point, settle
-from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name, newest_resumable
+from cua_rl.resume import newest_resumable, resume_point, settle
+from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
 
 logger = logging.getLogger("cua_rl.launch")
 REPO_ROOT = Path(__file__).resolve().parents[1]

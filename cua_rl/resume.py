@@ -57,6 +57,15 @@ def save_root(config) -> Path:
     return Path(f"{r.fileroot}/checkpoints/{getpass.getuser()}/{r.experiment_name}/{r.trial_name}")
 
 
+def newest_resumable(checkpoints_of_experiment: Path) -> str | None:
+    """The trial of this experiment whose last recover point was committed most recently (``--resume``
+    without a trial name), or None."""
+    commits = list(checkpoints_of_experiment.glob(f"*/{INFO_DIR}/{COMMIT}"))
+    if not commits:
+        return None
+    return max(commits, key=lambda p: p.stat().st_mtime).parent.parent.name
+
+
 def _checkpoint_dirs(root: Path) -> list[Path]:
     """Every engine's recover checkpoint directory, current or set aside (``default/recover_checkpoint``...)."""
     if not root.is_dir():

@@ -56,15 +56,6 @@ def new_trial_name(logs_of, now: float | None = None) -> str:
     return name
 
 
-def newest_resumable(checkpoints_of_experiment: Path) -> str | None:
-    """The trial of this experiment whose last recover point was committed most recently (``--resume``
-    without a trial name), or None."""
-    commits = list(checkpoints_of_experiment.glob("*/recover_info/COMMIT.json"))
-    if not commits:
-        return None
-    return max(commits, key=lambda p: p.stat().st_mtime).parent.parent.name
-
-
 def claim_run_dir(paths: RunPaths, trial: str, existing_run: str) -> None:
     """An explicit trial name whose run exists is refused, or its logs and checkpoints are removed when the
     user said ``existing_run=overwrite``, or kept for ``existing_run=resume`` (which needs the run): runs

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cua_rl.runs import RunPaths, claim_run_dir, new_trial_name, newest_resumable, run_exists
+from cua_rl.resume import newest_resumable
+from cua_rl.runs import RunPaths, claim_run_dir, new_trial_name, run_exists
 
 
 def _paths(root: Path, trial: str) -> RunPaths:
