@@ -50,7 +50,10 @@ INPUT_COUNTER_JS = """(() => { let n = 0;
   for (const t of ['mousedown', 'mouseup', 'keydown', 'wheel'])
     addEventListener(t, e => { if (e.isTrusted) n++; }, true);
   Object.defineProperty(window, '__cuaInputs', {get: () => n}); })()"""
-INPUT_WAIT_S = 0.5
+# How long an action waits for the page to count its input. Pages count theirs within ~10-50 ms; a busy
+# machine (load ~10 on 2 cores in CI) can take longer, and a timeout there let a submit click overtake typed
+# keys (enter-text-2 scored -1 once). Only input that never reaches the page (a native popup) waits it out.
+INPUT_WAIT_S = 2.0
 CHROMIUM_FLAGS = (
     "--kiosk", "--no-first-run", "--no-default-browser-check", "--disable-gpu", "--disable-quic",
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
@@ -278,6 +281,8 @@ class BrowserDesktop(Desktop):
             if now is None or now < before or now - before >= at_least:
                 return True
             if time.monotonic() > deadline:
+                logger.info("%s: the page counted %d of %d input events within %.1f s", self.display,
+                            now - before, at_least, timeout_s)
                 return False
             await asyncio.sleep(0.003)
 
