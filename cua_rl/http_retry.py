@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass
+from typing import Awaitable, Callable, TypeVar
 
 import httpx
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -86,3 +89,31 @@ def error_detail(response: httpx.Response) -> str:
         detail = body["detail"]
         return detail if isinstance(detail, str) else json.dumps(detail)[:500]
     return json.dumps(body)[:500]
+
+
+def never_sent(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it was raised from) is a failure to connect: the request never reached the
+    server, so even a state-changing call may be sent again (the service is down or restarting)."""
+    while exc is not None:
+        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+async def ask_until_done(send: Callable[[], Awaitable[T]], *, nothing_done: Callable[[Exception], bool],
+                         budget_s: float, what: str) -> T:
+    """``send()``, asked again while it fails in a way that did nothing on the server (``nothing_done``: a
+    busy answer, or a request that never arrived because the service is down or restarting), waiting 2 s
+    doubling to 30 s, for at most ``budget_s`` seconds in all (0: raise at once). Other failures raise."""
+    give_up, wait_s = time.monotonic() + budget_s, 2.0
+    while True:
+        try:
+            return await send()
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it provably did nothing
+            if not nothing_done(exc) or time.monotonic() + wait_s >= give_up:
+                raise
+            level = logging.WARNING if never_sent(exc) else logging.INFO
+            logger.log(level, "%s: %s; asking again in %.0fs", what, exc, wait_s)
+            await asyncio.sleep(wait_s)
+            wait_s = min(30.0, wait_s * 2)

@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import struct
@@ -225,7 +226,8 @@ def _show_tail(log_file: Path, lines: int = 40) -> None:
 
 
 def endpoint_totals(logs: Path) -> dict[str, int]:
-    """The policy endpoints' counts (verified prompts, mismatches, ...) summed over rollout workers."""
+    """The policy endpoints' counts (verified prompts, mismatches, ...) and the episode counts (evaluated,
+    lost, groups rejected), summed over rollout workers."""
     totals: dict[str, int] = {}
     for f in sorted((logs / "policy_endpoint").glob("*.json")):
         try:
@@ -234,6 +236,32 @@ def endpoint_totals(logs: Path) -> dict[str, int]:
         except (OSError, ValueError) as exc:
             logger.warning("unreadable endpoint counts %s: %s", f, exc)
     return totals
+
+
+# AReaL's trainer calling its inference server (vLLM/SGLang) and finding nobody there: the server died.
+_ENGINE_GONE = re.compile(r"Engine method '(\w+)' failed: .*Addr: (\S+?)\. .*(?:ConnectionRefused|ClientConnectorError)")
+
+
+# cua_rl.model_watch's sentence (model_watch.GONE) when it stopped the run.
+_WATCH_GONE = re.compile(r"the model server at \S+ stopped answering \(connection refused for \d+ s\)")
+
+
+def failure_cause(train_log: Path) -> str | None:
+    """A failed run's cause in one sentence, when ``train.log`` shows one we know; else None."""
+    try:
+        text = train_log.read_text(errors="replace")
+    except OSError:
+        return None
+    watched = _WATCH_GONE.search(text)
+    if watched:
+        return (f"{watched.group(0)}: it exited or was killed; see rollout.log. The episodes in flight were "
+                f"lost, not scored.")
+    gone = _ENGINE_GONE.search(text)
+    if gone:
+        return (f"the model server at {gone.group(2)} stopped answering (connection refused when the trainer "
+                f"called {gone.group(1)}): it exited or was killed; see rollout.log. The episodes in flight "
+                f"were lost, not scored.")
+    return None
 
 
 def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
@@ -246,9 +274,16 @@ def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
               f"{totals.get('straddles', 0)} interrupted outputs and "
               f"{totals.get('vision_token_outputs', 0)} with vision placeholder tokens regenerated, "
               f"{totals.get('failed_turns', 0)} failed turns")
+    if "episodes_evaluated" in totals:
+        print(f"[cua-rl] episodes:    {totals['episodes_evaluated']} evaluated, {totals.get('episodes_lost', 0)} lost to "
+              f"infrastructure failures (gym, agent service or model server: never given a reward), "
+              f"{totals.get('groups_rejected', 0)} groups rejected for too few evaluated episodes")
     saved = paths.checkpoints.is_dir() and any(p.is_file() for p in paths.checkpoints.rglob("*"))
     print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if saved else "  (none written: see saver.freq_steps)"))
     if rc != 0:
+        cause = failure_cause(paths.logs / "train.log")
+        if cause:
+            print(f"[cua-rl] cause:       {cause}")
         point = settle(paths.checkpoints) if paths.checkpoints.is_dir() else None   # the trainer is gone
         if point is not None:
             print(f"[cua-rl] recover point: after step {point['global_step'] + 1}; continue this run with: "

@@ -20,6 +20,7 @@ from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
 from cua_rl.config import CUAConfig, resolve_project_token
+from cua_rl.model_watch import watch_model_servers
 from cua_rl.monitor import training_run
 from cua_rl.resume import install, resume_point
 from cua_rl.workflow import CUAAgentWorkflow
@@ -70,14 +71,16 @@ def main(args: list[str]) -> None:
             install(trainer, point)   # atomic recover dumps; each stream item trained once (cua_rl/resume.py)
             if point is not None and trainer.recover_info is None:
                 raise SystemExit(f"--resume: AReaL did not load the recover point in {point.root}")
-            if config.baseline_eval and valid_dataset is not None and trainer.recover_info is None:
-                evaluate_baseline(trainer, config.eval_workflow, eval_workflow_kwargs)
-            trainer.train(
-                workflow=config.workflow,
-                workflow_kwargs=workflow_kwargs,
-                eval_workflow=config.eval_workflow if valid_dataset is not None else None,
-                eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
-            )
+            # a dead model server stops the run with its cause instead of a wait for batches that never come
+            with watch_model_servers(trainer):
+                if config.baseline_eval and valid_dataset is not None and trainer.recover_info is None:
+                    evaluate_baseline(trainer, config.eval_workflow, eval_workflow_kwargs)
+                trainer.train(
+                    workflow=config.workflow,
+                    workflow_kwargs=workflow_kwargs,
+                    eval_workflow=config.eval_workflow if valid_dataset is not None else None,
+                    eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
+                )
 
 
 def evaluate_baseline(trainer: PPOTrainer, eval_workflow: str, eval_workflow_kwargs: dict) -> None:

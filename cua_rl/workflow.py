@@ -61,6 +61,9 @@ logger = logging.getLogger(__name__)
 # The live counts of every policy endpoint built in this process, per kind ("train", "eval"); registered
 # when the endpoint is built, summed by _write_endpoint_totals.
 _ENDPOINT_TOTALS: collections.defaultdict[str, list[dict[str, int]]] = collections.defaultdict(list)
+# Episodes of this process per kind: evaluated, lost (an infrastructure failure or a crash: never a reward)
+# and groups rejected for too few evaluated episodes; written beside the endpoint counts for the summary.
+_EPISODES: collections.defaultdict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
 # Training groups started in this process per (task, policy version): the ``nth`` of their seeds.
 _GROUPS_RUN: collections.Counter[tuple[str, int]] = collections.Counter()
 
@@ -166,8 +169,12 @@ class CUAAgentWorkflow(RolloutWorkflow):
             elif res is not None:
                 outcomes.append(res)
         scope = stats_tracker.get(workflow_context.stat_scope())
-        if endpoint is not None:
-            self._write_endpoint_totals()
+        counts = _EPISODES[self._kind]
+        counts["episodes_evaluated"] += len(outcomes)
+        counts["episodes_lost"] += len(results) - len(outcomes)
+        if endpoint is not None and len(outcomes) < self.min_group_size:
+            counts["groups_rejected"] += 1
+        self._write_endpoint_totals()
         for o in outcomes:
             scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
                          num_turns=len(o.turns), episode_seconds=o.info["seconds"])
@@ -193,13 +200,14 @@ class CUAAgentWorkflow(RolloutWorkflow):
 
     def _write_endpoint_totals(self) -> None:
         """This worker's running prompt-proof counts as JSON in ``stats_dir`` (the launcher's summary adds
-        them up: verified turns, mismatches refused, straddles regenerated, failed turns). Summed over every
+        them up: verified turns, mismatches refused, straddles regenerated, failed turns), with its episode
+        counts (evaluated, lost to infrastructure failures, groups rejected). Summed over every
         endpoint this process made: AReaL builds a new workflow instance for every submitted task
         (``RemoteInfEngine._resolve_workflow``), so each group has its own endpoint, and writing only the
         current one's counts reported 17 verified turns for a 20-step run."""
         if not self.stats_dir:
             return
-        totals: dict[str, int] = {}
+        totals: dict[str, int] = dict(_EPISODES[self._kind])
         for counts in _ENDPOINT_TOTALS[self._kind]:
             for k, v in counts.items():
                 totals[k] = totals.get(k, 0) + v
@@ -263,7 +271,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         where = f"task {task_id} episode {index}"
         options = {"seed": seed} if seed is not None else None
         try:
-            # a gym at capacity is waited for (the client's back-off), within the episode's time limit
+            # a gym at capacity, down or restarting is waited for (the client's back-off), within the episode's
+            # time limit: nothing was created, so no data position is spent on a service's gap
             async with GenvClient(gym_url, gym_id) as gym, \
                     gym.execution(task_id, options, busy_wait_s=self.max_task_time_s) as execution:
                 run, turns = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id,
@@ -315,7 +324,9 @@ class CUAAgentWorkflow(RolloutWorkflow):
                               max_tokens=self.gconfig.max_new_tokens))
         try:
             async with MiniAgentClient(self.agent_base_url) as agent:
-                run = await agent.run(request, timeout_s=self.max_task_time_s + 60, poll_interval_s=self.poll_interval_s)
+                # an agent service that is down or restarting is waited for (nothing was started)
+                run = await agent.run(request, timeout_s=self.max_task_time_s + 60, poll_interval_s=self.poll_interval_s,
+                                      unreachable_wait_s=self.max_task_time_s)
         finally:
             if episode is not None:
                 endpoint.close_episode(episode)

@@ -4,8 +4,8 @@ of DESIGN.md §4.1).
 Why these retry rules: list/get/status/screenshot are reads and are retried on transport errors and
 5xx with exponential backoff; create, evaluate and act change server state (a retried create can leak a
 second desktop, a retried act clicks twice) and are sent exactly once, except a create that a gym at capacity
-refused (429/503: nothing was created), which waits and asks again when the caller allows (``busy_wait_s``). Terminate is retried too: ending
-an execution twice is harmless, and a lost terminate leaks a desktop. Every failure is a ``GenvError``
+refused (429/503) or that never reached the gym (down or restarting): nothing was created, so it waits and asks
+again when the caller allows (``busy_wait_s``). Terminate is retried too: ending an execution twice is harmless, and a lost terminate leaks a desktop. Every failure is a ``GenvError``
 carrying the server's ``detail``.
 """
 
@@ -15,14 +15,13 @@ import asyncio
 import base64
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 from urllib.parse import quote
 
 import httpx
 
-from ..http_retry import RetryPolicy, error_detail, send_with_retry
+from ..http_retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .errors import GenvError
 from .models import Execution, Task
 from .reward import Evaluation
@@ -116,23 +115,15 @@ class GenvClient:
     async def create_execution(self, task_id: str, options: dict | None = None, *,
                                busy_wait_s: float = 0.0) -> Execution:
         """Start an execution (a fresh desktop/device). Not retried on transport errors or 5xx: a retry could
-        leak a second one. The exception is a gym at capacity: its 429/503 creates nothing, so that answer
-        alone is asked again, waiting 2 s doubling to 30 s, for at most ``busy_wait_s`` seconds in all (0:
-        raise at once). ``max_concurrent_rollouts`` x group size executions may well exceed a gym's capacity."""
+        leak a second one. The exceptions create nothing: a gym at capacity (429/503) and a gym that could not
+        be reached at all (down or restarting); those are asked again, waiting 2 s doubling to 30 s, for at
+        most ``busy_wait_s`` seconds in all (0: raise at once). ``max_concurrent_rollouts`` x group size executions may well exceed a gym's capacity."""
         payload = {"options": options} if options else {}
-        give_up, wait_s = time.monotonic() + busy_wait_s, 2.0
-        while True:
-            try:
-                body = await self._json("POST", self._url("tasks", task_id), idempotent=False, json=payload,
-                                        timeout=self.timeouts.create)
-                break
-            except GenvError as exc:
-                if exc.status_code not in (429, 503) or time.monotonic() + wait_s >= give_up:
-                    raise
-                logger.info("gym busy creating an execution of task %s (%s); asking again in %.0fs", task_id,
-                            exc, wait_s)
-                await asyncio.sleep(wait_s)
-                wait_s = min(30.0, wait_s * 2)
+        body = await ask_until_done(
+            lambda: self._json("POST", self._url("tasks", task_id), idempotent=False, json=payload,
+                               timeout=self.timeouts.create),
+            nothing_done=lambda exc: isinstance(exc, GenvError) and (exc.status_code in (429, 503) or never_sent(exc)),
+            budget_s=busy_wait_s, what=f"creating an execution of task {task_id}")
         execution = Execution.from_raw(body)
         logger.info("created execution %s of task %s (device %s)", execution.execution_id, task_id,
                     execution.device_id)

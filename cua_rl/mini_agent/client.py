@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..http_retry import RetryPolicy, error_detail, send_with_retry
+from ..http_retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .events import EventLog, answer_of_action
 from .models import TERMINAL_STATUSES, RunRequest, RunResult, RunStatus
 
@@ -78,11 +78,15 @@ class MiniAgentClient:
     def _run_path(run_id: str, *rest: str) -> str:
         return "/runs/" + "/".join([quote(run_id, safe="")] + list(rest))
 
-    async def start_run(self, request: RunRequest) -> str:
-        """``POST /runs``; returns the ``runId``. Sent once."""
+    async def start_run(self, request: RunRequest, unreachable_wait_s: float = 0.0) -> str:
+        """``POST /runs``; returns the ``runId``. Sent once, except when it never reached the service (down or
+        restarting: nothing started), which is asked again for at most ``unreachable_wait_s`` seconds."""
         logger.debug("starting agent run: %s", request.redacted_payload())
         try:
-            body = await self._call("POST", "/runs", idempotent=False, json=request.to_payload())
+            body = await ask_until_done(
+                lambda: self._call("POST", "/runs", idempotent=False, json=request.to_payload()),
+                nothing_done=never_sent, budget_s=unreachable_wait_s,
+                what=f"starting an agent run on execution {request.env.execution_id}")
         except MiniAgentError as exc:  # a 422 may echo the body back, api key included
             key = request.model.api_key
             if key and key in exc.detail:
@@ -186,9 +190,11 @@ class MiniAgentClient:
                     result.num_steps)
         return result
 
-    async def run(self, request: RunRequest, timeout_s: float, poll_interval_s: float = 3.0) -> RunResult:
-        """Start, wait, cancel on timeout. If the caller is cancelled, the remote run is cancelled too."""
-        run_id = await self.start_run(request)
+    async def run(self, request: RunRequest, timeout_s: float, poll_interval_s: float = 3.0,
+                  unreachable_wait_s: float = 0.0) -> RunResult:
+        """Start (see ``start_run``), wait, cancel on timeout. If the caller is cancelled, the remote run is
+        cancelled too."""
+        run_id = await self.start_run(request, unreachable_wait_s)
         try:
             return await self.wait(run_id, timeout_s, poll_interval_s)
         except asyncio.CancelledError:

@@ -165,3 +165,39 @@ async def test_screenshot_data_uri_reply_is_decoded(gym_server, gym_state):
     gym_state.screenshot_as_data_uri = True
     async with client_for(gym_server) as gym:
         assert await gym.screenshot("exec-1") == PNG_1x1
+
+
+async def test_a_create_that_never_reached_the_gym_waits_for_it_to_come_back(gym_state, monkeypatch):
+    """A gym that is down or restarting received nothing, so the create is asked again (within busy_wait_s)
+    and lands once the gym listens; with no gym at all it gives up when the budget is spent."""
+    from types import SimpleNamespace
+
+    import cua_rl.http_retry as retry_module
+    from cua_rl.asgi_thread import free_port, serve_app_in_thread
+    from cua_rl.http_retry import never_sent
+    from genv_double import build_gym_double
+
+    port, served, slept = free_port(), [], []
+
+    async def gym_returns_while_we_sleep(seconds):
+        slept.append(seconds)
+        if not served:
+            served.append(serve_app_in_thread(build_gym_double(gym_state), port=port))
+    monkeypatch.setattr(retry_module, "asyncio", SimpleNamespace(sleep=gym_returns_while_we_sleep))
+    try:
+        async with GenvClient(f"http://127.0.0.1:{port}", "my gym", retry=FAST_RETRY) as gym:
+            execution = await gym.create_execution("task-001", busy_wait_s=60)
+        assert slept == [2.0] and list(gym_state.executions) == [execution.execution_id]
+        assert sum(1 for m, *_ in gym_state.requests if m == "POST") == 1
+    finally:
+        for s in served:
+            s.stop()
+    slept.clear()
+    served.append("no gym this time")   # nobody starts one now
+    async with GenvClient(f"http://127.0.0.1:{free_port()}", "my gym", retry=FAST_RETRY) as gym:
+        with pytest.raises(GenvError) as info:
+            await gym.create_execution("task-001", busy_wait_s=5)
+        assert never_sent(info.value) and slept == [2.0, 4.0]
+        with pytest.raises(GenvError):
+            await gym.create_execution("task-001")   # no budget: at once
+        assert slept == [2.0, 4.0]

@@ -84,3 +84,50 @@ def test_the_summary_numbers_steps_as_the_console_does():
     from cua_rl.launch import by_step
 
     assert by_step([(0, 0.78125), (1, 0.5), (3, 1.0)]) == "steps 1-4: 0.781 0.500 - 1.000"
+
+
+def test_a_failed_run_names_a_dead_model_server_as_its_cause(tmp_path):
+    """The lines AReaL 1.0.4 wrote when vLLM was SIGKILLed mid-run (tests/e2e/test_faults.py kills it for real);
+    a failure without them gets no guessed cause."""
+    from cua_rl.launch import failure_cause
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "(AReaL) 20261125-07:31:06.105 EngineBP ERROR: Engine method 'pause_generation' failed: Failed after 3 "
+        "retries each. Payload: {}. Addr: 192.0.2.2:10743. Endpoint: /areal_pause_generation. Last error: "
+        "ClientConnectorError(ConnectionKey(host='192.0.2.2', port=10743), ConnectionRefusedError(111, "
+        "\"Connect call failed ('192.0.2.2', 10743)\"))\n"
+        "(AReaL) RLTrainer ERROR: Training failed with exception: Failed to call method 'update_weights'\n")
+    cause = failure_cause(log)
+    assert cause and cause.startswith("the model server at 192.0.2.2:10743 stopped answering")
+    log.write_text("(AReaL) RLTrainer ERROR: Training failed with exception: CUDA out of memory\n")
+    assert failure_cause(log) is None
+    assert failure_cause(tmp_path / "missing.log") is None
+
+
+def test_the_model_server_watch_stops_a_run_only_when_its_server_is_gone(tmp_path):
+    """cua_rl.model_watch against a real listening server and a port nobody listens on: a live server (even
+    one answering 404) never trips it; a refused one does after the grace, and the launcher quotes it."""
+    import threading
+
+    from cua_rl.asgi_thread import free_port, serve_app_in_thread
+    from cua_rl.launch import failure_cause
+    from cua_rl.model_watch import GONE, ModelServerWatch
+    from fastapi import FastAPI
+
+    live = serve_app_in_thread(FastAPI())   # no /health route: a 404 still proves the server is there
+    gone, tripped = threading.Event(), []
+    try:
+        addrs = [f"127.0.0.1:{live.port}"]
+        watch = ModelServerWatch(lambda: addrs, interval_s=0.05, grace_s=0.3,
+                                 on_gone=lambda why: (tripped.append(why), gone.set())).start()
+        assert not gone.wait(1.0), tripped
+        addrs.append(f"127.0.0.1:{free_port()}")
+        assert gone.wait(5.0)
+        watch.stop()
+    finally:
+        live.stop()
+    assert tripped[0].startswith(f"the model server at {addrs[1]} stopped answering")
+    log = tmp_path / "train.log"
+    log.write_text(f"(AReaL) cua-train ERROR: {GONE.format(addr=addrs[1], seconds=15)}: it exited ...\n")
+    assert failure_cause(log).startswith(f"the model server at {addrs[1]} stopped answering")

@@ -148,3 +148,30 @@ async def test_answer_from_status_when_events_have_none(agent_server, agent_stat
         second = await agent.run(make_request(), timeout_s=20, poll_interval_s=POLL)
     assert first.ok and first.answer is None  # nothing invented
     assert second.ok and second.answer == "from status"
+
+
+async def test_a_start_that_never_reached_the_service_waits_for_it_to_come_back(agent_state, monkeypatch):
+    """An agent service that is down or restarting started nothing: the start is asked again within
+    ``unreachable_wait_s`` and lands once the service listens; without that budget it fails at once."""
+    from types import SimpleNamespace
+
+    import cua_rl.http_retry as retry_module
+    from agent_double import build_agent_double
+    from cua_rl.asgi_thread import free_port, serve_app_in_thread
+
+    port, served, slept = free_port(), [], []
+
+    async def service_returns_while_we_sleep(seconds):
+        slept.append(seconds)
+        if not served:
+            served.append(serve_app_in_thread(build_agent_double(agent_state), port=port))
+    async with MiniAgentClient(f"http://127.0.0.1:{port}", retry=FAST) as agent:
+        with pytest.raises(MiniAgentError, match="cannot reach agent service"):
+            await agent.start_run(make_request())
+        monkeypatch.setattr(retry_module, "asyncio", SimpleNamespace(sleep=service_returns_while_we_sleep))
+        try:
+            run_id = await agent.start_run(make_request(), unreachable_wait_s=60)
+        finally:
+            for s in served:
+                s.stop()
+    assert slept == [2.0] and list(agent_state.runs) == [run_id]

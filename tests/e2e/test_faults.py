@@ -1,0 +1,191 @@
+"""Services dying mid-run, on the CPU stack with real processes: the gym and the agent service run as their own
+processes (``python -m cua_rl.local_gym serve``, ``python -m cua_rl.local_agent serve``) so they can be killed;
+``train.sh --gym ... --gbox-mini-url ...`` trains against them with real vLLM and AReaL's trainer.
+
+1. the agent service is SIGKILLed while a run is in flight and restarted 3 s later on the same port;
+2. after the next step, the gym is SIGKILLed while a run is in flight (its desktops must die with it) and
+   restarted likewise;
+3. after the next step, the model server (vLLM) is SIGKILLed.
+
+Must hold: the episodes in flight are lost (counted, never given a reward: a zero would bias GRPO), the run
+recovers when the agent service or the gym returns (steps continue; new episodes wait for a restarting
+service instead of failing), a dead model server stops the run with a clear cause in the summary, and
+nothing is left running. The lost episodes per fault are printed (the workflow's own counts, the files the
+summary adds up).
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(1500)]
+STEPS = 12   # more than the faults need: the run must still be going when vLLM is killed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pids(pattern: str) -> set[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+class Service:
+    """One of our servers as its own process, killed and restarted on the same port."""
+
+    def __init__(self, argv: list[str], port: int, logs: Path, name: str) -> None:
+        self.argv, self.port, self.logs, self.name = argv, port, logs, name
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.logs / f"{self.name}-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        self.proc = subprocess.Popen([sys.executable, "-m", *self.argv, "--port", str(self.port)], cwd=ROOT,
+                                     stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"{self.name} did not start: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _wait(cond, what: str, trainer: subprocess.Popen, out: Path, timeout_s: float = 600.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        assert trainer.poll() is None, f"the run ended while waiting for {what}:\n{out.read_text()[-5000:]}"
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}:\n{out.read_text()[-5000:]}")
+
+
+def _steps_done(out: Path) -> int:
+    return max((int(n) for n in re.findall(r"\[cua-rl\] step (\d+)/", out.read_text(errors="replace"))), default=0)
+
+
+def _episode_counts(fileroot: Path) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for f in fileroot.glob("logs/*/*/faults/policy_endpoint/*.json"):
+        try:
+            for k, v in json.loads(f.read_text()).items():
+                totals[k] = totals.get(k, 0) + int(v)
+        except (OSError, ValueError):
+            pass   # being replaced right now: read again next time
+    return totals
+
+
+def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_clearly(tmp_path):
+    fileroot = tmp_path / "fileroot"
+    xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
+    gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], _free_port(), tmp_path,
+                  "gym")
+    agent = Service(["cua_rl.local_agent", "serve"], _free_port(), tmp_path, "agent")
+    out = tmp_path / "train.out"
+    trainer = None
+    try:
+        gym.start()
+        agent.start()
+        env = {**os.environ, "CUA_RL_FILEROOT": str(fileroot), "CUA_RL_DEVICE": "cpu"}
+        trainer = subprocess.Popen(
+            ["bash", str(ROOT / "examples/cua_agent/train.sh"), "--gym", gym.url, "--gym-id", "desktop",
+             "--gbox-mini-url", agent.url, f"total_train_steps={STEPS}", "trial_name=faults"],
+            cwd=ROOT, env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT)
+        lost = {}
+
+        def run_in_flight(service: Service, after: int = 0):
+            """True once the agent service has started a run (after ``after`` runs seen in its current log)."""
+            return len(re.findall(r"run \w+ started", agent.log.read_text(errors="replace"))) > after
+
+        # 1. the agent service, mid-run
+        _wait(lambda: run_in_flight(agent), "the first agent run", trainer, out, 900)
+        before = _episode_counts(fileroot).get("episodes_lost", 0)
+        agent.kill()
+        time.sleep(3)
+        agent.start()
+        step = _steps_done(out)
+        _wait(lambda: _steps_done(out) > step + 1, "two steps after the agent service came back", trainer, out)
+        lost["agent service"] = _episode_counts(fileroot).get("episodes_lost", 0) - before
+
+        # 2. the gym, mid-run: its desktops die with it
+        runs_seen = len(re.findall(r"run \w+ started", agent.log.read_text(errors="replace")))
+        _wait(lambda: run_in_flight(agent, runs_seen), "an agent run on the gym", trainer, out)
+        before = _episode_counts(fileroot).get("episodes_lost", 0)
+        gym_desktops = _pids("^Xvfb") - xvfb_before
+        gym.kill()
+        time.sleep(3)
+        assert not (_pids("^Xvfb") & gym_desktops), "the killed gym left its desktops running"
+        gym.start()
+        step = _steps_done(out)
+        _wait(lambda: _steps_done(out) > step + 1, "two steps after the gym came back", trainer, out)
+        lost["gym"] = _episode_counts(fileroot).get("episodes_lost", 0) - before
+
+        # 3. the model server: the run cannot go on and must say why
+        before = _episode_counts(fileroot).get("episodes_lost", 0)
+        vllm = _pids("areal_vllm_server") - vllm_before
+        assert vllm, "no vLLM process found"
+        for pid in vllm:
+            os.kill(pid, signal.SIGKILL)
+        rc = trainer.wait(300)
+        text = out.read_text(errors="replace")
+        lost["model server"] = _episode_counts(fileroot).get("episodes_lost", 0) - before
+        counts = _episode_counts(fileroot)
+        print(f"fault e2e: lost episodes per fault {json.dumps(lost)}; all episodes {json.dumps(counts)}; "
+              f"steps done {_steps_done(out)}")
+        assert rc != 0 and "training FAILED" in text, text[-4000:]
+        assert re.search(r"cause: +the model server at \S+ stopped answering", text), text[-4000:]
+        assert re.search(r"episodes: +\d+ evaluated, \d+ lost to infrastructure failures", text), text[-4000:]
+        # each killed service lost what it had in flight, and nothing else was turned into a score
+        assert lost["agent service"] >= 1 and lost["gym"] >= 1, lost
+        assert counts["episodes_evaluated"] > 0, counts
+    finally:
+        if trainer is not None and trainer.poll() is None:
+            trainer.send_signal(signal.SIGINT)
+            try:
+                trainer.wait(120)
+            except subprocess.TimeoutExpired:
+                trainer.kill()
+        agent.stop()
+        gym.stop()
+    time.sleep(2)
+    assert not (_pids("^Xvfb") - xvfb_before), "desktops left behind"
+    assert not (_pids("areal_vllm_server") - vllm_before), "vLLM left behind"
