@@ -3,7 +3,9 @@
 What it reports, from outside the run (``/proc`` and the run's own files):
   - the resident memory (RSS, MiB) of each process of the run, grouped by role (launcher with the embedded
     gym and agent service, trainer, training and rollout workers, vLLM, desktops: Xvfb and their apps), once
-    the first step is done (warm) and at the end, with the growth in percent per role and in all;
+    the first step is done (warm) and at the end, with the growth in percent per role; the growth of the
+    persistent processes in all (desktops come and go with the episodes in flight), and their total each
+    minute;
   - episodes evaluated and lost (the workflow's counts, as the summary prints them), steps done;
   - what is left running after the run is stopped with Ctrl-C (SIGINT): desktops (Xvfb), vLLM, and any
     other process of the run: all must be 0.
@@ -119,6 +121,7 @@ def main() -> None:
                             stderr=subprocess.STDOUT)
     result: dict = {"bench": "soak", "minutes": args.minutes, "work_dir": str(work)}
     end_pids: set[int] = set()
+    samples: list[float] = []
     try:
         t0 = time.monotonic()
         while steps_done(out) < 1:
@@ -128,11 +131,16 @@ def main() -> None:
         result["first_step_s"] = round(time.monotonic() - t0, 1)
         start_mem, start_eps, start_steps = memory(proc.pid), episode_counts(work / "fileroot"), steps_done(out)
         print(f"soak: warm after {result['first_step_s']} s; soaking {args.minutes:g} min", file=sys.stderr)
-        deadline = time.monotonic() + args.minutes * 60
+        deadline, next_sample = time.monotonic() + args.minutes * 60, time.monotonic() + 60
+        # the persistent processes' RSS each minute: warm-up growth levels off, a leak does not
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise SystemExit(f"the run ended during the soak:\n{out.read_text()[-3000:]}")
             time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
+            if time.monotonic() >= next_sample:
+                now = memory(proc.pid)
+                samples.append(round(sum(r["rss_mib"] for k, r in now.items() if k != "desktops"), 1))
+                next_sample += 60
         end_mem, end_eps, end_steps = memory(proc.pid), episode_counts(work / "fileroot"), steps_done(out)
         end_pids = tree(proc.pid) - {proc.pid}
     finally:
@@ -151,11 +159,14 @@ def main() -> None:
                              "growth_pct": round(100 * (b - a) / a, 1) if a else None,
                              "processes": [start_mem.get(name, {}).get("processes", 0),
                                            end_mem.get(name, {}).get("processes", 0)]}
-    total_a = sum(r["start_mib"] for r in memory_rows.values())
-    total_b = sum(r["end_mib"] for r in memory_rows.values())
+    # Desktops come and go with the episodes in flight: their total follows how many are live, so the growth
+    # that measures leaks is the persistent processes'; desktops are reported per live Xvfb instead.
+    total_a = sum(r["start_mib"] for k, r in memory_rows.items() if k != "desktops")
+    total_b = sum(r["end_mib"] for k, r in memory_rows.items() if k != "desktops")
     result.update({
         "memory": memory_rows,
-        "rss_total_mib": [round(total_a, 1), round(total_b, 1)],
+        "rss_persistent_mib": [round(total_a, 1), round(total_b, 1)],
+        "rss_persistent_per_minute_mib": samples,
         "rss_growth_pct": round(100 * (total_b - total_a) / total_a, 1) if total_a else None,
         "steps": end_steps - start_steps,
         "episodes_evaluated": end_eps["episodes_evaluated"] - start_eps["episodes_evaluated"],
