@@ -85,13 +85,13 @@ def memory(launcher: int) -> dict[str, dict]:
 
 
 def episode_counts(fileroot: Path) -> dict[str, int]:
+    """The workflow's episode counts, summed as the run's summary sums them."""
+    from cua_rl.launch import endpoint_totals
+
     totals: dict[str, int] = {}
-    for f in fileroot.glob("logs/*/*/*/policy_endpoint/*.json"):
-        try:
-            for k, v in json.loads(f.read_text()).items():
-                totals[k] = totals.get(k, 0) + int(v)
-        except (OSError, ValueError):
-            pass
+    for logs in fileroot.glob("logs/*/*/*/policy_endpoint"):
+        for k, v in endpoint_totals(logs.parent).items():
+            totals[k] = totals.get(k, 0) + v
     return {k: totals.get(k, 0) for k in ("episodes_evaluated", "episodes_lost", "groups_rejected")}
 
 

@@ -95,10 +95,18 @@ def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str
     except Exception as exc:  # Hydra's parse errors, OmegaConf's type errors, our __post_init__ checks
         raise ConfigError(_config_error(config_file, exc, flag_keys or {})) from None
     if config.trial_name == AUTO_TRIAL:
-        stray = RunPaths.of(config).logs
-        if stray.is_dir() and {p.name for p in stray.iterdir()} <= {"config.yaml"}:
-            shutil.rmtree(stray)
+        _drop_saved_config(config)
     return config
+
+
+def _drop_saved_config(config) -> None:
+    """Remove the log directory AReaL's loader made for ``config`` when its config.yaml is all it holds (no
+    run ever wrote there), and the experiment directory above it when that is left empty."""
+    stray = RunPaths.of(config).logs
+    if stray.is_dir() and {p.name for p in stray.iterdir()} <= {"config.yaml"}:
+        shutil.rmtree(stray)
+        with contextlib.suppress(OSError):   # not empty: other runs of the experiment
+            stray.parent.rmdir()
 
 
 def _config_error(config_file: str, exc: Exception, flag_keys: dict[str, str]) -> str:
@@ -323,6 +331,7 @@ def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
     config = load_config(path, overrides, keys)
     if config.embedded_enabled:
         return path, "default: no GPU found, embedded stack: the learning recipe", config
+    _drop_saved_config(config)   # loaded only to ask; its experiment's log directory must not stay behind
     path = str(EXAMPLE_DIR / "config.cpu.yaml")
     return path, "default: no GPU found, your gym", load_config(path, overrides, keys)
 
