@@ -162,7 +162,8 @@ def _prepare_cpu(config) -> dict[str, str]:
     return dict(CPU_ENV)
 
 
-def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_steps: int | None = None) -> int:
+def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path,
+                 total_steps: int | None = None) -> tuple[int, int | None]:
     """Run the trainer (``cua_rl.train``) in its own process group: all its output to ``log_file``, and to the console through
     ``TrainerConsole`` (one line per step instead of AReaL's statistics table; CUA_RL_CONSOLE=full: all)."""
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -190,7 +191,10 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
 
+    stopped_by: list[int] = []
+
     def stop(signum, _frame) -> None:
+        stopped_by.append(signum)
         logger.warning("signal %d: stopping the trainer", signum)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -215,9 +219,11 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
         reader.join(10)
         for s, h in old.items():
             signal.signal(s, h)
+    if rc != 0 and stopped_by:   # asked to stop (Ctrl-C, SIGTERM): not a failure, no traceback to show
+        return 128 + stopped_by[0], stopped_by[0]
     if rc != 0 and console is not None:
         _show_tail(log_file)
-    return rc
+    return rc, None
 
 
 def _show_tail(log_file: Path, lines: int = 40) -> None:
@@ -272,8 +278,11 @@ def failure_cause(train_log: Path) -> str | None:
     return None
 
 
-def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
-    print(f"\n[cua-rl] training {'finished' if rc == 0 else f'FAILED (exit code {rc})'} in {elapsed:.0f} s")
+def _summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | None = None) -> None:
+    """What the run did; ``stopped_by``: the signal that asked the launcher to stop it (not a failure)."""
+    outcome = ("finished" if rc == 0 else f"stopped by {signal.Signals(stopped_by).name}" if stopped_by
+               else f"FAILED (exit code {rc})")
+    print(f"\n[cua-rl] training {outcome} in {elapsed:.0f} s")
     print(f"[cua-rl] logs:        {paths.logs}  (train.log; rollout.log: rollout worker and vLLM; actor.log)")
     totals = endpoint_totals(paths.logs)
     if totals:
@@ -289,7 +298,7 @@ def _summary(paths: RunPaths, elapsed: float, rc: int) -> None:
     saved = paths.checkpoints.is_dir() and any(p.is_file() for p in paths.checkpoints.rglob("*"))
     print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if saved else "  (none written: see saver.freq_steps)"))
     if rc != 0:
-        cause = failure_cause(paths.logs / "train.log")
+        cause = None if stopped_by else failure_cause(paths.logs / "train.log")
         if cause:
             print(f"[cua-rl] cause:       {cause}")
         point = settle(paths.checkpoints) if paths.checkpoints.is_dir() else None   # the trainer is gone
@@ -412,7 +421,7 @@ def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
         _clear_name_records(config)
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
     env = dict(os.environ)
-    rc = 1
+    rc, stopped_by = 1, None
     with contextlib.ExitStack() as stack:
         try:
             if not gpu:
@@ -428,11 +437,11 @@ def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
                 overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
             cmd = [sys.executable, "-m", "cua_rl.train", "--config", config_file, *overrides]
             logger.info("starting the trainer: python -m cua_rl.train --config %s ...", config_file)
-            rc = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps)
+            rc, stopped_by = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps)
         except KeyboardInterrupt:
             logger.warning("interrupted; shutting everything down")
-            rc = 130
-    _summary(paths, time.monotonic() - started, rc)
+            rc, stopped_by = 130, signal.SIGINT
+    _summary(paths, time.monotonic() - started, rc, stopped_by)
     return rc
 
 

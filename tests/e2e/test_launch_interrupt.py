@@ -1,5 +1,6 @@
 """Ctrl-C during a CPU embedded run: the launcher stops the trainer, its workers and vLLM, the agent service
-and the gym's desktops, prints its summary and exits; nothing it started keeps running."""
+and the gym's desktops, prints its summary ("stopped by SIGINT", exit code 130) and exits; nothing it started
+keeps running."""
 
 import os
 import re
@@ -71,5 +72,7 @@ def test_ctrl_c_tears_everything_down(tmp_path):
             proc.wait()
     out = (tmp_path / "out.log").read_text()
     assert rc != 0 and "[cua-rl] training" in out and "[cua-rl] logs:" in out, out[-3000:]
+    # a stop the user asked for reads as one: exit code 130, no "FAILED", no trainer traceback
+    assert rc == 130 and "[cua-rl] training stopped by SIGINT" in out and "FAILED" not in out, out[-3000:]
     time.sleep(2)
     assert not _alive(started), f"left running: {_alive(started)}"
