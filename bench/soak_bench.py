@@ -29,27 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from miniwob_bench import tree
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def tree(pid: int) -> set[int]:
-    """``pid`` and all its descendants (desktops run in their own sessions but stay children)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = {pid}, [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in found:
-                found.add(c)
-                todo.append(c)
-    return found
 
 
 def role(pid: int) -> str | None:
@@ -74,7 +57,7 @@ def rss_mib(pid: int) -> float:
 
 def memory(launcher: int) -> dict[str, dict]:
     by_role: dict[str, dict] = {}
-    for pid in tree(launcher):
+    for pid in tree(launcher) | {launcher}:   # desktops run in their own sessions but stay descendants
         name = role(pid)
         if name is None:
             continue
@@ -142,7 +125,7 @@ def main() -> None:
                 samples.append(round(sum(r["rss_mib"] for k, r in now.items() if k != "desktops"), 1))
                 next_sample += 60
         end_mem, end_eps, end_steps = memory(proc.pid), episode_counts(work / "fileroot"), steps_done(out)
-        end_pids = tree(proc.pid) - {proc.pid}
+        end_pids = tree(proc.pid)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

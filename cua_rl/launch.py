@@ -34,6 +34,7 @@ from pathlib import Path
 from cua_rl import cli
 from cua_rl.console import ANSI, TABLE_START, TrainerConsole
 from cua_rl.logs import log_to_file, setup_logging
+from cua_rl.model_watch import GONE_RE
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 from cua_rl.resume import newest_resumable, resume_point, settle
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
@@ -256,8 +257,7 @@ def endpoint_totals(logs: Path) -> dict[str, int]:
 _ENGINE_GONE = re.compile(r"Engine method '(\w+)' failed: .*Addr: (\S+?)\. .*(?:ConnectionRefused|ClientConnectorError)")
 
 
-# cua_rl.model_watch's sentence (model_watch.GONE) when it stopped the run.
-_WATCH_GONE = re.compile(r"the model server at \S+ stopped answering \(connection refused for \d+ s\)")
+_LOST = "it exited or was killed; see rollout.log. The episodes in flight were lost, not scored."
 
 
 def failure_cause(train_log: Path) -> str | None:
@@ -266,15 +266,13 @@ def failure_cause(train_log: Path) -> str | None:
         text = train_log.read_text(errors="replace")
     except OSError:
         return None
-    watched = _WATCH_GONE.search(text)
+    watched = GONE_RE.search(text)   # cua_rl.model_watch stopped the run
     if watched:
-        return (f"{watched.group(0)}: it exited or was killed; see rollout.log. The episodes in flight were "
-                f"lost, not scored.")
+        return f"{watched.group(0)}: {_LOST}"
     gone = _ENGINE_GONE.search(text)
     if gone:
         return (f"the model server at {gone.group(2)} stopped answering (connection refused when the trainer "
-                f"called {gone.group(1)}): it exited or was killed; see rollout.log. The episodes in flight "
-                f"were lost, not scored.")
+                f"called {gone.group(1)}): {_LOST}")
     return None
 
 

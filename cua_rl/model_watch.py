@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -22,10 +23,13 @@ from typing import Callable, Iterator
 
 import httpx
 
+from cua_rl.http_retry import never_sent
+
 logger = logging.getLogger("cua-train")
 
 # The sentence the launcher's summary quotes as the cause (cua_rl.launch.failure_cause).
 GONE = "the model server at {addr} stopped answering (connection refused for {seconds:.0f} s)"
+GONE_RE = re.compile(r"the model server at \S+ stopped answering \(connection refused for \d+ s\)")
 
 
 def server_addrs(trainer) -> list[str]:
@@ -38,10 +42,8 @@ def refuses(addr: str, timeout_s: float = 5.0) -> bool:
     """True when nothing listens at ``addr`` any more; any answer, even an error status, is a live server."""
     try:
         httpx.get(f"http://{addr}/health", timeout=timeout_s)
-    except (httpx.ConnectError, httpx.ConnectTimeout):
-        return True
-    except httpx.HTTPError:
-        return False
+    except httpx.HTTPError as exc:
+        return never_sent(exc)
     return False
 
 

@@ -169,18 +169,18 @@ class CUAAgentWorkflow(RolloutWorkflow):
             elif res is not None:
                 outcomes.append(res)
         scope = stats_tracker.get(workflow_context.stat_scope())
+        rejected = endpoint is not None and len(outcomes) < self.min_group_size
         counts = _EPISODES[self._kind]
         counts["episodes_evaluated"] += len(outcomes)
         counts["episodes_lost"] += len(results) - len(outcomes)
-        if endpoint is not None and len(outcomes) < self.min_group_size:
-            counts["groups_rejected"] += 1
+        counts["groups_rejected"] += rejected
         self._write_endpoint_totals()
         for o in outcomes:
             scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
                          num_turns=len(o.turns), episode_seconds=o.info["seconds"])
         if endpoint is None:
             return None  # the agent used another model: nothing of this run is trainable
-        if len(outcomes) < self.min_group_size:
+        if rejected:
             logger.warning("task %s: %d of %d episodes evaluated (< %d); group rejected", task_id,
                            len(outcomes), self.group_size, self.min_group_size)
             return None

@@ -5,8 +5,9 @@ Why these retry rules: list/get/status/screenshot are reads and are retried on t
 5xx with exponential backoff; create, evaluate and act change server state (a retried create can leak a
 second desktop, a retried act clicks twice) and are sent exactly once, except a create that a gym at capacity
 refused (429/503) or that never reached the gym (down or restarting): nothing was created, so it waits and asks
-again when the caller allows (``busy_wait_s``). Terminate is retried too: ending an execution twice is harmless, and a lost terminate leaks a desktop. Every failure is a ``GenvError``
-carrying the server's ``detail``.
+again when the caller allows (``busy_wait_s``). Terminate is retried too: ending an execution twice is
+harmless, and a lost terminate leaks a desktop. Every failure is a ``GenvError`` carrying the server's
+``detail``.
 """
 
 from __future__ import annotations
@@ -117,12 +118,14 @@ class GenvClient:
         """Start an execution (a fresh desktop/device). Not retried on transport errors or 5xx: a retry could
         leak a second one. The exceptions create nothing: a gym at capacity (429/503) and a gym that could not
         be reached at all (down or restarting); those are asked again, waiting 2 s doubling to 30 s, for at
-        most ``busy_wait_s`` seconds in all (0: raise at once). ``max_concurrent_rollouts`` x group size executions may well exceed a gym's capacity."""
+        most ``busy_wait_s`` seconds in all (0: raise at once). ``max_concurrent_rollouts`` x group size
+        executions may well exceed a gym's capacity."""
         payload = {"options": options} if options else {}
         body = await ask_until_done(
             lambda: self._json("POST", self._url("tasks", task_id), idempotent=False, json=payload,
                                timeout=self.timeouts.create),
-            nothing_done=lambda exc: isinstance(exc, GenvError) and (exc.status_code in (429, 503) or never_sent(exc)),
+            nothing_done=lambda exc: isinstance(exc, GenvError)
+            and (exc.status_code in (429, 503) or never_sent(exc)),
             budget_s=busy_wait_s, what=f"creating an execution of task {task_id}")
         execution = Execution.from_raw(body)
         logger.info("created execution %s of task %s (device %s)", execution.execution_id, task_id,

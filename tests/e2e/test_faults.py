@@ -129,12 +129,12 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
             cwd=ROOT, env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT)
         lost = {}
 
-        def run_in_flight(service: Service, after: int = 0):
-            """True once the agent service has started a run (after ``after`` runs seen in its current log)."""
-            return len(re.findall(r"run \w+ started", agent.log.read_text(errors="replace"))) > after
+        def runs_started() -> int:
+            """Agent runs the current agent service process has started (its log)."""
+            return len(re.findall(r"run \w+ started", agent.log.read_text(errors="replace")))
 
         # 1. the agent service, mid-run
-        _wait(lambda: run_in_flight(agent), "the first agent run", trainer, out, 900)
+        _wait(lambda: runs_started() > 0, "the first agent run", trainer, out, 900)
         before = _episode_counts(fileroot).get("episodes_lost", 0)
         agent.kill()
         time.sleep(3)
@@ -144,8 +144,8 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
         lost["agent service"] = _episode_counts(fileroot).get("episodes_lost", 0) - before
 
         # 2. the gym, mid-run: its desktops die with it
-        runs_seen = len(re.findall(r"run \w+ started", agent.log.read_text(errors="replace")))
-        _wait(lambda: run_in_flight(agent, runs_seen), "an agent run on the gym", trainer, out)
+        runs_seen = runs_started()
+        _wait(lambda: runs_started() > runs_seen, "an agent run on the gym", trainer, out)
         before = _episode_counts(fileroot).get("episodes_lost", 0)
         gym_desktops = _pids("^Xvfb") - xvfb_before
         gym.kill()
