@@ -408,6 +408,10 @@ def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
         named = resume   # a resumed trial has name-resolve records to forget
     paths = RunPaths.of(config)
     claim_run_dir(paths, config.trial_name, config.existing_run)
+    if config.embedded_enabled:   # before the gym's threads: its desktops' HOME mounts die with this process
+        from cua_rl.local_gym.mounts import private_namespace
+
+        private_namespace()
     if resume:
         point = resume_point(config)   # fail before anything starts; the trainer loads it
         logger.info("resuming run %s after step %d", config.trial_name, point.global_step + 1)

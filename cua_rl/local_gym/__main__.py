@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(getattr(logging, args.log_level.upper(), logging.INFO) if args.cmd == "serve" else logging.WARNING)
 
     from .manager import GymOptions
+    from .mounts import private_namespace
     from .server import create_app
     from .suite import make_suite
 
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in suite.tasks.tasks:
             print(f"{t.task_id:40s} {t.category:13s} {t.difficulty:7s} {t.instruction[:70]}")
         return 0
+    private_namespace()   # before any thread: the desktops' HOME mounts end with this process (mounts.py)
     opts = GymOptions(gym_id=args.gym_id, suite=args.suite, width=args.width, height=args.height,
                       max_executions=args.max_executions, pool_size=args.pool_size, max_spares=args.max_spares,
                       prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,

@@ -1,8 +1,8 @@
 """One desktop: a private Xvfb display, openbox, and the task's apps in a bubblewrap sandbox.
 
 Isolation (desktop-env-measurements.md §6): apps run as a per-slot unprivileged uid, in new user/pid/net/
-ipc/uts namespaces, see only read-only /usr and /etc, a fresh HOME made from the task's files, a small
-tmpfs /tmp, their own D-Bus session and only their own display's socket. Process and file-size rlimits
+ipc/uts namespaces, see only read-only /usr and the parts of /etc the apps read (``SANDBOX_ETC``), a fresh
+HOME made from the task's files (a size-capped tmpfs when the gym is root: ``mounts``), a small tmpfs /tmp, their own D-Bus session and only their own display's socket. Process and file-size rlimits
 cap fork bombs and disk fills. Nothing is ever reused between executions: a desktop is built for one
 execution and destroyed with it, so no X state (Caps Lock, pointer, clipboard) can leak.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from Xlib import X, display as xdisplay, error as xerror
 
-from . import procs
+from . import mounts, procs
 from .apps import APPS, app_command
 from .screen import Screen
 from .xinput import XInput
@@ -31,6 +31,14 @@ from .xinput import XInput
 logger = logging.getLogger(__name__)
 
 SANDBOX_HOME = "/home/user"
+# What of the host's /etc the sandbox sees (read-only; missing ones are skipped): the dynamic linker, fonts,
+# GTK/X11/XDG settings, D-Bus's session config, the alternatives symlinks (``/usr/bin/x-*``), Chromium's
+# launcher settings, terminal and MIME data, the time zone. Never the host's accounts (passwd and group are
+# generated per desktop), SSH, sudo, PAM or package manager settings.
+SANDBOX_ETC = ("X11", "alternatives", "bash.bashrc", "ca-certificates", "chromium", "chromium.d", "dbus-1",
+               "dconf", "fonts", "glvnd", "gtk-2.0", "gtk-3.0", "host.conf", "hosts", "inputrc", "ld.so.cache",
+               "ld.so.conf", "ld.so.conf.d", "locale.alias", "localtime", "magic", "magic.mime", "machine-id",
+               "mime.types", "nsswitch.conf", "os-release", "shells", "ssl", "terminfo", "timezone", "xdg")
 OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
 <openbox_config xmlns="http://openbox.org/3.4/rc">
   <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
@@ -69,7 +77,7 @@ class SandboxLimits:
     fsize_bytes: int = 64 << 20  # largest file an app may write
     tmp_bytes: int = 64 << 20    # size of the sandbox's tmpfs /tmp
     nofile: int = 4096
-    home_bytes: int = 256 << 20  # HOME quota, enforced by the gym's watchdog (HOME is a host folder)
+    home_bytes: int = 256 << 20  # HOME quota: the size of HOME's tmpfs (root), else the reaper's polled limit
 
 
 # Text carets that do not blink (GTK 3 and 2; the board's Tk entries set -insertofftime 0): a blinking caret
@@ -146,6 +154,7 @@ class Desktop:
     xinput: XInput | None = field(default=None, repr=False)
     screen: Screen | None = field(default=None, repr=False)
     started_s: float = 0.0
+    home_mounted: bool = False   # HOME is a tmpfs of the quota's size (else only the reaper limits it)
 
     @property
     def display(self) -> str:
@@ -181,7 +190,7 @@ class Desktop:
         root = workdir / f"d{display_num}-{secrets.token_hex(4)}"
         desk = cls(spec=spec, display_num=display_num, uid=uid, root=root)
         try:
-            desk._prepare_dirs()
+            desk._prepare_dirs(limits)
             desk._start_xvfb(timeout_s)
             # The apps start while openbox does (~40 ms): it is ready long before an app maps its first
             # window (~150 ms), and it manages windows that exist when it starts by the same rules anyway.
@@ -203,11 +212,14 @@ class Desktop:
         if os.geteuid() == 0:
             os.chown(path, self.uid, self.uid)
 
-    def _prepare_dirs(self) -> None:
+    def _prepare_dirs(self, limits: SandboxLimits) -> None:
         self.root.mkdir(mode=0o700)
         self._own(self.root)
         home = self.home
         home.mkdir(mode=0o700)
+        if mounts.can_mount():   # before any file is written: the task's files count against the quota
+            mounts.mount_home(home, limits.home_bytes, self.uid)
+            self.home_mounted = True
         for d in self.spec.dirs:
             (home / d).mkdir(parents=True, exist_ok=True)
         for rel, text in (*STILL_CARETS, *self.spec.files):  # a task's own files come last and win
@@ -283,7 +295,7 @@ class Desktop:
         argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "desktop",
                 "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
                 "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
-                "--ro-bind", "/etc", "/etc",
+                "--dir", "/etc", *(a for n in SANDBOX_ETC for a in ("--ro-bind-try", f"/etc/{n}", f"/etc/{n}")),
                 "--ro-bind", str(self.root / "passwd"), "/etc/passwd",
                 "--ro-bind", str(self.root / "group"), "/etc/group",
                 "--ro-bind-try", "/var/cache/fontconfig", "/var/cache/fontconfig",
@@ -343,4 +355,7 @@ class Desktop:
         for proc in reversed(self.procs):
             procs.kill_group(proc)
         self.procs.clear()
+        if self.home_mounted:   # after the apps are gone; detaching frees the tmpfs's memory with its files
+            mounts.unmount(self.home)
+            self.home_mounted = False
         shutil.rmtree(self.root, ignore_errors=True)

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import procs
+from . import mounts, procs
 from .browser import browser_desktop_class
 from .desktop import Desktop, DesktopSpec, SandboxLimits
 from .tasks import TaskDef
@@ -126,6 +126,7 @@ def _remove_stale_workdirs(parent: str) -> None:
         except (OSError, ValueError):
             continue
         if not _pid_alive(pid):
+            mounts.detach_under(path)   # its HOME mounts, when they live in this namespace (see mounts)
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -346,8 +347,10 @@ class GymManager:
                     logger.warning("reaping execution %s: idle %.0f s (ttl %.0f s)", eid, now - ex.last_used,
                                    self.opt.ttl_s)
                     await self.terminate(eid)
-                elif await asyncio.to_thread(ex.desktop.home_usage, quota) > quota:
-                    # The disk limit: a HOME over quota ends its execution (the agent filled the disk).
+                elif not ex.desktop.home_mounted and await asyncio.to_thread(ex.desktop.home_usage,
+                                                                             quota) > quota:
+                    # The disk limit where HOME is a host folder (no tmpfs: not root): a HOME over quota
+                    # ends its execution (the agent filled the disk).
                     logger.warning("ending execution %s: HOME over its %d MiB quota", eid, quota >> 20)
                     await self.terminate(eid)
 

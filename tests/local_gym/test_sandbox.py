@@ -18,6 +18,8 @@ import httpx
 import pytest
 from cua_rl.asgi_thread import free_port
 from cua_rl.genv import GenvClient
+from cua_rl.local_gym import mounts
+from cua_rl.local_gym.desktop import SANDBOX_ETC
 from gym_helpers import descendants, wait_gone
 
 pytestmark = pytest.mark.desktop
@@ -55,6 +57,7 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
                     f"xdpyinfo -display {mine.display} | head -1 > own.txt; echo rc=$? >> own.txt",
                     "id -u > who.txt; touch /usr/probe 2>> who.txt; echo rc=$? >> who.txt",
                     "{ ulimit -u; ulimit -f; df -k /tmp | tail -1; } > limits.txt; echo rc=$? >> limits.txt",
+                    "{ ls -A /etc; cat /etc/shadow; df -k ~ | tail -1; } > etc.txt 2>&1; echo rc=$? >> etc.txt",
                 ]
                 for cmd in probes:
                     await c.act(a.execution_id, {"type": "type", "text": cmd + "\n"})
@@ -65,6 +68,7 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
                 own = await _wait_file(home / "own.txt")
                 who = await _wait_file(home / "who.txt")
                 limits = await _wait_file(home / "limits.txt")
+                etc = await _wait_file(home / "etc.txt")
                 sandbox_limits = gym.manager.opt.limits
     finally:
         host_file.unlink()
@@ -78,6 +82,12 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
     assert int(nproc) >= sandbox_limits.nproc and (os.geteuid() != 0 or int(nproc) == sandbox_limits.nproc), limits
     assert int(fsize_blocks) * 1024 == sandbox_limits.fsize_bytes, limits  # ulimit -f counts 1 KiB blocks
     assert int(df_line.split()[1]) * 1024 == sandbox_limits.tmp_bytes, limits  # tmpfs /tmp is capped
+    *listed, shadow, home_df, _ = etc.splitlines()
+    assert set(listed) <= {*SANDBOX_ETC, "passwd", "group"}, etc
+    assert {"passwd", "ld.so.cache", "fonts"} <= set(listed), etc
+    assert "No such file" in shadow, etc   # only the allow-listed parts of the host's /etc
+    if mounts.can_mount():   # HOME is a tmpfs of the quota's size
+        assert int(home_df.split()[1]) * 1024 == sandbox_limits.home_bytes, etc
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
@@ -110,6 +120,9 @@ def test_killing_the_server_leaves_no_desktop_process(sig):
         workdirs = [p.parent for p in Path("/tmp").glob("cua-gym-*/server.pid")
                     if p.read_text().strip() == str(server.pid)]
         assert len(workdirs) == 1
+        if mounts.can_mount():   # the HOME mounts live in the server's own mount namespace, not in ours
+            assert mounts.mounted_under(workdirs[0]) == []
+            assert Path(f"/proc/{server.pid}/mountinfo").read_text().count(f" {mounts.SOURCE} ") >= 2
         server.send_signal(sig)
         code = server.wait(30)
         assert code in ((0, -signal.SIGTERM) if sig == signal.SIGTERM else (-signal.SIGKILL,))
@@ -122,16 +135,47 @@ def test_killing_the_server_leaves_no_desktop_process(sig):
             server.wait(10)
 
 
-async def test_filling_home_past_its_quota_ends_the_execution():
+@pytest.mark.skipif(not mounts.can_mount(), reason="HOME is a tmpfs only when the gym runs as root")
+async def test_home_quota_is_enforced_by_the_kernel_and_unmounted_at_the_end():
+    """A write past the quota fails inside the sandbox (ENOSPC) and the host disk gets nothing of it."""
+    from cua_rl.local_gym import start_gym_server
+    from cua_rl.local_gym.desktop import SandboxLimits
+
+    quota = 2 << 20
+    server = start_gym_server(port=0, max_executions=1, pool_size=0, limits=SandboxLimits(home_bytes=quota))
+    try:
+        workdir = server.manager.workdir
+        async with GenvClient(server.url, server.gym_id) as c:
+            ex = await c.create_execution(TERMINAL_TASK)
+            desk = server.manager.executions[ex.execution_id].desktop
+            assert desk.home_mounted and mounts.mounted_under(workdir) == [desk.home]
+            # HOME is full after the write: the probe frees it before it reports (from /tmp, outside HOME)
+            await c.act(ex.execution_id, {"type": "type", "text": (
+                "head -c 5000000 /dev/zero > big.bin 2> /tmp/err; r=$?; s=$(stat -c %s big.bin); rm big.bin; "
+                "{ echo size=$s; cat /tmp/err; echo rc=$r; } > fill.txt\n")})
+            fill = await _wait_file(desk.home / "fill.txt")
+            assert "rc=1" in fill and "No space left" in fill, fill
+            assert 0 < int(fill.split("size=")[1].split()[0]) <= quota, fill
+            await c.get_execution(ex.execution_id)   # still alive (a 404 would raise)
+            await c.terminate(ex.execution_id)
+        assert mounts.mounted_under(workdir) == []
+    finally:
+        server.stop()
+
+
+async def test_filling_home_past_its_quota_ends_the_execution(monkeypatch):
+    """Without the tmpfs (a gym that is not root), the reaper's polling is the limit."""
     from cua_rl.genv import GenvError
     from cua_rl.local_gym import start_gym_server
     from cua_rl.local_gym.desktop import SandboxLimits
 
+    monkeypatch.setattr(mounts, "can_mount", lambda: False)   # the non-root path of our own code
     server = start_gym_server(port=0, max_executions=1, pool_size=0, reap_interval_s=0.2,
                               limits=SandboxLimits(home_bytes=2 << 20))
     try:
         async with GenvClient(server.url, server.gym_id) as c:
             ex = await c.create_execution(TERMINAL_TASK)
+            assert not server.manager.executions[ex.execution_id].desktop.home_mounted
             pids = descendants(server.manager.executions[ex.execution_id].desktop.pids())
             await c.act(ex.execution_id, {"type": "type", "text": "head -c 5000000 /dev/zero > big.bin\n"})
             deadline = time.monotonic() + 20
