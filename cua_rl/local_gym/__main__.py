@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--pool-size", type=int, default=None,
                    help="warm spares per recently used desktop profile (default 1; miniwob 4)")
     s.add_argument("--max-spares", type=int, default=4, help="warm spares over all profiles")
+    s.add_argument("--x-spares", type=int, default=2,
+                   help="bare X servers kept started, so a cold create skips the X server's start-up (0: none)")
     s.add_argument("--prewarm", default="", help="comma-separated task ids/numbers to warm at start")
     s.add_argument("--ttl", type=float, default=1800.0, help="seconds of inactivity before an execution is reaped")
     s.add_argument("--tasks-dir", default=None, help="folder of task YAML files (default: the built-in tasks)")
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     private_namespace()   # before any thread: the desktops' HOME mounts end with this process (mounts.py)
     opts = GymOptions(gym_id=args.gym_id, suite=args.suite, width=args.width, height=args.height,
                       max_executions=args.max_executions, pool_size=args.pool_size, max_spares=args.max_spares,
+                      x_spares=args.x_spares,
                       prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,
                       display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit)
     uvicorn.run(create_app(opts), host=args.host, port=args.port, log_level=args.log_level.lower(),

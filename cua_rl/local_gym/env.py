@@ -105,6 +105,7 @@ class LocalGym:
         opt = self.options
         self._manager = GymManager(opt)
         self._reaper = asyncio.create_task(self._manager.reap_forever())
+        self._manager.refill_x()
         if opt.prewarm:
             self._manager.prewarm([t for t in (self.tasks.get(k) for k in opt.prewarm) if t is not None])
         logger.info("gym %s (%s): %d tasks, up to %d executions", opt.gym_id, self.suite.kind, len(self.tasks),

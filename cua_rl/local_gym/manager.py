@@ -46,6 +46,7 @@ class GymOptions:
     max_executions: int = 16       # running executions; more -> 429
     pool_size: int | None = None   # spares kept per recently used profile; None = the suite's default
     max_spares: int = 4            # spares over all profiles
+    x_spares: int = 2              # bare X servers kept started for cold creates (any profile of the gym's size)
     prewarm: list[str] = field(default_factory=list)   # task ids whose profiles are warmed at start
     ttl_s: float = 1800.0          # an execution idle this long is terminated by the reaper
     reap_interval_s: float = 5.0
@@ -160,7 +161,9 @@ class GymManager:
         self._spares: dict[object, collections.deque[Desktop]] = collections.defaultdict(collections.deque)
         self._building: collections.Counter[object] = collections.Counter()
         self._recent: collections.OrderedDict[object, DesktopSpec] = collections.OrderedDict()
-        self._free_slots = list(range(options.max_executions + options.max_spares + 8))
+        self._free_slots = list(range(options.max_executions + options.max_spares + options.x_spares + 8))
+        self._bare_x: collections.deque[Desktop] = collections.deque()   # from Desktop.start_x
+        self._building_x = 0
         self._used_displays: set[int] = set()
         self._display_lock = threading.Lock()
         self._create_spawner = procs.Spawner(workers=4)
@@ -193,18 +196,30 @@ class GymManager:
         self._used_displays.add(n)
         return n
 
-    def _build(self, spec: DesktopSpec) -> Desktop:
-        """Blocking; runs on a spawner thread. Retries on a display number taken by someone else."""
+    def _take_x(self, spec: DesktopSpec) -> Desktop | None:
+        """A started bare X server of ``spec``'s size (its slot comes with it), or None."""
         with self._display_lock:
-            slot = self._free_slots.pop(0)
+            for x in self._bare_x:
+                if (x.spec.width, x.spec.height) == (spec.width, spec.height):
+                    self._bare_x.remove(x)
+                    return x
+        return None
+
+    def _build(self, spec: DesktopSpec) -> Desktop:
+        """Blocking; runs on a spawner thread. Retries on a display number taken by someone else.
+
+        The first attempt builds on a pre-started X server when one is ready (``refill_x``)."""
+        x = self._take_x(spec)
+        with self._display_lock:
+            slot = x.slot if x is not None else self._free_slots.pop(0)  # type: ignore[attr-defined]
         uid = self.opt.uid_base + slot if os.geteuid() == 0 else os.getuid()
         last: Exception | None = None
         try:
             for attempt in range(1, 4):
-                num = self._pick_display()
+                num = x.display_num if x is not None else self._pick_display()
                 try:
                     desk = browser_desktop_class(spec).start(spec, display_num=num, uid=uid, workdir=self.workdir,
-                                         limits=self.opt.limits, timeout_s=self.opt.start_timeout_s)
+                                         limits=self.opt.limits, timeout_s=self.opt.start_timeout_s, x=x)
                     desk.slot = slot  # type: ignore[attr-defined]
                     return desk
                 except Exception as exc:  # noqa: BLE001 - retried on another display, then re-raised
@@ -215,6 +230,9 @@ class GymManager:
                     logger.log(logging.INFO if self._closed or attempt < 3 else logging.WARNING,
                                "desktop on :%d failed (attempt %d/3%s): %s", num, attempt,
                                ", trying another display" if attempt < 3 and not self._closed else "", exc)
+                    if x is not None:   # its X server went with the failed desktop
+                        self._used_displays.discard(num)
+                        x = None
                     if self._closed:
                         break
         except BaseException:
@@ -222,6 +240,47 @@ class GymManager:
             raise
         self._free_slots.append(slot)
         raise RuntimeError(f"could not start a desktop: {last}")
+
+    def _build_x(self) -> Desktop:
+        """Blocking, on the pool's spawner thread: one bare X server of the gym's screen size."""
+        with self._display_lock:
+            slot = self._free_slots.pop(0)
+        try:
+            num = self._pick_display()
+            try:
+                x = Desktop.start_x(width=self.opt.width, height=self.opt.height, display_num=num,
+                                    uid=self.opt.uid_base + slot if os.geteuid() == 0 else os.getuid(),
+                                    workdir=self.workdir, timeout_s=self.opt.start_timeout_s)
+            except BaseException:
+                self._used_displays.discard(num)
+                raise
+        except BaseException:
+            self._free_slots.append(slot)
+            raise
+        x.slot = slot  # type: ignore[attr-defined]
+        return x
+
+    def refill_x(self) -> None:
+        """Start bare X servers up to ``x_spares`` in the background (at start, and after a cold create)."""
+        if self._closed:
+            return
+        while len(self._bare_x) + self._building_x < self.opt.x_spares:
+            self._building_x += 1
+            self._spawn_bg(self._build_bare_x())
+
+    async def _build_bare_x(self) -> None:
+        try:
+            x = await asyncio.wrap_future(self._pool_spawner.submit(self._build_x))
+        except Exception as exc:  # noqa: BLE001 - a missing bare X only costs a slower cold start
+            logger.log(logging.INFO if self._closed else logging.ERROR, "could not start a bare X server: %s", exc)
+            return
+        finally:
+            self._building_x -= 1
+        if self._closed:
+            await self._destroy_async(x)
+        else:
+            with self._display_lock:
+                self._bare_x.append(x)
 
     def _destroy(self, desk: Desktop) -> None:
         desk.stop()
@@ -291,7 +350,7 @@ class GymManager:
 
     def pool_stats(self) -> dict:
         return {"spares": sum(len(d) for d in self._spares.values()), "building": sum(self._building.values()),
-                "profiles": len(self._recent)}
+                "profiles": len(self._recent), "bare_x": len(self._bare_x)}
 
     # -- executions ---------------------------------------------------------------------------------
     async def create(self, task: TaskDef) -> Execution:
@@ -309,6 +368,7 @@ class GymManager:
             from_pool = desk is not None
             if desk is None:
                 desk = await asyncio.wrap_future(self._create_spawner.submit(self._build, spec))
+                self.refill_x()
             self._refill()
             now = time.monotonic()
             ex = Execution(uuid.uuid4().hex, task, desk, now, now, from_pool)
@@ -361,8 +421,9 @@ class GymManager:
         # mid-way, or its desktop would have no owner.
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await asyncio.gather(*(self.terminate(eid) for eid in list(self.executions)), return_exceptions=True)
-        spares = [d for dq in self._spares.values() for d in dq]
+        spares = [d for dq in self._spares.values() for d in dq] + list(self._bare_x)
         self._spares.clear()
+        self._bare_x.clear()
         await asyncio.gather(*(self._destroy_async(d) for d in spares), return_exceptions=True)
         await asyncio.to_thread(self._create_spawner.close)
         await asyncio.to_thread(self._pool_spawner.close)

@@ -94,10 +94,14 @@ CASES = [
 def gym():
     """The real gym (Xvfb desktops, no spares) with one running execution of task 001."""
     from cua_rl.local_gym import start_gym_server
+    from cua_rl.local_gym.procs import wait_until
 
     with start_gym_server(port=0, max_executions=3, pool_size=0, display_base=820) as server:
         created = httpx.post(f"{server.url}{G}/tasks/001", json={}, timeout=60)
         assert created.status_code == 200, created.text
+        # the cold create took a bare X server: let the gym replace it before the snapshots compare pools
+        x_spares = server.manager.opt.x_spares
+        assert wait_until(lambda: server.manager.pool_stats()["bare_x"] == x_spares, 30.0)
         yield server, created.json()["execution_id"]
 
 

@@ -12,6 +12,7 @@ from PIL import Image
 
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import start_gym_server
+from cua_rl.local_gym.procs import wait_until
 
 from gym_helpers import descendants, wait_gone
 
@@ -118,10 +119,10 @@ async def test_cap_pool_reaper_and_shutdown():
                 await asyncio.sleep(0.05)
             warm = await c.create_execution("012")
             assert warm.raw["warm"] is True
+            all_pids |= desktop_pids(server, warm.execution_id)   # before its TTL can pass
             cold = await c.create_execution("001")
             assert cold.raw["warm"] is False
-            for eid in (warm.execution_id, cold.execution_id):
-                all_pids |= desktop_pids(server, eid)
+            all_pids |= desktop_pids(server, cold.execution_id)
             with pytest.raises(GenvError) as err:
                 await c.create_execution("001")
             assert err.value.status_code == 429 and "concurrency cap" in err.value.detail
@@ -190,3 +191,26 @@ async def test_pointer_actions_drag_right_click_scroll(gym):
             assert await c.act(eid, {"type": "key", "keys": ["shift"]}) == {"ok": True, "screen_changed": False}
             assert (await c.act(eid, {"type": "scroll", "x": 0.6, "y": 0.6, "dy": 3}))["ok"] is True
             assert (await c.act(eid, {"type": "tap", "x_norm": 0.6, "y_norm": 0.9}))["ok"] is True
+
+
+async def test_a_cold_create_builds_on_a_pre_started_x_server_that_is_then_replaced():
+    """No spare of the profile: the desktop takes a bare X server (never used by a client) and the gym starts
+    another; closing the gym ends the bare ones too."""
+    server = start_gym_server(port=0, pool_size=0, max_executions=2, x_spares=1)
+    try:
+        m = server.manager
+        assert await asyncio.to_thread(wait_until, lambda: m.pool_stats()["bare_x"] == 1, 20.0)
+        bare = m._bare_x[0]
+        xvfb_pid = bare.procs[0].pid
+        async with GenvClient(server.url, server.gym_id) as c:
+            async with c.execution(EDITOR_TASK) as ex:
+                desk = m.executions[ex.execution_id].desktop
+                assert (desk.display_num, desk.procs[0].pid) == (bare.display_num, xvfb_pid)
+                assert len(await c.screenshot(ex.execution_id)) > 1000   # the apps are on that server
+                assert await asyncio.to_thread(wait_until, lambda: m.pool_stats()["bare_x"] == 1, 20.0)
+                assert m._bare_x[0].display_num != desk.display_num
+                pids = descendants([xvfb_pid, m._bare_x[0].procs[0].pid])
+    finally:
+        server.stop()
+    assert wait_gone(pids) == set()
+
