@@ -43,8 +43,8 @@ def summary(values: list[float]) -> dict:
     return {"p50": pct(values, 50), "p90": pct(values, 90), "p99": pct(values, 99), "n": len(values)}
 
 
-def tree_cpu_s(root: int) -> float:
-    """utime+stime (s) of ``root`` and every live descendant."""
+def tree_cpu_s(root: int, *, only_root: bool = False) -> float:
+    """utime+stime (s) of ``root`` and every live descendant (``only_root``: of ``root`` alone)."""
     children: dict[int, list[int]] = {}
     stats: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
@@ -63,7 +63,7 @@ def tree_cpu_s(root: int) -> float:
             continue
         seen.add(pid)
         total += (int(stats[pid][11]) + int(stats[pid][12])) / CLK
-        todo.extend(children.get(pid, []))
+        todo.extend(children.get(pid, []) if not only_root else [])
     return total
 
 
@@ -195,11 +195,15 @@ async def step_load(http, gym: Gym, eids: list[str], fmt: str, args, settle_s: f
 
     await asyncio.sleep(settle_s)  # let fresh desktops go idle
     cpu0, me0, t0 = tree_cpu_s(gym.proc.pid), time.process_time(), time.monotonic()
+    own0 = tree_cpu_s(gym.proc.pid, only_root=True)
     await asyncio.gather(*(runner(e) for e in eids))
     cpu1, me1, wall = tree_cpu_s(gym.proc.pid), time.process_time(), time.monotonic() - t0
+    own1 = tree_cpu_s(gym.proc.pid, only_root=True)
     n = max(1, len(steps))
     return {**summary(steps), "errors": errors,
             "gym_cpu_ms_per_step": round((cpu1 - cpu0) * 1e3 / n, 2),
+            # of which the server process itself (HTTP, input, grabs, encoding); the rest is Xvfb and the apps
+            "gym_server_cpu_ms_per_step": round((own1 - own0) * 1e3 / n, 2),
             "client_cpu_ms_per_step": round((me1 - me0) * 1e3 / n, 2),
             "gym_cores_used": round((cpu1 - cpu0) / wall, 3)}
 

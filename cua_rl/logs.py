@@ -47,9 +47,14 @@ def keep_stdlib_logging() -> bool:
     return True
 
 
-def setup_logging(level: int = logging.INFO) -> None:
-    """The console logging of our entry points (train.py, the launcher, the servers' CLIs)."""
-    keep_stdlib_logging()
+def setup_logging(level: int = logging.INFO, *, areal: bool = True) -> None:
+    """The console logging of our entry points (train.py, the launcher, the servers' CLIs).
+
+    ``areal=False`` for processes that never import AReaL (the gym's and the agent service's CLIs):
+    installing the patch imports AReaL, i.e. torch and transformers (tens of seconds, ~1 GiB resident).
+    """
+    if areal:
+        keep_stdlib_logging()
     logging.basicConfig(level=level, format=FORMAT)
     # httpx logs every request at INFO: thousands of screenshot/action lines per training step.
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    setup_logging(getattr(logging, args.log_level.upper(), logging.INFO))
+    setup_logging(getattr(logging, args.log_level.upper(), logging.INFO), areal=False)
     import uvicorn  # imported late so `--help` stays fast
 
     from .server import create_app

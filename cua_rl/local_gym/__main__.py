@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     l.add_argument("--tasks-dir", default=None)
     l.add_argument("--suite", choices=("desktop", "miniwob"), default="desktop")
     args = parser.parse_args(argv)
-    setup_logging(getattr(logging, args.log_level.upper(), logging.INFO) if args.cmd == "serve" else logging.WARNING)
+    setup_logging(getattr(logging, args.log_level.upper(), logging.INFO) if args.cmd == "serve" else logging.WARNING,
+                  areal=False)
 
     from .manager import GymOptions
     from .mounts import private_namespace
