@@ -128,13 +128,15 @@ async def bench_creates(args) -> dict:
 
 async def bench_cold_and_steps(args) -> dict:
     out: dict = {}
-    gym = Gym("--pool-size", "0", "--max-executions", str(max(args.levels) + 2), "--x-spares", str(args.x_spares))
+    x_flag = () if args.x_spares is None else ("--x-spares", str(args.x_spares))   # None: the gym's default
+    gym = Gym("--pool-size", "0", "--max-executions", str(max(args.levels) + 2), *x_flag)
     try:
         async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=200)) as http:
             await gym.wait(http)
             lat = []
             for _ in range(args.creates):
-                await gym.wait(http, bare_x=args.x_spares)   # steady state: the gym restarted its bare X servers
+                # steady state: the gym has restarted its bare X servers (a gym without them reports none)
+                await gym.wait(http, bare_x=args.x_spares if args.x_spares is not None else 0)
                 eid, ms, _ = await create(http, gym)
                 lat.append(ms)
                 await http.post(f"{gym.api}/executions/{eid}/terminate")
@@ -228,8 +230,9 @@ async def main() -> None:
     p.add_argument("--creates", type=int, default=10, help="create-execution samples (warm and cold each)")
     p.add_argument("--idle-samples", type=int, default=20)
     p.add_argument("--formats", default="png,jpeg", help="screenshot formats to step with (png, jpeg)")
-    p.add_argument("--x-spares", type=int, default=2,
-                   help="the gym's bare X servers (cold creates build on one; 0 = each starts its own Xvfb)")
+    p.add_argument("--x-spares", type=int, default=None,
+                   help="the gym's bare X servers (cold creates build on one; 0 = each starts its own Xvfb); "
+                        "default: the gym's own default, and cold creates do not wait for them")
     p.add_argument("--only-creates", action="store_true", help="create latencies only (no step levels)")
     args = p.parse_args()
     args.levels = [int(x) for x in args.levels.split(",") if x]
