@@ -248,9 +248,8 @@ class Desktop:
     def _prepare_dirs(self, limits: SandboxLimits) -> None:
         home = self.home
         home.mkdir(mode=0o700)
-        if mounts.can_mount():   # before any file is written: the task's files count against the quota
-            mounts.mount_home(home, limits.home_bytes, self.uid)
-            self.home_mounted = True
+        # before any file is written: the task's files count against the quota
+        self.home_mounted = mounts.mount_home(home, limits.home_bytes, self.uid)
         for d in self.spec.dirs:
             (home / d).mkdir(parents=True, exist_ok=True)
         for rel, text in (*STILL_CARETS, *self.spec.files):  # a task's own files come last and win

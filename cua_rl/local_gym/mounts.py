@@ -13,7 +13,8 @@ desktops are gone. Without it (a gym started inside another program, e.g. the te
 the host's namespace: each desktop unmounts its own, and a starting gym detaches those of dead gyms' work
 folders before deleting them (``detach_under``).
 
-Not root (no CAP_SYS_ADMIN): no mount; the reaper's polling stays the limit (``Desktop.home_mounted``).
+Not root, or root that may not mount (an unprivileged container; a warning says so once): no mount, and the
+reaper's polling stays the limit (``Desktop.home_mounted``).
 """
 
 from __future__ import annotations
@@ -54,13 +55,28 @@ def private_namespace() -> bool:
     return True
 
 
-def mount_home(path: Path, size_bytes: int, uid: int) -> None:
-    """Mount a tmpfs of ``size_bytes`` on ``path`` (an empty folder), owned by ``uid``, mode 0700."""
+_refused = False   # the kernel said no once (root without CAP_SYS_ADMIN, e.g. an unprivileged container)
+
+
+def mount_home(path: Path, size_bytes: int, uid: int) -> bool:
+    """Mount a tmpfs of ``size_bytes`` on ``path`` (an empty folder), owned by ``uid``, mode 0700.
+
+    False when mounting is not allowed here (said once, as a warning): HOME stays a host folder and the
+    reaper's polling is its limit."""
+    global _refused
+    if _refused or not can_mount():
+        return False
     inodes = max(1024, size_bytes // _BYTES_PER_INODE)
     opts = f"size={size_bytes},nr_inodes={inodes},mode=0700,uid={uid},gid={uid}".encode()
-    if _libc.mount(SOURCE.encode(), str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) != 0:
-        err = ctypes.get_errno()
+    if _libc.mount(SOURCE.encode(), str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err not in (errno.EPERM, errno.EACCES):
         raise OSError(err, f"cannot mount the HOME tmpfs on {path}: {os.strerror(err)}")
+    _refused = True
+    logger.warning("cannot mount HOME tmpfs (%s): HOME quotas are polled by the reaper, not enforced by the "
+                   "kernel", os.strerror(err))
+    return False
 
 
 def unmount(path: Path) -> None:
