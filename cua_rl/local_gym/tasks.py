@@ -20,7 +20,8 @@ TASKS_DIR = Path(__file__).parent / "tasks"
 CATEGORIES = ("text_editor", "file_manager", "terminal", "app_settings", "multi_step", "curriculum")
 DIFFICULTIES = ("easy", "normal", "hard")
 VALIDATOR_TYPES = ("file_exists", "file_absent", "file_equals", "file_contains", "file_not_contains",
-                   "file_matches", "dir_exists", "dir_entries", "ini_value", "answer_matches")
+                   "file_matches", "file_non_empty", "file_date", "file_ordered", "dir_exists", "dir_entries",
+                   "ini_value", "answer_matches")
 
 
 class AppSpec(BaseModel):
@@ -57,6 +58,8 @@ class ValidatorSpec(BaseModel):
     path: str = ""
     text: str | None = None              # file_equals / file_contains / file_not_contains
     pattern: str | None = None           # file_matches (re.search, MULTILINE)
+    date_format: str | None = None       # file_date: strftime format every non-blank line must parse with
+    steps: list[str] | None = None       # file_ordered: texts that must appear in this order (partial credit)
     names: list[str] | None = None       # dir_entries: names that must be present
     exact: bool = False                  # dir_entries: and nothing else
     section: str | None = None           # ini_value
@@ -66,7 +69,8 @@ class ValidatorSpec(BaseModel):
     @model_validator(mode="after")
     def _fields_for_type(self) -> "ValidatorSpec":
         need = {"file_equals": ["text"], "file_contains": ["text"], "file_not_contains": ["text"],
-                "file_matches": ["pattern"], "dir_entries": ["names"], "ini_value": ["section", "key", "value"],
+                "file_matches": ["pattern"], "file_date": ["date_format"], "file_ordered": ["steps"],
+                "dir_entries": ["names"], "ini_value": ["section", "key", "value"],
                 "answer_matches": ["pattern"]}
         if self.type not in VALIDATOR_TYPES:
             raise ValueError(f"unknown validator type {self.type!r}")
@@ -77,6 +81,10 @@ class ValidatorSpec(BaseModel):
             raise ValueError(f"validator {self.id}: needs a path")
         if self.pattern is not None:
             re.compile(self.pattern)
+        if self.steps is not None and not (self.steps and all(self.steps)):
+            raise ValueError(f"validator {self.id}: steps must be non-empty texts")
+        if self.date_format is not None and "%" not in self.date_format:
+            raise ValueError(f"validator {self.id}: date_format {self.date_format!r} has no strftime field")
         return self
 
 

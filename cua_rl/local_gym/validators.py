@@ -8,6 +8,7 @@ Messages never quote file contents (they go back over the API).
 from __future__ import annotations
 
 import configparser
+import datetime
 import os
 import re
 from dataclasses import dataclass
@@ -106,7 +107,40 @@ def check(home: Path, spec: ValidatorSpec, answer: str | None = None) -> Validat
     if t == "file_matches":
         ok = re.search(spec.pattern, text, re.MULTILINE) is not None
         return result(ok, f"{spec.path}: {'matches' if ok else 'does not match'} /{spec.pattern}/")
+    if t == "file_non_empty":
+        ok = bool(text.strip())
+        return result(ok, f"{spec.path}: {'has content' if ok else 'is empty'}")
+    if t == "file_date":
+        return result(*_dates(text, spec.date_format, spec.path))
+    if t == "file_ordered":
+        done = _steps_in_order(text, spec.steps)
+        return ValidatorResult(spec.id, done == len(spec.steps), done / len(spec.steps), spec.weight,
+                               f"{spec.path}: {done} of {len(spec.steps)} steps in order")
     raise ValueError(f"unknown validator type {t}")
+
+
+def _dates(text: str, fmt: str, path: str) -> tuple[bool, str]:
+    """Every non-blank line is a date in ``fmt`` (and there is at least one)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return False, f"{path}: no date"
+    for n, line in enumerate(lines, 1):
+        try:
+            datetime.datetime.strptime(line, fmt)
+        except ValueError:
+            return False, f"{path}: line {n} is not a date in the format {fmt}"
+    return True, f"{path}: {len(lines)} date(s) in the format {fmt}"
+
+
+def _steps_in_order(text: str, steps: list[str]) -> int:
+    """How many of ``steps``, from the first, appear in ``text`` one after another (partial credit)."""
+    at = 0
+    for done, step in enumerate(steps):
+        found = text.find(step, at)
+        if found < 0:
+            return done
+        at = found + len(step)
+    return len(steps)
 
 
 def answer_from(body: dict) -> str | None:

@@ -71,6 +71,33 @@ def test_validators_give_partial_credit(tmp_path: Path):
     assert result["result"]["score"] == pytest.approx(6 / 7)
 
 
+def test_non_empty_date_and_ordered_steps_validators(tmp_path: Path):
+    """The checker types of the Windows example (non-empty, date format, step 1 before step 2), with the
+    ordered steps giving partial credit for the leading steps done in order."""
+    (tmp_path / "blank.txt").write_text(" \n\n")
+    (tmp_path / "note.txt").write_text("x")
+    (tmp_path / "dates.txt").write_text("2026-11-25\n\n2024-02-29\n")
+    (tmp_path / "bad-dates.txt").write_text("2026-11-25\n2023-02-29\n")   # not a leap year
+    (tmp_path / "log.txt").write_text("step1: mkdir\nstep3: copy\nstep2: write\n")
+    task = _task([
+        {"id": "blank", "type": "file_non_empty", "path": "blank.txt"},
+        {"id": "note", "type": "file_non_empty", "path": "note.txt"},
+        {"id": "dates", "type": "file_date", "path": "dates.txt", "date_format": "%Y-%m-%d"},
+        {"id": "bad", "type": "file_date", "path": "bad-dates.txt", "date_format": "%Y-%m-%d"},
+        {"id": "none", "type": "file_date", "path": "blank.txt", "date_format": "%Y-%m-%d"},
+        {"id": "order", "type": "file_ordered", "path": "log.txt", "steps": ["step1", "step2", "step3"]},
+        {"id": "ordered", "type": "file_ordered", "path": "log.txt", "steps": ["step1", "step3"], "weight": 2},
+    ])
+    got = {v["id"]: (v["pass"], v["score"]) for v in evaluate(tmp_path, task.validators)["result"]["validators"]}
+    assert got == {"blank": (False, 0.0), "note": (True, 1.0), "dates": (True, 1.0), "bad": (False, 0.0),
+                   "none": (False, 0.0), "order": (False, pytest.approx(2 / 3)), "ordered": (True, 1.0)}
+    assert evaluate(tmp_path, task.validators)["score"] == pytest.approx((1 + 1 + 2 / 3 + 2) / 8)
+    for bad in ({"steps": []}, {"steps": ["a", ""]}, {"date_format": "YYYY"}, {}):
+        kind = "file_date" if "date_format" in bad else "file_ordered"
+        with pytest.raises(ValueError):
+            _task([{"id": "v", "type": kind, "path": "x", **bad}])
+
+
 def test_validator_never_follows_symlink_out_of_home(tmp_path: Path):
     home = tmp_path / "home"
     home.mkdir()
