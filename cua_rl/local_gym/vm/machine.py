@@ -1,0 +1,168 @@
+"""One QEMU virtual machine for one execution: a copy-on-write overlay on the user's base image, seen and
+driven through QEMU's own machine protocol (no agent in the guest needed to see or act).
+
+- Disk: ``qemu-img create -f qcow2 -b BASE -F FMT overlay.qcow2`` in the machine's own folder; the base is
+  opened read-only through the overlay and never written; the folder (overlay, sockets, log) is deleted
+  when the machine stops.
+- Screen: QMP ``screendump`` (PNG, the guest's current resolution). Input: QMP ``input-send-event`` with a
+  USB tablet, so pointer positions are absolute (0..1 of the screen, like the X11 desktops' actions).
+- Acceleration: KVM where it works, else TCG (``-accel kvm -accel tcg``: QEMU takes the first that starts);
+  ``accel`` reports which one runs.
+- Lifetime: started from a ``procs.Spawner`` thread like the X11 desktops, so the kernel kills QEMU when the
+  gym dies (parent-death signal), and ``stop`` quits it, kills what is left and deletes its folder.
+
+This is the foundation of the ``vm`` desktop backend (issue 15); the gym's per-task selection, the guest
+agent's files and commands, snapshot resets and the test image are still to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import procs
+from .qmp import QMP, QMPError
+
+logger = logging.getLogger(__name__)
+
+TABLET_MAX = 0x7FFF   # the USB tablet's axis range (input-send-event "abs" values)
+
+
+@dataclass(frozen=True)
+class VMSpec:
+    base_image: str | None = None   # the user's disk image (qcow2, raw, ...); None: no disk (firmware only)
+    memory_mib: int = 1024
+    cpus: int = 1
+
+
+@dataclass
+class Machine:
+    spec: VMSpec
+    root: Path
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+    qmp: QMP | None = field(default=None, repr=False)
+    accel: str = ""
+
+    @property
+    def overlay(self) -> Path:
+        return self.root / "overlay.qcow2"
+
+    # -- start --------------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, spec: VMSpec, *, workdir: Path, timeout_s: float = 30.0) -> "Machine":
+        """Blocking (call from a ``procs.Spawner`` thread): overlay, QEMU, QMP connected."""
+        vm = cls(spec=spec, root=workdir / f"vm-{secrets.token_hex(4)}")
+        try:
+            vm.root.mkdir(mode=0o700)
+            if spec.base_image is not None:
+                vm._make_overlay(Path(spec.base_image))
+            vm._start_qemu(timeout_s)
+        except BaseException:
+            vm.stop()
+            raise
+        return vm
+
+    def _make_overlay(self, base: Path) -> None:
+        base = base.resolve()
+        if not base.is_file():
+            raise FileNotFoundError(f"VM base image {base} does not exist")
+        info = subprocess.run(["qemu-img", "info", "--output=json", str(base)], capture_output=True, text=True,
+                              timeout=30)
+        if info.returncode != 0:
+            raise RuntimeError(f"qemu-img cannot read {base}: {info.stderr.strip()[-300:]}")
+        fmt = json.loads(info.stdout)["format"]
+        made = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base), "-F", fmt,
+                               str(self.overlay)], capture_output=True, text=True, timeout=30)
+        if made.returncode != 0:
+            raise RuntimeError(f"qemu-img could not create an overlay on {base}: {made.stderr.strip()[-300:]}")
+
+    def argv(self) -> list[str]:
+        qmp_sock = self.root / "qmp.sock"
+        argv = ["qemu-system-x86_64", "-nodefaults", "-no-user-config", "-accel", "kvm", "-accel", "tcg",
+                "-m", str(self.spec.memory_mib), "-smp", str(self.spec.cpus), "-vga", "std", "-display", "none",
+                "-qmp", f"unix:{qmp_sock},server=on,wait=off", "-usb", "-device", "usb-tablet",
+                "-nic", "none", "-serial", f"file:{self.root / 'serial.log'}"]
+        if self.spec.base_image is not None:
+            argv += ["-drive", f"file={self.overlay},format=qcow2,if=virtio,cache=unsafe"]
+        return argv
+
+    def _start_qemu(self, timeout_s: float) -> None:
+        with open(self.root / "qemu.log", "wb") as log:
+            self.proc = procs.popen(self.argv(), stdout=log, stderr=log, cwd=str(self.root))
+        try:
+            self.qmp = QMP.connect(str(self.root / "qmp.sock"), timeout_s, alive=lambda: self.proc.poll() is None)
+        except (OSError, QMPError) as exc:
+            tail = (self.root / "qemu.log").read_text(errors="replace")[-500:]
+            raise RuntimeError(f"QEMU did not start (exit {self.proc.poll()}): {exc}; it said: {tail}") from exc
+        self.accel = "kvm" if (self.qmp.execute("query-kvm") or {}).get("enabled") else "tcg"
+        logger.info("VM %s up (%s, pid %d)", self.root.name, self.accel, self.proc.pid)
+
+    # -- see and act --------------------------------------------------------------------------------
+    def screenshot_png(self) -> bytes:
+        path = self.root / f"shot-{secrets.token_hex(4)}.png"
+        try:
+            self.qmp.execute("screendump", filename=str(path), format="png")
+            return path.read_bytes()
+        finally:
+            path.unlink(missing_ok=True)
+
+    def send(self, *events: dict) -> None:
+        self.qmp.execute("input-send-event", events=list(events))
+
+    def key(self, *qcodes: str) -> None:
+        """Press the keys in order and release them in reverse (a combination such as ctrl, alt, delete)."""
+        down = [{"type": "key", "data": {"down": True, "key": {"type": "qcode", "data": k}}} for k in qcodes]
+        up = [{"type": "key", "data": {"down": False, "key": {"type": "qcode", "data": k}}}
+              for k in reversed(qcodes)]
+        self.send(*down)
+        self.send(*up)
+
+    def move(self, x: float, y: float) -> None:
+        """Pointer to (x, y), fractions of the screen."""
+        self.send({"type": "abs", "data": {"axis": "x", "value": round(x * TABLET_MAX)}},
+                  {"type": "abs", "data": {"axis": "y", "value": round(y * TABLET_MAX)}})
+
+    def click(self, x: float, y: float, button: str = "left") -> None:
+        self.move(x, y)
+        self.send({"type": "btn", "data": {"down": True, "button": button}})
+        self.send({"type": "btn", "data": {"down": False, "button": button}})
+
+    def status(self) -> str:
+        return (self.qmp.execute("query-status") or {}).get("status", "")
+
+    # -- stop ---------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Quit QEMU (kill it if it does not go), then delete the overlay, sockets and log."""
+        if self.qmp is not None:
+            try:
+                self.qmp.execute("quit")
+            except (OSError, QMPError):
+                pass
+            self.qmp.close()
+            self.qmp = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(3.0)
+            except subprocess.TimeoutExpired:
+                pass
+            procs.kill_group(self.proc)
+            self.proc = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def wait_for_screen(vm: Machine, pred, timeout_s: float, interval_s: float = 0.2) -> bytes | None:
+    """Screenshots until ``pred(png)`` holds; the matching one, or None after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        png = vm.screenshot_png()
+        if pred(png):
+            return png
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(interval_s)
