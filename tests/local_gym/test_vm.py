@@ -98,3 +98,26 @@ time.sleep(600)
         if owner.poll() is None:
             owner.kill()
     time.sleep(0.1)
+
+
+def test_a_snapshot_puts_the_machine_back_without_a_boot(tmp_path, spawner):
+    vm = spawner.submit(Machine.start, VMSpec(base_image=str(_base(tmp_path)), memory_mib=128),
+                        workdir=tmp_path).result()
+    try:
+        assert wait_for_screen(vm, lambda p: _colours(p) > 1, timeout_s=30) is not None
+        vm.save_snapshot("ready")
+        vm.qmp.hmp('qemu-io virtio0 "write -P 0xcd 0 64k"')
+        t0 = time.monotonic()
+        vm.load_snapshot("ready")
+        print(f"loadvm of a 128 MiB machine ({vm.accel}): {(time.monotonic() - t0) * 1e3:.0f} ms")
+        assert vm.status() == "running"
+        # the disk is back too: the first 64 KiB read as the zeros they were at the snapshot
+        log = vm.root / "qemu.log"
+        vm.qmp.hmp('qemu-io virtio0 "read -P 0 0 64k"')
+        assert procs.wait_until(lambda: "read 65536/65536" in log.read_text(), 5.0), log.read_text()
+        assert "Pattern verification failed" not in log.read_text()
+        with pytest.raises(Exception, match="nosuch"):
+            vm.load_snapshot("nosuch")
+        assert vm.status() != "running"   # a failed reset leaves the machine stopped: its execution must end
+    finally:
+        spawner.submit(vm.stop).result()

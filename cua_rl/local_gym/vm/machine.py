@@ -11,8 +11,11 @@ driven through QEMU's own machine protocol (no agent in the guest needed to see 
 - Lifetime: started from a ``procs.Spawner`` thread like the X11 desktops, so the kernel kills QEMU when the
   gym dies (parent-death signal), and ``stop`` quits it, kills what is left and deletes its folder.
 
+- Reset: ``save_snapshot``/``load_snapshot`` keep the whole machine (RAM included) as internal snapshots of
+  the overlay, so putting an execution back does not boot.
+
 This is the foundation of the ``vm`` desktop backend (issue 15); the gym's per-task selection, the guest
-agent's files and commands, snapshot resets and the test image are still to do.
+agent's files and commands, a warm pool resumed from a saved state and the test image are still to do.
 """
 
 from __future__ import annotations
@@ -132,6 +135,21 @@ class Machine:
         self.move(x, y)
         self.send({"type": "btn", "data": {"down": True, "button": button}})
         self.send({"type": "btn", "data": {"down": False, "button": button}})
+
+    def save_snapshot(self, name: str) -> None:
+        """Save the whole machine (RAM, devices, disk) as internal snapshot ``name`` of the overlay."""
+        self._hmp_ok(f"savevm {name}")
+
+    def load_snapshot(self, name: str) -> None:
+        """Put the machine back to snapshot ``name`` (a reset without a boot)."""
+        self._hmp_ok(f"loadvm {name}")
+
+    def _hmp_ok(self, line: str) -> None:
+        if self.spec.base_image is None:
+            raise QMPError(f"{line}: the machine has no disk to keep snapshots in")
+        out = self.qmp.hmp(line).strip()
+        if out:   # savevm and loadvm print nothing when they succeed
+            raise QMPError(f"{line}: {out}")
 
     def status(self) -> str:
         return (self.qmp.execute("query-status") or {}).get("status", "")
