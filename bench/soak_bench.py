@@ -151,6 +151,9 @@ def main() -> None:
         "rss_persistent_mib": [round(total_a, 1), round(total_b, 1)],
         "rss_persistent_per_minute_mib": samples,
         "rss_growth_pct": round(100 * (total_b - total_a) / total_a, 1) if total_a else None,
+        # the same from the first minute's sample: processes that exist only around the first step (counted
+        # in a role's "processes" at the start, gone at the end) cannot flatter it
+        "rss_growth_pct_from_minute_1": round(100 * (samples[-1] / samples[0] - 1), 1) if len(samples) > 1 else None,
         "steps": end_steps - start_steps,
         "episodes_evaluated": end_eps["episodes_evaluated"] - start_eps["episodes_evaluated"],
         "episodes_lost": end_eps["episodes_lost"] - start_eps["episodes_lost"],
