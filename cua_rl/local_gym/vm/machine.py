@@ -6,8 +6,8 @@ driven through QEMU's own machine protocol (no agent in the guest needed to see 
   when the machine stops.
 - Screen: QMP ``screendump`` (PNG, the guest's current resolution). Input: QMP ``input-send-event`` with a
   USB tablet, so pointer positions are absolute (0..1 of the screen, like the X11 desktops' actions).
-- Acceleration: KVM where it works, else TCG (``-accel kvm -accel tcg``: QEMU takes the first that starts);
-  ``accel`` reports which one runs.
+- Acceleration: KVM where it starts, else TCG (``-accel kvm -accel tcg``: QEMU takes the first that starts;
+  ``VMSpec.accel`` changes the order); ``Machine.accel`` reports which one runs.
 - Lifetime: started from a ``procs.Spawner`` thread like the X11 desktops, so the kernel kills QEMU when the
   gym dies (parent-death signal), and ``stop`` quits it, kills what is left and deletes its folder.
 
@@ -42,6 +42,13 @@ class VMSpec:
     base_image: str | None = None   # the user's disk image (qcow2, raw, ...); None: no disk (firmware only)
     memory_mib: int = 1024
     cpus: int = 1
+    kernel: str | None = None       # boot this Linux kernel directly (with ``initrd`` and ``append``)
+    initrd: str | None = None
+    append: str = ""
+    # accelerators in order of preference: QEMU takes the first that starts. A KVM that starts is not
+    # always one a guest kernel boots on (this development machine's nested KVM runs the firmware but not
+    # Linux), so a backend that knows better names ("tcg",).
+    accel: tuple[str, ...] = ("kvm", "tcg")
 
 
 @dataclass
@@ -87,12 +94,20 @@ class Machine:
 
     def argv(self) -> list[str]:
         qmp_sock = self.root / "qmp.sock"
-        argv = ["qemu-system-x86_64", "-nodefaults", "-no-user-config", "-accel", "kvm", "-accel", "tcg",
+        argv = ["qemu-system-x86_64", "-nodefaults", "-no-user-config",
+                *(a for name in self.spec.accel for a in ("-accel", name)),
                 "-m", str(self.spec.memory_mib), "-smp", str(self.spec.cpus), "-vga", "std", "-display", "none",
                 "-qmp", f"unix:{qmp_sock},server=on,wait=off", "-usb", "-device", "usb-tablet",
                 "-nic", "none", "-serial", f"file:{self.root / 'serial.log'}"]
         if self.spec.base_image is not None:
             argv += ["-drive", f"file={self.overlay},format=qcow2,if=virtio,cache=unsafe"]
+        if self.spec.kernel is not None:
+            argv += ["-kernel", self.spec.kernel, "-append", self.spec.append,
+                     *(["-initrd", self.spec.initrd] if self.spec.initrd else [])]
+        # the guest agent's channel (files and commands inside the guest, when the guest runs qemu-ga)
+        argv += ["-device", "virtio-serial", "-chardev",
+                 f"socket,path={self.root / 'qga.sock'},server=on,wait=off,id=qga0",
+                 "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0"]
         return argv
 
     def _start_qemu(self, timeout_s: float) -> None:

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# A tiny Linux guest for the VM desktop tests, built offline from Debian packages (issue 15; no test uses it
+# yet: the next step). Output in OUT (default ~/.cache/cua-rl/vm-test-guest): vmlinuz, initrd.gz and
+# base.qcow2 (ext4 root: busybox, qemu-guest-agent and the libraries it links, an init that starts the
+# agent and a shell on the VGA console tty1). Boot it with Machine(VMSpec(base_image=OUT/base.qcow2,
+# kernel=OUT/vmlinuz, initrd=OUT/initrd.gz, append="console=tty0 quiet", accel=("tcg",))).
+#
+# Measured on the development machine (2 cores, TCG, while a CI run used both cores; docs/local_gym.md):
+# the guest agent answers guest-sync 6.3 s after QEMU starts; guest-exec and guest-file-read work; keys sent
+# over QMP type into the shell on the screen (docs/img/vm_test_guest.png); savevm 68 ms, loadvm 62 ms, and
+# the agent answers again after loadvm. Talk to the agent over one connection and match guest-sync ids:
+# replies to earlier syncs sent while it booted arrive late. The machine's nested KVM starts QEMU but
+# does not boot this kernel (a warning about CPUID pni; `-cpu host` fails on an MSR), hence accel tcg.
+#
+# Needs: apt-get (download only), dpkg-deb, mke2fs (e2fsprogs), qemu-img, gzip; busybox's own cpio.
+set -euo pipefail
+OUT="${1:-${CUA_RL_HOME:-$HOME/.cache/cua-rl}/vm-test-guest}"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+KPKG="$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')"
+KV="${KPKG#linux-image-}"
+apt-get download -qq busybox-static qemu-guest-agent "$KPKG" >/dev/null
+dpkg-deb -x "$(ls "$KPKG"_*.deb)" k
+dpkg-deb -x "$(ls busybox-static_*.deb)" bb
+dpkg-deb -x "$(ls qemu-guest-agent_*.deb)" qga
+BB="$WORK/bb/bin/busybox"
+M="k/lib/modules/$KV/kernel"
+mkdir -p initrd/{bin,dev,proc,sys,newroot,lib/modules} \
+         rootfs/{bin,sbin,dev,proc,sys,tmp,root,etc,usr/bin,lib64,lib/x86_64-linux-gnu,run}
+cp "$BB" initrd/bin/busybox
+# virtio disk and console, ext4 and what it loads (crc32c through the crypto API)
+MODS="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk virtio_console
+      crc16 crc32c_generic mbcache jbd2 ext4"
+for m in $MODS; do cp "$(find "$M" -name "$m.ko" | head -1)" initrd/lib/modules/; done
+cat > initrd/init <<INIT
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sysfs /sys; mount -t devtmpfs devtmpfs /dev
+for m in $(echo $MODS); do insmod /lib/modules/\$m.ko || echo "insmod \$m failed"; done
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -b /dev/vda ] && break; sleep 0.1; done
+mount -t ext4 -o rw /dev/vda /newroot || { echo "no root disk"; exec sh; }
+mount --move /dev /newroot/dev; mount --move /proc /newroot/proc; mount --move /sys /newroot/sys
+exec switch_root /newroot /sbin/init
+INIT
+chmod +x initrd/init
+(cd initrd && find . | "$BB" cpio -o -H newc 2>/dev/null | gzip -1) > initrd.gz
+cp "$BB" rootfs/bin/busybox
+cp qga/usr/sbin/qemu-ga rootfs/usr/bin/qemu-ga
+for lib in $(ldd qga/usr/sbin/qemu-ga | awk '/=>/{print $3} /ld-linux/{print $1}'); do
+  mkdir -p "rootfs$(dirname "$lib")"
+  cp -L "$lib" "rootfs$(dirname "$lib")/"
+done
+cat > rootfs/sbin/init <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mkdir -p /dev/pts; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run
+hostname guest
+port=""
+for d in /sys/class/virtio-ports/*; do [ "$(cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}; done
+clear > /dev/tty1
+if [ -n "$port" ]; then
+  /usr/bin/qemu-ga --method=virtio-serial --path="$port" --statedir=/run >/dev/tty1 2>&1 &
+  echo "cua-rl test guest ready (guest agent on $port)" > /dev/tty1
+else
+  echo "cua-rl test guest ready (no guest agent port)" > /dev/tty1
+fi
+while true; do setsid sh -c 'exec sh -i </dev/tty1 >/dev/tty1 2>&1'; done
+INIT
+chmod +x rootfs/sbin/init
+echo "root:x:0:0:root:/root:/bin/sh" > rootfs/etc/passwd
+mke2fs -q -t ext4 -O ^metadata_csum,^64bit -L guest -d rootfs root.img 64M
+mkdir -p "$OUT"
+qemu-img convert -f raw -O qcow2 root.img "$OUT/base.qcow2"
+cp initrd.gz "$OUT/initrd.gz"
+cp "k/boot/vmlinuz-$KV" "$OUT/vmlinuz"
+echo "$OUT"
