@@ -2,8 +2,9 @@
 
 Isolation (desktop-env-measurements.md §6): apps run as a per-slot unprivileged uid, in new user/pid/net/
 ipc/uts namespaces, see only read-only /usr and the parts of /etc the apps read (``SANDBOX_ETC``), a fresh
-HOME made from the task's files (a size-capped tmpfs when the gym is root: ``mounts``), a small tmpfs /tmp, their own D-Bus session and only their own display's socket. Process and file-size rlimits
-cap fork bombs and disk fills. Nothing is ever reused between executions: a desktop is built for one
+HOME made from the task's files (a size-capped tmpfs when the gym is root: ``mounts``), a small tmpfs /tmp,
+their own D-Bus session and only their own display's socket. Process and file-size rlimits cap fork bombs
+and disk fills. Nothing is ever reused between executions: a desktop is built for one
 execution and destroyed with it, so no X state (Caps Lock, pointer, clipboard) can leak.
 """
 
@@ -207,18 +208,14 @@ class Desktop:
               x: "Desktop | None" = None) -> "Desktop":
         """Build the desktop; on ``x`` (from ``start_x``, same size; it becomes this desktop's) when given."""
         t0 = time.monotonic()
-        if x is not None:
-            if (x.spec.width, x.spec.height) != (spec.width, spec.height):
-                raise ValueError(f"X server {x.display} is {x.spec.width}x{x.spec.height}, the desktop "
-                                 f"{spec.width}x{spec.height}")
-            desk = cls(spec=spec, display_num=x.display_num, uid=x.uid, root=x.root, procs=x.procs)
-        else:
-            desk = cls(spec=spec, display_num=display_num, uid=uid,
-                       root=workdir / f"d{display_num}-{secrets.token_hex(4)}")
+        if x is None:   # cleans up after itself when it fails
+            x = cls.start_x(width=spec.width, height=spec.height, display_num=display_num, uid=uid,
+                            workdir=workdir, timeout_s=timeout_s)
+        elif (x.spec.width, x.spec.height) != (spec.width, spec.height):
+            raise ValueError(f"X server {x.display} is {x.spec.width}x{x.spec.height}, the desktop "
+                             f"{spec.width}x{spec.height}")
+        desk = cls(spec=spec, display_num=x.display_num, uid=x.uid, root=x.root, procs=x.procs)
         try:
-            if x is None:
-                desk._make_root()
-                desk._start_xvfb(timeout_s)
             desk._prepare_dirs(limits)
             # The apps start while openbox does (~40 ms): it is ready long before an app maps its first
             # window (~150 ms), and it manages windows that exist when it starts by the same rules anyway.

@@ -196,6 +196,10 @@ class GymManager:
         self._used_displays.add(n)
         return n
 
+    def _uid(self, slot: int) -> int:
+        """The sandbox uid of a slot: its own when the gym is root, else the gym's."""
+        return self.opt.uid_base + slot if os.geteuid() == 0 else os.getuid()
+
     def _take_x(self, spec: DesktopSpec) -> Desktop | None:
         """A started bare X server of ``spec``'s size (its slot comes with it), or None."""
         with self._display_lock:
@@ -212,7 +216,7 @@ class GymManager:
         x = self._take_x(spec)
         with self._display_lock:
             slot = x.slot if x is not None else self._free_slots.pop(0)  # type: ignore[attr-defined]
-        uid = self.opt.uid_base + slot if os.geteuid() == 0 else os.getuid()
+        uid = self._uid(slot)
         last: Exception | None = None
         try:
             for attempt in range(1, 4):
@@ -249,7 +253,7 @@ class GymManager:
             num = self._pick_display()
             try:
                 x = Desktop.start_x(width=self.opt.width, height=self.opt.height, display_num=num,
-                                    uid=self.opt.uid_base + slot if os.geteuid() == 0 else os.getuid(),
+                                    uid=self._uid(slot),
                                     workdir=self.workdir, timeout_s=self.opt.start_timeout_s)
             except BaseException:
                 self._used_displays.discard(num)
