@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A tiny Linux guest for the VM desktop tests, built offline from Debian packages (issue 15; no test uses it
-# yet: the next step). Output in OUT (default ~/.cache/cua-rl/vm-test-guest): vmlinuz, initrd.gz and
+# A tiny Linux guest for the VM desktop tests, built offline from Debian packages (tests/local_gym/test_vm*.py
+# build it when it is missing: a few seconds). Output in OUT (default ~/.cache/cua-rl/vm-test-guest): vmlinuz, initrd.gz and
 # base.qcow2 (ext4 root: busybox, qemu-guest-agent and the libraries it links, an init that starts the
 # agent and a shell on the VGA console tty1). Boot it with Machine(VMSpec(base_image=OUT/base.qcow2,
 # kernel=OUT/vmlinuz, initrd=OUT/initrd.gz, append="console=tty0 quiet", accel=("tcg",))).
@@ -17,6 +17,7 @@ set -euo pipefail
 OUT="${1:-${CUA_RL_HOME:-$HOME/.cache/cua-rl}/vm-test-guest}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+chmod 755 "$WORK"   # apt-get download runs as _apt, which must write here
 cd "$WORK"
 KPKG="$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')"
 KV="${KPKG#linux-image-}"
@@ -29,10 +30,22 @@ M="k/lib/modules/$KV/kernel"
 mkdir -p initrd/{bin,dev,proc,sys,newroot,lib/modules} \
          rootfs/{bin,sbin,dev,proc,sys,tmp,root,etc,usr/bin,lib64,lib/x86_64-linux-gnu,run}
 cp "$BB" initrd/bin/busybox
-# virtio disk and console, ext4 and what it loads (crc32c through the crypto API)
-MODS="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk virtio_console
-      crc16 crc32c_generic mbcache jbd2 ext4"
-for m in $MODS; do cp "$(find "$M" -name "$m.ko" | head -1)" initrd/lib/modules/; done
+# virtio disk and console, ext4 (and crc32c, which it loads through the crypto API), and bochs: the DRM
+# driver of QEMU's std VGA, whose framebuffer the kernel's console then draws on (1024x768). Each module's
+# dependencies (its .modinfo "depends=") come first; the list is the order init loads them in.
+declare -A SEEN=()
+MODS=""
+add_module() {
+  local m="$1" f d
+  [ -n "${SEEN[$m]:-}" ] && return
+  SEEN[$m]=1
+  f="$(find "$M" \( -name "$m.ko" -o -name "${m//_/-}.ko" \) | head -1)"
+  [ -n "$f" ] || { echo "kernel module $m not found in $KPKG" >&2; exit 1; }
+  for d in $(grep -a -o 'depends=[^[:cntrl:]]*' "$f" | head -1 | cut -d= -f2 | tr , ' '); do add_module "$d"; done
+  cp "$f" "initrd/lib/modules/$m.ko"
+  MODS="$MODS $m"
+}
+for m in virtio_pci virtio_blk virtio_console crc32c_generic ext4 bochs; do add_module "$m"; done
 cat > initrd/init <<INIT
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -58,6 +71,7 @@ mkdir -p /dev/pts; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /tmp; m
 hostname guest
 port=""
 for d in /sys/class/virtio-ports/*; do [ "$(cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}; done
+echo 0 > /sys/class/graphics/fbcon/cursor_blink 2>/dev/null   # a still screen between actions
 clear > /dev/tty1
 if [ -n "$port" ]; then
   /usr/bin/qemu-ga --method=virtio-serial --path="$port" --statedir=/run >/dev/tty1 2>&1 &

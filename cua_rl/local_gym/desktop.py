@@ -156,6 +156,7 @@ class Desktop:
     screen: Screen | None = field(default=None, repr=False)
     started_s: float = 0.0
     home_mounted: bool = False   # HOME is a tmpfs of the quota's size (else only the reaper limits it)
+    uses_x = True                # (a class fact: VM desktops have none, vm/backend.py)
 
     @property
     def display(self) -> str:
@@ -164,6 +165,13 @@ class Desktop:
     @property
     def home(self) -> Path:
         return self.root / "home"
+
+    @property
+    def files(self):
+        """What the validators read: this desktop's HOME (``validators.HomeFiles``)."""
+        from .validators import HomeFiles
+
+        return HomeFiles(self.home)
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]

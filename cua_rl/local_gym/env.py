@@ -60,17 +60,19 @@ async def settle(ex: Execution, before: bytearray, change_wait_s: float) -> tupl
 
 
 async def _settle_by_polling(screen, before: bytearray, change_wait_s: float) -> tuple[bool, bytearray]:
-    """Grabs run inline: one is well under a millisecond with MIT-SHM, cheaper than a thread hop."""
+    """Grabs run inline: one is well under a millisecond with MIT-SHM, cheaper than a thread hop. A screen
+    may set its own ``poll_s``/``stable_s`` (a VM's frames take milliseconds and its guest draws slower)."""
+    poll_s, stable_s = getattr(screen, "poll_s", POLL_S), getattr(screen, "stable_s", STABLE_S)
     t0 = time.monotonic()
     last, last_change, changed = before, t0, False
     while True:
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(poll_s)
         cur = screen.grab()
         now = time.monotonic()
         if cur != last:
             last, last_change = cur, now
             changed = changed or cur != before
-        elif changed and now - last_change >= STABLE_S:
+        elif changed and now - last_change >= stable_s:
             break
         elif not changed and now - t0 >= change_wait_s:
             break
@@ -172,7 +174,7 @@ class LocalGym:
             await self.manager.terminate(ex.execution_id)
             raise GymError(503, f"could not start task {task.task_id}: {exc}") from exc
         d = ex.desktop
-        kind = "browser" if self.suite.kind == "miniwob" else "desktop"
+        kind = getattr(d, "device_type", "browser" if self.suite.kind == "miniwob" else "desktop")
         return {"execution_id": ex.execution_id, "task_id": task.task_id, "status": "running",
                 "device": {"type": kind, "display": d.display, "width": d.spec.width, "height": d.spec.height},
                 "warm": ex.from_pool, **extra}

@@ -27,6 +27,7 @@ from . import mounts, procs
 from .browser import browser_desktop_class
 from .desktop import Desktop, DesktopSpec, SandboxLimits
 from .tasks import TaskDef
+from .vm.backend import VMDesktop, VMDesktopSpec, forget_templates
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +136,11 @@ class CapacityError(RuntimeError):
     pass
 
 
+def desktop_class(spec: DesktopSpec) -> type:
+    """Which class builds ``spec``: a VM, a browser or an app desktop (the one switch between backends)."""
+    return VMDesktop if isinstance(spec, VMDesktopSpec) else browser_desktop_class(spec)
+
+
 def pool_key(spec: DesktopSpec):
     """Which spares can serve ``spec``: its ``pool_key`` when it has one, else the spec itself."""
     return getattr(spec, "pool_key", spec)
@@ -210,20 +216,22 @@ class GymManager:
         return None
 
     def _build(self, spec: DesktopSpec) -> Desktop:
-        """Blocking; runs on a spawner thread. Retries on a display number taken by someone else.
+        """Blocking; runs on a spawner thread. Three attempts: an X desktop retries on another display (its
+        number may be taken by someone else), a VM on a new machine (one may die while it starts).
 
         The first attempt builds on a pre-started X server when one is ready (``refill_x``)."""
-        x = self._take_x(spec)
+        cls = desktop_class(spec)
+        x = self._take_x(spec) if cls.uses_x else None
         with self._display_lock:
             slot = x.slot if x is not None else self._free_slots.pop(0)  # type: ignore[attr-defined]
         uid = self._uid(slot)
         last: Exception | None = None
         try:
             for attempt in range(1, 4):
-                num = x.display_num if x is not None else self._pick_display()
+                num = x.display_num if x is not None else self._pick_display() if cls.uses_x else -1
                 try:
-                    desk = browser_desktop_class(spec).start(spec, display_num=num, uid=uid, workdir=self.workdir,
-                                         limits=self.opt.limits, timeout_s=self.opt.start_timeout_s, x=x)
+                    desk = cls.start(spec, display_num=num, uid=uid, workdir=self.workdir,
+                                     limits=self.opt.limits, timeout_s=self.opt.start_timeout_s, x=x)
                     desk.slot = slot  # type: ignore[attr-defined]
                     return desk
                 except Exception as exc:  # noqa: BLE001 - retried on another display, then re-raised
@@ -232,8 +240,8 @@ class GymManager:
                     # a spare whose build the shutdown interrupted is not news, nor a retried attempt (in
                     # launcher.log); the last attempt's failure is a warning
                     logger.log(logging.INFO if self._closed or attempt < 3 else logging.WARNING,
-                               "desktop on :%d failed (attempt %d/3%s): %s", num, attempt,
-                               ", trying another display" if attempt < 3 and not self._closed else "", exc)
+                               "%s failed (attempt %d/3%s): %s", f"desktop on :{num}" if cls.uses_x else "VM",
+                               attempt, ", trying again" if attempt < 3 and not self._closed else "", exc)
                     if x is not None:   # its X server went with the failed desktop
                         self._used_displays.discard(num)
                         x = None
@@ -372,7 +380,8 @@ class GymManager:
             from_pool = desk is not None
             if desk is None:
                 desk = await asyncio.wrap_future(self._create_spawner.submit(self._build, spec))
-                self.refill_x()
+                if desk.uses_x:
+                    self.refill_x()
             self._refill()
             now = time.monotonic()
             ex = Execution(uuid.uuid4().hex, task, desk, now, now, from_pool)
@@ -431,4 +440,5 @@ class GymManager:
         await asyncio.gather(*(self._destroy_async(d) for d in spares), return_exceptions=True)
         await asyncio.to_thread(self._create_spawner.close)
         await asyncio.to_thread(self._pool_spawner.close)
+        forget_templates(self.workdir)
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -4,7 +4,8 @@ A suite has ``tasks`` (``.tasks``, ``.get(key)``, ``len``), ``begin(execution, s
 execution before create-execution answers; returns extra reply fields) and ``evaluate(execution, body)``
 (the genv evaluate reply). Two suites exist:
 
-- ``desktop``: the YAML tasks on X11 app desktops (``tasks.py``), scored by validators on the HOME. Fixed
+- ``desktop``: the YAML tasks on X11 app desktops, or on VMs for tasks whose setup names one (``tasks.py``,
+  ``vm/backend.py``), scored by validators on the HOME or the guest's files. Fixed
   tasks accept and echo a seed that changes nothing; the curriculum's family tasks (``curriculum.py``)
   draw the seeded instance on their board window and reply with its instruction.
 - ``miniwob``: MiniWoB++ pages on browser desktops (``miniwob.py``); the seed picks the instance.
@@ -57,6 +58,9 @@ class DesktopSuite:
         self.tasks = tasks if tasks is not None else load_tasks(tasks_dir or TASKS_DIR)
 
     async def begin(self, ex, seed: int | None) -> dict:
+        setup = ex.task.setup
+        if setup.vm is not None:   # a VM's task files and commands go in when the execution starts
+            await asyncio.to_thread(ex.desktop.provision, setup.files, setup.dirs, setup.commands)
         if ex.task.family is None:
             ex.state["seed"] = seed
             return {"seed": seed}
@@ -69,7 +73,7 @@ class DesktopSuite:
         answer = validators.answer_from(body)
         instance = ex.state.get("instance")
         specs = list(instance.validators) if instance is not None else ex.task.validators
-        return await asyncio.to_thread(validators.evaluate, ex.desktop.home, specs, answer)
+        return await asyncio.to_thread(validators.evaluate, ex.desktop.files, specs, answer)
 
 
 def make_suite(options, tasks=None):

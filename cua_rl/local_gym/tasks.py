@@ -3,10 +3,15 @@
 A task says what the agent is told (instruction), what the desktop starts with (files, folders, apps),
 how it is scored (weighted validators reading real state in the execution's HOME), and a reference
 solution (desktop actions) that the tests play through the HTTP API to prove the task is solvable.
+
+A task whose ``setup`` has ``vm`` runs on a QEMU machine booted from that image instead (``vm/backend.py``):
+its ``files``/``dirs`` are guest paths (relative ones under ``vm.home``), ``commands`` run in the guest
+through its agent, and its validators read the guest's files.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -15,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .apps import APPS
 from .desktop import AppLaunch, DesktopSpec
+from .vm.backend import GUEST_OSES, VMDesktopSpec
+from .vm.machine import VMSpec
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 CATEGORIES = ("text_editor", "file_manager", "terminal", "app_settings", "multi_step", "curriculum")
@@ -38,11 +45,83 @@ class AppSpec(BaseModel):
         return v
 
 
+def _image_path(value: str | None) -> str | None:
+    """An image path with ``~`` and ``$VARS`` expanded; it must be an existing file."""
+    if value is None:
+        return None
+    path = os.path.expandvars(os.path.expanduser(value))
+    if not os.path.isabs(path):
+        raise ValueError(f"{value!r}: VM image paths must be absolute (after ~ and $VAR expansion)")
+    if not os.path.isfile(path):
+        raise ValueError(f"VM image {path} does not exist")
+    return path
+
+
+class VMSetup(BaseModel):
+    """The machine a VM task runs on. ``image`` is the user's disk (qcow2, raw, ...; never written);
+    ``kernel``/``initrd``/``append`` boot a Linux kernel directly (the test guest) instead of the disk's
+    boot loader. The first boot may take ``boot_timeout_s`` (Windows under TCG: many minutes); it happens
+    once per gym, later executions resume its saved state."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: str
+    kernel: str | None = None
+    initrd: str | None = None
+    append: str = ""
+    memory_mib: int = Field(2048, ge=64, le=1 << 20)
+    cpus: int = Field(1, ge=1, le=64)
+    accel: list[str] = ["kvm", "tcg"]
+    os: str = "linux"
+    home: str | None = None            # relative guest paths are under it; default /root or C:\Users\Public
+    boot_timeout_s: float = Field(600.0, gt=0)
+    settle_s: float = Field(2.0, ge=0)
+
+    @field_validator("image", "kernel", "initrd")
+    @classmethod
+    def _exists(cls, v: str | None) -> str | None:
+        return _image_path(v)
+
+    @field_validator("os")
+    @classmethod
+    def _os(cls, v: str) -> str:
+        if v not in GUEST_OSES:
+            raise ValueError(f"os must be one of {GUEST_OSES}")
+        return v
+
+    @field_validator("accel")
+    @classmethod
+    def _accel(cls, v: list[str]) -> list[str]:
+        if not v or any(a not in ("kvm", "tcg") for a in v):
+            raise ValueError("accel is a non-empty list of kvm and tcg, in order of preference")
+        return v
+
+    def desktop_spec(self, files, dirs) -> VMDesktopSpec:
+        home = self.home or ("C:\\Users\\Public" if self.os == "windows" else "/root")
+        vm = VMSpec(base_image=self.image, memory_mib=self.memory_mib, cpus=self.cpus, kernel=self.kernel,
+                    initrd=self.initrd, append=self.append, accel=tuple(self.accel))
+        return VMDesktopSpec(apps=(), files=files, dirs=dirs, vm=vm, guest_os=self.os, guest_home=home,
+                             boot_timeout_s=self.boot_timeout_s, settle_s=self.settle_s)
+
+
 class Setup(BaseModel):
     model_config = ConfigDict(extra="forbid")
     files: dict[str, str] = {}
     dirs: list[str] = []
-    apps: list[AppSpec] = Field(min_length=1)
+    apps: list[AppSpec] = []            # an X11 desktop's apps (at least one) ...
+    vm: VMSetup | None = None           # ... or the VM the task runs on (no apps)
+    commands: list[list[str]] = []      # VM tasks: argv lists run in the guest after files are written
+
+    @model_validator(mode="after")
+    def _desktop_or_vm(self) -> "Setup":
+        if self.vm is None and not self.apps:
+            raise ValueError("setup needs apps (an X11 desktop) or vm (a VM image)")
+        if self.vm is not None and self.apps:
+            raise ValueError("a VM task has no apps: the guest image brings its own")
+        if self.commands and self.vm is None:
+            raise ValueError("setup commands run inside a VM guest; X11 tasks start apps instead")
+        if any(not argv or not all(isinstance(a, str) and a for a in argv) for argv in self.commands):
+            raise ValueError("each setup command is a non-empty list of non-empty strings (argv)")
+        return self
 
 
 class ValidatorSpec(BaseModel):
@@ -143,6 +222,8 @@ class TaskDef(BaseModel):
         return f"{self.number}-{self.name}"
 
     def desktop_spec(self, width: int, height: int) -> DesktopSpec:
+        if self.setup.vm is not None:   # the guest decides its screen size
+            return self.setup.vm.desktop_spec(tuple(sorted(self.setup.files.items())), tuple(self.setup.dirs))
         files = dict(self.setup.files)
         for a in self.setup.apps:
             files.update(APPS[a.app].files)
@@ -158,8 +239,10 @@ class TaskDef(BaseModel):
             "description": self.instruction, "instruction": self.instruction,
             "tags": [self.difficulty, self.category] + (["seeded"] if self.family else []),
             "category": self.category, "difficulty": self.difficulty,
-            "env_config": {"type": "desktop", "apps": [a.app for a in self.setup.apps],
-                           **({"family": self.family} if self.family else {})},
+            "env_config": ({"type": "vm", "os": self.setup.vm.os, "image": os.path.basename(self.setup.vm.image)}
+                           if self.setup.vm is not None else
+                           {"type": "desktop", "apps": [a.app for a in self.setup.apps],
+                            **({"family": self.family} if self.family else {})}),
             "evaluation": {"validators": [v.model_dump(exclude_none=True) for v in self.validators]},
         }
 

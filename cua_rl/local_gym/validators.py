@@ -1,7 +1,9 @@
-"""Validators: weighted checks of real state in an execution's HOME, with partial credit.
+"""Validators: weighted checks of real state in an execution's files, with partial credit.
 
-Checks run on the host as the gym's user, so every path is resolved first and must stay inside the
-HOME: an agent could plant a symlink to a host file, and a checker must never follow it out.
+The files are a view with ``refuse``/``kind``/``read``/``listdir`` over paths: ``HomeFiles`` for an X11
+desktop's HOME, ``vm.backend.GuestFiles`` for a VM's guest (through its guest agent). On the host, checks run
+as the gym's user, so every path is resolved first and must stay inside the HOME: an agent could plant a
+symlink to a host file, and a checker must never follow it out.
 Messages never quote file contents (they go back over the API).
 """
 
@@ -40,11 +42,32 @@ def _inside(home: Path, rel: str) -> Path | None:
     return Path(target)
 
 
-def _read(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    with open(path, "rb") as f:
-        return f.read(MAX_READ).decode("utf-8", errors="replace")
+class HomeFiles:
+    """A host HOME folder as the validators see it: paths relative to it, never resolved out of it."""
+
+    def __init__(self, home: Path | str) -> None:
+        self.home = Path(home)
+
+    def refuse(self, rel: str) -> str | None:
+        return None if _inside(self.home, rel) is not None else "resolves outside HOME"
+
+    def kind(self, rel: str) -> str | None:
+        """"file", "dir", "other" (a socket, a dangling link...) or None when nothing is there."""
+        path = _inside(self.home, rel)
+        if path is None or not os.path.lexists(path):
+            return None
+        return "dir" if path.is_dir() else "file" if path.is_file() else "other"
+
+    def read(self, rel: str, limit: int = MAX_READ) -> str | None:
+        path = _inside(self.home, rel)
+        if path is None or not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", errors="replace")
+
+    def listdir(self, rel: str) -> list[str] | None:
+        path = _inside(self.home, rel)
+        return os.listdir(path) if path is not None and path.is_dir() else None
 
 
 def _norm(text: str) -> str:
@@ -52,7 +75,9 @@ def _norm(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).rstrip("\n")
 
 
-def check(home: Path, spec: ValidatorSpec, answer: str | None = None) -> ValidatorResult:
+def check(files, spec: ValidatorSpec, answer: str | None = None) -> ValidatorResult:
+    """One validator on ``files`` (``HomeFiles`` or ``GuestFiles``)."""
+
     def result(ok: bool, msg: str) -> ValidatorResult:
         return ValidatorResult(spec.id, ok, 1.0 if ok else 0.0, spec.weight, msg)
 
@@ -62,26 +87,28 @@ def check(home: Path, spec: ValidatorSpec, answer: str | None = None) -> Validat
         ok = re.fullmatch(spec.pattern, answer.strip(), re.IGNORECASE | re.DOTALL) is not None
         return result(ok, f"answer {'matches' if ok else 'does not match'} the expected one")
 
-    path = _inside(home, spec.path)
-    if path is None:
-        return result(False, f"{spec.path}: resolves outside HOME")
+    why = files.refuse(spec.path)
+    if why is not None:
+        return result(False, f"{spec.path}: {why}")
     t = spec.type
-    if t == "file_exists":
-        return result(path.is_file(), f"{spec.path}: {'exists' if path.is_file() else 'missing'}")
-    if t == "file_absent":
-        return result(not path.exists(), f"{spec.path}: {'still exists' if path.exists() else 'absent'}")
-    if t == "dir_exists":
-        return result(path.is_dir(), f"{spec.path}: {'is a folder' if path.is_dir() else 'no such folder'}")
+    if t in ("file_exists", "file_absent", "dir_exists"):
+        kind = files.kind(spec.path)
+        if t == "file_exists":
+            return result(kind == "file", f"{spec.path}: {'exists' if kind == 'file' else 'missing'}")
+        if t == "file_absent":
+            return result(kind is None, f"{spec.path}: {'absent' if kind is None else 'still exists'}")
+        return result(kind == "dir", f"{spec.path}: {'is a folder' if kind == 'dir' else 'no such folder'}")
     if t == "dir_entries":
-        if not path.is_dir():
+        names = files.listdir(spec.path)
+        if names is None:
             return result(False, f"{spec.path}: no such folder")
-        have = set(os.listdir(path))
+        have = set(names)
         missing = [n for n in spec.names if n not in have]
         extra = sorted(have - set(spec.names)) if spec.exact else []
         ok = not missing and not extra
         return result(ok, f"{spec.path}: missing {missing}, unexpected {extra}" if not ok else f"{spec.path}: ok")
     if t == "ini_value":
-        text = _read(path)
+        text = files.read(spec.path, MAX_READ)
         if text is None:
             return result(False, f"{spec.path}: missing")
         parser = configparser.ConfigParser(interpolation=None, strict=False)
@@ -92,7 +119,7 @@ def check(home: Path, spec: ValidatorSpec, answer: str | None = None) -> Validat
             value = None
         ok = value is not None and value.strip() == spec.value
         return result(ok, f"{spec.path}: [{spec.section}] {spec.key} {'is' if ok else 'is not'} {spec.value}")
-    text = _read(path)
+    text = files.read(spec.path, MAX_READ)
     if text is None:
         return result(False, f"{spec.path}: missing")
     if t == "file_equals":
@@ -156,9 +183,9 @@ def answer_from(body: dict) -> str | None:
     return None
 
 
-def evaluate(home: Path, specs: list[ValidatorSpec], answer: str | None = None) -> dict:
+def evaluate(files, specs: list[ValidatorSpec], answer: str | None = None) -> dict:
     """The genv evaluate reply: ``{success, result: {score, success, validators: [...]}}``."""
-    results = [check(home, s, answer) for s in specs]
+    results = [check(files, s, answer) for s in specs]
     total = sum(r.weight for r in results)
     score = sum(r.score * r.weight for r in results) / total if total else 0.0
     success = all(r.passed for r in results)

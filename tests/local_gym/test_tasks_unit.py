@@ -9,7 +9,7 @@ import pytest
 
 from cua_rl.local_gym.actions import ActionError, parse_action
 from cua_rl.local_gym.tasks import CATEGORIES, TaskDef, load_tasks
-from cua_rl.local_gym.validators import evaluate
+from cua_rl.local_gym.validators import HomeFiles, evaluate
 
 
 def test_at_least_40_tasks_in_5_categories_with_difficulties():
@@ -64,7 +64,7 @@ def test_validators_give_partial_credit(tmp_path: Path):
         {"id": "ini", "type": "ini_value", "path": "s.ini", "section": "org/x", "key": "flag", "value": "true"},
         {"id": "gone", "type": "file_absent", "path": "missing.txt"},
     ])
-    result = evaluate(tmp_path, task.validators)
+    result = evaluate(HomeFiles(tmp_path), task.validators)
     passed = {v["id"]: v["pass"] for v in result["result"]["validators"]}
     assert passed == {"eq": True, "re": True, "no": False, "dir": True, "ini": True, "gone": True}
     assert result["success"] is False
@@ -88,10 +88,10 @@ def test_non_empty_date_and_ordered_steps_validators(tmp_path: Path):
         {"id": "order", "type": "file_ordered", "path": "log.txt", "steps": ["step1", "step2", "step3"]},
         {"id": "ordered", "type": "file_ordered", "path": "log.txt", "steps": ["step1", "step3"], "weight": 2},
     ])
-    got = {v["id"]: (v["pass"], v["score"]) for v in evaluate(tmp_path, task.validators)["result"]["validators"]}
+    got = {v["id"]: (v["pass"], v["score"]) for v in evaluate(HomeFiles(tmp_path), task.validators)["result"]["validators"]}
     assert got == {"blank": (False, 0.0), "note": (True, 1.0), "dates": (True, 1.0), "bad": (False, 0.0),
                    "none": (False, 0.0), "order": (False, pytest.approx(2 / 3)), "ordered": (True, 1.0)}
-    assert evaluate(tmp_path, task.validators)["score"] == pytest.approx((1 + 1 + 2 / 3 + 2) / 8)
+    assert evaluate(HomeFiles(tmp_path), task.validators)["score"] == pytest.approx((1 + 1 + 2 / 3 + 2) / 8)
     for bad in ({"steps": []}, {"steps": ["a", ""]}, {"date_format": "YYYY"}, {}):
         kind = "file_date" if "date_format" in bad else "file_ordered"
         with pytest.raises(ValueError):
@@ -105,7 +105,7 @@ def test_validator_never_follows_symlink_out_of_home(tmp_path: Path):
     secret.write_text("top secret")
     (home / "link.txt").symlink_to(secret)
     task = _task([{"id": "c", "type": "file_contains", "path": "link.txt", "text": "top secret"}])
-    result = evaluate(home, task.validators)
+    result = evaluate(HomeFiles(home), task.validators)
     v = result["result"]["validators"][0]
     assert v["pass"] is False and "outside HOME" in v["message"] and "top secret" not in v["message"]
 
@@ -149,9 +149,9 @@ def test_key_combos_in_any_spelling():
 def test_answer_validator_reads_answer_text_or_execution_data(tmp_path: Path):
     from cua_rl.local_gym.validators import answer_from
     task = _task([{"id": "a", "type": "answer_matches", "pattern": "12"}])
-    assert evaluate(tmp_path, task.validators, None)["success"] is False
-    assert evaluate(tmp_path, task.validators, " 12\n")["success"] is True
-    assert evaluate(tmp_path, task.validators, "112")["success"] is False
+    assert evaluate(HomeFiles(tmp_path), task.validators, None)["success"] is False
+    assert evaluate(HomeFiles(tmp_path), task.validators, " 12\n")["success"] is True
+    assert evaluate(HomeFiles(tmp_path), task.validators, "112")["success"] is False
     assert answer_from({"answer_text": "12"}) == "12"
     assert answer_from({"execution_data": {"answer": "12"}}) == "12"   # where the original workflow put it
     assert answer_from({}) is None

@@ -11,11 +11,11 @@ driven through QEMU's own machine protocol (no agent in the guest needed to see 
 - Lifetime: started from a ``procs.Spawner`` thread like the X11 desktops, so the kernel kills QEMU when the
   gym dies (parent-death signal), and ``stop`` quits it, kills what is left and deletes its folder.
 
-- Reset: ``save_snapshot``/``load_snapshot`` keep the whole machine (RAM included) as internal snapshots of
-  the overlay, so putting an execution back does not boot.
-
-This is the foundation of the ``vm`` desktop backend (issue 15); the gym's per-task selection, the guest
-agent's files and commands, a warm pool resumed from a saved state and the test image are still to do.
+- Saved states: ``save_state`` writes the running machine (RAM and devices; the disk is flushed to its
+  overlay) to a file, and ``start(incoming=...)`` resumes another machine from it, on an overlay over the
+  saved machine's own overlay (``base=``). That is how the gym's VM desktops start without booting
+  (``backend.py``). ``save_snapshot``/``load_snapshot`` keep internal snapshots inside one overlay (a reset
+  of a running machine).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import shlex
 import shutil
 import subprocess
 import time
@@ -64,15 +65,25 @@ class Machine:
         return self.root / "overlay.qcow2"
 
     # -- start --------------------------------------------------------------------------------------
+    @property
+    def agent_socket(self) -> Path:
+        return self.root / "qga.sock"
+
     @classmethod
-    def start(cls, spec: VMSpec, *, workdir: Path, timeout_s: float = 30.0) -> "Machine":
-        """Blocking (call from a ``procs.Spawner`` thread): overlay, QEMU, QMP connected."""
+    def start(cls, spec: VMSpec, *, workdir: Path, timeout_s: float = 30.0, base: Path | None = None,
+              incoming: Path | None = None) -> "Machine":
+        """Blocking (call from a ``procs.Spawner`` thread): overlay, QEMU, QMP connected.
+
+        ``base``: the overlay's backing file instead of ``spec.base_image`` (a saved machine's overlay).
+        ``incoming``: resume from this ``save_state`` file instead of booting (QEMU runs the guest once it
+        is loaded; ``wait_resumed``)."""
         vm = cls(spec=spec, root=workdir / f"vm-{secrets.token_hex(4)}")
         try:
             vm.root.mkdir(mode=0o700)
-            if spec.base_image is not None:
-                vm._make_overlay(Path(spec.base_image))
-            vm._start_qemu(timeout_s)
+            base = base or (Path(spec.base_image) if spec.base_image is not None else None)
+            if base is not None:
+                vm._make_overlay(base)
+            vm._start_qemu(timeout_s, incoming)
         except BaseException:
             vm.stop()
             raise
@@ -99,7 +110,7 @@ class Machine:
                 "-m", str(self.spec.memory_mib), "-smp", str(self.spec.cpus), "-vga", "std", "-display", "none",
                 "-qmp", f"unix:{qmp_sock},server=on,wait=off", "-usb", "-device", "usb-tablet",
                 "-nic", "none", "-serial", f"file:{self.root / 'serial.log'}"]
-        if self.spec.base_image is not None:
+        if self.overlay.exists():
             argv += ["-drive", f"file={self.overlay},format=qcow2,if=virtio,cache=unsafe"]
         if self.spec.kernel is not None:
             argv += ["-kernel", self.spec.kernel, "-append", self.spec.append,
@@ -110,9 +121,10 @@ class Machine:
                  "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0"]
         return argv
 
-    def _start_qemu(self, timeout_s: float) -> None:
+    def _start_qemu(self, timeout_s: float, incoming: Path | None = None) -> None:
+        argv = self.argv() + (["-incoming", f"exec:cat {shlex.quote(str(incoming))}"] if incoming else [])
         with open(self.root / "qemu.log", "wb") as log:
-            self.proc = procs.popen(self.argv(), stdout=log, stderr=log, cwd=str(self.root))
+            self.proc = procs.popen(argv, stdout=log, stderr=log, cwd=str(self.root))
         try:
             self.qmp = QMP.connect(str(self.root / "qmp.sock"), timeout_s, alive=lambda: self.proc.poll() is None)
         except (OSError, QMPError) as exc:
@@ -151,6 +163,35 @@ class Machine:
         self.send({"type": "btn", "data": {"down": True, "button": button}})
         self.send({"type": "btn", "data": {"down": False, "button": button}})
 
+    # -- saved states -------------------------------------------------------------------------------
+    def wait_resumed(self, timeout_s: float) -> None:
+        """Wait until a machine started with ``incoming`` has loaded the state and runs."""
+        deadline = time.monotonic() + timeout_s
+        while (status := self.status()) != "running":
+            if status not in ("inmigrate", "prelaunch", "paused", "restore-vm") or time.monotonic() > deadline:
+                raise RuntimeError(f"VM {self.root.name} did not resume from its saved state (status {status!r}; "
+                                   f"QEMU said: {self.log_tail()})")
+            time.sleep(0.01)
+
+    def save_state(self, path: Path, timeout_s: float = 120.0) -> None:
+        """Write the machine's RAM and device state to ``path`` (the disk is flushed to the overlay first);
+        the machine is paused afterwards and its overlay must not change again: it backs the resumed ones."""
+        self.qmp.execute("migrate", uri=f"exec:cat > {shlex.quote(str(path))}")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = self.qmp.execute("query-migrate") or {}
+            if info.get("status") == "completed":
+                return
+            if info.get("status") in ("failed", "cancelled") or time.monotonic() > deadline:
+                raise RuntimeError(f"saving VM state failed: {info.get('status')} {info.get('error-desc', '')}")
+            time.sleep(0.02)
+
+    def log_tail(self, n: int = 400) -> str:
+        try:
+            return (self.root / "qemu.log").read_text(errors="replace")[-n:].strip()
+        except OSError:
+            return ""
+
     def save_snapshot(self, name: str) -> None:
         """Save the whole machine (RAM, devices, disk) as internal snapshot ``name`` of the overlay."""
         self._hmp_ok(f"savevm {name}")
@@ -160,7 +201,7 @@ class Machine:
         self._hmp_ok(f"loadvm {name}")
 
     def _hmp_ok(self, line: str) -> None:
-        if self.spec.base_image is None:
+        if not self.overlay.exists():
             raise QMPError(f"{line}: the machine has no disk to keep snapshots in")
         out = self.qmp.hmp(line).strip()
         if out:   # savevm and loadvm print nothing when they succeed
@@ -170,8 +211,9 @@ class Machine:
         return (self.qmp.execute("query-status") or {}).get("status", "")
 
     # -- stop ---------------------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Quit QEMU (kill it if it does not go), then delete the overlay, sockets and log."""
+    def stop(self, keep_files: bool = False) -> None:
+        """Quit QEMU (kill it if it does not go), then delete the overlay, sockets and log (unless
+        ``keep_files``: a saved machine whose overlay backs others)."""
         if self.qmp is not None:
             try:
                 self.qmp.execute("quit")
@@ -186,7 +228,8 @@ class Machine:
                 pass
             procs.kill_group(self.proc)
             self.proc = None
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not keep_files:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def wait_for_screen(vm: Machine, pred, timeout_s: float, interval_s: float = 0.2) -> bytes | None:
