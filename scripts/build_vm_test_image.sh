@@ -69,6 +69,7 @@ cat > rootfs/sbin/init <<'INIT'
 /bin/busybox --install -s /bin
 mkdir -p /dev/pts; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run
 hostname guest
+cat /proc/sys/kernel/random/boot_id > /dev/null   # drawn on first read: now, so resumed copies share it
 port=""
 for d in /sys/class/virtio-ports/*; do [ "$(cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}; done
 echo 0 > /sys/class/graphics/fbcon/cursor_blink 2>/dev/null   # a still screen between actions

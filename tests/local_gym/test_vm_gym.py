@@ -1,0 +1,196 @@
+"""VM desktops in the gym, on a real tiny Linux guest under QEMU (TCG on this machine: its nested KVM does
+not boot Linux): the genv API end to end, task set-up and validators through the guest agent, executions
+resumed from one saved boot (never booting again, never sharing a disk), a VM that dies while it starts,
+and nothing left behind by terminate, close or a SIGKILLed gym.
+
+The guest is built from Debian packages on first use (``vm/guest_image.py``, a few seconds); the task is
+``examples/vm_tasks/901-vm-shell-files.yaml``, the one the docs show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from cua_rl.asgi_thread import free_port
+from cua_rl.genv import GenvClient, GenvError
+from cua_rl.local_gym import start_gym_server
+from cua_rl.local_gym.env import LocalGym
+from cua_rl.local_gym.manager import GymManager, GymOptions
+from cua_rl.local_gym.tasks import load_tasks
+from cua_rl.local_gym.vm import backend, guest_image
+from gym_helpers import descendants, wait_gone
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "vm_tasks"
+TASK = "901"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def guest():
+    folder = guest_image.ensure()
+    old = os.environ.get(guest_image.ENV)
+    os.environ[guest_image.ENV] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop(guest_image.ENV, None)
+    else:
+        os.environ[guest_image.ENV] = old
+
+
+def _qemu_pids(workdir: Path) -> set[int]:
+    out = subprocess.run(["pgrep", "-f", f"qemu-system.*{workdir}"], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def test_a_vm_task_through_the_genv_api_from_set_up_to_terminate(guest):
+    base_before = _sha(guest / "base.qcow2")
+    with start_gym_server(port=0, tasks_dir=str(TASKS), pool_size=1, x_spares=0) as gym:
+        async with GenvClient(gym.url, gym.gym_id) as c:
+            task = await c.get_task(TASK)
+            assert task.raw["env_config"] == {"type": "vm", "os": "linux", "image": "base.qcow2"}
+            async with c.execution(TASK) as ex:
+                eid = ex.execution_id
+                status = await c.get_execution(eid)
+                assert status["screen"] == {"width": 1280, "height": 800}   # the guest's framebuffer
+                png = await c.screenshot(eid)
+                assert png[:8] == b"\x89PNG\r\n\x1a\n" and Image.open(io.BytesIO(png)).size == (1280, 800)
+                jpeg = await c.screenshot(eid, format="jpeg")
+                assert jpeg[:2] == b"\xff\xd8"
+
+                # set-up went in through the guest agent; the agent's work is still to do
+                first = (await c.evaluate(eid)).raw["result"]
+                got = {v["id"]: v["pass"] for v in first["validators"]}
+                assert got == {"greeting": False, "date": False, "steps": True, "provisioned": True,
+                               "folders": True}
+                assert first["score"] == pytest.approx(3 / 6)
+
+                # keys typed over QMP reach the guest's shell, which writes the files
+                for action in load_tasks(TASKS).get(TASK).solution:
+                    reply = await c.act(eid, action)
+                    assert reply == {"ok": True, "screen_changed": True}
+                assert await c.screenshot(eid) != png
+                done = await c.evaluate(eid)
+                assert done.success is True and done.reward == 1.0
+
+                # refused input changes nothing: a character the VM keyboard cannot type
+                reply = await c.act(eid, {"type": "type", "text": "é"})
+                assert reply["ok"] is False and "no key" in reply["error"]
+                with pytest.raises(GenvError) as err:
+                    await c.act(eid, {"type": "click", "x": 2, "y": 0.5})
+                assert err.value.status_code == 422
+
+                vm = gym.manager.executions[eid].desktop.machine
+                root, qemu = vm.root, vm.proc.pid
+                assert (root / "overlay.qcow2").exists()
+            assert wait_gone({qemu}) == set() and not root.exists(), "terminate left the VM behind"
+        workdir = gym.manager.workdir
+    assert _qemu_pids(workdir) == set() and not workdir.exists(), "closing the gym left VMs behind"
+    assert _sha(guest / "base.qcow2") == base_before, "the base image was written"
+
+
+async def test_executions_resume_one_saved_boot_on_disks_of_their_own(guest):
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=1, x_spares=0)) as gym:
+        a = (await gym.reset(TASK))["execution_id"]
+        for _ in range(300):   # the pool resumes a spare in the background
+            if gym.manager.pool_stats()["spares"]:
+                break
+            await asyncio.sleep(0.1)
+        b = await gym.reset(TASK)
+        assert b["warm"] is True   # handed out from the pool: resumed while the first one ran
+        b = b["execution_id"]
+        desk = {eid: gym.manager.executions[eid].desktop for eid in (a, b)}
+        boot = {eid: d.agent.exec(["/bin/cat", "/proc/sys/kernel/random/boot_id"])[1] for eid, d in desk.items()}
+        assert boot[a] == boot[b] and boot[a].strip(), "each execution continues the template's one boot"
+        await gym.act(a, {"type": "type", "text": "echo only-a > /root/greeting.txt\n"})
+        assert desk[a].files.read("greeting.txt", 100) == "only-a\n"
+        assert desk[b].files.read("greeting.txt", 100) is None, "an execution saw another's disk"
+        overlays = {eid: d.machine.overlay for eid, d in desk.items()}
+        assert overlays[a] != overlays[b]
+        for eid in (a, b):
+            await gym.terminate(eid)
+            assert not overlays[eid].exists()
+        templates = list((gym.manager.workdir / "vm-templates").iterdir())
+        assert len(templates) == 1   # one boot for the gym, however many executions
+
+
+async def test_a_vm_that_dies_while_it_starts_is_replaced(guest, monkeypatch):
+    """The Windows example's failure: a VM dying during creation. Here QEMU is SIGKILLed right after it
+    starts, before it has resumed; the manager's next attempt gives the execution a working machine."""
+    real_start, killed = backend.Machine.start, []
+
+    def start_and_kill_first(*args, **kwargs):
+        vm = real_start(*args, **kwargs)
+        if kwargs.get("incoming") is not None and not killed:
+            killed.append(vm.root)
+            os.kill(vm.proc.pid, signal.SIGKILL)
+        return vm
+
+    monkeypatch.setattr(backend.Machine, "start", start_and_kill_first)
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0, x_spares=0)) as gym:
+        ex = await gym.reset(TASK)
+        assert killed and not killed[0].exists(), "the dead VM's folder was left"
+        result = await gym.evaluate(ex["execution_id"])
+        assert result["result"]["validators"][3] == {"id": "provisioned", "pass": True, "score": 1.0,
+                                                     "weight": 1.0, "message": "provisioned.txt: has content"}
+        workdir = gym.manager.workdir
+    assert _qemu_pids(workdir) == set()
+
+
+def test_a_task_naming_a_missing_image_is_refused_at_load(tmp_path, guest):
+    text = (TASKS / "901-vm-shell-files.yaml").read_text()
+    (tmp_path / "901-vm.yaml").write_text(text.replace("$CUA_RL_VM_TEST_GUEST/base.qcow2", "/nonexistent/x.qcow2"))
+    with pytest.raises(ValueError, match="VM image /nonexistent/x.qcow2 does not exist"):
+        load_tasks(tmp_path)
+    (tmp_path / "901-vm.yaml").write_text(text.replace("settle_s: 1", "settle_s: 1\n  apps: [{app: xterm}]"))
+    with pytest.raises(ValueError, match="a VM task has no apps"):
+        load_tasks(tmp_path)
+
+
+def test_killing_the_gym_kills_its_vms():
+    """SIGKILL: no cleanup code runs; QEMU gets the kernel's parent-death signal, and the next gym deletes
+    the dead one's folder (overlays, templates, sockets)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "cua_rl.local_gym", "serve", "--port", str(port),
+                               "--tasks-dir", str(TASKS), "--pool-size", "1", "--x-spares", "0",
+                               "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                r = httpx.post(f"{base}/api/v1/desktop/tasks/{TASK}", json={}, timeout=120)
+                assert r.status_code == 200, r.text
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None, "gym did not come up"
+                time.sleep(0.3)
+        time.sleep(1.0)   # the pool's spare is resuming too
+        qemus = {p for p in descendants([server.pid]) if open(f"/proc/{p}/comm").read().startswith("qemu")}
+        assert len(qemus) >= 1
+        workdir = next(p.parent for p in Path("/tmp").glob("cua-gym-*/server.pid")
+                       if p.read_text().strip() == str(server.pid))
+        server.kill()
+        server.wait(30)
+        assert wait_gone(qemus) == set(), "QEMU outlived the gym"
+        assert workdir.exists()
+        asyncio.run(GymManager(GymOptions(tasks_dir=str(TASKS), x_spares=0)).close())   # the next gym
+        assert not workdir.exists(), "the next gym did not delete the dead one's folder"
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)
