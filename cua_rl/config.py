@@ -125,12 +125,19 @@ class TrajectoryConfig:
     # Negative control of the learning gate (bench/learning_bench.py), never for real training: each group's
     # rewards are dealt to its episodes by a seeded permutation before the advantages are computed.
     shuffle_rewards: bool = False
+    # Opt-in shaping (cua_rl/trajectory/shaping.py): the reward trained on is the evaluation's score plus
+    # format_reward * (fraction of valid model outputs) + action_reward * (fraction of actions performed).
+    format_reward: float = 0.0
+    action_reward: float = 0.0
 
     def __post_init__(self):
         if self.export_style not in EXPORT_STYLES:
             raise ValueError(f"trajectory.export_style must be one of {EXPORT_STYLES}, got {self.export_style!r}")
         if not 0.0 < self.turn_discount <= 1.0:
             raise ValueError(f"trajectory.turn_discount must be within (0, 1], got {self.turn_discount}")
+        for name in ("format_reward", "action_reward"):
+            if not 0.0 <= getattr(self, name) <= 10.0:
+                raise ValueError(f"trajectory.{name} must be within [0, 10], got {getattr(self, name)}")
         if self.min_group_size is not None and self.min_group_size < 1:
             raise ValueError(f"trajectory.min_group_size must be >= 1 or null, got {self.min_group_size}")
 

@@ -55,6 +55,7 @@ from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.resume import STREAM_KEY
 from cua_rl.runs import RunPaths
 from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
+from cua_rl.trajectory.shaping import shaped_reward
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                  model_base_url: str = "", model_name: str = "", poll_interval_s: float = 1.0,
                  monitor_base_url: str = "", monitor_project_id: str = "", monitor_training_id: int | None = None,
                  is_eval: bool = False, stats_dir: str = "", seed: int = 1, seed_instances: bool = True,
-                 shuffle_rewards: bool = False):
+                 shuffle_rewards: bool = False, format_reward: float = 0.0, action_reward: float = 0.0):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         self.gconfig = gconfig
@@ -96,6 +97,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self.export_style, self.turn_discount = export_style, turn_discount
         self.normalise_in_group, self.scale_by_std = normalise_in_group, scale_by_std
         self.shuffle_rewards = shuffle_rewards   # the learning gate's negative control (TrajectoryConfig)
+        self.format_reward, self.action_reward = format_reward, action_reward   # opt-in shaping (TrajectoryConfig)
         self.model_base_url, self.model_name = model_base_url, model_name
         self.poll_interval_s = poll_interval_s
         self.monitor_base_url, self.monitor_project_id = monitor_base_url, monitor_project_id
@@ -287,20 +289,22 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 report.failed(f"{type(exc).__name__}: {exc}", {"task_id": task_id})
             return None
         seconds = time.monotonic() - started
-        logger.info("%s: reward=%.3f run_ok=%s reason=%s turns=%d %.1fs", where, evaluation.reward, run.ok,
+        reward = shaped_reward(float(evaluation.reward), run.steps, self.format_reward, self.action_reward)
+        logger.info("%s: reward=%.3f%s run_ok=%s reason=%s turns=%d %.1fs", where, reward,
+                    f" (task {evaluation.reward:.3f} + shaping)" if reward != evaluation.reward else "", run.ok,
                     run.reason, len(turns), seconds)
         info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
                 "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed,
-                "instruction": execution.instruction}
+                "instruction": execution.instruction, "env_reward": float(evaluation.reward)}
         if report is not None:
-            report.finished(reward=float(evaluation.reward), task_success=bool(evaluation.success),
+            report.finished(reward=reward, task_success=bool(evaluation.success),
                             num_turns=len(turns), num_validators=len(evaluation.validators),
                             evaluation=evaluation.raw,
-                            summary={**info, "reward": float(evaluation.reward), "task_success": bool(evaluation.success),
+                            summary={**info, "reward": reward, "task_success": bool(evaluation.success),
                                      "num_turns": len(turns), "task_id": task_id},
                             turns=turns, steps=run.steps, tokenizer=getattr(endpoint, "tokenizer", None),
                             discount=self.turn_discount)
-        return EpisodeOutcome(turns=turns, reward=float(evaluation.reward), info=info,
+        return EpisodeOutcome(turns=turns, reward=reward, info=info,
                               monitor_uuid=report.uuid if report is not None else None)
 
     async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id, instruction: str | None = None,
