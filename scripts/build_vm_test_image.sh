@@ -1,16 +1,11 @@
 #!/usr/bin/env bash
-# A tiny Linux guest for the VM desktop tests, built offline from Debian packages (tests/local_gym/test_vm*.py
-# build it when it is missing: a few seconds). Output in OUT (default ~/.cache/cua-rl/vm-test-guest): vmlinuz, initrd.gz and
-# base.qcow2 (ext4 root: busybox, qemu-guest-agent and the libraries it links, an init that starts the
-# agent and a shell on the VGA console tty1). Boot it with Machine(VMSpec(base_image=OUT/base.qcow2,
-# kernel=OUT/vmlinuz, initrd=OUT/initrd.gz, append="console=tty0 quiet", accel=("tcg",))).
-#
-# Measured on the development machine (2 cores, TCG, while a CI run used both cores; docs/local_gym.md):
-# the guest agent answers guest-sync 6.3 s after QEMU starts; guest-exec and guest-file-read work; keys sent
-# over QMP type into the shell on the screen (docs/img/vm_test_guest.png); savevm 68 ms, loadvm 62 ms, and
-# the agent answers again after loadvm. Talk to the agent over one connection and match guest-sync ids:
-# replies to earlier syncs sent while it booted arrive late. The machine's nested KVM starts QEMU but
-# does not boot this kernel (a warning about CPUID pni; `-cpu host` fails on an MSR), hence accel tcg.
+# A tiny Linux guest for the VM desktops' tests, bench and example task, built offline from Debian packages in
+# a few seconds (cua_rl/local_gym/vm/guest_image.py runs this when the image is missing or this script
+# changed). Output in OUT (default ~/.cache/cua-rl/vm-test-guest): vmlinuz, initrd.gz and base.qcow2 (ext4
+# root: busybox, qemu-guest-agent and the libraries it links, an init that starts the agent and a shell on
+# the framebuffer console tty1). examples/vm_tasks/901-vm-shell-files.yaml boots it (accel tcg: this
+# machine's nested KVM starts QEMU but does not boot this kernel, a warning about CPUID pni; `-cpu host`
+# fails on an MSR). Timings: docs/bench/vm_bench.json.
 #
 # Needs: apt-get (download only), dpkg-deb, mke2fs (e2fsprogs), qemu-img, gzip; busybox's own cpio.
 set -euo pipefail

@@ -26,7 +26,7 @@ from PIL import Image
 from cua_rl.asgi_thread import free_port
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import start_gym_server
-from cua_rl.local_gym.env import LocalGym
+from cua_rl.local_gym.env import GymError, LocalGym
 from cua_rl.local_gym.manager import GymManager, GymOptions
 from cua_rl.local_gym.tasks import load_tasks
 from cua_rl.local_gym.vm import backend, guest_image
@@ -149,6 +149,23 @@ async def test_a_vm_that_dies_while_it_starts_is_replaced(guest, monkeypatch):
                                                      "weight": 1.0, "message": "provisioned.txt: has content"}
         workdir = gym.manager.workdir
     assert _qemu_pids(workdir) == set()
+
+
+async def test_a_vm_that_dies_mid_episode_ends_that_execution_cleanly(guest):
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0, x_spares=0)) as gym:
+        eid = (await gym.reset(TASK))["execution_id"]
+        other = (await gym.reset(TASK))["execution_id"]
+        vm = gym.manager.executions[eid].desktop.machine
+        os.kill(vm.proc.pid, signal.SIGKILL)
+        for call in (gym.screenshot(eid), gym.act(eid, {"type": "key", "keys": ["enter"]}), gym.evaluate(eid)):
+            with pytest.raises(GymError) as err:
+                await call
+            assert err.value.status == 503   # the workflow drops the episode: an infrastructure failure
+        await gym.terminate(eid)
+        assert not vm.root.exists()
+        # the other execution never noticed
+        assert (await gym.act(other, {"type": "type", "text": "echo hello > /root/greeting.txt\n"}))["ok"] is True
+        assert (await gym.evaluate(other))["result"]["validators"][0]["pass"] is True
 
 
 def test_a_task_naming_a_missing_image_is_refused_at_load(tmp_path, guest):

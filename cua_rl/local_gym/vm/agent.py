@@ -126,7 +126,7 @@ class GuestAgent:
         if stdin is not None:
             args["input-data"] = base64.b64encode(stdin).decode()
         pid = self.call("guest-exec", **args)["pid"]
-        deadline = time.monotonic() + timeout_s
+        deadline, wait = time.monotonic() + timeout_s, 0.002   # most set-up commands end in milliseconds
         while True:
             st = self.call("guest-exec-status", pid=pid)
             if st.get("exited"):
@@ -135,7 +135,8 @@ class GuestAgent:
                 return int(st.get("exitcode", -1)), out, err
             if time.monotonic() > deadline:
                 raise GuestAgentError(f"{argv[0]} did not finish in the guest within {timeout_s:.0f} s")
-            time.sleep(0.02)
+            time.sleep(wait)
+            wait = min(0.05, wait * 2)
 
     def read_file(self, path: str, limit: int = MAX_READ) -> bytes | None:
         """Up to ``limit`` bytes of a guest file; None when it cannot be opened (missing, a folder)."""

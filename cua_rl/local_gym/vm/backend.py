@@ -90,7 +90,7 @@ def template_for(spec: VMDesktopSpec, workdir: Path, timeout_s: float) -> Templa
         tpl = _templates.get(key)
         if tpl is not None and tpl.state.exists():
             return tpl
-        _templates[key] = tpl = _boot_template(spec, workdir / "vm-templates", timeout_s)
+        _templates[key] = tpl = boot_template(spec, workdir / "vm-templates", timeout_s)
         return tpl
 
 
@@ -102,7 +102,7 @@ def forget_templates(workdir: Path) -> None:
             _template_locks.pop(key, None)
 
 
-def _boot_template(spec: VMDesktopSpec, folder: Path, timeout_s: float) -> Template:
+def boot_template(spec: VMDesktopSpec, folder: Path, timeout_s: float) -> Template:
     folder.mkdir(mode=0o700, exist_ok=True)
     t0 = time.monotonic()
     logger.info("booting the VM template of %s (%s; at most %.0f s)", spec.vm.base_image or spec.vm.kernel,
@@ -135,7 +135,9 @@ class VMScreen(Screen):
     """Frames from QMP ``screendump`` (PPM: a header, then RGB), with ``Screen``'s encoding cache. No DAMAGE:
     the settle wait polls, slower than on X (a dump is milliseconds, not a quarter of one)."""
 
-    poll_s, stable_s = 0.02, 0.08   # the settle wait's polling (env.settle)
+    # the settle wait's polling (env.settle): a dump takes ~7 ms (1280x800); the test guest's console echoes a
+    # key within ~11 ms, a desktop guest may redraw in several steps
+    poll_s, stable_s = 0.015, 0.05
 
     def __init__(self, machine: Machine) -> None:
         self._vm = machine
@@ -233,6 +235,9 @@ class GuestFiles:
     def path(self, rel: str) -> str:
         return self._path.join(self._home, rel)
 
+    def parent(self, rel: str) -> str:
+        return self._path.dirname(self.path(rel))
+
     def refuse(self, rel: str) -> str | None:
         return None
 
@@ -259,15 +264,18 @@ class GuestFiles:
         code, out = self._run(["/bin/ls", "-A1", "--", p], ["cmd.exe", "/c", "dir", "/b", "/a", p])
         return [line.rstrip("\r") for line in out.splitlines() if line.strip()] if code == 0 else None
 
-    def makedirs(self, rel: str) -> None:
-        p = self.path(rel)
-        code, out = self._run(["/bin/mkdir", "-p", "--", p],
-                              ["cmd.exe", "/c", f'if not exist "{p}" mkdir "{p}"'])
+    def makedirs(self, *rels: str) -> None:
+        """Make guest folders (and their parents) in one guest command."""
+        paths = [self.path(r) for r in rels]
+        if not paths:
+            return
+        code, out = self._run(["/bin/mkdir", "-p", "--", *paths],
+                              ["cmd.exe", "/c", " & ".join(f'(if not exist "{p}" mkdir "{p}")' for p in paths)])
         if code != 0:
-            raise RuntimeError(f"cannot make the guest folder {p}: {out.strip()[-200:]}")
+            raise RuntimeError(f"cannot make the guest folders {paths}: {out.strip()[-200:]}")
 
     def write(self, rel: str, text: str) -> None:
-        self.makedirs(self._path.dirname(self.path(rel)))
+        """Create or replace a guest file (its folder must exist: ``makedirs``)."""
         self._agent.write_file(self.path(rel), text.encode())
 
 
@@ -310,8 +318,7 @@ class VMDesktop:
 
     def provision(self, files: dict[str, str], dirs: list[str], commands: list[list[str]]) -> None:
         """The task's set-up inside the guest: folders, files, then commands (each must exit 0)."""
-        for d in dirs:
-            self.files.makedirs(d)
+        self.files.makedirs(*dirs, *sorted({self.files.parent(rel) for rel in files}))
         for rel, text in files.items():
             self.files.write(rel, text)
         for argv in commands:
