@@ -63,6 +63,9 @@ class EmbeddedStackConfig:
     gym_port: int = 0
     agent_port: int = 0
     gym_id: str = "desktop"
+    # A folder of task YAML files for the embedded gym instead of its built-in tasks; tasks whose setup
+    # names a VM image run on QEMU machines (docs/local_gym.md, "VM desktops"). Empty = the built-in tasks.
+    tasks_dir: str = ""
     # Desktops the gym keeps ready (pool size). Each costs ~60-75 MB and a little CPU.
     num_desktops: int = 2
     # Tiny offline Qwen3-VL checkpoint (built with `cua-model build-tiny` if missing).
@@ -81,6 +84,8 @@ class EmbeddedStackConfig:
                 raise ValueError(f"embedded.{name} must be 0..65535")
         if self.num_desktops < 1:
             raise ValueError("embedded.num_desktops must be >= 1")
+        if self.tasks_dir and not os.path.isdir(os.path.expanduser(self.tasks_dir)):
+            raise ValueError(f"embedded.tasks_dir {self.tasks_dir!r} is not a folder (of task YAML files)")
 
 
 @dataclass

@@ -135,7 +135,9 @@ def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
 
     emb = config.embedded
     t0 = time.monotonic()
-    gym = start_gym_server(emb.host, emb.gym_port, gym_id=emb.gym_id, pool_size=emb.num_desktops)
+    tasks_dir = os.path.abspath(os.path.expanduser(emb.tasks_dir)) if emb.tasks_dir else None
+    gym = start_gym_server(emb.host, emb.gym_port, gym_id=emb.gym_id, pool_size=emb.num_desktops,
+                           tasks_dir=tasks_dir)
     stack.callback(gym.stop)
     agent = start_agent_server(emb.host, emb.agent_port)
     stack.callback(agent.stop)
