@@ -147,8 +147,24 @@ async def test_a_vm_that_dies_while_it_starts_is_replaced(guest, monkeypatch):
         result = await gym.evaluate(ex["execution_id"])
         assert result["result"]["validators"][3] == {"id": "provisioned", "pass": True, "score": 1.0,
                                                      "weight": 1.0, "message": "provisioned.txt: has content"}
+        await gym.terminate(ex["execution_id"])
+
+        # bounded: when every machine dies, create gives up after three and answers 503, leaving nothing
+        killed.clear()
+        monkeypatch.setattr(backend.Machine, "start", lambda *a, **k: _killed(real_start(*a, **k), killed))
+        with pytest.raises(GymError) as err:
+            await gym.reset(TASK)
+        assert err.value.status == 503 and len(killed) == 3
+        assert not any(root.exists() for root in killed)
         workdir = gym.manager.workdir
+        assert _qemu_pids(workdir) == set() and not gym.manager.executions
     assert _qemu_pids(workdir) == set()
+
+
+def _killed(vm, log: list):
+    log.append(vm.root)
+    os.kill(vm.proc.pid, signal.SIGKILL)
+    return vm
 
 
 async def test_a_vm_that_dies_mid_episode_ends_that_execution_cleanly(guest):
