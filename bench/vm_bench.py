@@ -29,6 +29,7 @@ from cua_rl.local_gym.env import LocalGym
 from cua_rl.local_gym.manager import GymOptions
 from cua_rl.local_gym.tasks import load_tasks
 from cua_rl.local_gym.vm import backend, guest_image
+from gym_bench import summary   # p50/p90/p99 and n; every figure here is in milliseconds
 
 TASKS = Path(__file__).resolve().parents[1] / "examples" / "vm_tasks"
 TASK = "901"
@@ -38,17 +39,6 @@ KVM_EXPECTATION = (
     "resume is dominated by reading the state file (~90 MiB, mostly the framebuffer and zero pages) and by "
     "QEMU's start, which KVM does not change much; a Windows guest's first boot takes minutes either way "
     "(~150 s in the Windows-VM example with KVM), which is why it happens once per gym, not per episode.")
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))], 2)
-
-
-def summary(ms: list[float]) -> dict:
-    return {"p50_ms": pct(ms, 50), "p90_ms": pct(ms, 90), "n": len(ms)}
 
 
 def boots(spec, n: int) -> dict:
@@ -63,7 +53,7 @@ def boots(spec, n: int) -> dict:
                 size = tpl.state.stat().st_size
     finally:
         spawner.close()
-    return {"boot": summary(boot), "save_state": summary(save), "state_mib": round(size / 2**20, 1)}
+    return {"boot_ms": summary(boot), "save_state_ms": summary(save), "state_mib": round(size / 2**20, 1)}
 
 
 async def in_gym(n: int) -> dict:
@@ -84,7 +74,7 @@ async def in_gym(n: int) -> dict:
                                                                       workdir=m.workdir, timeout_s=30.0))
             resume.append((time.monotonic() - t0) * 1e3)
             await asyncio.to_thread(desk.stop)
-        out["resume"] = summary(resume)
+        out["resume_ms"] = summary(resume)
 
         warm, cold = [], []
         for _ in range(n):
@@ -96,7 +86,7 @@ async def in_gym(n: int) -> dict:
             r = await gym.reset(TASK)
             (warm if r["warm"] else cold).append((time.monotonic() - t0) * 1e3)
             await gym.terminate(r["execution_id"])
-        out["create_warm"] = summary(warm)
+        out["create_warm_ms"] = summary(warm)
         m.opt.pool_size = 0
         for desk in [d for q in m._spares.values() for d in q]:
             await m._destroy_async(desk)
@@ -106,7 +96,7 @@ async def in_gym(n: int) -> dict:
             r = await gym.reset(TASK)
             cold.append((time.monotonic() - t0) * 1e3)
             await gym.terminate(r["execution_id"])
-        out["create_cold"] = summary(cold)
+        out["create_cold_ms"] = summary(cold)
 
         eid = (await gym.reset(TASK))["execution_id"]
         vm = m.executions[eid].desktop.machine
@@ -134,8 +124,9 @@ async def in_gym(n: int) -> dict:
             t0 = time.monotonic()
             await gym.evaluate(eid)
             evals.append((time.monotonic() - t0) * 1e3)
-        out.update(snapshot_reset=summary(loads), step_type_one_char=summary(typed), step_click=summary(clicks),
-                   screenshot_png=summary(shots), evaluate_5_validators=summary(evals))
+        out.update(snapshot_reset_ms=summary(loads), step_type_one_char_ms=summary(typed),
+                   step_click_ms=summary(clicks), screenshot_png_ms=summary(shots),
+                   evaluate_5_validators_ms=summary(evals))
         await gym.terminate(eid)
     return out
 

@@ -57,8 +57,12 @@ class Screen:
         with self._lock:
             return self._mss.grab(self._monitor).raw
 
+    def image(self, raw: bytearray) -> Image.Image:
+        """A grabbed frame as a PIL image."""
+        return Image.frombuffer("RGB", (self.width, self.height), bytes(raw), "raw", "BGRX", 0, 1)
+
     def _encode_now(self, raw: bytearray, fmt: str, quality: int) -> bytes:
-        img = Image.frombuffer("RGB", (self.width, self.height), bytes(raw), "raw", "BGRX", 0, 1)
+        img = self.image(raw)
         out = io.BytesIO()
         if fmt == "png":
             img.save(out, "PNG", compress_level=1)

@@ -162,14 +162,8 @@ class VMScreen(Screen):
         self.width, self.height = int(m.group(1)), int(m.group(2))
         return raw
 
-    def _encode_now(self, raw: bytearray, fmt: str, quality: int) -> bytes:
-        img = Image.open(io.BytesIO(bytes(raw)))
-        out = io.BytesIO()
-        if fmt == "png":
-            img.save(out, "PNG", compress_level=1)
-        else:
-            img.save(out, "JPEG", quality=quality)
-        return out.getvalue()
+    def image(self, raw: bytearray) -> Image.Image:
+        return Image.open(io.BytesIO(bytes(raw)))
 
 
 class VMInput:
