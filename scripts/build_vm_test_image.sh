@@ -25,8 +25,9 @@ M="k/lib/modules/$KV/kernel"
 mkdir -p initrd/{bin,dev,proc,sys,newroot,lib/modules} \
          rootfs/{bin,sbin,dev,proc,sys,tmp,root,etc,usr/bin,lib64,lib/x86_64-linux-gnu,run}
 cp "$BB" initrd/bin/busybox
-# virtio disk and console, ext4 (and crc32c, which it loads through the crypto API), and bochs: the DRM
-# driver of QEMU's std VGA, whose framebuffer the kernel's console then draws on (1024x768). Each module's
+# virtio disk and console, ext4 (and crc32c, which it loads through the crypto API), bochs: the DRM driver
+# of QEMU's std VGA, whose framebuffer the kernel's console then draws on (1280x800), and the USB tablet the
+# gym points with (uhci, usbhid, hid-generic; evdev gives it a /dev/input/event node). Each module's
 # dependencies (its .modinfo "depends=") come first; the list is the order init loads them in.
 declare -A SEEN=()
 MODS=""
@@ -40,7 +41,9 @@ add_module() {
   cp "$f" "initrd/lib/modules/$m.ko"
   MODS="$MODS $m"
 }
-for m in virtio_pci virtio_blk virtio_console crc32c_generic ext4 bochs; do add_module "$m"; done
+for m in virtio_pci virtio_blk virtio_console crc32c_generic ext4 bochs uhci_hcd usbhid hid_generic evdev; do
+  add_module "$m"
+done
 cat > initrd/init <<INIT
 #!/bin/busybox sh
 /bin/busybox --install -s /bin

@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -126,6 +127,30 @@ async def test_executions_resume_one_saved_boot_on_disks_of_their_own(guest):
             assert not overlays[eid].exists()
         templates = list((gym.manager.workdir / "vm-templates").iterdir())
         assert len(templates) == 1   # one boot for the gym, however many executions
+
+
+async def test_pointer_actions_reach_the_guest_as_absolute_tablet_events(guest):
+    """The console ignores the mouse, so the guest's own input layer is read: a reader of the USB tablet's
+    evdev node (started through the guest agent) records what a click and a scroll became."""
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0, x_spares=0)) as gym:
+        eid = (await gym.reset(TASK))["execution_id"]
+        agent = gym.manager.executions[eid].desktop.agent
+        _, out, _ = agent.exec(["/bin/sh", "-c", 'for e in /sys/class/input/event*; do '
+                                'grep -q Tablet "$e/device/name" && echo /dev/input/${e##*/}; done'])
+        node = out.decode().strip()
+        assert node.startswith("/dev/input/event"), "the guest has no USB tablet"
+        agent.exec(["/bin/sh", "-c", f"cat {node} > /root/ev.bin 2>/dev/null </dev/null &"])
+        await asyncio.sleep(0.3)
+        assert (await gym.act(eid, {"type": "click", "x": 0.25, "y": 0.75}))["ok"] is True
+        assert (await gym.act(eid, {"type": "scroll", "x": 0.5, "y": 0.5, "dy": 2}))["ok"] is True
+        await asyncio.sleep(0.3)
+        raw = agent.read_file("/root/ev.bin")
+        events = [struct.unpack_from("qqHHi", raw, i)[2:] for i in range(0, len(raw) - 23, 24)]
+        xs = [v / 32767 for t, c, v in events if (t, c) == (3, 0)]   # EV_ABS, ABS_X
+        ys = [v / 32767 for t, c, v in events if (t, c) == (3, 1)]
+        assert any(abs(x - 0.25) < 0.01 for x in xs) and any(abs(y - 0.75) < 0.01 for y in ys), (xs, ys)
+        assert [v for t, c, v in events if (t, c) == (1, 0x110)] == [1, 0]   # BTN_LEFT down, up
+        assert [v for t, c, v in events if (t, c) == (2, 8)] == [-1, -1]     # REL_WHEEL: two notches down
 
 
 async def test_a_vm_that_dies_while_it_starts_is_replaced(guest, monkeypatch):
