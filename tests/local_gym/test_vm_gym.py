@@ -150,7 +150,8 @@ async def test_pointer_actions_reach_the_guest_as_absolute_tablet_events(guest):
         ys = [v / 32767 for t, c, v in events if (t, c) == (3, 1)]
         assert any(abs(x - 0.25) < 0.01 for x in xs) and any(abs(y - 0.75) < 0.01 for y in ys), (xs, ys)
         assert [v for t, c, v in events if (t, c) == (1, 0x110)] == [1, 0]   # BTN_LEFT down, up
-        assert [v for t, c, v in events if (t, c) == (2, 8)] == [-1, -1]     # REL_WHEEL: two notches down
+        # REL_WHEEL: two notches down (the tablet may report them in one event of -2)
+        assert sum(v for t, c, v in events if (t, c) == (2, 8)) == -2
 
 
 async def test_a_vm_that_dies_while_it_starts_is_replaced(guest, monkeypatch):
