@@ -57,6 +57,7 @@ INIT
 chmod +x initrd/init
 (cd initrd && find . | "$BB" cpio -o -H newc 2>/dev/null | gzip -1) > initrd.gz
 cp "$BB" rootfs/bin/busybox
+ln -s /bin/busybox rootfs/sbin/hwclock   # qemu-ga's guest-set-time runs /sbin/hwclock (unsupported without it)
 cp qga/usr/sbin/qemu-ga rootfs/usr/bin/qemu-ga
 for lib in $(ldd qga/usr/sbin/qemu-ga | awk '/=>/{print $3} /ld-linux/{print $1}'); do
   mkdir -p "rootfs$(dirname "$lib")"
@@ -64,6 +65,7 @@ for lib in $(ldd qga/usr/sbin/qemu-ga | awk '/=>/{print $3} /ld-linux/{print $1}
 done
 cat > rootfs/sbin/init <<'INIT'
 #!/bin/busybox sh
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin   # the kernel starts init without one
 /bin/busybox --install -s /bin
 mkdir -p /dev/pts; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run
 hostname guest

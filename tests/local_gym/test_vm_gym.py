@@ -127,6 +127,11 @@ async def test_executions_resume_one_saved_boot_on_disks_of_their_own(guest):
             assert not overlays[eid].exists()
         templates = list((gym.manager.workdir / "vm-templates").iterdir())
         assert len(templates) == 1   # one boot for the gym, however many executions
+        # a machine resumed long after its template was saved wakes with the template's clock: set to now
+        await asyncio.sleep(8)
+        c = (await gym.reset(TASK))["execution_id"]
+        guest_now = int(gym.manager.executions[c].desktop.agent.exec(["/bin/date", "+%s"])[1])
+        assert abs(guest_now - time.time()) < 1.5, "the resumed guest's clock was not set"
 
 
 async def test_pointer_actions_reach_the_guest_as_absolute_tablet_events(guest):

@@ -327,7 +327,8 @@ class VMDesktop:
 
 
 def _set_clock(agent: GuestAgent) -> None:
-    """The resumed guest's clock says when its template was saved; set it to now where the guest allows."""
+    """The resumed guest's clock lags by about the time since its template was saved (measured: 2.3 s after
+    8 s); set it to now. Linux guests' qemu-ga needs /sbin/hwclock for this (else "unsupported": logged)."""
     try:
         agent.set_time()
     except (GuestAgentError, QMPError) as exc:
