@@ -52,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     from .suite import make_suite
 
     if args.cmd == "list":
-        suite = make_suite(GymOptions(suite=args.suite, tasks_dir=args.tasks_dir))
+        try:
+            suite = make_suite(GymOptions(suite=args.suite, tasks_dir=args.tasks_dir))
+        except ValueError as exc:   # a bad task file: say which and why, no traceback
+            print(f"cua-gym: {exc}", file=sys.stderr)
+            return 2
         for t in suite.tasks.tasks:
             print(f"{t.task_id:40s} {t.category:13s} {t.difficulty:7s} {t.instruction[:70]}")
         return 0
@@ -62,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
                       x_spares=args.x_spares,
                       prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,
                       display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit)
-    uvicorn.run(create_app(opts), host=args.host, port=args.port, log_level=args.log_level.lower(),
+    try:
+        app = create_app(opts)
+    except ValueError as exc:
+        print(f"cua-gym: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                 timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S)
     return 0
 

@@ -50,6 +50,9 @@ def _image_path(value: str | None) -> str | None:
     if value is None:
         return None
     path = os.path.expandvars(os.path.expanduser(value))
+    unset = re.findall(r"\$\{?(\w+)", path)
+    if unset:
+        raise ValueError(f"{value!r}: environment variable {unset[0]} is not set")
     if not os.path.isabs(path):
         raise ValueError(f"{value!r}: VM image paths must be absolute (after ~ and $VAR expansion)")
     if not os.path.isfile(path):

@@ -215,8 +215,12 @@ async def test_a_vm_that_dies_mid_episode_ends_that_execution_cleanly(guest):
         assert (await gym.evaluate(other))["result"]["validators"][0]["pass"] is True
 
 
-def test_a_task_naming_a_missing_image_is_refused_at_load(tmp_path, guest):
+def test_a_task_naming_a_missing_image_is_refused_at_load(tmp_path, guest, monkeypatch):
     text = (TASKS / "901-vm-shell-files.yaml").read_text()
+    with monkeypatch.context() as m:
+        m.delenv(guest_image.ENV)
+        with pytest.raises(ValueError, match=f"environment variable {guest_image.ENV} is not set"):
+            load_tasks(TASKS)
     (tmp_path / "901-vm.yaml").write_text(text.replace("$CUA_RL_VM_TEST_GUEST/base.qcow2", "/nonexistent/x.qcow2"))
     with pytest.raises(ValueError, match="VM image /nonexistent/x.qcow2 does not exist"):
         load_tasks(tmp_path)
