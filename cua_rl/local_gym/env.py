@@ -107,7 +107,8 @@ class LocalGym:
         opt = self.options
         self._manager = GymManager(opt)
         self._reaper = asyncio.create_task(self._manager.reap_forever())
-        self._manager.refill_x()
+        if any(getattr(getattr(t, "setup", None), "vm", None) is None for t in self.tasks.tasks):
+            self._manager.refill_x()   # bare X servers for cold creates; a gym of VM tasks only needs none
         if opt.prewarm:
             self._manager.prewarm([t for t in (self.tasks.get(k) for k in opt.prewarm) if t is not None])
         logger.info("gym %s (%s): %d tasks, up to %d executions", opt.gym_id, self.suite.kind, len(self.tasks),

@@ -137,8 +137,9 @@ async def test_executions_resume_one_saved_boot_on_disks_of_their_own(guest):
 async def test_pointer_actions_reach_the_guest_as_absolute_tablet_events(guest):
     """The console ignores the mouse, so the guest's own input layer is read: a reader of the USB tablet's
     evdev node (started through the guest agent) records what a click and a scroll became."""
-    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0, x_spares=0)) as gym:
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0)) as gym:   # x_spares: the default
         eid = (await gym.reset(TASK))["execution_id"]
+        assert gym.manager.pool_stats()["bare_x"] == 0 and not gym.manager._building_x   # no X for VM tasks
         agent = gym.manager.executions[eid].desktop.agent
         _, out, _ = agent.exec(["/bin/sh", "-c", 'for e in /sys/class/input/event*; do '
                                 'grep -q Tablet "$e/device/name" && echo /dev/input/${e##*/}; done'])
