@@ -73,6 +73,10 @@ class BrowserSpec(DesktopSpec):
     zoom: float = 1.0
 
     @property
+    def desktop_class(self) -> type["BrowserDesktop"]:
+        return BrowserDesktop
+
+    @property
     def pool_key(self) -> "BrowserSpec":
         """Spares are interchangeable across pages: the pool keys them without the page."""
         return dataclasses.replace(self, page="")
@@ -317,10 +321,3 @@ def _value(reply: dict, expression: str):
         text = details.get("exception", {}).get("description") or details.get("text", "exception")
         raise CDPError(f"page raised {text.splitlines()[0]} in {expression[:80]!r}")
     return reply.get("result", {}).get("value")
-
-
-def browser_desktop_class(spec: DesktopSpec) -> type[Desktop]:
-    """Which desktop class builds ``spec`` (the manager's one switch between app and browser desktops)."""
-    return BrowserDesktop if isinstance(spec, BrowserSpec) else Desktop
-
-

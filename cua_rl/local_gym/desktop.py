@@ -71,6 +71,11 @@ class DesktopSpec:
     width: int = 1280
     height: int = 800
 
+    @property
+    def desktop_class(self) -> type["Desktop"]:
+        """The class the manager builds this spec with (``BrowserSpec`` and ``VMDesktopSpec`` name theirs)."""
+        return Desktop
+
 
 @dataclass(frozen=True)
 class SandboxLimits:

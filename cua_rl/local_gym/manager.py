@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import mounts, procs
-from .browser import browser_desktop_class
 from .desktop import Desktop, DesktopSpec, SandboxLimits
 from .tasks import TaskDef
-from .vm.backend import VMDesktop, VMDesktopSpec, forget_templates
+from .vm.backend import forget_templates
 
 logger = logging.getLogger(__name__)
 
@@ -136,11 +135,6 @@ class CapacityError(RuntimeError):
     pass
 
 
-def desktop_class(spec: DesktopSpec) -> type:
-    """Which class builds ``spec``: a VM, a browser or an app desktop (the one switch between backends)."""
-    return VMDesktop if isinstance(spec, VMDesktopSpec) else browser_desktop_class(spec)
-
-
 def pool_key(spec: DesktopSpec):
     """Which spares can serve ``spec``: its ``pool_key`` when it has one, else the spec itself."""
     return getattr(spec, "pool_key", spec)
@@ -220,7 +214,7 @@ class GymManager:
         number may be taken by someone else), a VM on a new machine (one may die while it starts).
 
         The first attempt builds on a pre-started X server when one is ready (``refill_x``)."""
-        cls = desktop_class(spec)
+        cls = spec.desktop_class   # an app, browser or VM desktop
         x = self._take_x(spec) if cls.uses_x else None
         with self._display_lock:
             slot = x.slot if x is not None else self._free_slots.pop(0)  # type: ignore[attr-defined]

@@ -33,10 +33,14 @@ class Screen:
         mon = self._mss.monitors[0]
         self.width, self.height = mon["width"], mon["height"]
         self._monitor = {"left": 0, "top": 0, "width": self.width, "height": self.height}
+        self._init_cache()
+        self.damage = DamageWatch.open(display_name)
+
+    def _init_cache(self) -> None:
+        """The encoding cache of ``cached``/``encode`` (one frame's encodings; subclasses call it too)."""
         self._cache_lock = threading.Lock()
         self._cache_frame: bytearray | None = None
         self._cache: dict[tuple[str, int], Future] = {}
-        self.damage = DamageWatch.open(display_name)
 
     def close(self) -> None:
         if self.damage is not None:

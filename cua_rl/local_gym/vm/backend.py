@@ -62,6 +62,10 @@ class VMDesktopSpec(DesktopSpec):
     settle_s: float = 2.0              # then this long before its state is saved (the desktop finishes drawing)
 
     @property
+    def desktop_class(self) -> type["VMDesktop"]:
+        return VMDesktop
+
+    @property
     def pool_key(self) -> tuple:
         return ("vm", self.vm, self.guest_os, self.guest_home, self.boot_timeout_s, self.settle_s)
 
@@ -141,21 +145,15 @@ class VMScreen(Screen):
 
     def __init__(self, machine: Machine) -> None:
         self._vm = machine
-        self._lock = threading.Lock()
-        self._cache_lock = threading.Lock()
-        self._cache_frame = None
-        self._cache = {}
+        self._init_cache()
         self.damage = None
-        self._path = machine.root / "screen.ppm"
         self.grab()
 
     def close(self) -> None:
         pass
 
     def grab(self) -> bytearray:
-        with self._lock:
-            self._vm.qmp.execute("screendump", filename=str(self._path))
-            raw = bytearray(self._path.read_bytes())
+        raw = bytearray(self._vm.screendump())
         m = re.match(rb"P6\s+(\d+)\s+(\d+)\s+\d+\s", raw[:64])
         if m is None:
             raise RuntimeError("screendump wrote no PPM image")

@@ -4,7 +4,7 @@ driven through QEMU's own machine protocol (no agent in the guest needed to see 
 - Disk: ``qemu-img create -f qcow2 -b BASE -F FMT overlay.qcow2`` in the machine's own folder; the base is
   opened read-only through the overlay and never written; the folder (overlay, sockets, log) is deleted
   when the machine stops.
-- Screen: QMP ``screendump`` (PNG, the guest's current resolution). Input: QMP ``input-send-event`` with a
+- Screen: QMP ``screendump`` (PPM or PNG, the guest's current resolution). Input: QMP ``input-send-event`` with a
   USB tablet, so pointer positions are absolute (0..1 of the screen, like the X11 desktops' actions).
 - Acceleration: KVM where it starts, else TCG (``-accel kvm -accel tcg``: QEMU takes the first that starts;
   ``VMSpec.accel`` changes the order); ``Machine.accel`` reports which one runs.
@@ -128,19 +128,23 @@ class Machine:
         try:
             self.qmp = QMP.connect(str(self.root / "qmp.sock"), timeout_s, alive=lambda: self.proc.poll() is None)
         except (OSError, QMPError) as exc:
-            tail = (self.root / "qemu.log").read_text(errors="replace")[-500:]
-            raise RuntimeError(f"QEMU did not start (exit {self.proc.poll()}): {exc}; it said: {tail}") from exc
+            raise RuntimeError(f"QEMU did not start (exit {self.proc.poll()}): {exc}; it said: "
+                               f"{self.log_tail(500)}") from exc
         self.accel = "kvm" if (self.qmp.execute("query-kvm") or {}).get("enabled") else "tcg"
         logger.info("VM %s up (%s, pid %d)", self.root.name, self.accel, self.proc.pid)
 
     # -- see and act --------------------------------------------------------------------------------
-    def screenshot_png(self) -> bytes:
-        path = self.root / f"shot-{secrets.token_hex(4)}.png"
+    def screendump(self, fmt: str = "ppm") -> bytes:
+        """The screen now, as QEMU writes it: ``ppm`` (a header, then RGB; cheapest) or ``png``."""
+        path = self.root / f"shot-{secrets.token_hex(4)}.{fmt}"
         try:
-            self.qmp.execute("screendump", filename=str(path), format="png")
+            self.qmp.execute("screendump", filename=str(path), format=fmt)
             return path.read_bytes()
         finally:
             path.unlink(missing_ok=True)
+
+    def screenshot_png(self) -> bytes:
+        return self.screendump("png")
 
     def send(self, *events: dict) -> None:
         self.qmp.execute("input-send-event", events=list(events))
