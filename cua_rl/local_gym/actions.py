@@ -7,11 +7,14 @@ malformed actions are 422, coordinates outside 0..1 are 422, text over ``MAX_TEX
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from dataclasses import dataclass, field
 
-from .xinput import XInput, keysym_for_name
+from .xinput import FOCUS_WAIT_S, XInput, keysym_for_name
+
+logger = logging.getLogger(__name__)
 
 MAX_TEXT = 4000
 MAX_WAIT_MS = 10_000
@@ -136,6 +139,18 @@ def parse_action(raw: object) -> Action:
 RETURN_KEYSYMS = {0xFF0D, 0xFF8D}
 
 
+async def keyboard_target(xin: XInput, timeout_s: float = FOCUS_WAIT_S) -> bool:
+    """Wait until keys would reach a live window (``XInput.keyboard_ready``: a window holds the focus and
+    its client answers); False after ``timeout_s``, and the keys then go out anyway, as a person's would."""
+    deadline = time.monotonic() + timeout_s
+    while not await asyncio.to_thread(xin.keyboard_ready):
+        if time.monotonic() > deadline:
+            logger.info("no window took the keyboard focus within %.1f s; typing anyway", timeout_s)
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
 async def perform(action: Action, xin: XInput, width: int, height: int, state: dict) -> None:
     """Play ``action``; ``state`` carries per-execution timing (last typing time) across actions."""
     px = lambda f: min(int(f * width), width - 1)    # noqa: E731
@@ -164,6 +179,7 @@ async def perform(action: Action, xin: XInput, width: int, height: int, state: d
     elif action.type == "scroll":
         await run(xin.scroll, px(action.x), py(action.y), action.dx, action.dy)
     elif action.type == "type":
+        await keyboard_target(xin)
         text = action.text
         if len(text) > 1 and text.endswith("\n"):
             await run(xin.type_text, text[:-1])
@@ -172,6 +188,7 @@ async def perform(action: Action, xin: XInput, width: int, height: int, state: d
         await run(xin.type_text, text)
         state["last_type"] = time.monotonic()
     elif action.type == "key":
+        await keyboard_target(xin)
         if RETURN_KEYSYMS & set(action.keysyms):
             gap = TYPE_TO_ENTER_GAP_S - (time.monotonic() - state.get("last_type", 0.0))
             if gap > 0:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import threading
 import time
 
-from Xlib import X, XK, display as xdisplay
+from Xlib import X, XK, display as xdisplay, error as xerror
 from Xlib.ext import xtest
+from Xlib.protocol import event as xevent
 
 # Friendly names (what agents and reference solutions write) -> X keysym names.
 KEY_ALIASES: dict[str, str] = {
@@ -27,6 +28,10 @@ KEY_ALIASES: dict[str, str] = {
     **{f"f{i}": f"F{i}" for i in range(1, 13)},
 }
 MAX_COORD = 32767
+# How long keyboard input waits for a window to hold the input focus and answer a ping (see
+# ``XInput.keyboard_ready``). A window manager under load can take hundreds of ms to focus a new window.
+FOCUS_WAIT_S = 3.0
+PING_WAIT_S = 1.0
 
 
 def keysym_for_name(name: str) -> int | None:
@@ -65,6 +70,10 @@ class XInput:
         self._spare_next = 0
         screen = self._d.screen()
         self.width, self.height = screen.width_in_pixels, screen.height_in_pixels
+        self._root = screen.root
+        self._wm_protocols = self._d.intern_atom("WM_PROTOCOLS")
+        self._client_list = self._d.intern_atom("_NET_CLIENT_LIST")
+        self._ready_window = 0   # the focused client that last answered a ping
 
     def close(self) -> None:
         with self._lock:
@@ -102,6 +111,86 @@ class XInput:
                     xtest.fake_input(self._d, X.ButtonPress, b)
                     xtest.fake_input(self._d, X.ButtonRelease, b)
             self._d.sync()
+
+    # -- keyboard target ----------------------------------------------------------------------------
+    # Keys go to the window that holds the X input focus. A window manager focuses a new window (or the one
+    # just clicked) some time after it maps (or is clicked); keys sent before that are lost, and so are
+    # keys a just-started client receives before its event loop runs. Under load both windows grow to
+    # hundreds of ms (seen: a cold mousepad missing the first typed characters, a Chromium page missing
+    # the keys typed right after a click). So keyboard input first waits until a viewable client window
+    # holds the focus and that client has answered a _NET_WM_PING (it has processed every event before it).
+    def _focused_client(self) -> int:
+        """The id of the viewable top-level client window that holds the input focus; 0 when none does."""
+        win = self._d.get_input_focus().focus
+        if isinstance(win, int):      # None or PointerRoot
+            return 0
+        while win.id != self._root.id:
+            if win.get_full_property(self._wm_protocols, X.AnyPropertyType) is not None:
+                return win.id if win.get_attributes().map_state == X.IsViewable else 0
+            parent = win.query_tree().parent
+            if isinstance(parent, int) or parent.id == 0:
+                return 0
+            win = parent
+        return 0
+
+    def _has_clients(self) -> bool:
+        """Whether any viewable client window exists (a bare desktop has no keyboard target to wait for)."""
+        prop = self._root.get_full_property(self._client_list, X.AnyPropertyType)
+        for wid in (prop.value if prop else []):
+            try:
+                if self._d.create_resource_object("window", wid).get_attributes().map_state == X.IsViewable:
+                    return True
+            except xerror.XError:
+                continue
+        return False
+
+    def ping(self, window: int, timeout_s: float = PING_WAIT_S) -> bool | None:
+        """Send ``window``'s client a _NET_WM_PING and wait for its answer: True when it answered, False after
+        ``timeout_s``, None when it does not take pings. A connection of its own, so that the answer (sent to
+        the root window) never queues up on the input connection."""
+        d = xdisplay.Display(self._d.get_display_name())
+        try:
+            win = d.create_resource_object("window", window)
+            protocols = d.intern_atom("WM_PROTOCOLS")
+            ping = d.intern_atom("_NET_WM_PING")
+            prop = win.get_full_property(protocols, X.AnyPropertyType)
+            if prop is None or ping not in prop.value:
+                return None
+            root = d.screen().root
+            root.change_attributes(event_mask=X.SubstructureNotifyMask)
+            stamp = (time.monotonic_ns() // 1_000_000) & 0xFFFFFFFF
+            win.send_event(xevent.ClientMessage(window=win, client_type=protocols,
+                                                data=(32, [ping, stamp, window, 0, 0])), event_mask=0)
+            d.flush()
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                while d.pending_events():
+                    ev = d.next_event()
+                    if ev.type == X.ClientMessage and ev.data[1][0] == ping and ev.data[1][1] == stamp:
+                        return True
+                time.sleep(0.002)
+            return False
+        except xerror.XError:     # the window went away
+            return False
+        finally:
+            d.close()
+
+    def keyboard_ready(self) -> bool:
+        """True once keys would reach a live client: a viewable client window holds the focus and its client
+        answered a ping since it got it (or takes no pings), or the desktop has no client window at all."""
+        with self._lock:
+            try:
+                window = self._focused_client()
+                if not window:
+                    return not self._has_clients()
+            except xerror.XError:  # a window went away while we looked
+                return False
+        if window == self._ready_window:
+            return True
+        if self.ping(window) is False:
+            return False
+        self._ready_window = window
+        return True
 
     # -- keyboard -----------------------------------------------------------------------------------
     def _find_spare_keycodes(self) -> list[int]:

@@ -177,6 +177,10 @@ class VMInput:
     def _btn(self, button: int, down: bool) -> dict:
         return {"type": "btn", "data": {"down": down, "button": BUTTONS.get(button, "left")}}
 
+    def keyboard_ready(self) -> bool:
+        """The guest's keyboard has no focus to wait for on this side (``XInput.keyboard_ready``)."""
+        return True
+
     def move(self, x: int, y: int) -> None:
         self._at(x, y)
 
