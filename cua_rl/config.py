@@ -124,6 +124,9 @@ class TrajectoryConfig:
     # GRPO inside the workflow: rewards minus the group mean (divided by the group std when scale_by_std).
     normalise_in_group: bool = True
     scale_by_std: bool = True
+    # Every episode weighs the same under AReaL's token-mean loss whatever its length (each episode's value
+    # times the group's mean trained tokens over its own); off, a 20-turn failure outweighs a 3-turn success.
+    equal_episode_weight: bool = True
     # Fewer evaluated episodes than this in a group drops the group (a lone episode has no baseline).
     # null = min(2, group size).
     min_group_size: int | None = None
@@ -182,6 +185,10 @@ class SFTConfig:
             raise ValueError(f"sft.demo_error_rate must be in [0, 1), got {self.demo_error_rate}")
         if self.lr <= 0 or self.seed_offset < 0:
             raise ValueError("sft.lr must be positive and sft.seed_offset >= 0")
+
+
+# AReaL sends top_k=1e8 (its default) for "no top-k"; anything from here up cannot truncate a vocabulary.
+NEUTRAL_TOP_K = 1_000_000
 
 
 @dataclass
@@ -274,11 +281,57 @@ class CUAConfig(GRPOConfig):
                 parse_number_ranges(self.gym_eval_number_range)  # fail at load time, not mid-run
             except ValueError as exc:
                 raise ValueError(f"gym_eval_number_range: {exc}") from None
+        self._check_sampling()
+        self._check_lengths()
+        norm = self.actor.adv_norm
+        if self.trajectory.normalise_in_group and norm is not None and norm.mean_level is not None:
+            raise ValueError(f"actor.adv_norm.mean_level must be null while trajectory.normalise_in_group is on "
+                             f"(got {norm.mean_level!r}): the group baseline is the only one; a mean over the "
+                             f"batch's tokens hands all-fail groups a positive advantage when failures run longer")
         if isinstance(self.gym_tags, str):  # tolerate "easy,normal" from hand-written YAML
             self.gym_tags = [t.strip() for t in self.gym_tags.split(",") if t.strip()]
         for tag in self.gym_tags or []:
             if not _TAG.match(str(tag)):
                 raise ValueError(f"gym_tags: bad tag {tag!r} (letters, digits, _ . : - only)")
+
+    def _check_sampling(self) -> None:
+        """The behaviour policy is the distribution the trainer recomputes: plain sampling at the actor's
+        temperature. A truncated or penalised distribution, greedy decoding or another temperature would
+        make vLLM's logprobs and the trainer's disagree on every token, silently. (The policy endpoint also
+        sends neutral penalties and min_p, so a checkpoint's generation_config cannot change them.)"""
+        g = self.gconfig
+        wrong = []
+        if g.greedy:
+            wrong.append("gconfig.greedy must be false (training samples; greedy is for evaluation only)")
+        if getattr(g, "use_beam_search", False):
+            wrong.append("gconfig.use_beam_search must be false")
+        if g.top_p != 1.0:
+            wrong.append(f"gconfig.top_p must be 1.0, got {g.top_p}")
+        if 0 < g.top_k < NEUTRAL_TOP_K:
+            wrong.append(f"gconfig.top_k must not truncate (<= 0 or >= {NEUTRAL_TOP_K}), got {g.top_k}")
+        if g.frequency_penalty != 0.0:
+            wrong.append(f"gconfig.frequency_penalty must be 0, got {g.frequency_penalty}")
+        if self.actor.temperature != g.temperature:
+            wrong.append(f"actor.temperature ({self.actor.temperature}) must equal gconfig.temperature "
+                         f"({g.temperature}): the trainer recomputes logprobs at the sampling temperature")
+        if wrong:
+            raise ValueError("sampling must be the distribution the trainer computes: " + "; ".join(wrong))
+
+    def _check_lengths(self) -> None:
+        """One length limit. A training row is one prompt plus its reply, and the policy endpoint refuses a
+        prompt that leaves no room under ``gconfig.max_tokens``; so that limit must fit vLLM's context (else
+        vLLM fails the turn) and one trainer micro-batch (else AReaL's packer fails the whole step)."""
+        g = self.gconfig
+        limits = {"vllm.max_model_len": self.vllm.max_model_len,
+                  "actor.mb_spec.max_tokens_per_mb": self.actor.mb_spec.max_tokens_per_mb}
+        for name, value in limits.items():
+            if value is not None and g.max_tokens > value:
+                raise ValueError(f"gconfig.max_tokens ({g.max_tokens}) exceeds {name} ({value}): a row that "
+                                 f"long would fail there. Set gconfig.max_tokens <= "
+                                 f"{min(v for v in limits.values() if v is not None)}")
+        if g.max_new_tokens >= g.max_tokens:
+            raise ValueError(f"gconfig.max_new_tokens ({g.max_new_tokens}) must be below gconfig.max_tokens "
+                             f"({g.max_tokens}), which also holds the prompt")
 
     # --- small derived values, so callers do not repeat the rules
     @property
