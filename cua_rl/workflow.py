@@ -77,7 +77,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                  max_task_time_seconds: float = 600, max_turn_time_seconds: float = 120,
                  policy: dict | None = None, group_size: int = 1, min_group_size: int | None = None,
                  export_style: str = "individual", turn_discount: float = 1.0,
-                 normalise_in_group: bool = True, scale_by_std: bool = True,
+                 normalise_in_group: bool = True, scale_by_std: bool = True, equal_episode_weight: bool = True,
                  model_base_url: str = "", model_name: str = "", poll_interval_s: float = 1.0,
                  monitor_base_url: str = "", monitor_project_id: str = "", monitor_training_id: int | None = None,
                  is_eval: bool = False, stats_dir: str = "", seed: int = 1, seed_instances: bool = True,
@@ -96,6 +96,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self.min_group_size = min_group_size if min_group_size is not None else min(2, group_size)
         self.export_style, self.turn_discount = export_style, turn_discount
         self.normalise_in_group, self.scale_by_std = normalise_in_group, scale_by_std
+        self.equal_episode_weight = equal_episode_weight
         self.shuffle_rewards = shuffle_rewards   # the learning gate's negative control (TrajectoryConfig)
         self.format_reward, self.action_reward = format_reward, action_reward   # opt-in shaping (TrajectoryConfig)
         self.model_base_url, self.model_name = model_base_url, model_name
@@ -190,7 +191,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             outcomes = shuffle_rewards(outcomes, f"{self.seed}:{task_id}:{seed}:{data.get('item_idx')}")
         self._report_advantages(outcomes)
         batch = group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
-                            style=self.export_style, discount=self.turn_discount)
+                            style=self.export_style, discount=self.turn_discount,
+                            equal_episode_weight=self.equal_episode_weight)
         if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/resume.py)
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)

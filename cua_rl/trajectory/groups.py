@@ -5,7 +5,12 @@ slices the concatenated batch into fixed blocks of ``group_size`` *rows*. Our ep
 number of rows (one per turn), and a failed episode yields none, so those blocks would straddle episodes
 and even tasks. Here the group is known exactly (the attempts this workflow ran for one task), so each
 episode's reward is centred (and scaled) against its own siblings before it is copied onto its rows.
-``adv_norm`` at batch level then whitens the advantages across the whole batch, as usual for GRPO.
+AReaL must not centre them again (``adv_norm.mean_level: null``; CUAConfig refuses a batch mean).
+
+Each episode weighs the same whatever its length: AReaL's loss is a mean over the batch's tokens, so an
+episode's pull grows with the tokens it trained (a 20-turn failure about 7x a 3-turn success). Each
+episode's value is therefore scaled by the group's mean trained tokens over its own (``episode_weights``),
+which keeps the group's total weight and makes its episodes equal.
 """
 
 from __future__ import annotations
@@ -49,6 +54,17 @@ def normalise_group(rewards: list[float], scale_by_std: bool = True, eps: float 
     return [c / (std + eps) for c in centred]
 
 
+def episode_weights(outcomes: list[EpisodeOutcome]) -> list[float]:
+    """Per-episode scale that gives every episode of a group the same total weight under a token-mean loss:
+    the group's mean trained (output) tokens over the episode's own; 0 for an episode that trained none."""
+    tokens = [sum(len(t.output_ids) for t in o.turns) for o in outcomes]
+    trained = [n for n in tokens if n]
+    if not trained:
+        return [0.0] * len(outcomes)
+    mean = sum(trained) / len(trained)
+    return [mean / n if n else 0.0 for n in tokens]
+
+
 def shuffle_rewards(outcomes: list[EpisodeOutcome], key: str) -> list[EpisodeOutcome]:
     """The negative control of the learning gate: the group's rewards dealt to its episodes by a permutation
     seeded with ``key``. Every group keeps its reward statistics; which episode earned which reward is lost,
@@ -59,13 +75,16 @@ def shuffle_rewards(outcomes: list[EpisodeOutcome], key: str) -> list[EpisodeOut
 
 
 def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
-                style: ExportStyle = "individual", discount: float = 1.0) -> dict[str, Any] | None:
+                style: ExportStyle = "individual", discount: float = 1.0,
+                equal_episode_weight: bool = True) -> dict[str, Any] | None:
     """Rows of all episodes of one group, concatenated; None when no episode produced a row. When any
     episode is reported to the monitor, every row carries ``monitor_turn`` (rows.py)."""
     if not outcomes:
         return None
     raw = [o.reward for o in outcomes]
     values = normalise_group(raw, scale_by_std) if normalise else raw
+    if equal_episode_weight:
+        values = [v * w for v, w in zip(values, episode_weights(outcomes))]
     keyed = any(o.monitor_uuid for o in outcomes)
     rows: list[dict[str, Any]] = []
     for outcome, value in zip(outcomes, values):

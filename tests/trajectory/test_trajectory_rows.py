@@ -8,6 +8,7 @@ from cua_rl.policy.records import Turn
 from cua_rl.trajectory import (
     EpisodeOutcome,
     concat_row,
+    episode_weights,
     episode_rows,
     group_batch,
     is_prefix_chain,
@@ -104,7 +105,7 @@ def test_group_batch_copies_each_episodes_advantage_onto_its_rows():
     good = EpisodeOutcome(turns=[_turn([1, 2], [3], images=1), _turn([1, 2, 3, 4], [5, 6], images=2)], reward=1.0)
     bad = EpisodeOutcome(turns=[_turn([1, 2], [9], images=1)], reward=0.0)
     silent = EpisodeOutcome(turns=[], reward=0.0)  # evaluated, but the agent never called the model
-    batch = group_batch([good, bad, silent])
+    batch = group_batch([good, bad, silent], equal_episode_weight=False)
     adv = normalise_group([1.0, 0.0, 0.0])
     assert batch["input_ids"].shape == (3, 6)
     assert batch["rewards"].tolist() == pytest.approx([adv[0], adv[0], adv[1]])
@@ -113,6 +114,24 @@ def test_group_batch_copies_each_episodes_advantage_onto_its_rows():
     # padding: attention mask zero beyond each row's length, loss mask never set on padding
     assert batch["attention_mask"][2].tolist() == [True] * 3 + [False] * 3
     assert batch["loss_mask"][2, 3:].sum() == 0
+
+
+def test_every_episode_weighs_the_same_whatever_its_length():
+    """Under a token-mean loss an episode pulls with (its value) x (its trained tokens): the weights make that
+    product the same size for every episode of the group, and keep the group's total."""
+    long_fail = EpisodeOutcome(turns=[_turn([1, 2], [9, 9, 9, 9])] * 5, reward=0.0)      # 20 output tokens
+    short_win = EpisodeOutcome(turns=[_turn([1, 2], [3, 4])], reward=1.0)                # 2 output tokens
+    weights = episode_weights([long_fail, short_win, EpisodeOutcome([], 0.0)])
+    assert weights == pytest.approx([11 / 20, 11 / 2, 0.0])
+    batch = group_batch([long_fail, short_win])
+    adv = normalise_group([0.0, 1.0])
+    mask = batch["loss_mask"].float()
+    pull = (batch["rewards"][:, None] * mask).sum(1)         # summed per row, then per episode
+    fail_pull, win_pull = pull[:5].sum().item(), pull[5].item()
+    assert fail_pull == pytest.approx(-win_pull) and win_pull == pytest.approx(adv[1] * 11)
+    unweighted = group_batch([long_fail, short_win], equal_episode_weight=False)
+    pull = (unweighted["rewards"][:, None] * unweighted["loss_mask"].float()).sum(1)
+    assert abs(pull[:5].sum().item()) == pytest.approx(10 * abs(pull[5].item()))   # 20 vs 2 tokens
 
 
 def test_group_batch_raw_rewards_and_empty_groups():
