@@ -69,7 +69,7 @@ def test_gpu_config_loads_with_the_documented_choices(tmp_path):
     assert cfg.actor.weight_update_mode == "disk"
     assert (cfg.gconfig.n_samples, cfg.gconfig.temperature, cfg.gconfig.greedy) == (4, 1.0, False)
     assert cfg.actor.reward_norm is None
-    assert (cfg.actor.adv_norm.mean_level, cfg.actor.adv_norm.std_level) == ("batch", "batch")
+    assert (cfg.actor.adv_norm.mean_level, cfg.actor.adv_norm.std_level) == (None, "batch")   # group baseline only
     assert cfg.actor.recompute_logprob and cfg.actor.use_decoupled_loss
     assert cfg.rollout.consumer_batch_size == cfg.train_dataset.batch_size
     for section in (cfg.saver, cfg.evaluator, cfg.recover, cfg.stats_logger):
@@ -178,6 +178,16 @@ def test_every_key_a_flag_sets_is_in_config_yaml():
     ("trajectory.format_reward=-1", "trajectory.format_reward must be within"),
     ("trajectory.export_style=tree", "trajectory.export_style must be one of"),
     ("trajectory.turn_discount=0", "trajectory.turn_discount must be within"),
+    # multi-turn credit and the behaviour policy (tests/training/test_multiturn_credit.py shows why)
+    ("actor.adv_norm.mean_level=batch", "adv_norm.mean_level must be null while trajectory.normalise_in_group"),
+    ("actor.temperature=0.7", r"actor.temperature \(0.7\) must equal gconfig.temperature"),
+    ("gconfig.greedy=true", "gconfig.greedy must be false"),
+    ("gconfig.top_p=0.9", "gconfig.top_p must be 1.0"),
+    ("+gconfig.top_k=50", "gconfig.top_k must not truncate"),
+    ("+gconfig.frequency_penalty=0.5", "gconfig.frequency_penalty must be 0"),
+    ("gconfig.max_tokens=32768", r"gconfig.max_tokens \(32768\) exceeds actor.mb_spec.max_tokens_per_mb"),
+    ("vllm.max_model_len=8192", r"gconfig.max_tokens \(16384\) exceeds vllm.max_model_len \(8192\)"),
+    ("gconfig.max_new_tokens=16384", "gconfig.max_new_tokens \\(16384\\) must be below gconfig.max_tokens"),
 ])
 def test_bad_values_fail_at_load_time(tmp_path, override, message):
     with pytest.raises(Exception, match=message):
