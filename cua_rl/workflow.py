@@ -336,8 +336,9 @@ class CUAAgentWorkflow(RolloutWorkflow):
         finally:
             if episode is not None:
                 endpoint.close_episode(episode)
-        if run.service_failed:
-            logger.error("execution %s: agent service failed mid-run (%s)", execution_id, run.reason)
+        if run.infrastructure_failed:
+            who = "agent service" if run.service_failed else {"env": "gym", "model": "model server"}[run.failure]
+            logger.error("execution %s: the %s failed mid-run (%s); episode dropped", execution_id, who, run.reason)
             return None, []
         if episode is not None and (episode.failed_turns or episode.in_flight):
             logger.error("execution %s: %d policy turn(s) failed and %d never finished in the engine; episode "

@@ -1,4 +1,8 @@
-"""Suite-wide set-up shared by every test folder."""
+"""Suite-wide set-up shared by every test folder: the logging fix, the one-process torch world, the session's
+tiny model and vLLM server, the quick tier's marker, and the test budget's report."""
+
+import os
+import time
 
 import pytest
 
@@ -25,6 +29,25 @@ def dist_env(monkeypatch, tmp_path):
     yield
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# ---- the quick tier (scripts/test.sh --quick = -m "not slow"): no vLLM, no trainer, no training run ---------
+# A test is slow when it starts one of those (it asks for one of these fixtures, or is an e2e run) or is
+# marked ``slow`` itself (the browser suites and other tests of many seconds: docs/testing.md).
+SLOW_FIXTURES = {"vllm_server", "dist_env"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--reverse", action="store_true",
+                     help="run the tests in reverse order (tests sharing a server must pass either way)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("--reverse"):
+        items.reverse()
 
 
 # ---- the tiny model and real vLLM, one of each per session (vLLM takes a minute or two to start) ----------
@@ -54,3 +77,47 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     yield server
     server.stop()
 
+
+
+# ---- the test budget: a time per test folder, the slowest tests, and a stop before CI's limit -------------
+# CI must finish within 90 minutes (the suite's budget is 35, docs/testing.md); a suite that runs long says
+# so itself, naming what ran long, instead of being cut off with nothing printed.
+BUDGET_STOP_S = float(os.environ.get("CUA_RL_TEST_STOP_S", 75 * 60))
+_folder_s: dict[str, float] = {}
+_test_s: dict[str, float] = {}
+_started = time.monotonic()
+
+
+def _folder(nodeid: str) -> str:
+    parts = nodeid.split("::")[0].split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+
+
+def pytest_runtest_logreport(report):
+    _folder_s[_folder(report.nodeid)] = _folder_s.get(_folder(report.nodeid), 0.0) + report.duration
+    _test_s[report.nodeid] = _test_s.get(report.nodeid, 0.0) + report.duration
+
+
+def _longest(n: int) -> list[str]:
+    return [f"{s:8.1f} s  {nodeid}" for nodeid, s in sorted(_test_s.items(), key=lambda kv: -kv[1])[:n]]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    elapsed = time.monotonic() - _started
+    if elapsed > BUDGET_STOP_S and not item.session.shouldfail:
+        lines = "\n".join(_longest(10))
+        item.session.shouldfail = (f"the suite passed its time limit ({elapsed / 60:.0f} min > "
+                                   f"{BUDGET_STOP_S / 60:.0f} min); the tests that ran longest:\n{lines}")
+        item.config.get_terminal_writer().line(f"\n[budget] STOPPING: {item.session.shouldfail}", red=True)
+        item.session.shouldstop = item.session.shouldfail
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _folder_s:
+        return
+    tr = terminalreporter
+    tr.section("time per test folder (setup + call + teardown)")
+    for folder, s in sorted(_folder_s.items(), key=lambda kv: -kv[1]):
+        tr.write_line(f"{s:8.1f} s  {folder}")
+    tr.write_line(f"{sum(_folder_s.values()):8.1f} s  in tests; pytest's wall time "
+                  f"{time.monotonic() - _started:.0f} s")

@@ -88,8 +88,9 @@ class RunRecord:
     def finished(self) -> bool:
         return self.status != RUNNING
 
-    def finish(self, ok: bool, reason: str, status: str | None = None) -> None:
-        """Set the final state once and emit ``run_end``; later calls are ignored."""
+    def finish(self, ok: bool, reason: str, status: str | None = None, failure: str | None = None) -> None:
+        """Set the final state once and emit ``run_end`` (with ``failure``, whose failure it was: see
+        ``runner.RunFailed``); later calls are ignored."""
         if self.finished:
             return
         self.ok, self.reason = ok, reason
@@ -97,6 +98,8 @@ class RunRecord:
         self.ended_at = self.now()
         self.ended_monotonic = time.monotonic()
         fields: dict[str, Any] = {"ok": ok, "reason": reason}
+        if failure is not None and not ok:
+            fields["failure"] = failure
         if self.answer is not None:
             fields["answer"] = self.answer
         self.emit("run_end", **fields)

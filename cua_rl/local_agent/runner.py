@@ -56,7 +56,14 @@ class AgentSettings:
 
 
 class RunFailed(Exception):
-    """Ends the run with ``ok: false`` and this reason."""
+    """Ends the run with ``ok: false`` and this reason. ``kind`` says whose failure it was, and goes out in
+    ``run_end`` as ``failure``: ``env`` (the gym failed a read or an action after retries), ``model`` (the
+    model server failed after retries), ``policy`` (the model's own doing: invalid replies, step time).
+    A trainer must never score an ``env`` or ``model`` failure as the policy's."""
+
+    def __init__(self, message: str, kind: str = "policy") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _retryable_act_error(exc: GenvError) -> bool:
@@ -110,7 +117,7 @@ class AgentRun:
             rec.finish(False, f"maxRunTimeSec exceeded ({limit:g} s)")
         except RunFailed as exc:
             rec.emit("error", message=str(exc))
-            rec.finish(False, str(exc))
+            rec.finish(False, str(exc), failure=exc.kind)
         except Exception as exc:  # a bug must end this run, not the service
             logger.exception("run %s crashed", rec.run_id)
             rec.emit("error", message=f"internal error: {type(exc).__name__}: {exc}")
@@ -293,7 +300,7 @@ class AgentRun:
         try:
             return await call
         except GenvError as exc:
-            raise RunFailed(f"gym {what} failed: {exc}") from exc
+            raise RunFailed(f"gym {what} failed: {exc}", "env") from exc
 
     async def _gym_act(self, gym: GenvClient, action: dict[str, Any]) -> dict[str, Any]:
         policy = self.settings.gym_retry
@@ -304,9 +311,9 @@ class AgentRun:
                 if exc.status_code is not None and 400 <= exc.status_code < 500 and exc.status_code != 429:
                     raise  # rejected action: the caller turns it into feedback for the model
                 if not _retryable_act_error(exc):
-                    raise RunFailed(f"gym action failed: {exc}") from exc
+                    raise RunFailed(f"gym action failed: {exc}", "env") from exc
                 if attempt == policy.attempts:
-                    raise RunFailed(f"gym action failed after {attempt} tries: {exc}") from exc
+                    raise RunFailed(f"gym action failed after {attempt} tries: {exc}", "env") from exc
                 logger.warning("run %s: gym act failed (%s); retry %d", self.record.run_id, exc, attempt)
                 await asyncio.sleep(policy.delay(attempt))
         raise AssertionError("unreachable")
@@ -315,5 +322,5 @@ class AgentRun:
         try:
             return await call
         except ModelError as exc:
-            raise RunFailed(str(exc)) from exc
+            raise RunFailed(str(exc), "model") from exc
 

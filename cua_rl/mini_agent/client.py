@@ -135,7 +135,7 @@ class MiniAgentClient:
         """Poll until ``run_end`` or a terminal status, at most ``timeout_s``; then fetch the steps."""
         log, errors = EventLog(), []
         final: dict[str, Any] = {"status": None, "reason": None, "ok": False, "timed_out": False, "answer": None,
-                                 "service_failed": False}
+                                 "service_failed": False, "failure": None}
 
         async def poll() -> None:
             while True:
@@ -167,6 +167,8 @@ class MiniAgentClient:
             if end is not None:
                 final["ok"] = bool(end.data.get("ok"))
                 final["reason"] = end.data.get("reason", final["reason"])
+                if isinstance(end.data.get("failure"), str):
+                    final["failure"] = end.data["failure"]
                 if final["status"] not in TERMINAL_STATUSES:  # run_end can arrive before status flips
                     final["status"] = "completed" if final["ok"] else "failed"
             else:
@@ -185,7 +187,7 @@ class MiniAgentClient:
                            answer=answer, steps=steps, events=log.events(), model_outputs=log.model_outputs(),
                            num_steps=max(log.num_steps(), len(steps)), run_id=run_id, status=final["status"],
                            timed_out=final["timed_out"], errors=log.errors() + errors,
-                           service_failed=final["service_failed"])
+                           service_failed=final["service_failed"], failure=final["failure"])
         logger.info("agent run %s ended: ok=%s reason=%s steps=%d", run_id, result.ok, result.reason,
                     result.num_steps)
         return result

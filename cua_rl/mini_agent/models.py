@@ -151,6 +151,15 @@ class RunResult:
     # The agent service itself failed while the run went (it stopped answering, or answered errors): the
     # episode is the infrastructure's failure, not the policy's.
     service_failed: bool = False
+    # Whose failure a failed run was, when the agent says (``run_end``'s ``failure``; our agent service
+    # does, local_agent/runner.RunFailed): "env" (the gym failed), "model" (the model server failed) or
+    # "policy". None when the agent does not say.
+    failure: str | None = None
+
+    @property
+    def infrastructure_failed(self) -> bool:
+        """The run failed for a reason outside the policy: the agent service, the gym or the model server."""
+        return self.service_failed or (not self.ok and self.failure in ("env", "model"))
 
     def as_execution_data(self) -> dict:
         """The §2.6 dict the original passed to evaluate as ``execution_data``."""

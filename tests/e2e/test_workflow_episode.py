@@ -125,3 +125,21 @@ async def test_a_full_gym_makes_episodes_wait_not_fail(stack):
     finally:
         await close_loop_servers()
         small.stop()
+
+
+async def test_a_gym_failure_inside_the_agent_drops_the_episode(stack, monkeypatch):
+    """The gym fails the agent's screenshots (503 after the agent's retries, as a dying X server answers), while
+    evaluate would still answer (a score of 0): the agent ends the run as the gym's failure (``run_end``
+    ``failure: env``) and the episode is dropped, never scored and trained as the policy's failure."""
+    from cua_rl.local_gym import GymError
+
+    async def failing(eid, *args, **kwargs):
+        raise GymError(503, f"desktop of execution {eid} is not responding (injected fault)")
+
+    monkeypatch.setattr(stack["gym"].app.state.gym, "screenshot", failing)
+    wf = _workflow(stack)
+    try:
+        assert await wf._episode(wf._policy(stack["engine"]), await _first_task(stack), 0) is None
+        assert not stack["gym"].manager.executions, "an execution was left running"
+    finally:
+        await close_loop_servers()
