@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing (idempotent), then runs the whole suite.
-# Extra arguments go to pytest, e.g. scripts/test.sh tests/genv -x
+# The test command: installs what is missing (idempotent), then runs the suite.
+#   scripts/test.sh              the whole suite (what CI runs through .ci/run; about 35 minutes on 2 cores)
+#   scripts/test.sh --quick      the quick tier while working: no vLLM, no trainer, no browser suite (5 minutes)
+# Other arguments go to pytest, e.g. scripts/test.sh tests/genv -x. Every run ends with the slowest tests,
+# the time per test folder (docs/testing.md keeps the ledger) and the wall time.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/env.sh
 start=$(date +%s)
+args=()
+for a in "$@"; do
+  if [ "$a" = "--quick" ]; then args+=(-m "not slow"); else args+=("$a"); fi
+done
+source scripts/env.sh
+echo "[test] set-up took $(( $(date +%s) - start )) s"
 set +e
-python -m pytest -ra "$@"
+python -m pytest -ra --durations=25 "${args[@]}"
 rc=$?
 set -e
-echo "[test] pytest finished in $(( $(date +%s) - start )) s with exit code $rc"
+# pytest exits 5 when no test was selected: that is a failure of the command, not a pass.
+echo "[test] finished in $(( $(date +%s) - start )) s of wall time (set-up included), pytest's exit code $rc"
 exit $rc

@@ -81,6 +81,7 @@ async def test_unreachable_gym_fails_the_run_with_a_reason_and_events_can_be_win
         assert [e["type"] for e in events] == ["error", "run_end"]
         end = events[-1]
         assert end["ok"] is False and end["reason"] == status["reason"]
+        assert end["failure"] == "env"     # the gym's failure, not the policy's: a trainer drops such a run
         # from is inclusive, to exclusive; epoch milliseconds work too
         assert (await http.get(f"/runs/{run_id}/events", params={"from": end["ts"]})).json()["events"][-1] == end
         assert (await http.get(f"/runs/{run_id}/events", params={"to": events[0]["ts"]})).json()["events"] == []

@@ -202,6 +202,7 @@ async def test_unknown_execution_fails_the_run_with_the_gym_error(gym, model, ag
     key = scripted.script("no-exec", [qwen_call(action="answer", text="x")])
     result = await run_to_end(agent, run_request(gym, "no-such-execution", base, key))
     assert not result.ok and "gym get execution failed" in result.reason and "404" in result.reason
+    assert result.failure == "env" and result.infrastructure_failed
 
 
 async def test_token_hints_are_dropped_for_an_endpoint_that_rejects_them(gym, model):
