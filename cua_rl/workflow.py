@@ -14,13 +14,13 @@ rejected, so a group never mixes tasks and a failure never shifts another group'
 Seeds: every episode of a group creates its execution with the same ``options.seed``, so a gym that
 generates instances (MiniWoB++) gives the whole group one instance and GRPO compares like with like;
 different groups get different seeds. Seeds are derived, never drawn: from the experiment ``seed``, the
-task, the policy version and how many groups of that task this process ran at that version (eval groups:
-the task alone, so every evaluation sees the same instances). The count is per process, not per workflow
-object: AReaL builds a new workflow for every submitted task, and a per-object count gave two groups of one
-task at one version (the next step's, submitted before the update) the same instance. Several rollout
-processes would each count from 0; the rank is not mixed in, so give them different ``seed``s. A row's own
-integer ``seed`` wins. Gyms that ignore the seed are unaffected; the instance's concrete instruction, when
-the gym returns one, is what the agent is told.
+task and the row's stream index (``cua_stream_index``: the position the trainer's loader gave it, unique
+across the run and every rollout worker, and the same again on resume; AReaL deals rows to its workers
+round-robin, so a count kept per process would give groups of one task on different workers the same
+instance). Rows without one (a workflow driven outside the trainer) fall back to this process's count of
+groups per task and policy version. Eval groups: the task alone, so every evaluation sees the same
+instances. A row's own integer ``seed`` wins. Gyms that ignore the seed are unaffected; the instance's
+concrete instruction, when the gym returns one, is what the agent is told.
 
 Training Monitor (optional): with ``monitor_base_url`` and a token in the environment (PROJECT_TOKEN or
 MONITOR_PROJECT_TOKEN; never a kwarg, kwargs are logged and saved) each episode posts its rollout (running,
@@ -245,6 +245,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         task_id = str(data["task_id"])
         if self.is_eval:
             return instance_seed(self.seed, "eval", task_id, 0, 0)
+        if isinstance(data.get(STREAM_KEY), int):
+            return instance_seed(self.seed, "stream", task_id, 0, data[STREAM_KEY])
         version = engine.get_version() if hasattr(engine, "get_version") else 0
         nth = _GROUPS_RUN[(task_id, version)]
         _GROUPS_RUN[(task_id, version)] += 1

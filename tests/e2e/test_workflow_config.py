@@ -90,3 +90,32 @@ def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
     assert ev._group_seed(engine, row) == ev._group_seed(Engine(), row), "evaluation instances must not move"
     assert a._group_seed(engine, {**row, "seed": 11}) == 11
     assert workflow(seed_instances=False)._group_seed(engine, row) is None
+
+
+def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instance():
+    """AReaL deals the loader's rows to its rollout workers round-robin (``dp_size`` 4 here), each worker a
+    process with counts of its own. A task repeated in the stream (``task_source.repeat``) must still get a
+    new instance in every group: the seed follows the row's stream index, not a per-process count."""
+    from areal.api.cli_args import GenerationHyperparameters
+
+    from cua_rl import workflow as cua_workflow
+    from cua_rl.resume import STREAM_KEY
+    from cua_rl.workflow import CUAAgentWorkflow
+
+    class Engine:
+        def get_version(self):
+            return 0
+
+    stream = [{"task_id": task, "instruction": "x", STREAM_KEY: i}
+              for i, task in enumerate(["a", "b"] * 8)]            # 2 tasks, each 8 times, one step's read-ahead
+    seeds = {}
+    for worker in range(4):
+        cua_workflow._GROUPS_RUN.clear()                          # a rollout worker is a fresh process
+        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model_path="m", gym_base_url="http://g",
+                              gym_id="g", agent_base_url="http://a", group_size=4, seed=5)
+        seeds.update({row[STREAM_KEY]: wf._group_seed(Engine(), row) for row in stream[worker::4]})
+    assert len(set(seeds.values())) == len(stream), "two groups of one task got the same instance"
+    cua_workflow._GROUPS_RUN.clear()                              # a resumed run, on another worker
+    again = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model_path="m", gym_base_url="http://g",
+                             gym_id="g", agent_base_url="http://a", group_size=4, seed=5)
+    assert again._group_seed(Engine(), stream[5]) == seeds[5], "a resumed row must get its instance again"
