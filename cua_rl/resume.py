@@ -22,6 +22,12 @@ module fixes each where it happens, so ``train.sh --resume`` continues a killed 
    resumed in epoch 2 replays epoch 0's shuffle from the middle (rows twice, others never). The wrapper
    keeps the epoch and hands the sampler the true one.
 
+4. **Dropped items pin the restart point.** A group the workflow rejects (too few evaluated episodes) is
+   never trained, so the batch holding it would stay "not wholly trained" for ever: the ledger would grow
+   at every commit and a resume would re-run every dropped item since. The workflow records each row it
+   drops (``record_dropped``: one line in ``<logs>/dropped_stream/``, shared with the trainer like the
+   endpoint counts) and the loader counts those items as consumed.
+
 The committed ledger also keeps, per trained step, the stream indices and task ids it trained: the run's
 record that nothing was skipped or trained twice (``tests/e2e/test_resume.py`` reads it).
 """
@@ -32,6 +38,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +47,7 @@ from typing import Any
 logger = logging.getLogger("cua_rl.resume")
 
 STREAM_KEY = "cua_stream_index"   # in the task row the workflow gets, and as a [rows] tensor in its batch
+DROPPED_DIR = "dropped_stream"     # under the run's log directory: one file of dropped indices per worker process
 COMMIT = "COMMIT.json"
 LEDGER = "stream.json"
 PREV = ".prev"
@@ -237,14 +245,17 @@ class ExactlyOnceLoader:
     """AReaL's train data loader, with stream indices, a ledger of trained items and the resume state
     before the oldest batch that is not wholly trained (module docstring, point 2)."""
 
-    def __init__(self, loader, ledger: dict | None = None):
+    def __init__(self, loader, ledger: dict | None = None, dropped_dir: str | Path | None = None):
         ledger = ledger or {}
+        self.dropped_dir = Path(dropped_dir) if dropped_dir else None
+        self._dropped: set[int] = set(ledger.get("dropped", []))
         self.loader = loader
         self.batch_size = loader.batch_size
         self.sampler = _EpochOf(self)
         self.epoch = int(ledger.get("epoch", 0))
         self._next = int(ledger.get("start", 0))
-        self._skip = set(ledger.get("trained", []))    # trained before the resume, at or after "start"
+        # trained or dropped before the resume, at or after "start"
+        self._skip = set(ledger.get("trained", [])) | set(ledger.get("dropped", []))
         self._trained = set(self._skip)
         self.steps: list[dict] = list(ledger.get("steps", []))   # committed steps, oldest first
         self._pending: list[dict] = []                             # trained since the last commit
@@ -283,9 +294,27 @@ class ExactlyOnceLoader:
         self._trained.update(indices)
         self._pending.append({"items": sorted(indices), "tasks": [self._tasks.get(i, "") for i in sorted(indices)]})
 
+    def mark_dropped(self, indices) -> None:
+        """Stream items the workflow dropped (never trained): consumed, so they neither pin the restart point
+        nor run again after a resume."""
+        self._dropped.update(int(i) for i in indices)
+
+    def _read_dropped(self) -> None:
+        if self.dropped_dir is None or not self.dropped_dir.is_dir():
+            return
+        for path in self.dropped_dir.glob("*.txt"):
+            try:
+                self.mark_dropped(int(line) for line in path.read_text().split() if line.isdigit())
+            except OSError as exc:
+                logger.warning("could not read dropped stream items from %s: %s", path, exc)
+
+    def _consumed(self, index: int) -> bool:
+        return index in self._trained or index in self._dropped
+
     def _resume_from(self) -> tuple[int, int, dict]:
+        self._read_dropped()
         for pulled in self._pulled:
-            if any(i not in self._trained for i in range(pulled.start, pulled.end)):
+            if any(not self._consumed(i) for i in range(pulled.start, pulled.end)):
                 return pulled.start, pulled.epoch, pulled.state
         return self._next, self.epoch, self.loader.state_dict()
 
@@ -300,6 +329,7 @@ class ExactlyOnceLoader:
         first = global_step - len(self._pending) + 1
         steps = self.steps + [{"global_step": first + k, **p} for k, p in enumerate(self._pending)]
         return {"start": start, "epoch": epoch, "trained": sorted(i for i in self._trained if i >= start),
+                "dropped": sorted(i for i in self._dropped if i >= start),
                 "steps": steps, "untracked_batches": self.untracked}
 
     def committed(self, global_step: int) -> None:
@@ -309,7 +339,20 @@ class ExactlyOnceLoader:
         start = self._resume_from()[0]
         self._pulled = [p for p in self._pulled if p.end > start]
         self._trained = {i for i in self._trained if i >= start}
+        self._dropped = {i for i in self._dropped if i >= start}
         self._tasks = {i: t for i, t in self._tasks.items() if i >= start}
+
+
+def record_dropped(logs_dir: str | Path, index: int) -> None:
+    """The workflow dropped stream item ``index`` (its group was rejected): one line in this process's file
+    under ``<logs>/dropped_stream/``, where the trainer's loader reads it (``ExactlyOnceLoader``)."""
+    path = Path(logs_dir) / DROPPED_DIR / f"{socket.gethostname()}-{os.getpid()}.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(f"{int(index)}\n")
+    except OSError as exc:
+        logger.warning("could not record dropped stream item %s in %s: %s", index, path, exc)
 
 
 def stream_indices(batch: list[dict[str, Any]]) -> list[int] | None:
@@ -325,10 +368,12 @@ def stream_indices(batch: list[dict[str, Any]]) -> list[int] | None:
     return out
 
 
-def install(trainer, point: ResumePoint | None) -> ExactlyOnceLoader:
-    """Make ``trainer`` (built, recover point loaded) dump atomically and feed each stream item once."""
+def install(trainer, point: ResumePoint | None, logs_dir: str | Path | None = None) -> ExactlyOnceLoader:
+    """Make ``trainer`` (built, recover point loaded) dump atomically and feed each stream item once; the
+    items the workflow dropped are read from ``logs_dir`` (``record_dropped``)."""
     atomic_recover_handler(trainer.recover_handler)
-    loader = ExactlyOnceLoader(trainer.train_dataloader, point.ledger if point else None)
+    loader = ExactlyOnceLoader(trainer.train_dataloader, point.ledger if point else None,
+                               Path(logs_dir) / DROPPED_DIR if logs_dir else None)
     trainer.train_dataloader = loader
     actor = trainer.actor
     prepare = actor.prepare_batch

@@ -52,7 +52,7 @@ from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEnd
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.monitor.records import new_rollout_uuid
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.resume import STREAM_KEY
+from cua_rl.resume import STREAM_KEY, record_dropped
 from cua_rl.runs import RunPaths
 from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
 from cua_rl.trajectory.shaping import shaped_reward
@@ -186,6 +186,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if rejected:
             logger.warning("task %s: %d of %d episodes evaluated (< %d); group rejected", task_id,
                            len(outcomes), self.group_size, self.min_group_size)
+            self._dropped(data)
             return None
         if self.shuffle_rewards:
             outcomes = shuffle_rewards(outcomes, f"{self.seed}:{task_id}:{seed}:{data.get('item_idx')}")
@@ -193,10 +194,18 @@ class CUAAgentWorkflow(RolloutWorkflow):
         batch = group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
                             style=self.export_style, discount=self.turn_discount,
                             equal_episode_weight=self.equal_episode_weight)
+        if batch is None:
+            self._dropped(data)
         if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/resume.py)
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)
         return batch
+
+    def _dropped(self, data: dict[str, Any]) -> None:
+        """A training row this workflow returns nothing for: the trainer's loader must count it consumed
+        (cua_rl/resume.py, ``record_dropped``), or it would pin the restart point for the rest of the run."""
+        if not self.is_eval and self.stats_dir and isinstance(data.get(STREAM_KEY), int):
+            record_dropped(self.stats_dir, data[STREAM_KEY])
 
     @property
     def _kind(self) -> str:

@@ -14,6 +14,7 @@ point after ``settle``.
 """
 
 import getpass
+import itertools
 import json
 import os
 import random
@@ -234,3 +235,38 @@ def test_resume_is_refused_without_a_readable_committed_point(tmp_path):
     (root / "recover_info" / "saver_info.json").write_text("{not json")   # AReaL would start again at 0
     with pytest.raises(SystemExit, match="cannot be read"):
         resume.resume_point(config)
+
+
+def test_a_dropped_item_is_consumed_not_retried(tmp_path):
+    """The workflow rejects the group of stream item 1 (too few episodes evaluated) and records it
+    (``resume.record_dropped``, as the rollout worker does); the loader counts it consumed: the restart point
+    moves on, the ledger stays short, and a resumed run does not run it again. Without the record (the
+    negative control) the one dropped item pins the restart point at 0 and the ledger grows at every step."""
+    def run(dropped_dir, steps=6):
+        stream = ExactlyOnceLoader(_loader(), None, dropped_dir)
+        items = (item for batch in cycle_dataloader(stream) for item in batch)
+        for step in range(steps):
+            trained = []
+            while len(trained) < BATCH:
+                item = next(items)
+                if item[STREAM_KEY] == 1:
+                    resume.record_dropped(tmp_path, 1)   # nothing trains it
+                    continue
+                trained.append(item[STREAM_KEY])
+            stream.mark_trained(trained)
+            committed = {"state": stream.state_dict(), "ledger": json.loads(json.dumps(stream.ledger(step)))}
+            stream.committed(step)
+        return committed
+
+    committed = run(tmp_path / resume.DROPPED_DIR)
+    ledger = committed["ledger"]
+    assert ledger["start"] >= 2 * BATCH and len(ledger["trained"]) + len(ledger["dropped"]) <= BATCH + AHEAD, ledger
+    loader = _loader()
+    loader.load_state_dict(committed["state"])
+    resumed = ExactlyOnceLoader(loader, ledger, tmp_path / resume.DROPPED_DIR)
+    first = [item[STREAM_KEY] for item in itertools.islice(
+        (item for batch in cycle_dataloader(resumed) for item in batch), ROWS)]
+    assert 1 not in first and min(first) >= ledger["start"], first
+
+    pinned = run(None)["ledger"]
+    assert pinned["start"] == 0 and len(pinned["trained"]) == 6 * BATCH, pinned
