@@ -39,7 +39,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw  # noqa: E402
 
-from cua_rl.http_retry import RetryPolicy  # noqa: E402
+from cua_rl.http.retry import RetryPolicy  # noqa: E402
 from cua_rl.monitor import EpisodeReporter, training_run  # noqa: E402
 from cua_rl.monitor.records import new_rollout_uuid  # noqa: E402
 from cua_rl.monitor.embedded import start_monitor  # noqa: E402

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 import httpx
 
-from cua_rl.http_retry import never_sent
+from cua_rl.http.retry import never_sent
 
 logger = logging.getLogger("cua-train")
 

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 
 # What vLLM needs on a machine without a GPU; launch.py exports it for AReaL-launched servers too.
 CPU_ENV = {

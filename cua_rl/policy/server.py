@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..http_input import MiB, BadJSON, parse_json, too_large_message
+from ..http.input import MiB, BadJSON, parse_json, too_large_message
 
 if TYPE_CHECKING:
     from .endpoint import PolicyEndpoint

@@ -32,7 +32,7 @@ class SFTResult:
 
 def _single_rank_env() -> None:
     """A one-process torch.distributed world unless a launcher (torchrun) already set one up."""
-    from cua_rl.asgi_thread import free_port
+    from cua_rl.http.serve import free_port
 
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(key, value)

@@ -19,7 +19,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from PIL import Image
 
 from bad_input_corpus import Case, check_refused, json_bytes, nested, send
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policy"))

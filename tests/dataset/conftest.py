@@ -6,7 +6,7 @@ import pytest
 # The genv gym TEST DOUBLE lives with the genv client tests; reuse it rather than keep a second one.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "genv"))
 
-from cua_rl.asgi_thread import serve_app_in_thread  # noqa: E402
+from cua_rl.http.serve import serve_app_in_thread  # noqa: E402
 from genv_double import GymState, build_gym_double  # noqa: E402
 from gym_tasks import numbered_tasks  # noqa: E402
 

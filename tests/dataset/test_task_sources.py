@@ -7,7 +7,7 @@ import json
 
 import pytest
 from cua_rl.config import CUAConfig, TaskSourceConfig
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 from cua_rl.genv import Task
 from cua_rl.dataset import (
     ROW_FEATURES,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agent_helpers import fast_settings
-from cua_rl.asgi_thread import serve_app_in_thread
+from cua_rl.http.serve import serve_app_in_thread
 from cua_rl.local_agent import start_agent_server
 from model_double import ScriptedModel, build_model_app
 

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from cua_rl.http_retry import RetryPolicy
+from cua_rl.http.retry import RetryPolicy
 from cua_rl.monitor import (MonitorClient, MonitorError, rollout_record, rollout_result, step_record,
                             training_start, turn_record)
 
