@@ -41,7 +41,7 @@ def role(pid: int) -> str | None:
     except OSError:
         return None
     for pattern, name in ((r"areal_vllm_server|vllm", "vllm"), (r"cua_rl\.launch", "launcher (gym, agent service)"),
-                          (r"cua_rl\.train_worker|rpc_server", "workers"), (r"cua_rl\.train ", "trainer"),
+                          (r"cua_rl\.areal_ext\.worker|rpc_server", "workers"), (r"cua_rl\.train ", "trainer"),
                           (r"^Xvfb|openbox|bwrap|mousepad|pcmanfm|xterm|dbus|chromium|wish", "desktops")):
         if re.search(pattern, cmd):
             return name

@@ -34,9 +34,9 @@ from pathlib import Path
 from cua_rl import cli
 from cua_rl.console import ANSI, TABLE_START, TrainerConsole
 from cua_rl.logs import log_to_file, setup_logging
-from cua_rl.model_watch import GONE_RE
+from cua_rl.areal_ext.model_watch import GONE_RE
 from cua_rl.monitor.embedded import monitor_for_embedded_run
-from cua_rl.resume import newest_resumable, resume_point, settle
+from cua_rl.areal_ext.resume import newest_resumable, resume_point, settle
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
 
 logger = logging.getLogger("cua_rl.launch")
@@ -268,7 +268,7 @@ def failure_cause(train_log: Path) -> str | None:
         text = train_log.read_text(errors="replace")
     except OSError:
         return None
-    watched = GONE_RE.search(text)   # cua_rl.model_watch stopped the run
+    watched = GONE_RE.search(text)   # cua_rl.areal_ext.model_watch stopped the run
     if watched:
         return f"{watched.group(0)}: {_LOST}"
     gone = _ENGINE_GONE.search(text)

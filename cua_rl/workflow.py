@@ -52,7 +52,7 @@ from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEnd
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.monitor.records import new_rollout_uuid
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.resume import STREAM_KEY
+from cua_rl.areal_ext.resume import STREAM_KEY
 from cua_rl.runs import RunPaths
 from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
 from cua_rl.trajectory.shaping import shaped_reward
@@ -191,7 +191,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self._report_advantages(outcomes)
         batch = group_batch(outcomes, normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
                             style=self.export_style, discount=self.turn_discount)
-        if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/resume.py)
+        if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/areal_ext/resume.py)
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)
         return batch

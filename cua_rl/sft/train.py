@@ -60,9 +60,9 @@ def make_engine(model_path: str, lr: float, total_steps: int, rows_per_step: int
     from areal.api.cli_args import MicroBatchSpec, OptimizerConfig, TrainEngineConfig
     from areal.engine.fsdp_engine import FSDPLMEngine
 
-    from cua_rl.packed_attention import enable_packed_sdpa
+    from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
-    enable_packed_sdpa()   # AReaL packs a micro-batch into one sequence; see cua_rl/packed_attention.py
+    enable_packed_sdpa()   # AReaL packs a micro-batch into one sequence; see cua_rl/areal_ext/packed_attention.py
     _single_rank_env()
     engine = FSDPLMEngine(TrainEngineConfig(
         experiment_name=experiment, trial_name=trial, path=model_path, backend="fsdp:d1", attn_impl="sdpa",

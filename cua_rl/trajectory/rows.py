@@ -8,7 +8,7 @@ text-only row has ``multi_modal_input=[{}]``.
 
 With the Training Monitor on, every row also carries ``monitor_turn``: per token, the ``turn_key`` of the
 turn whose output that token is (0 elsewhere). The trainer reads it next to its recomputed logprobs to send
-them to the monitor (``cua_rl.monitor.trainer_logprobs``); the loss never reads it.
+them to the monitor (``cua_rl.areal_ext.trainer_logprobs``); the loss never reads it.
 
 Export styles:
 - ``individual`` (default): one row per turn. Always correct; the history is repeated in every row.

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("cua_rl.resume")
+logger = logging.getLogger("cua_rl.areal_ext.resume")
 
 STREAM_KEY = "cua_stream_index"   # in the task row the workflow gets, and as a [rows] tensor in its batch
 COMMIT = "COMMIT.json"
