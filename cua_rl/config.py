@@ -5,7 +5,7 @@
     config, config_file = load_expr_config(["--config", "config.yaml", *overrides], CUAConfig)
 
 The flat keys (`gym_base_url`, `max_turns`, ...) keep the names of the original example so that every
-train.sh flag maps onto one key (the flag table is `cua_rl/cli.py`; values are checked here, once). Settings
+train.sh flag maps onto one key (the flag table is `cua_rl/run/cli.py`; values are checked here, once). Settings
 that only this project has live in small nested sections: `policy`, `embedded`, `task_source`.
 
 Secrets: `project_token` exists for compatibility, but the launcher never puts a token into the

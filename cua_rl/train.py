@@ -2,7 +2,7 @@
 
     python -m cua_rl.train --config examples/cua_agent/config.yaml [key=value ...]
 
-Normally started by ``train.sh`` -> ``python -m cua_rl.launch``, which also starts the embedded gym and
+Normally started by ``train.sh`` -> ``python -m cua_rl.run.launch``, which also starts the embedded gym and
 agent service. AReaL's scheduler starts the workers (``cua_rl.areal_ext.worker``) and vLLM, on a GPU or a CPU.
 """
 

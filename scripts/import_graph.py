@@ -2,7 +2,7 @@
 including those inside functions and under ``TYPE_CHECKING``, each edge tagged with how it is reached.
 
 Modules are grouped by their first two name parts (``cua_rl.local_gym.vm.qmp`` -> ``cua_rl.local_gym``;
-root modules such as ``cua_rl.launch`` are their own group). The report lists, per group, the groups it
+root modules such as ``cua_rl.train`` are their own group). The report lists, per group, the groups it
 imports; then the cycles among modules (strongly connected components, with the edges that close them) and
 the cycles between groups. Run from the repository root:
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from cua_rl.config import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
 from cli_cases import ALL_FLAGS, EXAMPLE
-from cua_rl import cli
+from cua_rl.run import cli
 
 SECTION_5_2_KEYS = {  # the original example's keys (one per flag), with our defaults
     "max_turns": 20, "max_task_time_seconds": 600, "max_turn_time_seconds": 120, "gym_base_url": "",
