@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT / "tests" / "local_agent"))  # the scripted model do
 
 from model_double import ScriptedModel, build_model_app, qwen_call  # noqa: E402
 
-from cua_rl.http.serve import serve_app_in_thread  # noqa: E402
 from cua_rl.genv import GenvClient  # noqa: E402
 from cua_rl.http.retry import RetryPolicy, send_with_retry  # noqa: E402
+from cua_rl.http.serve import serve_app_in_thread  # noqa: E402
 from cua_rl.local_gym import load_tasks, start_gym_server  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")

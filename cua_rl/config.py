@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig
 
-from cua_rl.policy import EndpointSettings
 from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
+from cua_rl.policy import EndpointSettings
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids")
 SPLIT_TYPES = ("train", "eval", "all")
