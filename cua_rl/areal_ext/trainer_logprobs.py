@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from cua_rl.monitor.client import MonitorClient, token_from_env
-from cua_rl.monitor.records import TURN_KEY_ROW, Record, trainer_logprobs_record, turn_of_key
+from cua_rl.monitor.records import Record, trainer_logprobs_record
+from cua_rl.trajectory.rows import TURN_KEY_ROW, turn_of_key
 
 logger = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor
     assert set(rows["tasks"]) == {task_id}                       # once per task (per reporter)
     assert set(rows["steps"]) == {f"step-{training_id}-0-0"}     # the engine's weight version 0
     rollouts = rows["rollouts"]
-    # hex client ids that pack into a training row's monitor_turn key (records.new_rollout_uuid)
+    # hex client ids that pack into a training row's monitor_turn key (trajectory.rows.new_rollout_uuid)
     assert len(rollouts) == 4 and all(len(cid) == 14 and int(cid, 16) > 0 for cid in rollouts)
     done = [r for r in rollouts.values() if r["status"] == "completed"]
     failed = [r for r in rollouts.values() if r["status"] == "failed"]
