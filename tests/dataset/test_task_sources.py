@@ -1,6 +1,6 @@
 """dataset.py: gym / file / ids task sources, tag filter, splits, limit, rows, errors.
 
-The gym source runs against the genv TEST DOUBLE (tests/genv/genv_double.py) over real loopback HTTP.
+The gym source runs against the genv TEST DOUBLE (tests/doubles/genv_double.py) over real loopback HTTP.
 """
 
 import json

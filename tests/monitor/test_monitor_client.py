@@ -1,4 +1,4 @@
-"""MonitorClient against the Training Monitor test double over real loopback HTTP (monitor_double.py)."""
+"""MonitorClient against the Training Monitor test double over real loopback HTTP (tests/doubles/monitor_double.py)."""
 
 import logging
 

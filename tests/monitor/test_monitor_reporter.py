@@ -1,4 +1,4 @@
-"""EpisodeReporter and training_run against the Training Monitor test double (monitor_double.py) on
+"""EpisodeReporter and training_run against the Training Monitor test double (tests/doubles/monitor_double.py) on
 loopback: ids link up, sends never block or raise, failures are logged once, no settings = no HTTP."""
 
 import asyncio

@@ -26,12 +26,12 @@ from areal.api.cli_args import (
 )
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
-from policy_helpers import png_data_url
 
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 from cua_rl.trajectory.rows import new_rollout_uuid
+from tests.doubles.policy_helpers import png_data_url
 
 TEMPERATURES = (1.0, 0.7)
 
