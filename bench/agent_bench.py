@@ -2,7 +2,7 @@
 
 Set-up (all on loopback): the agent service as its own process (``python -m cua_rl.local_agent serve``),
 the real embedded gym (Xvfb desktops) and the scripted model server from the tests (an instant test
-double, tests/local_agent/model_double.py) in this process. Each run is scripted as ``--steps - 1``
+double, tests/doubles/model_double.py) in this process. Each run is scripted as ``--steps - 1``
 mouse moves (the gym's cheapest real action) and an answer.
 
 Two figures per concurrency level:
@@ -13,7 +13,8 @@ Two figures per concurrency level:
 - ``agent_cpu_ms_per_step``: CPU time (user+system) of the agent process over the whole measurement,
   divided by the steps run: everything the service spends, serialisation and HTTP serving included.
 
-Usage: python bench/agent_bench.py [--runs 4] [--steps 20] [--concurrency 1,8,32]
+Usage (from the repository root, as a module: the test double imports as ``tests.doubles``):
+    python -m bench.agent_bench [--runs 4] [--steps 20] [--concurrency 1,8,32]
 """
 
 from __future__ import annotations
@@ -32,15 +33,11 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "local_agent"))  # the scripted model double lives with the tests
-
-from model_double import ScriptedModel, build_model_app, qwen_call  # noqa: E402
-
-from cua_rl.asgi_thread import serve_app_in_thread  # noqa: E402
-from cua_rl.genv import GenvClient  # noqa: E402
-from cua_rl.http_retry import RetryPolicy, send_with_retry  # noqa: E402
-from cua_rl.local_gym import load_tasks, start_gym_server  # noqa: E402
+from cua_rl.genv import GenvClient
+from cua_rl.http.retry import RetryPolicy, send_with_retry
+from cua_rl.http.serve import serve_app_in_thread
+from cua_rl.local_gym import load_tasks, start_gym_server
+from tests.doubles.model_double import ScriptedModel, build_model_app, qwen_call   # the scripted model double
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -1,19 +1,23 @@
 """The policy endpoint's own cost per turn, generation taken out; prints one JSON object.
 
-    python bench/endpoint_bench.py [--calls 6] [--levels 1,8,32] [--max-pixels 1003520]
-    python bench/endpoint_bench.py --compare /path/to/an/older/checkout    # before/after in one run
+    python -m bench.endpoint_bench [--calls 6] [--levels 1,8,32] [--max-pixels 1003520]
+    python -m bench.endpoint_bench --compare /path/to/an/older/checkout    # before/after in one run
+
+(from the repository root, as a module: the engine double imports as ``tests.doubles``).
 
 What a turn costs the endpoint before and after the engine: parsing, decoding the screenshots, shrinking them
 to ``max_pixels``, the processor, templating and the reply. Episodes run like an agent's: each turn sends a
 new 1280x800 screenshot plus up to ``history - 1`` earlier ones (``max_screenshots_in_history``), at 1, 8 and
 32 episodes at once against one endpoint (one rollout worker). The engine is ``EngineDouble`` from
-tests/policy/policy_helpers.py, the documented stand-in for AReaL's engine that answers at once: with real
+tests/doubles/policy_helpers.py, the documented stand-in for AReaL's engine that answers at once: with real
 generation in the loop the endpoint's CPU share could not be told apart from vLLM's on the same cores
 (bench/policy_bench.py measures the endpoint in front of real vLLM). Figures per level and history:
 ``calls_per_s`` (all episodes together), ``ms_per_call_median``/``p90`` (round trip, as an agent sees it).
 
 ``--compare DIR`` runs this file's measurement on DIR's code (its ``examples/cua_agent``) in a subprocess
-first, then on this checkout's, and adds ``ratio`` (after/before) for every figure.
+first, then on this checkout's, and adds ``ratio`` (after/before) for every figure. The subprocess imports
+DIR's ``cua_rl`` because its ``PYTHONPATH`` starts with DIR (and DIR/examples/cua_agent, where the package
+lived before it moved); the measurement refuses to run on any other checkout's code than ``--repo``.
 """
 
 from __future__ import annotations
@@ -30,20 +34,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 
 
 def measure(repo: Path, calls: int, levels: list[int], max_pixels: int) -> dict:
-    sys.path.insert(0, str(repo / "examples" / "cua_agent"))   # where the package lived before it moved
-    sys.path.insert(0, str(repo))
-    sys.path.insert(0, str(ROOT / "tests" / "policy"))
+    import cua_rl
+
+    if not Path(cua_rl.__file__).resolve().is_relative_to(repo.resolve()):
+        raise SystemExit(f"cua_rl is imported from {Path(cua_rl.__file__).parent}, not from --repo {repo} "
+                         "(--compare runs an older checkout with its own PYTHONPATH)")
     from areal.api.cli_args import GenerationHyperparameters
     from transformers import AutoProcessor
 
+    from bench.policy_bench import screenshot_url
     from cua_rl.local_model import build_tiny
     from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
-    from policy_bench import screenshot_url
-    from policy_helpers import EngineDouble
+    from tests.doubles.policy_helpers import EngineDouble
 
     import httpx
 
@@ -114,7 +119,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=6, help="turns per episode")
     ap.add_argument("--levels", default="1,8,32", help="episodes at once")
     ap.add_argument("--max-pixels", type=int, default=1003520, help="config.yaml's policy.max_pixels")
-    ap.add_argument("--repo", default=str(ROOT), help="measure this checkout's code")
+    ap.add_argument("--repo", default=str(ROOT), help="the checkout whose code is measured (must be the cua_rl "
+                    "imported; --compare sets it for the older checkout)")
     ap.add_argument("--compare", default="", help="an older checkout: measure it first, then this one")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -124,7 +130,12 @@ def main() -> None:
     if args.compare:
         cmd = [sys.executable, __file__, "--repo", args.compare, "--calls", str(args.calls),
                "--levels", args.levels, "--max-pixels", str(args.max_pixels)]
-        before = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        # The older checkout's package first (today's layout, then the one before the move), this checkout's
+        # bench and tests.doubles after it.
+        older = Path(args.compare)
+        path = [str(older), str(older / "examples" / "cua_agent"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+        before = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
         after = measure(Path(args.repo), args.calls, levels, args.max_pixels)
         result = {"before": before, "after": after, "ratio_after_over_before": ratios(before["figures"],
                                                                                       after["figures"])}

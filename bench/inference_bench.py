@@ -32,8 +32,6 @@ import io
 import httpx
 from PIL import Image, ImageDraw
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 
 def screenshot_b64(seed: int) -> str:
     img = Image.new("RGB", (1280, 800), (40 + 25 * seed, 90, 160))

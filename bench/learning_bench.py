@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cua_rl.launch import load_config   # the config the stages will see, loaded as the launcher does
+from cua_rl.run.launch import load_config   # the config the stages will see, loaded as the launcher does
 from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 
 ROOT = Path(__file__).resolve().parents[1]

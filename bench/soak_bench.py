@@ -40,8 +40,8 @@ def role(pid: int) -> str | None:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return None
-    for pattern, name in ((r"areal_vllm_server|vllm", "vllm"), (r"cua_rl\.launch", "launcher (gym, agent service)"),
-                          (r"cua_rl\.train_worker|rpc_server", "workers"), (r"cua_rl\.train ", "trainer"),
+    for pattern, name in ((r"areal_vllm_server|vllm", "vllm"), (r"cua_rl\.run\.launch", "launcher (gym, agent service)"),
+                          (r"cua_rl\.areal_ext\.worker|rpc_server", "workers"), (r"cua_rl\.train ", "trainer"),
                           (r"^Xvfb|openbox|bwrap|mousepad|pcmanfm|xterm|dbus|chromium|wish", "desktops")):
         if re.search(pattern, cmd):
             return name
@@ -69,7 +69,7 @@ def memory(launcher: int) -> dict[str, dict]:
 
 def episode_counts(fileroot: Path) -> dict[str, int]:
     """The workflow's episode counts, summed as the run's summary sums them."""
-    from cua_rl.launch import endpoint_totals
+    from cua_rl.run.summary import endpoint_totals
 
     totals: dict[str, int] = {}
     for logs in fileroot.glob("logs/*/*/*/policy_endpoint"):

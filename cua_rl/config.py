@@ -5,7 +5,7 @@
     config, config_file = load_expr_config(["--config", "config.yaml", *overrides], CUAConfig)
 
 The flat keys (`gym_base_url`, `max_turns`, ...) keep the names of the original example so that every
-train.sh flag maps onto one key (the flag table is `cua_rl/cli.py`; values are checked here, once). Settings
+train.sh flag maps onto one key (the flag table is `cua_rl/run/cli.py`; values are checked here, once). Settings
 that only this project has live in small nested sections: `policy`, `embedded`, `task_source`.
 
 Secrets: `project_token` exists for compatibility, but the launcher never puts a token into the
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig
 
+from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 from cua_rl.policy import EndpointSettings
-from cua_rl.vllm_config import CUAvLLMConfig
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids")
 SPLIT_TYPES = ("train", "eval", "all")
@@ -242,9 +242,9 @@ class CUAConfig(GRPOConfig):
     # trial_name "auto" (config.yaml): the launcher names each run run<YYYYmmdd_HHMMSS>, so runs never share
     # logs, statistics or checkpoints. An explicit trial_name whose run exists is refused unless this is
     # "overwrite" (its logs and checkpoints are deleted first) or "resume" (train.sh --resume: continue it
-    # from its last committed recover point, cua_rl/resume.py; with trial_name auto, the newest run).
+    # from its last committed recover point, cua_rl/areal_ext/resume.py; with trial_name auto, the newest run).
     existing_run: str = "refuse"
-    # AReaL's vLLM settings plus logprobs_mode (cua_rl/vllm_config.py: logprobs after temperature)
+    # AReaL's vLLM settings plus logprobs_mode (cua_rl/areal_ext/vllm_config.py: logprobs after temperature)
     vllm: CUAvLLMConfig = field(default_factory=CUAvLLMConfig)
     policy: EndpointSettings = field(default_factory=EndpointSettings)  # cua_rl/policy/endpoint.py
     embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig)

@@ -17,7 +17,7 @@ import logging
 _INSTALLED_FLAG = "_cua_keeps_stdlib_root"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Loggers whose INFO lines a quiet console still shows: the launcher's own decisions and progress.
-CONSOLE_INFO = ("cua_rl.launch", "cua_rl.sft", "cua_rl.local_model")
+CONSOLE_INFO = ("cua_rl.run.launch", "cua_rl.sft", "cua_rl.local_model")
 
 
 def keep_stdlib_logging() -> bool:

@@ -3,7 +3,7 @@ directories) and the workflow (which writes its counts there) share.
 
 Each run gets its own trial directory by default (``run<YYYYmmdd_HHMMSS>``); an explicit name that already
 trained here is refused unless ``existing_run=overwrite`` (deleted first) or ``existing_run=resume``
-(``train.sh --resume``: continued, cua_rl/resume.py), so runs never share statistics, logs or checkpoints.
+(``train.sh --resume``: continued, cua_rl/areal_ext/resume.py), so runs never share statistics, logs or checkpoints.
 """
 
 from __future__ import annotations

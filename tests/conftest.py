@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 from cua_rl.logs import keep_stdlib_logging
 
 # AReaL's getLogger detaches the stdlib root logger on every call; without this our loggers (and pytest's

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..http_retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
+from ..http.retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .errors import GenvError
 from .models import Execution, Task
 from .reward import Evaluation

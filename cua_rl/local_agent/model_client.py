@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import httpx
 
-from ..http_retry import RetryPolicy, send_with_retry
+from ..http.retry import RetryPolicy, send_with_retry
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from ..genv import GenvClient, GenvError
-from ..http_retry import RetryPolicy
+from ..http.retry import RetryPolicy
 from .actions import AgentAction, InvalidAction, ParsedTurn
 from .formats import HistoryStep, PromptContext, get_format
 from .model_client import ModelClient, ModelError, token_record

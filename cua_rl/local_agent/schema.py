@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from ..http_input import MAX_JSON_DEPTH, too_deep
+from ..http.input import MAX_JSON_DEPTH, too_deep
 from ..mini_agent.models import ACTION_SPACES, DEFAULT_ACTION_SPACE
 from .formats import format_names
 

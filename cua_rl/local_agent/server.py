@@ -26,9 +26,9 @@ from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from ..asgi_thread import ServedApp, serve_app_in_thread
+from ..http.serve import ServedApp, serve_app_in_thread
 from ..genv import GenvClient
-from ..http_input import MiB, limit_body
+from ..http.input import MiB, limit_body
 from .formats import format_names
 from .record import RunRecord, parse_time
 from .runner import AgentRun, AgentSettings

@@ -11,7 +11,7 @@ import sys
 
 import uvicorn
 
-from cua_rl.asgi_thread import KEEP_ALIVE_S
+from cua_rl.http.serve import KEEP_ALIVE_S
 from cua_rl.logs import setup_logging
 
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .tasks import ValidatorSpec
+from .validators import ValidatorSpec
 
 HELDOUT_START = 2 ** 40
 EVENTS = ".board/events"                      # what the window recorded, relative to HOME

@@ -27,6 +27,7 @@ from Xlib import X, display as xdisplay, error as xerror
 from . import mounts, procs
 from .apps import APPS, app_command
 from .screen import Screen
+from .validators import HomeFiles
 from .xinput import XInput
 
 logger = logging.getLogger(__name__)
@@ -174,8 +175,6 @@ class Desktop:
     @property
     def files(self):
         """What the validators read: this desktop's HOME (``validators.HomeFiles``)."""
-        from .validators import HomeFiles
-
         return HomeFiles(self.home)
 
     def pids(self) -> list[int]:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..asgi_thread import ServedApp, serve_app_in_thread
-from ..http_input import MiB, BadJSON, limit_body, parse_json
+from ..http.serve import ServedApp, serve_app_in_thread
+from ..http.input import MiB, BadJSON, limit_body, parse_json
 from .env import GymError, LocalGym
 from .manager import GymManager, GymOptions
 from .tasks import TaskSet

@@ -19,16 +19,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .apps import APPS
+from .curriculum import FAMILIES
 from .desktop import AppLaunch, DesktopSpec
+from .validators import ValidatorSpec
 from .vm.backend import GUEST_OSES, VMDesktopSpec
 from .vm.machine import VMSpec
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 CATEGORIES = ("text_editor", "file_manager", "terminal", "app_settings", "multi_step", "curriculum")
 DIFFICULTIES = ("easy", "normal", "hard")
-VALIDATOR_TYPES = ("file_exists", "file_absent", "file_equals", "file_contains", "file_not_contains",
-                   "file_matches", "file_non_empty", "file_date", "file_ordered", "dir_exists", "dir_entries",
-                   "ini_value", "answer_matches")
 
 
 class AppSpec(BaseModel):
@@ -127,49 +126,6 @@ class Setup(BaseModel):
         return self
 
 
-class ValidatorSpec(BaseModel):
-    """One check. ``path`` is relative to the execution's HOME; the other fields depend on ``type``.
-
-    ``answer_matches`` checks the agent's final answer (evaluate's ``answer_text``) against ``pattern``
-    (re.fullmatch after stripping, case-insensitive) and needs no path."""
-
-    model_config = ConfigDict(extra="forbid")
-    id: str
-    type: str
-    weight: float = Field(1.0, gt=0)
-    path: str = ""
-    text: str | None = None              # file_equals / file_contains / file_not_contains
-    pattern: str | None = None           # file_matches (re.search, MULTILINE)
-    date_format: str | None = None       # file_date: strftime format every non-blank line must parse with
-    steps: list[str] | None = None       # file_ordered: texts that must appear in this order (partial credit)
-    names: list[str] | None = None       # dir_entries: names that must be present
-    exact: bool = False                  # dir_entries: and nothing else
-    section: str | None = None           # ini_value
-    key: str | None = None
-    value: str | None = None
-
-    @model_validator(mode="after")
-    def _fields_for_type(self) -> "ValidatorSpec":
-        need = {"file_equals": ["text"], "file_contains": ["text"], "file_not_contains": ["text"],
-                "file_matches": ["pattern"], "file_date": ["date_format"], "file_ordered": ["steps"],
-                "dir_entries": ["names"], "ini_value": ["section", "key", "value"],
-                "answer_matches": ["pattern"]}
-        if self.type not in VALIDATOR_TYPES:
-            raise ValueError(f"unknown validator type {self.type!r}")
-        missing = [f for f in need.get(self.type, []) if getattr(self, f) is None]
-        if missing:
-            raise ValueError(f"validator {self.id}: type {self.type} needs {missing}")
-        if not self.path and self.type != "answer_matches":
-            raise ValueError(f"validator {self.id}: needs a path")
-        if self.pattern is not None:
-            re.compile(self.pattern)
-        if self.steps is not None and not (self.steps and all(self.steps)):
-            raise ValueError(f"validator {self.id}: steps must be non-empty texts")
-        if self.date_format is not None and "%" not in self.date_format:
-            raise ValueError(f"validator {self.id}: date_format {self.date_format!r} has no strftime field")
-        return self
-
-
 class TaskDef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     number: str
@@ -191,8 +147,6 @@ class TaskDef(BaseModel):
             if not self.validators or not self.solution:
                 raise ValueError("a task needs validators and a solution (or a seeded family)")
             return self
-        from .curriculum import FAMILIES
-
         if self.family not in FAMILIES:
             raise ValueError(f"unknown family {self.family!r}; known: {sorted(FAMILIES)}")
         if self.validators or self.solution:

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 
 # What vLLM needs on a machine without a GPU; launch.py exports it for AReaL-launched servers too.
 CPU_ENV = {
@@ -34,7 +34,7 @@ def cpu_vllm_config(model_dir: str | Path, *, max_model_len: int = 8192, max_num
                     dtype: str = "float32"):
     """The ``vllm`` section of config.cpu.yaml for ``model_dir`` (tests/local_model/test_vllm_server_cmd.py
     keeps the two equal)."""
-    from cua_rl.vllm_config import CUAvLLMConfig
+    from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 
     return CUAvLLMConfig(model=str(model_dir), seed=seed, dtype=dtype, max_model_len=max_model_len,
                          max_num_seqs=max_num_seqs, enforce_eager=True, distributed_executor_backend="uni",

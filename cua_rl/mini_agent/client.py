@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..http_retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
+from ..http.retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .events import EventLog, answer_of_action
 from .models import TERMINAL_STATUSES, RunRequest, RunResult, RunStatus
 

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import uvicorn
 
-    from ..asgi_thread import KEEP_ALIVE_S
+    from ..http.serve import KEEP_ALIVE_S
     from .blobs import BlobStore
     from .server import build_app
 

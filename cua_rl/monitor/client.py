@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import httpx
 
-from ..http_retry import RetryPolicy, error_detail, send_with_retry
+from ..http.retry import RetryPolicy, error_detail, send_with_retry
 from .records import KINDS, Record, training_end
 
 logger = logging.getLogger(__name__)

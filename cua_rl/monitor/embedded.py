@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..asgi_thread import ServedApp, serve_app_in_thread
+from ..http.serve import ServedApp, serve_app_in_thread
 from .blobs import BlobStore
 from .server import build_app
 from .store import Store, database_url_from_env, sqlite_url

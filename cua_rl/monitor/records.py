@@ -8,7 +8,6 @@ JSON *strings*, not objects. ``None`` fields are dropped so a partial update nev
 from __future__ import annotations
 
 import json
-import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -115,37 +114,6 @@ def turn_record(rollout_uuid: str, turn: int, *, rollout_id: int | str, start_ti
 
 def turn_client_id(rollout_uuid: str, turn: int) -> str:
     return f"{rollout_uuid}:turn:{turn}"
-
-
-# A turn's identity packed into one int64, so a training row can carry it to the trainer as a tensor
-# (``monitor_turn``) and the trainer can name the turn its recomputed logprobs belong to: the rollout
-# uuid is 53 random bits written as 14 hex digits, the turn number takes the low 10 bits (0 = no turn).
-_ROLLOUT_BITS, _TURN_BITS = 53, 10
-TURN_KEY_ROW = "monitor_turn"   # the training rows' key holding each output token's turn_key
-
-
-def new_rollout_uuid() -> str:
-    """A fresh rollout client_id that ``turn_key`` can pack (collisions: ~5e-5 per million rollouts)."""
-    return f"{secrets.randbits(_ROLLOUT_BITS) or 1:014x}"
-
-
-def turn_key(rollout_uuid: str, turn: int) -> int:
-    """The turn as a positive int64, or 0 when the uuid is not one of ``new_rollout_uuid`` or the turn is
-    out of range (such a turn's trainer logprobs are not reported)."""
-    try:
-        rollout = int(rollout_uuid, 16)
-    except (TypeError, ValueError):
-        return 0
-    if len(rollout_uuid) != 14 or not 0 < rollout < 2 ** _ROLLOUT_BITS or not 0 < turn < 2 ** _TURN_BITS:
-        return 0
-    return (rollout << _TURN_BITS) | turn
-
-
-def turn_of_key(key: int) -> tuple[str, int]:
-    """``(rollout_uuid, turn)`` of a ``turn_key``."""
-    if key <= 0:
-        raise ValueError(f"not a turn key: {key}")
-    return f"{key >> _TURN_BITS:014x}", key & (2 ** _TURN_BITS - 1)
 
 
 def trainer_logprobs_record(rollout_uuid: str, turn: int, logprobs: list[float]) -> Record:

@@ -25,7 +25,7 @@ import logging
 from contextlib import contextmanager
 from typing import Any, Awaitable, Callable, Iterator
 
-from ..http_retry import RetryPolicy
+from ..http.retry import RetryPolicy
 from .client import MonitorClient, token_from_env
 from .records import (Record, action_record, eval_record, now_iso, observation_record, rollout_record,
                       rollout_result, step_record, task_record, training_start, turn_client_id, turn_record,

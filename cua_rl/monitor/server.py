@@ -24,7 +24,7 @@ from fastapi import FastAPI, HTTPException, Path, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ..http_input import BadJSON, limit_body, parse_json
+from ..http.input import BadJSON, limit_body, parse_json
 from . import views
 from .blobs import MAX_BLOB_BYTES, BlobError, BlobStore
 from .ingest import IngestError, parse_batch

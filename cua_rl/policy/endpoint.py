@@ -23,6 +23,7 @@ versions are kept there (AReaL's partial rollouts).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -39,7 +40,7 @@ import aiohttp
 from .images import BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
 from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
-from .server import error_body, get_loop_server
+from .server import LoopServer, error_body, get_loop_server
 from .vllm_proof import install as install_prompt_proof
 from .vllm_proof import proving
 
@@ -151,6 +152,7 @@ class PolicyEndpoint:
                        "failed_turns": 0}
         self._cpu = _cpu_pool()
         self._http: aiohttp.ClientSession | None = None
+        self._servers: dict[str, LoopServer] = {}   # open episode's key -> the server it is registered with
 
     # ---- episodes -------------------------------------------------------------------------------
     async def open_episode(self) -> Episode:
@@ -160,14 +162,15 @@ class PolicyEndpoint:
             host = f"[{host}]"
         ep = Episode(id=uuid.uuid4().hex[:12], key="cua-" + secrets.token_urlsafe(24),
                      base_url=f"http://{host}:{server.port}/v1", model=self.settings.model_name)
-        server.routes[ep.key] = (self, ep)
-        ep.server = server
+        server.register(ep.key, functools.partial(self.complete, ep), ep.model)
+        self._servers[ep.key] = server
         return ep
 
     def close_episode(self, ep: Episode) -> None:
         """Revoke the key: late calls from a run that outlives its episode get 401 and record nothing."""
-        if ep.server is not None:
-            ep.server.routes.pop(ep.key, None)
+        server = self._servers.pop(ep.key, None)
+        if server is not None:
+            server.unregister(ep.key)
         ep.closed = True
         ep.images = {}  # the prepared screenshots; the turns keep their own tensors
 
@@ -215,16 +218,12 @@ class PolicyEndpoint:
         try:
             resp = await self._generate(ep, prompt, tools)
         except PromptMismatch as exc:
-            ep.failed_turns += 1
-            ep.prompt_mismatches += 1
-            self.totals["prompt_mismatches"] += 1
-            self.totals["failed_turns"] += 1
+            self._tally(ep, "failed_turns", "prompt_mismatches")
             logger.error("episode %s: vLLM generated from other prompt ids than the processor's; turn refused "
                          "and not recorded: %s", ep.id, exc)
             return 503, error_body(503, "engine prompt mismatch: vLLM tokenised the request differently", "server_error")
         except Exception as exc:  # engine/infra failure: the workflow turns this episode into None
-            ep.failed_turns += 1
-            self.totals["failed_turns"] += 1
+            self._tally(ep, "failed_turns")
             if not getattr(self.engine, "initialized", True):
                 # AReaL's destroy() clears `initialized` first, then closes the sessions of episodes still in
                 # flight (the next step's rollouts at the end of a run): an orderly stop, not an error.
@@ -235,8 +234,7 @@ class PolicyEndpoint:
         finally:
             ep.in_flight -= 1
         if resp is None:
-            ep.failed_turns += 1
-            self.totals["failed_turns"] += 1
+            self._tally(ep, "failed_turns")
             return 503, error_body(503, "policy output straddled a weight update; retry the request", "server_error")
         turn = Turn(prompt_ids=list(resp.input_tokens), output_ids=list(resp.output_tokens),
                     output_logprobs=[float(x) for x in resp.output_logprobs],
@@ -246,15 +244,11 @@ class PolicyEndpoint:
                     n_images=len(prompt.images), latency_s=time.perf_counter() - started,
                     image_b64=prompt.images[-1].b64 if prompt.images else None)
         if turn.prompt_ids != prompt.input_ids:  # the engine's own echo (SGLang, other engines)
-            ep.failed_turns += 1
-            ep.prompt_mismatches += 1
-            self.totals["prompt_mismatches"] += 1
-            self.totals["failed_turns"] += 1
+            self._tally(ep, "failed_turns", "prompt_mismatches")
             logger.error("episode %s: engine echoed different prompt ids; turn not recorded", ep.id)
             return 503, error_body(503, "engine prompt mismatch", "server_error")
         if self.proves_prompts:
-            ep.verified_turns += 1
-            self.totals["verified_turns"] += 1
+            self._tally(ep, "verified_turns")
         ep.turns.append(turn)
         if ep.on_turn is not None:
             try:  # an observer: whatever it does, the agent gets its answer
@@ -262,6 +256,12 @@ class PolicyEndpoint:
             except Exception as exc:  # noqa: BLE001
                 logger.warning("episode %s: turn observer failed: %s: %s", ep.id, type(exc).__name__, exc)
         return 200, self._completion_json(ep, turn)
+
+    def _tally(self, ep: Episode, *names: str) -> None:
+        """Count one more of each ``names`` on the episode and in the endpoint's totals (same names)."""
+        for name in names:
+            setattr(ep, name, getattr(ep, name) + 1)
+            self.totals[name] += 1
 
     async def _on_cpu(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
@@ -315,8 +315,7 @@ class PolicyEndpoint:
             if sampled_vision:
                 # An image/video placeholder in the output would make the trainer's forward count more image
                 # tokens than image features and fail the whole step: never train on it, sample again.
-                ep.vision_token_outputs += 1
-                self.totals["vision_token_outputs"] += 1
+                self._tally(ep, "vision_token_outputs")
                 logger.warning("episode %s: the model sampled vision placeholder token(s) %s; regenerating, try %d",
                                ep.id, sorted(sampled_vision), attempt + 1)
                 continue

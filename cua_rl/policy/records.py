@@ -67,7 +67,6 @@ class Episode:
     in_flight: int = 0  # generations still running (a run that ends with one pending was cut short by us)
     ignored_params: set[str] = field(default_factory=set)
     closed: bool = False
-    server: Any = field(default=None, repr=False, compare=False)  # the LoopServer routing this key
     # Content hash -> PreparedImage of the screenshots in the latest request: each distinct screenshot is
     # decoded, shrunk and patchified once per episode (the agent resends its recent history every turn).
     images: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

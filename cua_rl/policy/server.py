@@ -4,7 +4,8 @@ Why per event loop: AReaL runs every rollout of an inference engine on one backg
 (``AsyncTaskRunner``); ``engine.agenerate`` and its shared aiohttp session belong to that loop, so the
 server answering the agent must live there too. It is started lazily by the first episode and closed by
 AReaL's loop-cleanup hook when the runner shuts down. Train and eval engines have separate loops and
-therefore separate servers; each episode's key maps to the ``PolicyEndpoint`` that opened it.
+therefore separate servers. The server knows nothing of the endpoint: whoever opens an episode registers its
+key with the handler that answers it (``register``) and revokes it when the episode ends (``unregister``).
 """
 
 from __future__ import annotations
@@ -14,15 +15,11 @@ import errno
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Awaitable, Callable, NamedTuple
 
 from aiohttp import web
 
-from ..http_input import MiB, BadJSON, parse_json, too_large_message
-
-if TYPE_CHECKING:
-    from .endpoint import PolicyEndpoint
-    from .records import Episode
+from ..http.input import MiB, BadJSON, parse_json, too_large_message
 
 logger = logging.getLogger(__name__)
 
@@ -48,36 +45,52 @@ def _bearer(request: web.Request) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
+# Answers one chat completion request body of a key's episode: (HTTP status, JSON body).
+Handler = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+class Route(NamedTuple):
+    handler: Handler
+    model: str      # the model name the key's episode is served as (``GET /models``)
+
+
 @dataclass
 class LoopServer:
-    """A running server; ``port`` is the bound port, ``routes`` maps episode keys to their owners."""
+    """A running server; ``port`` is the bound port, ``routes`` maps the registered keys to their routes."""
 
     host: str
     port: int
     runner: web.AppRunner
-    routes: dict[str, tuple["PolicyEndpoint", "Episode"]] = field(default_factory=dict)
+    routes: dict[str, Route] = field(default_factory=dict)
+
+    def register(self, key: str, handler: Handler, model: str) -> None:
+        """Requests bearing ``key`` are answered by ``handler`` from now on."""
+        self.routes[key] = Route(handler, model)
+
+    def unregister(self, key: str) -> None:
+        """Revoke ``key``: later requests bearing it get 401 (a second call does nothing)."""
+        self.routes.pop(key, None)
 
     async def close(self) -> None:
         self.routes.clear()
         await self.runner.cleanup()
 
     # ---- handlers -------------------------------------------------------------------------------
-    def _lookup(self, request: web.Request):
+    def _lookup(self, request: web.Request) -> Route | None:
         key = _bearer(request)
         return self.routes.get(key) if key else None
 
     async def models(self, request: web.Request) -> web.Response:
         # Listing models needs no key: the original client calls GET /models before it has one.
-        names = sorted({ep.model for _, ep in self.routes.values()}) or ["policy"]
+        names = sorted({route.model for route in self.routes.values()}) or ["policy"]
         return web.json_response({"object": "list", "data": [
             {"id": n, "object": "model", "created": 0, "owned_by": "cua-rl"} for n in names]})
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        found = self._lookup(request)
-        if found is None:
+        route = self._lookup(request)
+        if route is None:
             return openai_error(401, "missing or unknown API key (each episode has its own key)",
                                 "authentication_error")
-        endpoint, episode = found
         try:
             body = parse_json(await request.read())
         except web.HTTPRequestEntityTooLarge:
@@ -86,7 +99,7 @@ class LoopServer:
             return openai_error(400, f"request {exc}")
         if not isinstance(body, dict):
             return openai_error(400, "request body must be a JSON object")
-        status, payload = await endpoint.complete(episode, body)
+        status, payload = await route.handler(body)
         if status != 200:
             return web.json_response(payload, status=status)
         if body.get("stream"):

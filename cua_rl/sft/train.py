@@ -32,7 +32,7 @@ class SFTResult:
 
 def _single_rank_env() -> None:
     """A one-process torch.distributed world unless a launcher (torchrun) already set one up."""
-    from cua_rl.asgi_thread import free_port
+    from cua_rl.http.serve import free_port
 
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(key, value)
@@ -60,9 +60,9 @@ def make_engine(model_path: str, lr: float, total_steps: int, rows_per_step: int
     from areal.api.cli_args import MicroBatchSpec, OptimizerConfig, TrainEngineConfig
     from areal.engine.fsdp_engine import FSDPLMEngine
 
-    from cua_rl.packed_attention import enable_packed_sdpa
+    from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
-    enable_packed_sdpa()   # AReaL packs a micro-batch into one sequence; see cua_rl/packed_attention.py
+    enable_packed_sdpa()   # AReaL packs a micro-batch into one sequence; see cua_rl/areal_ext/packed_attention.py
     _single_rank_env()
     engine = FSDPLMEngine(TrainEngineConfig(
         experiment_name=experiment, trial_name=trial, path=model_path, backend="fsdp:d1", attn_impl="sdpa",

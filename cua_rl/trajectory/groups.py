@@ -23,10 +23,9 @@ from typing import Any
 
 from areal.utils.data import concat_padded_tensors
 
-from cua_rl.monitor.records import turn_key
 from cua_rl.policy.records import Turn
 
-from .rows import ExportStyle, episode_rows
+from .rows import ExportStyle, episode_rows, turn_key
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ text-only row has ``multi_modal_input=[{}]``.
 
 With the Training Monitor on, every row also carries ``monitor_turn``: per token, the ``turn_key`` of the
 turn whose output that token is (0 elsewhere). The trainer reads it next to its recomputed logprobs to send
-them to the monitor (``cua_rl.monitor.trainer_logprobs``); the loss never reads it.
+them to the monitor (``cua_rl.areal_ext.trainer_logprobs``); the loss never reads it.
 
 Export styles:
 - ``individual`` (default): one row per turn. Always correct; the history is repeated in every row.
@@ -20,16 +20,46 @@ Export styles:
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any, Literal
 
 import torch
 
-from cua_rl.monitor.records import TURN_KEY_ROW
 from cua_rl.policy.records import Turn
 
 logger = logging.getLogger(__name__)
 
 ExportStyle = Literal["individual", "concat"]
+
+# A turn's identity packed into one int64, so a training row can carry it to the trainer as a tensor
+# (``monitor_turn``) and the trainer can name the turn its recomputed logprobs belong to: the rollout
+# uuid is 53 random bits written as 14 hex digits, the turn number takes the low 10 bits (0 = no turn).
+_ROLLOUT_BITS, _TURN_BITS = 53, 10
+TURN_KEY_ROW = "monitor_turn"   # the training rows' key holding each output token's turn_key
+
+
+def new_rollout_uuid() -> str:
+    """A fresh rollout client_id that ``turn_key`` can pack (collisions: ~5e-5 per million rollouts)."""
+    return f"{secrets.randbits(_ROLLOUT_BITS) or 1:014x}"
+
+
+def turn_key(rollout_uuid: str, turn: int) -> int:
+    """The turn as a positive int64, or 0 when the uuid is not one of ``new_rollout_uuid`` or the turn is
+    out of range (such a turn's trainer logprobs are not reported)."""
+    try:
+        rollout = int(rollout_uuid, 16)
+    except (TypeError, ValueError):
+        return 0
+    if len(rollout_uuid) != 14 or not 0 < rollout < 2 ** _ROLLOUT_BITS or not 0 < turn < 2 ** _TURN_BITS:
+        return 0
+    return (rollout << _TURN_BITS) | turn
+
+
+def turn_of_key(key: int) -> tuple[str, int]:
+    """``(rollout_uuid, turn)`` of a ``turn_key``."""
+    if key <= 0:
+        raise ValueError(f"not a turn key: {key}")
+    return f"{key >> _TURN_BITS:014x}", key & (2 ** _TURN_BITS - 1)
 
 
 def _row(ids: list[int], loss_mask: list[int], logprobs: list[float], versions: list[int],

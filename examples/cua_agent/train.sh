@@ -3,4 +3,4 @@
 # what is missing), then hands every argument to the launcher, which owns the flags: train.sh --help.
 set -eo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/scripts/env.sh"
-exec python -m cua_rl.launch "$@"
+exec python -m cua_rl.run.launch "$@"

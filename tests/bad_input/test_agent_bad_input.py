@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from bad_input_corpus import Case, check_refused, json_bytes, nested, send
-from cua_rl.asgi_thread import free_port
-from cua_rl.http_retry import RetryPolicy
+from cua_rl.http.retry import RetryPolicy
+from cua_rl.http.serve import free_port
 from cua_rl.local_agent import AgentSettings, start_agent_server
 
 JSON = {"Content-Type": "application/json"}

@@ -1,6 +1,6 @@
 """The policy endpoint refuses every request of its malformed-request corpus with a clear 4xx (OpenAI's
 error shape), records no turn and sends nothing to the engine for any of them, still takes a request with
-several full-HD screenshots, and stays healthy (issue 16). The engine is ``EngineDouble`` (tests/policy):
+several full-HD screenshots, and stays healthy (issue 16). The engine is ``EngineDouble`` (tests/doubles):
 only the endpoint's input handling is under test here."""
 
 from __future__ import annotations
@@ -9,9 +9,7 @@ import base64
 import io
 import os
 import struct
-import sys
 import zlib
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,11 +17,9 @@ from areal.api.cli_args import GenerationHyperparameters
 from PIL import Image
 
 from bad_input_corpus import Case, check_refused, json_bytes, nested, send
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policy"))
-from policy_helpers import EngineDouble, png_data_url  # noqa: E402
+from tests.doubles.policy_helpers import EngineDouble, png_data_url
 
 CHAT = "/v1/chat/completions"
 JSON = {"Content-Type": "application/json"}

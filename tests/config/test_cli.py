@@ -1,4 +1,4 @@
-"""The command line: cua_rl/cli.py's flag table (flags, environment, .env files, quoting, masking), the
+"""The command line: cua_rl/run/cli.py's flag table (flags, environment, .env files, quoting, masking), the
 launcher's decisions on it (config file, embedded or not, values checked by the config classes, --dry-run),
 and train.sh handing every argument to the launcher."""
 
@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from cli_cases import ALL_FLAGS, ALL_OVERRIDES, ENV_FOR_FLAGS, EXAMPLE, ROOT
-from cua_rl import cli, launch
+from cua_rl.run import cli, launch
 
 ISSUE_ARGS = ["--gym", "http://gym.example:5010", "--gym-id", "g1", "--batch-size", "8", "--project-token", "SECRET",
               "actor.optimizer.lr=1e-6"]
@@ -221,7 +221,7 @@ def test_train_sh_prepares_the_environment_and_hands_every_argument_to_the_launc
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     cwd, *argv = record.read_text().splitlines()
-    assert cwd == str(tmp_path) and argv == ["-m", "cua_rl.launch", *args]
+    assert cwd == str(tmp_path) and argv == ["-m", "cua_rl.run.launch", *args]
     assert len((EXAMPLE / "train.sh").read_text().splitlines()) <= 8
 
 

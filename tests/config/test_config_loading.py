@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from cua_rl.config import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
 from cli_cases import ALL_FLAGS, EXAMPLE
-from cua_rl import cli
+from cua_rl.run import cli
 
 SECTION_5_2_KEYS = {  # the original example's keys (one per flag), with our defaults
     "max_turns": 20, "max_task_time_seconds": 600, "max_turn_time_seconds": 120, "gym_base_url": "",
@@ -122,7 +122,7 @@ def test_the_test_vllm_server_is_the_one_the_cpu_config_launches(tmp_path, monke
     assert vLLMConfig.build_args(cfg.vllm, 1, 1) == vLLMConfig.build_args(ours, 1, 1)
     assert cfg.vllm.logprobs_mode == "processed_logprobs"
     assert cfg.vllm.worker_extension_cls == "cua_rl.local_model.vllm_cpu.CPUWorkerExtension"
-    assert cfg.actor.scheduling_spec[0].cmd == "python3 -m cua_rl.train_worker"
+    assert cfg.actor.scheduling_spec[0].cmd == "python3 -m cua_rl.areal_ext.worker"
 
 
 def test_train_sh_overrides_load_into_the_intended_values(tmp_path):

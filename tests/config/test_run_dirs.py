@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cua_rl.resume import newest_resumable
+from cua_rl.areal_ext.resume import newest_resumable
 from cua_rl.runs import RunPaths, claim_run_dir, new_trial_name, run_exists
 
 
@@ -96,8 +96,8 @@ def test_resume_without_a_name_picks_the_newest_committed_run(tmp_path):
 def test_choosing_the_cpu_config_for_a_given_gym_leaves_no_learning_recipe_directory(tmp_path):
     """Without a GPU the launcher loads config.learn.yaml to ask whether the run is embedded; with a gym given
     it is not, and that load's log directory (config.yaml only) must not stay behind as a second run."""
-    from cua_rl import cli
-    from cua_rl.launch import choose_config
+    from cua_rl.run import cli
+    from cua_rl.run.launch import choose_config
 
     request = cli.Request(overrides=["gym_base_url=http://127.0.0.1:9", "gym_id=desktop", "trial_name=mine",
                                      f"cluster.fileroot={tmp_path}"])

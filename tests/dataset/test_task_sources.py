@@ -1,13 +1,13 @@
 """dataset.py: gym / file / ids task sources, tag filter, splits, limit, rows, errors.
 
-The gym source runs against the genv TEST DOUBLE (tests/genv/genv_double.py) over real loopback HTTP.
+The gym source runs against the genv TEST DOUBLE (tests/doubles/genv_double.py) over real loopback HTTP.
 """
 
 import json
 
 import pytest
 from cua_rl.config import CUAConfig, TaskSourceConfig
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 from cua_rl.genv import Task
 from cua_rl.dataset import (
     ROW_FEATURES,

@@ -105,7 +105,7 @@ def _steps_done(out: Path) -> int:
 
 def _episode_counts(fileroot: Path) -> dict[str, int]:
     """The workflow's counts, summed as the run's summary sums them (empty before the first group ends)."""
-    from cua_rl.launch import endpoint_totals
+    from cua_rl.run.summary import endpoint_totals
 
     logs = next(fileroot.glob("logs/*/*/faults/policy_endpoint"), None)
     return endpoint_totals(logs.parent) if logs is not None else {}

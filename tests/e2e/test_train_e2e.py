@@ -34,7 +34,7 @@ def _vllm_pids() -> set[int]:
 
 
 def test_train_sh_embedded_cpu_run(tmp_path):
-    from cua_rl.launch import read_scalars
+    from cua_rl.run.summary import read_scalars
 
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)

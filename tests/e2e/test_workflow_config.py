@@ -99,7 +99,7 @@ def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instanc
     from areal.api.cli_args import GenerationHyperparameters
 
     from cua_rl import workflow as cua_workflow
-    from cua_rl.resume import STREAM_KEY
+    from cua_rl.areal_ext.resume import STREAM_KEY
     from cua_rl.workflow import CUAAgentWorkflow
 
     class Engine:

@@ -10,59 +10,20 @@ import base64
 import io
 
 import pytest
-from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
-from areal.engine.vllm_remote import RemotevLLMEngine
 from PIL import Image
 
 from cua_rl.mini_agent import MiniAgentClient
 from cua_rl.policy import close_loop_servers, tensor_sha256
 from cua_rl.policy.images import DecodedImage, fit_pixels
 from cua_rl.trajectory import group_batch
+from tests.doubles.embedded_stack import first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
 
 pytestmark = [pytest.mark.desktop]
 
 
-@pytest.fixture(scope="module")
-def stack(vllm_server, tiny_model_dir):
-    from cua_rl.local_agent.server import start_agent_server
-    from cua_rl.local_gym.server import start_gym_server
-
-    gym = start_gym_server(gym_id="desktop", pool_size=1)
-    agent = start_agent_server()
-    engine = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", max_concurrent_rollouts=4,
-                                                    request_timeout=300, setup_timeout=60))
-    engine.initialize(addr=vllm_server.addr)
-    try:
-        yield {"gym": gym, "agent": agent, "model": vllm_server, "engine": engine, "model_dir": tiny_model_dir}
-    finally:
-        engine.destroy()
-        agent.stop()
-        gym.stop()
-
-
-def _workflow(stack, **kw):
-    from cua_rl.workflow import CUAAgentWorkflow
-
-    args = dict(gconfig=GenerationHyperparameters(max_new_tokens=48, temperature=1.0), model_path=stack["model_dir"],
-                gym_base_url=stack["gym"].url, gym_id="desktop", agent_base_url=stack["agent"].url,
-                agent="qwen3-vl", action_space="pc", max_turns=2, max_task_time_seconds=120,
-                max_turn_time_seconds=60, policy={"max_screenshots_in_history": 2, "max_pixels": 200704},
-                group_size=2, poll_interval_s=0.5)
-    args.update(kw)
-    return CUAAgentWorkflow(**args)
-
-
-async def _first_task(stack):
-    from cua_rl.genv import GenvClient
-
-    async with GenvClient(stack["gym"].url, "desktop") as gym:
-        task = (await gym.list_tasks())[0]
-    return {"task_id": task.id, "instruction": task.instruction}
-
-
 async def test_group_of_real_episodes_becomes_exact_rows(stack):
-    wf = _workflow(stack)
-    row = await _first_task(stack)
+    wf = make_workflow(stack)
+    row = await first_task(stack)
     try:
         outcomes = [await wf._episode(wf._policy(stack["engine"]), row, i) for i in range(2)]
         assert all(o is not None for o in outcomes), "an episode failed on the embedded stack"
@@ -93,18 +54,18 @@ async def test_group_of_real_episodes_becomes_exact_rows(stack):
 
 
 async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
-    wf = _workflow(stack)
+    wf = make_workflow(stack)
     try:
-        batch = await wf.arun_episode(stack["engine"], await _first_task(stack))
+        batch = await wf.arun_episode(stack["engine"], await first_task(stack))
         assert batch is not None
         assert {"input_ids", "loss_mask", "logprobs", "versions", "rewards", "multi_modal_input",
                 "mm_token_type_ids", "attention_mask"} <= set(batch)
         # an unreachable gym is an infrastructure failure: the group is rejected, nothing raises
-        broken = _workflow(stack, gym_base_url="http://127.0.0.1:9")
-        assert await broken.arun_episode(stack["engine"], await _first_task(stack)) is None
+        broken = make_workflow(stack, gym_base_url="http://127.0.0.1:9")
+        assert await broken.arun_episode(stack["engine"], await first_task(stack)) is None
         # an unreachable agent service: also None, and the executions created for it were terminated
-        no_agent = _workflow(stack, agent_base_url="http://127.0.0.1:9")
-        assert await no_agent.arun_episode(stack["engine"], await _first_task(stack)) is None
+        no_agent = make_workflow(stack, agent_base_url="http://127.0.0.1:9")
+        assert await no_agent.arun_episode(stack["engine"], await first_task(stack)) is None
         assert not stack["gym"].manager.executions, "an execution was left running"
         assert await wf.arun_episode(stack["engine"], {"instruction": "no id"}) is None
     finally:
@@ -117,8 +78,8 @@ async def test_a_full_gym_makes_episodes_wait_not_fail(stack):
 
     small = start_gym_server(gym_id="desktop", pool_size=1, max_executions=1)
     try:
-        wf = _workflow(stack, gym_base_url=small.url)
-        row = await _first_task(stack)
+        wf = make_workflow(stack, gym_base_url=small.url)
+        row = await first_task(stack)
         batch = await wf.arun_episode(stack["engine"], row)
         assert batch is not None and batch["input_ids"].shape[0] >= 2
         assert not small.manager.executions
@@ -137,9 +98,9 @@ async def test_a_gym_failure_inside_the_agent_drops_the_episode(stack, monkeypat
         raise GymError(503, f"desktop of execution {eid} is not responding (injected fault)")
 
     monkeypatch.setattr(stack["gym"].app.state.gym, "screenshot", failing)
-    wf = _workflow(stack)
+    wf = make_workflow(stack)
     try:
-        assert await wf._episode(wf._policy(stack["engine"]), await _first_task(stack), 0) is None
+        assert await wf._episode(wf._policy(stack["engine"]), await first_task(stack), 0) is None
         assert not stack["gym"].manager.executions, "an execution was left running"
     finally:
         await close_loop_servers()

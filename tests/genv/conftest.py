@@ -1,7 +1,7 @@
 import pytest
 
-from cua_rl.asgi_thread import serve_app_in_thread
-from genv_double import GymState, build_gym_double
+from cua_rl.http.serve import serve_app_in_thread
+from tests.doubles.genv_double import GymState, build_gym_double
 
 
 @pytest.fixture

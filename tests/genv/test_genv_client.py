@@ -1,12 +1,12 @@
-"""GenvClient against the genv test double over real loopback HTTP (see genv_double.py)."""
+"""GenvClient against the genv test double over real loopback HTTP (see tests/doubles/genv_double.py)."""
 
 import json
 
 import pytest
 
 from cua_rl.genv import GenvClient, GenvError, GenvTimeouts
-from cua_rl.http_retry import RetryPolicy
-from genv_double import PNG_1x1
+from cua_rl.http.retry import RetryPolicy
+from tests.doubles.genv_double import PNG_1x1
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02)
 
@@ -172,10 +172,10 @@ async def test_a_create_that_never_reached_the_gym_waits_for_it_to_come_back(gym
     and lands once the gym listens; with no gym at all it gives up when the budget is spent."""
     from types import SimpleNamespace
 
-    import cua_rl.http_retry as retry_module
-    from cua_rl.asgi_thread import free_port, serve_app_in_thread
-    from cua_rl.http_retry import never_sent
-    from genv_double import build_gym_double
+    import cua_rl.http.retry as retry_module
+    from cua_rl.http.serve import free_port, serve_app_in_thread
+    from cua_rl.http.retry import never_sent
+    from tests.doubles.genv_double import build_gym_double
 
     port, served, slept = free_port(), [], []
 

@@ -6,7 +6,7 @@ import contextlib
 from typing import Any, AsyncIterator
 
 from cua_rl.genv import GenvClient
-from cua_rl.http_retry import RetryPolicy
+from cua_rl.http.retry import RetryPolicy
 from cua_rl.local_agent import AgentSettings
 from cua_rl.mini_agent.models import GenvEnv, ModelEndpoint, RunRequest
 

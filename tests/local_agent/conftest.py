@@ -1,5 +1,5 @@
 """Fixtures of the agent-service tests: the real agent service and the real embedded gym on loopback,
-plus the scripted model server (a documented test double for the policy, see ``model_double.py``)."""
+plus the scripted model server (a documented test double for the policy, see ``tests/doubles/model_double.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from agent_helpers import fast_settings
-from cua_rl.asgi_thread import serve_app_in_thread
+from cua_rl.http.serve import serve_app_in_thread
 from cua_rl.local_agent import start_agent_server
-from model_double import ScriptedModel, build_model_app
+from tests.doubles.model_double import ScriptedModel, build_model_app
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 from agent_helpers import fast_settings
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 from cua_rl.local_agent import start_agent_server
 from cua_rl.local_agent.record import RunRecord, iso, parse_time
 from cua_rl.local_agent.server import RunManager

@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 from agent_helpers import fast_settings, gym_execution, run_request
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 from cua_rl.local_agent import start_agent_server
 from cua_rl.local_gym import load_tasks
 from cua_rl.mini_agent import MiniAgentClient, Sampling
-from model_double import mai_call, mai_script, qwen_call, qwen_script
+from tests.doubles.model_double import mai_call, mai_script, qwen_call, qwen_script
 
 pytestmark = pytest.mark.desktop
 

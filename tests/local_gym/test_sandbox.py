@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cua_rl.asgi_thread import free_port
 from cua_rl.genv import GenvClient
+from cua_rl.http.serve import free_port
 from cua_rl.local_gym import mounts
 from cua_rl.local_gym.desktop import SANDBOX_ETC
 from gym_helpers import descendants, wait_gone

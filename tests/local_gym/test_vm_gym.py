@@ -24,8 +24,8 @@ import httpx
 import pytest
 from PIL import Image
 
-from cua_rl.asgi_thread import free_port
 from cua_rl.genv import GenvClient, GenvError
+from cua_rl.http.serve import free_port
 from cua_rl.local_gym import start_gym_server
 from cua_rl.local_gym.env import GymError, LocalGym
 from cua_rl.local_gym.manager import GymManager, GymOptions

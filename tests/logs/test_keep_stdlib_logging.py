@@ -39,7 +39,7 @@ QUIET = textwrap.dedent("""
     log_to_file(sys.argv[1])
     logging.getLogger("cua_rl.local_gym.manager").info("per-execution line")
     logging.getLogger("cua_rl.local_gym.manager").warning("a desktop failed")
-    logging.getLogger("cua_rl.launch").info("the launcher decides")
+    logging.getLogger("cua_rl.run.launch").info("the launcher decides")
     logging.getLogger("uvicorn.error").info("server started")
 """)
 

@@ -1,9 +1,9 @@
-"""cua_rl.console.TrainerConsole on a real AReaL 1.0.4 step: the output of one GRPO step of a CPU run
+"""cua_rl.run.console.TrainerConsole on a real AReaL 1.0.4 step: the output of one GRPO step of a CPU run
 (data/areal_step_output.txt, copied from a launcher console) becomes one progress line; the rest passes."""
 
 from pathlib import Path
 
-from cua_rl.console import TrainerConsole
+from cua_rl.run.console import TrainerConsole
 
 STEP = (Path(__file__).parent / "data" / "areal_step_output.txt").read_text()
 
@@ -81,7 +81,7 @@ def test_quiet_console_keeps_every_error_whatever_its_format():
 
 
 def test_the_summary_numbers_steps_as_the_console_does():
-    from cua_rl.launch import by_step
+    from cua_rl.run.summary import by_step
 
     assert by_step([(0, 0.78125), (1, 0.5), (3, 1.0)]) == "steps 1-4: 0.781 0.500 - 1.000"
 
@@ -89,7 +89,7 @@ def test_the_summary_numbers_steps_as_the_console_does():
 def test_a_failed_run_names_a_dead_model_server_as_its_cause(tmp_path):
     """The lines AReaL 1.0.4 wrote when vLLM was SIGKILLed mid-run (tests/e2e/test_faults.py kills it for real);
     a failure without them gets no guessed cause."""
-    from cua_rl.launch import failure_cause
+    from cua_rl.run.summary import failure_cause
 
     log = tmp_path / "train.log"
     log.write_text(
@@ -106,13 +106,13 @@ def test_a_failed_run_names_a_dead_model_server_as_its_cause(tmp_path):
 
 
 def test_the_model_server_watch_stops_a_run_only_when_its_server_is_gone(tmp_path):
-    """cua_rl.model_watch against a real listening server and a port nobody listens on: a live server (even
+    """cua_rl.areal_ext.model_watch against a real listening server and a port nobody listens on: a live server (even
     one answering 404) never trips it; a refused one does after the grace, and the launcher quotes it."""
     import threading
 
-    from cua_rl.asgi_thread import free_port, serve_app_in_thread
-    from cua_rl.launch import failure_cause
-    from cua_rl.model_watch import GONE, ModelServerWatch
+    from cua_rl.http.serve import free_port, serve_app_in_thread
+    from cua_rl.run.summary import failure_cause
+    from cua_rl.areal_ext.model_watch import GONE, ModelServerWatch
     from fastapi import FastAPI
 
     live = serve_app_in_thread(FastAPI())   # no /health route: a 404 still proves the server is there

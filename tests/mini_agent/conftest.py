@@ -1,7 +1,7 @@
 import pytest
 
-from agent_double import AgentState, build_agent_double
-from cua_rl.asgi_thread import serve_app_in_thread
+from cua_rl.http.serve import serve_app_in_thread
+from tests.doubles.agent_double import AgentState, build_agent_double
 
 
 @pytest.fixture

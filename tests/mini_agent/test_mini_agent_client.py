@@ -1,14 +1,14 @@
-"""MiniAgentClient against the gbox-mini-agent test double over real loopback HTTP (agent_double.py)."""
+"""MiniAgentClient against the gbox-mini-agent test double over real loopback HTTP (tests/doubles/agent_double.py)."""
 
 import asyncio
 import logging
 
 import pytest
 
-from agent_double import scripted_events
-from cua_rl.http_retry import RetryPolicy
+from cua_rl.http.retry import RetryPolicy
 from cua_rl.mini_agent import MiniAgentClient, MiniAgentError
 from test_mini_agent_events import SECRET, make_request
+from tests.doubles.agent_double import scripted_events
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02)
 POLL = 0.01
@@ -155,9 +155,9 @@ async def test_a_start_that_never_reached_the_service_waits_for_it_to_come_back(
     ``unreachable_wait_s`` and lands once the service listens; without that budget it fails at once."""
     from types import SimpleNamespace
 
-    import cua_rl.http_retry as retry_module
-    from agent_double import build_agent_double
-    from cua_rl.asgi_thread import free_port, serve_app_in_thread
+    import cua_rl.http.retry as retry_module
+    from tests.doubles.agent_double import build_agent_double
+    from cua_rl.http.serve import free_port, serve_app_in_thread
 
     port, served, slept = free_port(), [], []
 

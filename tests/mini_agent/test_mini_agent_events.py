@@ -2,8 +2,8 @@
 
 import pytest
 
-from agent_double import scripted_events
 from cua_rl.mini_agent import EventLog, GenvEnv, ModelEndpoint, RunRequest, Sampling, event_key
+from tests.doubles.agent_double import scripted_events
 
 SECRET = "sk-test-SECRET-123"
 

@@ -1,7 +1,7 @@
 import pytest
 
-from cua_rl.asgi_thread import serve_app_in_thread
-from monitor_double import MonitorState, build_monitor_double
+from cua_rl.http.serve import serve_app_in_thread
+from tests.doubles.monitor_double import MonitorState, build_monitor_double
 
 
 @pytest.fixture

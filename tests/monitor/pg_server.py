@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cua_rl.asgi_thread import free_port
+from cua_rl.http.serve import free_port
 
 
 def pg_bin() -> Path:

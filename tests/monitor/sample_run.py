@@ -11,7 +11,7 @@ import math
 
 from PIL import Image, ImageDraw
 
-from cua_rl.http_retry import RetryPolicy
+from cua_rl.http.retry import RetryPolicy
 from cua_rl.monitor import EpisodeReporter
 from cua_rl.policy.records import Turn
 

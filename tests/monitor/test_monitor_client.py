@@ -1,10 +1,10 @@
-"""MonitorClient against the Training Monitor test double over real loopback HTTP (monitor_double.py)."""
+"""MonitorClient against the Training Monitor test double over real loopback HTTP (tests/doubles/monitor_double.py)."""
 
 import logging
 
 import pytest
 
-from cua_rl.http_retry import RetryPolicy
+from cua_rl.http.retry import RetryPolicy
 from cua_rl.monitor import (MonitorClient, MonitorError, rollout_record, rollout_result, step_record,
                             training_start, turn_record)
 

@@ -1,4 +1,4 @@
-"""EpisodeReporter and training_run against the Training Monitor test double (monitor_double.py) on
+"""EpisodeReporter and training_run against the Training Monitor test double (tests/doubles/monitor_double.py) on
 loopback: ids link up, sends never block or raise, failures are logged once, no settings = no HTTP."""
 
 import asyncio
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from cua_rl.http_retry import RetryPolicy
+from cua_rl.http.retry import RetryPolicy
 from cua_rl.monitor import EpisodeReporter, training_run
 
 FAST = RetryPolicy(attempts=1, backoff_s=0.0, max_backoff_s=0.0, retry_5xx=False)

@@ -214,8 +214,8 @@ def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our
     rollout worker's record or after it, and survive its re-sends."""
     import asyncio
 
-    from cua_rl.monitor.records import new_rollout_uuid, turn_key
-    from cua_rl.monitor.trainer_logprobs import TrainerLogprobSender, records_of
+    from cua_rl.trajectory.rows import new_rollout_uuid, turn_key
+    from cua_rl.areal_ext.trainer_logprobs import TrainerLogprobSender, records_of
 
     monitor, token = our_monitor
     api = httpx.Client(base_url=monitor.url)

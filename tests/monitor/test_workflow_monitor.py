@@ -1,26 +1,22 @@
 """A real CUAAgentWorkflow group on the embedded stack (real gym, agent service, vLLM on the CPU; the
-``stack`` fixture of tests/e2e/test_workflow_episode.py) reporting to the Training Monitor test double
-(monitor_double.py) on loopback, the training record opened and closed by ``training_run`` as in train.py."""
+``stack`` fixture of tests/doubles/embedded_stack.py) reporting to the Training Monitor test double
+(tests/doubles/monitor_double.py) on loopback, the training record opened and closed by ``training_run`` as in train.py."""
 
 import asyncio
 import logging
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from test_workflow_episode import _first_task, _workflow, stack  # noqa: E402,F401  (the team's fixture)
-
-from cua_rl.monitor import token_from_env, training_run  # noqa: E402
-from cua_rl.policy import close_loop_servers  # noqa: E402
+from cua_rl.monitor import token_from_env, training_run
+from cua_rl.policy import close_loop_servers
+from tests.doubles.embedded_stack import first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
 
 pytestmark = [pytest.mark.desktop]
 
 
 async def _group(wf, stack):
     try:
-        batch = await wf.arun_episode(stack["engine"], await _first_task(stack))
+        batch = await wf.arun_episode(stack["engine"], await first_task(stack))
         await wf.monitor_flush(30)
         return batch
     finally:
@@ -34,18 +30,18 @@ def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor
     with training_run(base, "p1", "cua", "e2e", token=token_from_env()) as training_id:
         kwargs = dict(monitor_base_url=base, monitor_project_id="p1", monitor_training_id=training_id)
         assert monitor_state.token not in repr(kwargs)
-        batch = asyncio.run(_group(_workflow(stack, **kwargs), stack))
+        batch = asyncio.run(_group(make_workflow(stack, **kwargs), stack))
         # the agent service is unreachable: the group is dropped and both rollouts are marked failed
-        broken = asyncio.run(_group(_workflow(stack, agent_base_url="http://127.0.0.1:9", **kwargs), stack))
+        broken = asyncio.run(_group(make_workflow(stack, agent_base_url="http://127.0.0.1:9", **kwargs), stack))
     assert batch is not None and broken is None
     assert monitor_state.trainings[training_id]["status"] == "completed"
 
     rows = monitor_state.rows
-    task_id = asyncio.run(_first_task(stack))["task_id"]
+    task_id = asyncio.run(first_task(stack))["task_id"]
     assert set(rows["tasks"]) == {task_id}                       # once per task (per reporter)
     assert set(rows["steps"]) == {f"step-{training_id}-0-0"}     # the engine's weight version 0
     rollouts = rows["rollouts"]
-    # hex client ids that pack into a training row's monitor_turn key (records.new_rollout_uuid)
+    # hex client ids that pack into a training row's monitor_turn key (trajectory.rows.new_rollout_uuid)
     assert len(rollouts) == 4 and all(len(cid) == 14 and int(cid, 16) > 0 for cid in rollouts)
     done = [r for r in rollouts.values() if r["status"] == "completed"]
     failed = [r for r in rollouts.values() if r["status"] == "failed"]
@@ -65,7 +61,7 @@ def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor
 def test_no_token_means_no_monitor_traffic(stack, monitor_server, monitor_state, monkeypatch):
     monkeypatch.delenv("PROJECT_TOKEN", raising=False)
     monkeypatch.delenv("MONITOR_PROJECT_TOKEN", raising=False)
-    wf = _workflow(stack, monitor_base_url=monitor_server.url + monitor_state.prefix, monitor_training_id=1)
+    wf = make_workflow(stack, monitor_base_url=monitor_server.url + monitor_state.prefix, monitor_training_id=1)
     assert asyncio.run(_group(wf, stack)) is not None
     assert monitor_state.requests == []
 
@@ -82,7 +78,7 @@ def test_real_episodes_record_turns_in_our_monitor(stack, our_monitor, monkeypat
     monitor, token = our_monitor
     monkeypatch.setenv("PROJECT_TOKEN", token)
     with training_run(monitor.url, "p1", "cua", "e2e-ours", token=token) as training_id:
-        wf = _workflow(stack, monitor_base_url=monitor.url, monitor_project_id="p1", monitor_training_id=training_id)
+        wf = make_workflow(stack, monitor_base_url=monitor.url, monitor_project_id="p1", monitor_training_id=training_id)
         batch = asyncio.run(_group(wf, stack))
     assert batch is not None
     run = httpx.get(f"{monitor.url}/api/trainings/{training_id}").json()

@@ -15,8 +15,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from PIL import Image
 
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
-
-from policy_helpers import EngineDouble, png_data_url
+from tests.doubles.policy_helpers import EngineDouble, png_data_url
 
 
 def _user(*parts):

@@ -20,10 +20,10 @@ import pytest
 from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
 from areal.engine.vllm_remote import RemotevLLMEngine
 from PIL import Image
-from policy_helpers import png_data_url
 
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
 from cua_rl.trajectory import EpisodeOutcome, group_batch
+from tests.doubles.policy_helpers import png_data_url
 
 TOOLS = [{"type": "function", "function": {
     "name": "computer_use", "description": "Use the mouse and keyboard.",

@@ -26,12 +26,12 @@ from areal.api.cli_args import (
 )
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
-from policy_helpers import png_data_url
 
-from cua_rl.monitor.records import new_rollout_uuid
-from cua_rl.packed_attention import enable_packed_sdpa
+from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
+from cua_rl.trajectory.rows import new_rollout_uuid
+from tests.doubles.policy_helpers import png_data_url
 
 TEMPERATURES = (1.0, 0.7)
 
@@ -85,7 +85,7 @@ def _gate(actor, outcomes, temperature: float, label: str) -> tuple[dict, torch.
 
 def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny_model_dir, processor, tmp_path,
                                                                 dist_env):
-    enable_packed_sdpa()  # AReaL packs the group's rows into one micro-batch; see cua_rl/packed_attention.py
+    enable_packed_sdpa()  # AReaL packs the group's rows into one micro-batch; see cua_rl/areal_ext/packed_attention.py
     exp, trial = "cua-gates", uuid.uuid4().hex[:8]
     rollout = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", experiment_name=exp, trial_name=trial,
                                                      setup_timeout=60, request_timeout=300))
@@ -149,12 +149,12 @@ class _Sink:
 
 
 def _assert_the_monitor_gets_each_turns_trainer_logprobs(actor, outcomes) -> None:
-    """The training worker's hook (cua_rl.monitor.trainer_logprobs, installed by cua_rl.train_worker) on the
+    """The training worker's hook (cua_rl.areal_ext.trainer_logprobs, installed by cua_rl.areal_ext.worker) on the
     real actor: each turn's recomputed logprobs go out under that turn's client_id, and they are that turn's
     (they match the logprobs vLLM returned for it, token by token)."""
     from areal.trainer.ppo.actor import PPOActor
 
-    from cua_rl.monitor.trainer_logprobs import wrap_compute_logp
+    from cua_rl.areal_ext.trainer_logprobs import wrap_compute_logp
 
     sink = _Sink()
     actor.actor.compute_logp = types.MethodType(wrap_compute_logp(PPOActor.compute_logp, sink), actor.actor)

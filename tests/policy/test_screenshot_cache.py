@@ -2,7 +2,7 @@
 the processor's own output: ids, image-token types and pixel tensors hash-equal to processing the whole prompt
 from scratch, turn after turn, with episodes running concurrently on the endpoint's thread pool.
 
-The engine is ``EngineDouble`` (the documented stand-in for AReaL's engine, policy_helpers.py): only the
+The engine is ``EngineDouble`` (the documented stand-in for AReaL's engine, tests/doubles/policy_helpers.py): only the
 endpoint's prompt building is under test here; the gates against real vLLM prove the same ids end to end.
 """
 
@@ -15,8 +15,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
 from cua_rl.policy.images import decode_data_url, fit_pixels
 from cua_rl.policy.prompt import expand_image_tokens, split_matches_whole
-
-from policy_helpers import EngineDouble, png_data_url
+from tests.doubles.policy_helpers import EngineDouble, png_data_url
 
 MAX_PIXELS = 40_000  # the larger screenshots below are shrunk, as the endpoint does on every turn
 

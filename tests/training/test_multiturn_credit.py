@@ -17,7 +17,7 @@ import torch
 from areal.trainer.ppo.actor import PPOActor
 from areal.utils.data import concat_padded_tensors
 
-from cua_rl.launch import load_config
+from cua_rl.run.launch import load_config
 from cua_rl.policy.records import Turn
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForImageTextToText
 
-from cua_rl.packed_attention import enable_packed_sdpa
+from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
 
 def test_packed_rows_do_not_attend_to_each_other(tiny_model_dir):

@@ -1,4 +1,4 @@
-"""Resume without losing or repeating data (cua_rl/resume.py), on AReaL's own data loader and recover handler.
+"""Resume without losing or repeating data (cua_rl/areal_ext/resume.py), on AReaL's own data loader and recover handler.
 
 The data stream: AReaL's train loader (``create_dataloader``: DistributedSampler, shuffled per epoch) is
 consumed as AReaL's rollout controller does (``cycle_dataloader``, items flattened, a read-ahead of pulled
@@ -25,8 +25,8 @@ from areal.utils.data import cycle_dataloader
 from areal.utils.dataloader import create_dataloader
 from datasets import Dataset
 
-from cua_rl import resume
-from cua_rl.resume import STREAM_KEY, ExactlyOnceLoader
+from cua_rl.areal_ext import resume
+from cua_rl.areal_ext.resume import STREAM_KEY, ExactlyOnceLoader
 
 ROWS, BATCH, AHEAD = 6, 2, 3   # 6 rows (3 steps an epoch), 2 per step, up to 3 more items pulled ahead
 

@@ -155,8 +155,8 @@ def test_shuffle_rewards_keeps_the_groups_rewards_and_loses_which_episode_earned
 def test_rows_name_each_output_tokens_monitor_turn_and_the_trainer_side_reads_them_back():
     """``monitor_turn`` marks every output token with its turn's key (individual and concat rows alike); the
     trainer side maps recomputed logprobs back to (rollout, turn), reading logp[t - 1] for token t."""
-    from cua_rl.monitor.records import new_rollout_uuid, turn_key, turn_of_key
-    from cua_rl.monitor.trainer_logprobs import records_of, turn_logprobs
+    from cua_rl.trajectory.rows import new_rollout_uuid, turn_key, turn_of_key
+    from cua_rl.areal_ext.trainer_logprobs import records_of, turn_logprobs
 
     a = new_rollout_uuid()
     assert turn_of_key(turn_key(a, 7)) == (a, 7) and turn_key(a, 0) == 0 and turn_key("0" * 32, 1) == 0

@@ -1,4 +1,4 @@
-"""Helpers shared by the policy tests (plain module: pytest puts this directory on sys.path): screenshots as
+"""Helpers shared by the policy tests (and the bad-input, SFT and endpoint-bench ones): screenshots as
 data URLs and ``EngineDouble``, the documented test double of AReaL's inference engine."""
 
 import base64

@@ -23,11 +23,11 @@ from typing import Callable, Iterator
 
 import httpx
 
-from cua_rl.http_retry import never_sent
+from cua_rl.http.retry import never_sent
 
 logger = logging.getLogger("cua-train")
 
-# The sentence the launcher's summary quotes as the cause (cua_rl.launch.failure_cause).
+# The sentence the launcher's summary quotes as the cause (cua_rl.run.summary.failure_cause).
 GONE = "the model server at {addr} stopped answering (connection refused for {seconds:.0f} s)"
 GONE_RE = re.compile(r"the model server at \S+ stopped answering \(connection refused for \d+ s\)")
 

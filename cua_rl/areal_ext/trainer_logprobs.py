@@ -6,7 +6,7 @@ worker; the trainer's exist only inside the training worker, after ``compute_log
 ``monitor_turn`` (``trajectory/rows.py``): per token the ``turn_key`` of the turn it was generated in, so
 this module can name the turn of each recomputed logprob without any other channel.
 
-``enable()`` (called by ``cua_rl.train_worker`` in AReaL's training worker) wraps ``PPOActor.compute_logp``:
+``enable()`` (called by ``cua_rl.areal_ext.worker`` in AReaL's training worker) wraps ``PPOActor.compute_logp``:
 after AReaL computes the logprobs, their per-turn values are queued and a daemon thread posts them, so
 training never waits on the monitor; a full queue drops (and counts) batches. Only the policy's logprobs
 are sent: a reference or teacher model (an engine without an optimizer) computes logprobs too. Settings come from the
@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
-from .client import MonitorClient, token_from_env
-from .records import TURN_KEY_ROW, Record, trainer_logprobs_record, turn_of_key
+from cua_rl.monitor.client import MonitorClient, token_from_env
+from cua_rl.monitor.records import Record, trainer_logprobs_record
+from cua_rl.trajectory.rows import TURN_KEY_ROW, turn_of_key
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The command line of ``train.sh``: one flag table, from which come ``--help``, the environment-variable
 fallbacks (also read from ``.env`` files) and the Hydra overrides.
 
-``train.sh`` only prepares the Python environment and hands every argument to ``python -m cua_rl.launch``,
+``train.sh`` only prepares the Python environment and hands every argument to ``python -m cua_rl.run.launch``,
 which calls ``parse`` here. Nothing in this module checks a value's range or type: each flag becomes a Hydra
 override of one config key, and the config classes (``cua_rl.config``) check it once, with the flag named in
 the error (``flag_of_key``). Precedence: flags > process environment > ``<repo>/.env`` >

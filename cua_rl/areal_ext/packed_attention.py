@@ -7,7 +7,7 @@ so every packed sequence attends to the ones before it. Measured on the tiny mod
 micro-batch matches the inference server to 1e-6, the others differ by 0.17 nats (median). This
 registers, through transformers' public ``AttentionInterface``, an ``sdpa`` that runs attention per
 packed segment when ``cu_seq_lens_q`` is given, and is plain ``sdpa`` otherwise. Process-wide, opt-in:
-call ``enable_packed_sdpa()`` in the trainer process before the actor is created (``cua_rl.train_worker``,
+call ``enable_packed_sdpa()`` in the trainer process before the actor is created (``cua_rl.areal_ext.worker``,
 the RPC worker command of the configs, does).
 """
 

@@ -6,7 +6,7 @@ controller) never reaches them. The configs name this module as that command, so
 before any model is built there:
 
 - ``enable_packed_sdpa()``: AReaL packs each micro-batch into one row; without flash-attention (the CPU)
-  stock sdpa lets a sequence attend to the ones packed before it (cua_rl/packed_attention.py).
+  stock sdpa lets a sequence attend to the ones packed before it (cua_rl/areal_ext/packed_attention.py).
   Harmless with flash_attention_2.
 - ``trainer_logprobs.enable()``: with the Training Monitor on (``MONITOR_BASE_URL`` and a token in the
   environment, set by ``train.py``), each turn's recomputed logprobs are sent to it for the viewer.
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import runpy
 
-from cua_rl.monitor import trainer_logprobs
-from cua_rl.packed_attention import enable_packed_sdpa
+from cua_rl.areal_ext import trainer_logprobs
+from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("cua_rl.resume")
+logger = logging.getLogger("cua_rl.areal_ext.resume")
 
 STREAM_KEY = "cua_stream_index"   # in the task row the workflow gets, and as a [rows] tensor in its batch
 DROPPED_DIR = "dropped_stream"     # under the run's log directory: one file of dropped indices per worker process
