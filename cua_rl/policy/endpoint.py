@@ -85,6 +85,9 @@ class EndpointSettings:
     backend: str = "auto"
     # Regenerations of an output interrupted by a weight update or carrying vision placeholder tokens.
     max_straddle_retries: int = 2
+    # On vLLM, refuse to start when the engine's prompt ids cannot be proved (vllm_proof); false only trains
+    # unproved prompts with a warning.
+    require_prompt_proof: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -145,8 +148,14 @@ class PolicyEndpoint:
         # On vLLM the echoed prompt ids prove nothing (module docstring): ask vLLM itself.
         self.proves_prompts = self.backend == "vllm" and install_prompt_proof(engine)
         if self.backend == "vllm" and not self.proves_prompts:
-            logger.warning("engine %s has no vLLM backend to ask for its prompt ids: prompts are not proved",
-                           type(engine).__name__)
+            # AReaL's vLLM engine whose backend the proof cannot wrap (e.g. another AReaL version): refused.
+            # Engines of other kinds (a test's engine, a user's own) have no vLLM to ask: warned about.
+            if self.settings.require_prompt_proof and "vllm" in type(engine).__name__.lower():
+                raise RuntimeError(f"engine {type(engine).__name__} has no vLLM backend to ask for its prompt ids: "
+                                   f"the prompts trained on could not be proved equal to vLLM's (set "
+                                   f"policy.require_prompt_proof=false to train unproved)")
+            logger.warning("engine %s has no vLLM backend to ask for its prompt ids: prompts are not proved "
+                           "(policy.require_prompt_proof=false)", type(engine).__name__)
         self.vision_ids = vision_token_ids(processor)
         self.totals = {"verified_turns": 0, "prompt_mismatches": 0, "straddles": 0, "vision_token_outputs": 0,
                        "failed_turns": 0}

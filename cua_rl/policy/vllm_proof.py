@@ -83,8 +83,15 @@ def proving(tools: list | None = None, chat_template_kwargs: dict | None = None)
         _RECORD.reset(token)
 
 
+# Sampling that AReaL's payload leaves out. vLLM fills what a request omits from the checkpoint's
+# generation_config.json (its --generation-config auto), so a checkpoint with repetition_penalty 1.05 would
+# silently change the behaviour policy the trainer recomputes. Sent with every request, neutral.
+NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0}
+
+
 class ProvingBackend:
-    """AReaL's ``VLLMBackend`` with the proof added; every other method is the wrapped backend's."""
+    """AReaL's ``VLLMBackend`` with the proof and pinned sampling (``NEUTRAL_SAMPLING``) added; every other
+    method is the wrapped backend's."""
 
     def __init__(self, inner: Any):
         self._inner = inner
@@ -94,6 +101,8 @@ class ProvingBackend:
 
     def build_generation_request(self, req, with_lora: bool, version: int):
         http = self._inner.build_generation_request(req, with_lora, version)
+        for key, value in NEUTRAL_SAMPLING.items():
+            http.payload.setdefault(key, value)
         record = _RECORD.get()
         if record is not None:
             http.payload["return_token_ids"] = True

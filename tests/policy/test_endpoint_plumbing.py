@@ -261,3 +261,34 @@ async def test_tools_are_templated_but_refused_with_images_on_vllm(endpoint):
     assert len(with_tools) > len(endpoint.engine.requests[-1].input_ids)  # the tool block is in the prompt
     r = await _post(ep, {"messages": [_user(_img(png_data_url()))], "tools": tools}, ep.key)
     assert r.status_code == 400 and "tools" in r.json()["error"]["message"]
+
+
+def test_every_vllm_request_pins_neutral_sampling():
+    """AReaL's payload omits the penalties and min_p, which vLLM would then take from the checkpoint's
+    generation_config.json: the proving backend sends them neutral on every request, so the behaviour policy
+    is the plain distribution at gconfig's temperature that the trainer recomputes."""
+    from areal.api.io_struct import ModelRequest
+    from areal.engine.vllm_remote import VLLMBackend
+
+    from cua_rl.policy.vllm_proof import NEUTRAL_SAMPLING, ProvingBackend
+
+    req = ModelRequest(input_ids=[1, 2, 3], gconfig=GenerationHyperparameters(max_new_tokens=4))
+    plain = VLLMBackend().build_generation_request(req, False, 0).payload
+    assert not set(NEUTRAL_SAMPLING) - {"frequency_penalty"} & set(plain), "AReaL now sends them: recheck"
+    pinned = ProvingBackend(VLLMBackend()).build_generation_request(req, False, 0).payload
+    assert {k: pinned[k] for k in NEUTRAL_SAMPLING} == NEUTRAL_SAMPLING
+
+
+def test_an_unprovable_vllm_engine_is_refused_unless_opted_out(processor):
+    """On vLLM the prompt proof is what makes the trained ids the served ones: an engine it cannot wrap is an
+    error at start, not a warning, unless policy.require_prompt_proof is false."""
+    class RemotevLLMEngine(EngineDouble):               # AReaL's vLLM engine, but no VLLMBackend inside to wrap
+        pass
+
+    engine = RemotevLLMEngine(processor.tokenizer)
+    gconfig = GenerationHyperparameters(max_new_tokens=8)
+    with pytest.raises(RuntimeError, match="require_prompt_proof"):
+        PolicyEndpoint(engine, processor, processor.tokenizer, gconfig, EndpointSettings(backend="vllm"))
+    unproved = PolicyEndpoint(engine, processor, processor.tokenizer, gconfig,
+                              EndpointSettings(backend="vllm", require_prompt_proof=False))
+    assert not unproved.proves_prompts
