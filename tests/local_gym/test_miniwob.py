@@ -225,18 +225,24 @@ def test_a_killed_gym_leaves_no_browser_behind():
 async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_the_agent(mw):
     """The workflow on the real gym and agent service: both episodes of a group create their execution with
     the group's seed, and the agent is told the instance's utterance, not the task's general description.
-    (No model serves this test: the agent's first model call fails after it was made, which is enough.)"""
+    (The model is the scripted test double: its one reply gives up, which is enough; a model server that
+    fails would make the episodes the infrastructure's loss, dropped.)"""
+    from cua_rl.http.serve import serve_app_in_thread
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.mini_agent import MiniAgentClient
     from areal.api.cli_args import GenerationHyperparameters
     from cua_rl.workflow import CUAAgentWorkflow
+    from tests.doubles.model_double import MODEL_ID, ScriptedModel, build_model_app, qwen_call
 
+    scripted = ScriptedModel()
+    scripted.script("", [qwen_call(action="terminate", status="failure")])   # the workflow sends no key here
+    model = serve_app_in_thread(build_model_app(scripted))
     agent = start_agent_server()
     try:
         wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=8), model_path="unused",
                               gym_base_url=mw.url, gym_id="miniwob", agent_base_url=agent.url, max_turns=1,
                               max_task_time_seconds=60, group_size=2, poll_interval_s=0.2,
-                              model_base_url=f"http://127.0.0.1:{_free_port()}/v1", model_name="none")
+                              model_base_url=model.url + "/v1", model_name=MODEL_ID)
         row = {"task_id": "enter-text", "instruction": "Enter a given word into the text field."}
         seed = wf._group_seed(None, row)
         outcomes = [await wf._episode(None, row, i, seed=seed) for i in range(2)]
@@ -251,6 +257,7 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
         assert wf._group_seed(None, row) != seed, "the next group of the task got the same seed"
     finally:
         agent.stop()
+        model.stop()
     assert mw.manager.executions == {}
 
 
