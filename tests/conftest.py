@@ -33,8 +33,18 @@ def dist_env(monkeypatch, tmp_path):
 
 # ---- the quick tier (scripts/test.sh --quick = -m "not slow"): no vLLM, no trainer, no training run ---------
 # A test is slow when it starts one of those (it asks for one of these fixtures, or is an e2e run) or is
-# marked ``slow`` itself (the browser suites and other tests of many seconds: docs/testing.md).
+# named in SLOW_TESTS (the browser and VM suites and the other tests of many seconds: docs/testing.md).
 SLOW_FIXTURES = {"vllm_server", "dist_env"}
+# Tests (node id prefixes) of many seconds each, with what they cost in a quick-tier run on 2 cores.
+SLOW_TESTS = {
+    "tests/local_gym/test_miniwob.py": "a Chromium per desktop, 90 s for the file",
+    "tests/local_gym/test_vm_gym.py": "QEMU guests under TCG, 110 s",
+    "tests/local_gym/test_vm.py": "QEMU without a guest OS",
+    "tests/local_gym/test_task_solutions.py": "every built-in task solved on a desktop, 31 s",
+    "tests/local_gym/test_curriculum.py::test_scripted_solutions": "every curriculum family solved, 13 s",
+    "tests/config/test_cli.py::test_train_sh_dry_run_end_to_end": "train.sh with set-up and the launcher, 58 s",
+    "tests/logs/test_keep_stdlib_logging.py": "launcher and AReaL subprocesses, 26 s",
+}
 
 
 def pytest_addoption(parser):
@@ -44,7 +54,8 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames):
+        if (item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames)
+                or any(item.nodeid.startswith(prefix) for prefix in SLOW_TESTS)):
             item.add_marker(pytest.mark.slow)
     if config.getoption("--reverse"):
         items.reverse()
