@@ -17,7 +17,8 @@ success per evaluated step, step 0 = warm start), ``control`` (its curve and fin
 figures), ``wall_s`` per stage, and what was run.
 
 Usage: python bench/learning_bench.py [--config examples/cua_agent/config.learn.yaml] [--steps N]
-       [--seeds-per-task N] [--eval-every K] [--no-control] [--warm-start DIR] [--workdir DIR] [--out JSON]
+       [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
+       [--workdir DIR] [--out JSON]
        [--plot PNG]
        [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
 """
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds-per-task", type=int, default=32, help="held-out instances per family")
     parser.add_argument("--eval-every", type=int, default=2, help="evaluate every K-th step's checkpoint")
     parser.add_argument("--no-control", action="store_true", help="skip the shuffled-rewards run")
+    parser.add_argument("--eval-concurrency", type=int, default=8,
+                        help="held-out episodes at once (one-turn episodes mostly wait: 8 keep 2 cores busy)")
     parser.add_argument("--warm-start", default="", help="an SFT checkpoint to start from (skips stage 1)")
     parser.add_argument("--workdir", default="", help="where runs and logs go (default: a new temp dir)")
     parser.add_argument("--out", default="", help="also write the JSON here")
@@ -184,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict:
     order = [("sft", 0, warm)] + [("grpo", s, rl[s]) for s in picked] + \
             ([("control", s, control[s]) for s in picked] if control else [])
     wall["evaluate"] = _run([sys.executable, "-m", "cua_rl.evaluate", "--config", config,
-                             "--seeds-per-task", str(args.seeds_per_task), "--checkpoints",
+                             "--seeds-per-task", str(args.seeds_per_task),
+                             "--concurrency", str(args.eval_concurrency), "--checkpoints",
                              *[str(p) for _, _, p in order], *extra], work / "evaluate.log", env)
     scores = [json.loads(line) for line in (work / "evaluate.log").read_text().splitlines()
               if line.startswith('{"checkpoint"')]
