@@ -84,13 +84,17 @@ async def test_create_is_never_retried(gym_server, gym_state):
 
 async def test_a_gym_at_capacity_is_asked_again_within_busy_wait_only(gym_server, gym_state, monkeypatch):
     """429/503 created nothing: asked again with back-off while busy_wait_s allows; a 500 is never retried."""
-    import cua_rl.genv.client as client_module
+    from types import SimpleNamespace
+
+    import cua_rl.http.retry as retry_module
 
     slept = []
 
     async def no_sleep(seconds):
         slept.append(seconds)
-    monkeypatch.setattr(client_module.asyncio, "sleep", no_sleep)
+    # only the back-off of our retry module: patching asyncio.sleep itself also turned the gym double's
+    # server thread into a busy loop holding the GIL, and the test hung now and then
+    monkeypatch.setattr(retry_module, "asyncio", SimpleNamespace(sleep=no_sleep))
     gym_state.fail_next[("POST", "/tasks/task-001")] = [429, 503]
     async with client_for(gym_server) as gym:
         execution = await gym.create_execution("task-001", busy_wait_s=60)
