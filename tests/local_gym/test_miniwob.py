@@ -73,9 +73,13 @@ async def test_scripted_solutions_reach_reward_one_and_untouched_executions_do_n
         async def one(i: int, task: str):
             async with sem:
                 return await _solve(client, mw, task, seed=1000 + i)
-        results = await asyncio.gather(*(one(i, t) for i, t in enumerate(sorted(SOLVERS))), return_exceptions=True)
+        # CUA_MINIWOB_TASKS=a,b plays only those tasks, each on the seed it gets in the whole run (for
+        # repeating one instance: scripts/repeat_under_load.sh, docs/testing.md)
+        only = set(filter(None, os.environ.get("CUA_MINIWOB_TASKS", "").split(",")))
+        picked = [(i, t) for i, t in enumerate(sorted(SOLVERS)) if not only or t in only]
+        results = await asyncio.gather(*(one(i, t) for i, t in picked), return_exceptions=True)
     rows = [r if isinstance(r, dict) else {"task": t, "error": f"{type(r).__name__}: {r}"}
-            for t, r in zip(sorted(SOLVERS), results)]
+            for (_, t), r in zip(picked, results)]
     if os.environ.get("CUA_MINIWOB_RESULTS"):
         with open(os.environ["CUA_MINIWOB_RESULTS"], "w") as f:
             json.dump(rows, f, indent=1)
