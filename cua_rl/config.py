@@ -341,10 +341,6 @@ class CUAConfig(GRPOConfig):
             return not self.gym_base_url
         return self.embedded.enabled
 
-    @property
-    def monitor_enabled(self) -> bool:
-        return bool(self.monitor_base_url)
-
 
 def resolve_project_token(config: CUAConfig, environ: dict | None = None) -> str:
     """Monitor token: the config value, else PROJECT_TOKEN, else MONITOR_PROJECT_TOKEN."""
