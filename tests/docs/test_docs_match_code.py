@@ -13,7 +13,8 @@ Checked in README.md, examples/cua_agent/README.md and docs/*.md:
   config classes that the YAML lacks (Hydra refuses to add a key that is there);
 - the README's layout block lists exactly the modules and packages of `cua_rl/`;
 - no file of the repository cites a document the repository does not ship, and every `docs/protocols.md §N`
-  citation names a section of that page.
+  citation names a section of that page;
+- docs/local_gym.md counts the built-in tasks (in all, per category, per difficulty) as they are.
 """
 
 from __future__ import annotations
@@ -331,3 +332,21 @@ def test_protocol_citations_name_sections_of_docs_protocols():
                 if number not in sections:
                     problems.append(f"{rel}: cites protocols.md §{number}, which it does not have")
     assert not problems, "\n".join(problems)
+
+
+# ---- counts the docs state ------------------------------------------------------------------------------
+def test_the_gym_page_counts_the_built_in_tasks_as_they_are():
+    from collections import Counter
+
+    from cua_rl.local_gym import load_tasks
+
+    tasks = load_tasks().tasks
+    text = " ".join((REPO / "docs/local_gym.md").read_text().split())
+    m = re.search(r"YAML files in `cua_rl/local_gym/tasks/` \((\d+): (.*?); easy (\d+), normal (\d+), hard (\d+)\)",
+                  text)
+    assert m, "docs/local_gym.md no longer states the task counts in the form this test reads"
+    stated = {name: int(n) for name, n in re.findall(r"\b([a-z_]+) (\d+)\b(?!-)", m.group(2))}
+    assert int(m.group(1)) == len(tasks)
+    assert stated == dict(Counter(t.category for t in tasks))
+    assert [int(m.group(i)) for i in (3, 4, 5)] == [sum(t.difficulty == d for t in tasks)
+                                                    for d in ("easy", "normal", "hard")]
