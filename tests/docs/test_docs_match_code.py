@@ -7,6 +7,8 @@ Checked in README.md, examples/cua_agent/README.md and docs/*.md:
   id (`tests/x.py::test_y`) names a test that exists in that file;
 - every dotted name in the package (`cua_rl.x.y`) is a module of the repository, optionally followed by a
   name that module defines;
+- every `--flag` given to one of our commands (`train.sh`, `cua-gym`, `cua-agent`, `cua-monitor`, `cua-model`,
+  `python -m cua_rl.sft|evaluate`, `bench/*.py`) is one that command defines;
 - every config key written in Hydra override form (`a.b=value`, `+a.b=value`) in a code span or a shell
   code block is a key of the config the launcher loads from examples/cua_agent/config.yaml; without `+` it
   must be in that YAML (Hydra refuses to override a key the YAML lacks), with `+` it must be a field of the
@@ -212,6 +214,48 @@ def test_every_cua_rl_module_the_docs_name_exists():
     assert len(found) > 30, "the extraction found too few module names: is the pattern broken?"
     problems = sorted({f"{s.where()}: {name}: {p}" for s, name in found if (p := dotted_problem(name))})
     assert not problems, "\n".join(problems)
+
+
+# ---- command-line flags ---------------------------------------------------------------------------------
+# Our commands, and the file whose argument parser (or flag table) defines their flags.
+COMMANDS = [
+    (r"(?:cua-gym|cua_rl\.local_gym)\b(?!\.)", "cua_rl/local_gym/__main__.py"),
+    (r"(?:cua-agent|cua_rl\.local_agent)\b(?!\.)", "cua_rl/local_agent/__main__.py"),
+    (r"(?:cua-monitor|cua_rl\.monitor)\b(?!\.)", "cua_rl/monitor/__main__.py"),
+    (r"(?:cua-model|cua_rl\.local_model)\b(?!\.)", "cua_rl/local_model/__main__.py"),
+    (r"(?:train\.sh|cua_rl\.run\.launch)\b", "cua_rl/run/cli.py"),
+    (r"cua_rl\.sft\b(?!\.)", "cua_rl/sft/__main__.py"),
+    (r"cua_rl\.evaluate\b", "cua_rl/evaluate.py"),
+    (r"(?<![\w/])bench[/.](\w+)(?:\.py)?\b(?!\.json)", "bench/{}.py"),
+]
+
+
+def flags_of(source: Path) -> set[str]:
+    text = source.read_text()
+    flags = set(re.findall(r"[\"'](--[a-z][\w-]*)[\"']", text)) | {"--help"}
+    if "load_expr_config" in text:   # AReaL's loader takes the config file
+        flags.add("--config")
+    return flags
+
+
+def test_every_flag_the_docs_give_our_commands_exists():
+    checked, problems = 0, []
+    for s in all_snippets():
+        if s.kind == "link":
+            continue
+        for pattern, source in COMMANDS:
+            for m in re.finditer(pattern, s.text):
+                path = REPO / source.format(*m.groups())
+                if not path.exists():
+                    problems.append(f"{s.where()}: {path.relative_to(REPO)} does not exist")
+                    continue
+                rest = re.split(r"[|;#`]|&&", s.text[m.end():])[0]
+                used = {w.strip("[],").split("=")[0] for w in rest.split() if w.strip("[").startswith("--")}
+                checked += len(used)
+                problems += [f"{s.where()}: {path.relative_to(REPO)} has no flag {flag}"
+                             for flag in sorted(used - flags_of(path))]
+    assert checked > 30, "the extraction found too few flags: is the pattern broken?"
+    assert not problems, "\n".join(sorted(set(problems)))
 
 
 # ---- config keys ----------------------------------------------------------------------------------------
