@@ -66,7 +66,8 @@ class EmbeddedStackConfig:
     # A folder of task YAML files for the embedded gym instead of its built-in tasks; tasks whose setup
     # names a VM image run on QEMU machines (docs/local_gym.md, "VM desktops"). Empty = the built-in tasks.
     tasks_dir: str = ""
-    # Desktops the gym keeps ready (pool size). Each costs ~60-75 MB and a little CPU.
+    # Desktops the gym keeps ready for each task profile in use (its pool_size); the gym keeps at most
+    # GymOptions.max_spares (4) spares in all, so values above 4 act as 4. Each costs ~60-75 MB and a little CPU.
     num_desktops: int = 2
     # Tiny offline Qwen3-VL checkpoint (built with `cua-model build-tiny` if missing).
     # Empty = <CUA_RL_HOME or ~/.cache/cua-rl>/models/tiny-qwen3-vl (see resolve_tiny_model_dir).
@@ -340,10 +341,6 @@ class CUAConfig(GRPOConfig):
         if self.embedded.enabled is None:
             return not self.gym_base_url
         return self.embedded.enabled
-
-    @property
-    def monitor_enabled(self) -> bool:
-        return bool(self.monitor_base_url)
 
 
 def resolve_project_token(config: CUAConfig, environ: dict | None = None) -> str:

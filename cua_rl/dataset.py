@@ -2,7 +2,7 @@
 
 Sources (`task_source.kind`): the gym's task list, a local task file (JSONL, or YAML/JSON list),
 or explicit ids looked up on the gym. Every task is parsed by `cua_rl.genv.Task.from_raw`, so a
-file accepts the same task shapes as a gym (external-protocols.md 1.2). Then, for every source:
+file accepts the same task shapes as a gym (docs/protocols.md §1.2). Then, for every source:
 
 1. keep tasks having any tag of `gym_tags` (case-insensitive);
 2. split: tasks numbered inside `gym_eval_number_range` ("001-032") are eval, the rest train;

@@ -1,5 +1,5 @@
-"""Async client of the genv gym server (external-protocols §1.1 plus the execution-control endpoints
-of DESIGN.md §4.1).
+"""Async client of the genv gym server: the endpoints of docs/protocols.md §1.1, the execution-control ones
+(state, screenshot, actions) included.
 
 Why these retry rules: list/get/status/screenshot are reads and are retried on transport errors and
 5xx with exponential backoff; create, evaluate and act change server state (a retried create can leak a
@@ -148,7 +148,7 @@ class GenvClient:
         return base64.b64decode(data_uri.split(";base64,", 1)[1])
 
     async def act(self, execution_id: str, action: dict) -> dict:
-        """Perform one action (DESIGN.md §4.1 schema). Sent once; a bad action is a 4xx ``GenvError``."""
+        """Perform one action (schema: docs/protocols.md §1.6). Sent once; a bad action is a 4xx ``GenvError``."""
         return await self._json("POST", self._url("executions", execution_id, "actions"), idempotent=False,
                                 json={"action": action}, timeout=self.timeouts.act)
 

@@ -1,4 +1,4 @@
-"""Typed views of the gym's task and create-execution replies (external-protocols §1.2, §1.3).
+"""Typed views of the gym's task and create-execution replies (docs/protocols.md §1.2, §1.3).
 
 Why so many fallbacks: gyms in the field emit several task schemas (flat, ``meta{...}`` umetrip files,
 UUID ids with ``meta.number``). Every field is looked up along a fixed chain and the untouched dict is

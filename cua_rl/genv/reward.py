@@ -1,4 +1,4 @@
-"""Evaluation replies (external-protocols §1.4) and the reward they are worth.
+"""Evaluation replies (docs/protocols.md §1.4) and the reward they are worth.
 
 Why rewritten: the original chain treated a real score of 0.0 as "missing" and fell through to
 ``success -> 1.0``, never sent the answer, and ignored scale. The rules here, in order:

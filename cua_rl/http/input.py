@@ -1,7 +1,7 @@
 """Bounds on untrusted HTTP input, shared by every service we run: a request-body cap and bounded JSON.
 
 Why one module: the gym, the agent service, the Training Monitor and the policy endpoint all take bodies
-from callers they do not control, and DESIGN.md §6 asks that bad input get a clear 4xx and change nothing.
+from callers they do not control, and bad input must get a clear 4xx and change nothing (docs/protocols.md §5).
 Two failure modes are common to all of them and easy to get subtly different per service:
 
 - a body too large to buffer: ``BodyLimit`` (ASGI middleware for the FastAPI services) answers **413** naming

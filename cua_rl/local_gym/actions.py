@@ -1,4 +1,4 @@
-"""The desktop action schema of DESIGN.md §4.1: validation, mobile aliases, and playing it on a desktop.
+"""The desktop action schema (docs/protocols.md §1.6): validation, mobile aliases, and playing it on a desktop.
 
 Validation happens before anything touches the desktop, so a bad action changes nothing: unknown or
 malformed actions are 422, coordinates outside 0..1 are 422, text over ``MAX_TEXT`` characters is 413.
@@ -20,7 +20,7 @@ MAX_TEXT = 4000
 MAX_WAIT_MS = 10_000
 MAX_SCROLL = 50
 BUTTONS = {"left": 1, "middle": 2, "right": 3}
-# Pressing Enter right after typing races GTK's file-chooser autocompletion (measurements §4): keep a gap.
+# Pressing Enter right after typing races GTK's file-chooser autocompletion (docs/local_gym.md, API): keep a gap.
 TYPE_TO_ENTER_GAP_S = 0.25
 MOBILE_KEYS = {"back": ["Escape"], "home": ["super"], "menu": ["Menu"], "enter": ["Return"]}
 
@@ -167,7 +167,7 @@ async def perform(action: Action, xin: XInput, width: int, height: int, state: d
     elif action.type == "move":
         await run(xin.move, px(action.x), py(action.y))
     elif action.type == "drag":
-        # Toolkits need intermediate motion events to start a drag (measurements §4).
+        # Toolkits need intermediate motion events to start a drag.
         await run(xin.move, px(action.x), py(action.y))
         await run(xin.button, 1, True)
         for i in range(1, 9):

@@ -1,7 +1,7 @@
 """One desktop: a private Xvfb display, openbox, and the task's apps in a bubblewrap sandbox.
 
-Isolation (desktop-env-measurements.md §6): apps run as a per-slot unprivileged uid, in new user/pid/net/
-ipc/uts namespaces, see only read-only /usr and the parts of /etc the apps read (``SANDBOX_ETC``), a fresh
+Isolation (docs/local_gym.md, "Desktops and the sandbox"): apps run as a per-slot unprivileged uid, in new
+user/pid/net/ipc/uts namespaces, see only read-only /usr and the parts of /etc the apps read (``SANDBOX_ETC``), a fresh
 HOME made from the task's files (a size-capped tmpfs when the gym is root: ``mounts``), a small tmpfs /tmp,
 their own D-Bus session and only their own display's socket. Process and file-size rlimits cap fork bombs
 and disk fills. Nothing is ever reused between executions: a desktop is built for one

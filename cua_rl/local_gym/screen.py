@@ -51,11 +51,6 @@ class Screen:
             except Exception:  # the X server may already be gone
                 pass
 
-    @property
-    def uses_shm(self) -> bool:
-        status = getattr(getattr(self._mss, "_impl", self._mss), "shm_status", None)
-        return status is not None and status.name == "AVAILABLE"
-
     def grab(self) -> bytearray:
         """One raw BGRA frame (a private copy)."""
         with self._lock:

@@ -10,7 +10,7 @@ execution before create-execution answers; returns extra reply fields) and ``eva
   draw the seeded instance on their board window and reply with its instruction.
 - ``miniwob``: MiniWoB++ pages on browser desktops (``miniwob.py``); the seed picks the instance.
 
-``create_options`` checks the create-execution body (external-protocols §1.1: ``{}`` or
+``create_options`` checks the create-execution body (docs/protocols.md §1.3: ``{}`` or
 ``{"options": {...}}``) before anything is created, so a bad body is a 422 that leaves nothing behind.
 """
 

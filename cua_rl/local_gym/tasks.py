@@ -190,7 +190,7 @@ class TaskDef(BaseModel):
             width=width, height=height)
 
     def to_wire(self) -> dict:
-        """The genv task object (external-protocols §1.2); the reference solution stays server-side."""
+        """The genv task object (docs/protocols.md §1.2); the reference solution stays server-side."""
         return {
             "task_id": self.task_id, "id": self.task_id, "task_number": self.number, "name": self.name,
             "description": self.instruction, "instruction": self.instruction,

@@ -275,7 +275,7 @@ def _steps_in_order(text: str, steps: list[str]) -> int:
 
 def answer_from(body: dict) -> str | None:
     """The agent's answer from an evaluate body: ``answer_text``, else ``execution_data.answer`` (where the
-    original workflow actually put it, external-protocols §1.4)."""
+    original workflow actually put it, docs/protocols.md §1.4)."""
     if isinstance(body.get("answer_text"), str):
         return body["answer_text"]
     data = body.get("execution_data")

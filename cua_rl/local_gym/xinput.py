@@ -1,7 +1,7 @@
 """In-process keyboard and mouse input for one X display through the XTEST extension.
 
 Why not xdotool: a subprocess per action costs ~3 ms of spawn and hides 12-100 ms default delays;
-XTEST from python-xlib is ~0.3 ms and has no hidden waits (desktop-env-measurements.md §4).
+XTEST from python-xlib is ~0.3 ms and has no hidden waits.
 Characters with no key in the current keymap (e.g. non-Latin text) are typed through a spare keycode
 that is remapped on the fly, as xdotool does.
 """

@@ -1,4 +1,4 @@
-"""Async client of the gbox-mini-agent run API (external-protocols §2.1).
+"""Async client of the gbox-mini-agent run API (docs/protocols.md §2.1).
 
 Why polling: the service does not stream; the original polled ``events?from=<last ts>`` every 3 s and
 de-duplicated. Reads (status, events, steps) and cancel are retried with backoff; starting a run is

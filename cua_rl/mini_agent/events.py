@@ -1,4 +1,4 @@
-"""Run events of the gbox-mini-agent (external-protocols §2.3): de-duplication and normalisation.
+"""Run events of the gbox-mini-agent (docs/protocols.md §2.3): de-duplication and normalisation.
 
 Why: events are polled with an inclusive ``from`` timestamp, so every poll repeats some; they are
 de-duplicated on ``type:ts:step:actionIndex`` (the original's key, on the raw values). Servers drifted:

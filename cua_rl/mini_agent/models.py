@@ -1,4 +1,4 @@
-"""Typed start-run request (external-protocols §2.2) and run result (§2.6) of the gbox-mini-agent.
+"""Typed start-run request (docs/protocols.md §2.2) and run result (§2.6) of the gbox-mini-agent.
 
 Why typed: the original built the payload from loose kwargs, silently dropped the api key and had no
 way to pass sampling parameters, so the agent's hard-coded temperature 0 became the behaviour policy.

@@ -1,4 +1,4 @@
-"""Validation of one ``POST /api/ingest/batch`` body before anything is written (external-protocols §4).
+"""Validation of one ``POST /api/ingest/batch`` body before anything is written (docs/protocols.md §4.1).
 
 Why validate the whole batch first: bad input must get a clear 4xx and change nothing, so every row of
 every kind is checked against ``schema.FIELDS`` (types, sizes, client ids) up front; the store then

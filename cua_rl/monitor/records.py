@@ -1,4 +1,4 @@
-"""Typed builders for Training Monitor ingest records (external-protocols §4).
+"""Typed builders for Training Monitor ingest records (docs/protocols.md §4.1).
 
 Why builders: the monitor upserts by ``client_id``, so the id conventions must be identical at every
 call site (start, updates, completion of a rollout all hit the same row), and several columns are

@@ -1,7 +1,7 @@
 """The run store's tables, defined once: the ingest validator and the SQLAlchemy tables both read ``FIELDS``.
 
-Why one spec: the server must accept exactly what ``cua_rl.monitor.records`` builds (external-protocols
-§4), so each ingest kind lists its typed fields here; a field the spec does not know is kept in the row's
+Why one spec: the server must accept exactly what ``cua_rl.monitor.records`` builds (docs/protocols.md
+§4.1), so each ingest kind lists its typed fields here; a field the spec does not know is kept in the row's
 ``extra`` JSON instead of being refused (the remote monitor's protocol has more columns than we read).
 Link fields (``link:<kind>``) hold the monitor's integer id of another row; the ingest also accepts that
 row's ``client_id`` there. Times are ISO-8601 strings as the client sends them (they sort as text).

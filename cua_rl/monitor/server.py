@@ -2,7 +2,7 @@
 trajectory viewer (JSON API + pages).
 
 Routes:
-- ``POST /api/ingest/batch``  bearer project token; body of external-protocols §4 (``docs/clients.md``)
+- ``POST /api/ingest/batch``  bearer project token; body of docs/protocols.md §4.1
 - ``PUT  /api/blobs/{sha256}`` bearer project token; raw PNG/JPEG/WebP bytes whose SHA-256 is the name
 - ``GET  /api/trainings[/{id}]``, ``/api/{steps|evals|baselines}/{id}``, ``/api/rollouts/{id}``: viewer JSON
 - ``GET  /``, ``/{training_id}`` (the client's UI link), ``/steps/{id}``, ``/evals/{id}``, ``/baselines/{id}``,

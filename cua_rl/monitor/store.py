@@ -134,7 +134,7 @@ class Store:
 
     # ---- ingest ------------------------------------------------------------------------------------
     def ingest(self, project_id: int, batch: Batch) -> dict[str, Any]:
-        """Apply a validated batch in one transaction; the reply of external-protocols §4."""
+        """Apply a validated batch in one transaction; the reply of docs/protocols.md §4.1."""
         reply: dict[str, Any] = {}
         with self._write, self.engine.begin() as conn:
             if batch.training is not None:

@@ -1,4 +1,4 @@
-"""TEST DOUBLE standing in for the closed-source gbox-mini-agent (external-protocols §2), until the
+"""TEST DOUBLE standing in for the closed-source gbox-mini-agent (docs/protocols.md §2), until the
 embedded agent service (cua_rl.local_agent) lands and for shapes it will not emit (old ``turn_*``
 events, 0-based steps, bare lists).
 

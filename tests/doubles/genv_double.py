@@ -1,6 +1,6 @@
 """TEST DOUBLE standing in for a remote genv gym server, until the embedded gym (cua_rl.local_gym) lands.
 
-It follows the documented shapes of external-protocols §1.1-1.4 and DESIGN.md §4.1 (FastAPI-style
+It follows the documented shapes of docs/protocols.md §1.1-1.6 (FastAPI-style
 ``{"detail": ...}`` errors) and records every request, so client tests exercise real HTTP on loopback.
 Fault injection: ``fail_next[(method, path_suffix)] = [status, ...]`` answers those statuses first.
 """

@@ -1,5 +1,5 @@
-"""TEST DOUBLE standing in for the remote Training Monitor (its server is not public; external-protocols
-§4 infers it from the Python client). Serves ``POST {prefix}/api/ingest/batch`` behind a bearer token,
+"""TEST DOUBLE standing in for the remote Training Monitor (its server is not public; docs/protocols.md
+§4 follows the Python client). Serves ``POST {prefix}/api/ingest/batch`` behind a bearer token,
 upserts rows by ``client_id`` per kind and answers ``{"training_id"}`` / ``{kind: [{client_id, id}]}``.
 Fault injection: ``fail_next`` = statuses to answer first; ``delay_first_s`` stalls the first request.
 """

@@ -1,4 +1,4 @@
-"""Task and create-execution parsing over every shape of external-protocols §1.2/§1.3."""
+"""Task and create-execution parsing over every shape of docs/protocols.md §1.2/§1.3."""
 
 import pytest
 

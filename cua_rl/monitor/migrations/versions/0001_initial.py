@@ -1,4 +1,4 @@
-"""Initial run store: projects and their hashed tokens, trainings and the ingest kinds of external-protocols §4.
+"""Initial run store: projects and their hashed tokens, trainings and the ingest kinds of docs/protocols.md §4.1.
 
 Revision ID: 0001
 Revises:

@@ -1,0 +1,396 @@
+"""The docs name only files, modules and config keys that exist (light: no service is started).
+
+Checked in README.md, examples/cua_agent/README.md and docs/*.md:
+
+- every repository path they name, in a code span, a code block or a link (`cua_rl/...`, `tests/...`,
+  `bench/...`, `scripts/...`, `examples/...`, `docs/...`; links relative to the page), exists; a pytest node
+  id (`tests/x.py::test_y`) names a test that exists in that file;
+- every dotted name in the package (`cua_rl.x.y`) is a module of the repository, optionally followed by a
+  name that module defines;
+- every `--flag` given to one of our commands (`train.sh`, `cua-gym`, `cua-agent`, `cua-monitor`, `cua-model`,
+  `python -m cua_rl.sft|evaluate`, `bench/*.py`) is one that command defines;
+- every config key written in Hydra override form (`a.b=value`, `+a.b=value`) in a code span or a shell
+  code block is a key of the config the launcher loads from examples/cua_agent/config.yaml; without `+` it
+  must be in that YAML (Hydra refuses to override a key the YAML lacks), with `+` it must be a field of the
+  config classes that the YAML lacks (Hydra refuses to add a key that is there);
+- the README's layout block lists exactly the modules and packages of `cua_rl/`;
+- no file of the repository cites a document the repository does not ship, and every `docs/protocols.md §N`
+  citation names a section of that page;
+- docs/local_gym.md counts the built-in tasks (in all, per category, per difficulty) as they are.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", REPO / "examples/cua_agent/README.md", *sorted((REPO / "docs").glob("*.md"))]
+CONFIG = REPO / "examples/cua_agent/config.yaml"
+TOP = ("cua_rl", "tests", "bench", "scripts", "examples", "docs")
+
+# What looks like a key=value or a path but is none, and why.
+NOT_KEYS = {
+    "key=value",        # the placeholder of "any other key=value argument" sentences and usage lines
+}
+NOT_PATHS = {
+    "examples/cua_agent/.env",   # the user's own settings (git-ignored); .env.example is its shipped template
+    "envs/miniwob_envs.py",      # a file of the installed miniwob package, read where pip put it
+    "recover_info/COMMIT.json",  # written by a run into its checkpoint directory
+    "recover_info/stream.json",
+}
+# Code blocks in these languages are not shell command lines (their `a=b` are Python or YAML).
+NOT_SHELL = {"python", "py", "yaml", "yml", "json", "jsonc", "js", "javascript", "tcl", "html", "css"}
+
+# Unshipped documents that earlier code and docs cited. The files whose bytes are hashed into the cached SFT
+# warm start (cua_rl/sft/warm_start.py SOURCES) keep their citations until a change there rebuilds it anyway.
+UNSHIPPED = re.compile(r"DESIGN\.md|external-protocols|areal-notes|desktop-env-measurements|measurements §|"
+                       r"field-survey")
+HASHED = ("cua_rl/policy/", "cua_rl/local_agent/", "cua_rl/sft/", "cua_rl/local_gym/tasks/",
+          "cua_rl/local_gym/curriculum.py", "cua_rl/local_gym/board.tcl")
+
+
+# ---- reading the markdown -------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Snippet:
+    doc: Path
+    line: int
+    kind: str        # "span", "block" (a code block line) or "link"
+    text: str
+    lang: str = ""
+
+    def where(self) -> str:
+        return f"{self.doc.relative_to(REPO)}:{self.line}"
+
+
+FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
+SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@lru_cache(maxsize=None)
+def snippets(doc: Path) -> tuple[Snippet, ...]:
+    out: list[Snippet] = []
+    prose: list[tuple[int, str]] = []
+    fence, lang = None, ""
+    for number, line in enumerate(doc.read_text().splitlines(), 1):
+        m = FENCE.match(line)
+        if fence is None and m:
+            fence, lang = m.group(1), m.group(2).lower()
+            prose.append((number, ""))
+        elif fence is not None and line.strip().startswith(fence):
+            fence = None
+            prose.append((number, ""))
+        elif fence is not None:
+            out.append(Snippet(doc, number, "block", line, lang))
+            prose.append((number, ""))
+        else:
+            prose.append((number, line))
+    text = "\n".join(line for _, line in prose)
+    starts = [0]
+    for _, line in prose:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def line_of(offset: int) -> int:
+        lo, hi = 0, len(prose) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if starts[mid] <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return prose[lo][0]
+
+    for m in SPAN.finditer(text):
+        out.append(Snippet(doc, line_of(m.start()), "span", " ".join(m.group(2).split())))
+    for m in LINK.finditer(SPAN.sub(lambda s: " " * len(s.group(0)), text)):
+        out.append(Snippet(doc, line_of(m.start()), "link", m.group(1)))
+    return tuple(out)
+
+
+def all_snippets() -> list[Snippet]:
+    return [s for doc in DOCS for s in snippets(doc)]
+
+
+# ---- paths ----------------------------------------------------------------------------------------------
+PATH = re.compile(r"(?<![\w./~<${-])(?:\./)?((?:%s)/[\w./*@+-]*(?:::[\w\[\]-]+)?)" % "|".join(TOP))
+
+
+def path_problem(raw: str) -> str | None:
+    path, _, node = raw.partition("::")
+    path = path.rstrip(".,:;")
+    if path in NOT_PATHS:
+        return None
+    matches = list(REPO.glob(path)) if "*" in path else ([REPO / path] if (REPO / path).exists() else [])
+    if not matches:
+        return f"{path} does not exist"
+    if node:
+        name = node.split("[")[0]
+        if not re.search(rf"^\s*(async\s+)?def {re.escape(name)}\b", matches[0].read_text(), re.M):
+            return f"{path} has no test {name}"
+    return None
+
+
+# A file named relative to its package (`local_gym/miniwob.py`, `ui/app.js`): some file of the repository
+# must end with it.
+SHORT_PATH = re.compile(r"(?<![\w./~<${:-])((?:[\w.-]+/)+[\w.-]*\.(?:py|md|yaml|yml|json|sh|png|js|css|html|tcl|txt|"
+                        r"jinja|toml))(?![\w/])")
+
+
+def named_paths() -> list[tuple[Snippet, str]]:
+    found = []
+    for s in all_snippets():
+        if s.kind == "link":
+            target = s.text.split("#")[0]
+            if target and not re.match(r"^[a-z]+:", target):
+                found.append((s, str((s.doc.parent / target).resolve().relative_to(REPO))))
+        else:
+            found += [(s, m.group(1)) for m in PATH.finditer(s.text)]
+    return found
+
+
+def short_paths() -> list[tuple[Snippet, str]]:
+    return [(s, m.group(1)) for s in all_snippets() if s.kind != "link" for m in SHORT_PATH.finditer(s.text)
+            if m.group(1).lstrip("./").split("/")[0] not in TOP]
+
+
+def test_every_repository_path_the_docs_name_exists():
+    pairs = named_paths()
+    assert len(pairs) > 100, "the extraction found too few paths: is the pattern broken?"
+    problems = {f"{s.where()}: {p}" for s, raw in pairs if (p := path_problem(raw))}
+    files = tracked_files()
+    problems |= {f"{s.where()}: no file of the repository is {path}" for s, path in short_paths()
+                 if path not in NOT_PATHS and not (s.doc.parent / path).exists()
+                 and not any(f.endswith("/" + path) for f in files)}
+    assert not problems, "\n".join(sorted(problems))
+
+
+# ---- dotted module names --------------------------------------------------------------------------------
+DOTTED = re.compile(r"(?<![\w./-])cua_rl(?:\.\w+)+")
+
+
+@lru_cache(maxsize=None)
+def defined_names(module: Path) -> frozenset[str]:
+    tree = ast.parse(module.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
+
+
+def dotted_problem(name: str) -> str | None:
+    parts = name.split(".")
+    path = REPO
+    for i, part in enumerate(parts):
+        if (path / part).is_dir() and (path / part / "__init__.py").exists():
+            path = path / part
+            continue
+        if (path / f"{part}.py").exists():
+            module, rest = path / f"{part}.py", parts[i + 1:]
+        else:
+            module, rest = path / "__init__.py", parts[i:]
+        if rest and rest[0] not in defined_names(module):
+            return f"{module.relative_to(REPO)} defines no {rest[0]}"
+        return None
+    return None
+
+
+def test_every_cua_rl_module_the_docs_name_exists():
+    found = [(s, m.group(0).rstrip(".")) for s in all_snippets() if s.kind != "link"
+             for m in DOTTED.finditer(s.text)]
+    assert len(found) > 30, "the extraction found too few module names: is the pattern broken?"
+    problems = sorted({f"{s.where()}: {name}: {p}" for s, name in found if (p := dotted_problem(name))})
+    assert not problems, "\n".join(problems)
+
+
+# ---- command-line flags ---------------------------------------------------------------------------------
+# Our commands, and the file whose argument parser (or flag table) defines their flags.
+COMMANDS = [
+    (r"(?:cua-gym|cua_rl\.local_gym)\b(?!\.)", "cua_rl/local_gym/__main__.py"),
+    (r"(?:cua-agent|cua_rl\.local_agent)\b(?!\.)", "cua_rl/local_agent/__main__.py"),
+    (r"(?:cua-monitor|cua_rl\.monitor)\b(?!\.)", "cua_rl/monitor/__main__.py"),
+    (r"(?:cua-model|cua_rl\.local_model)\b(?!\.)", "cua_rl/local_model/__main__.py"),
+    (r"(?:train\.sh|cua_rl\.run\.launch)\b", "cua_rl/run/cli.py"),
+    (r"cua_rl\.sft\b(?!\.)", "cua_rl/sft/__main__.py"),
+    (r"cua_rl\.evaluate\b", "cua_rl/evaluate.py"),
+    (r"(?<![\w/])bench[/.](\w+)(?:\.py)?\b(?!\.json)", "bench/{}.py"),
+]
+
+
+def flags_of(source: Path) -> set[str]:
+    text = source.read_text()
+    flags = set(re.findall(r"[\"'](--[a-z][\w-]*)[\"']", text)) | {"--help"}
+    if "load_expr_config" in text:   # AReaL's loader takes the config file
+        flags.add("--config")
+    return flags
+
+
+def test_every_flag_the_docs_give_our_commands_exists():
+    checked, problems = 0, []
+    for s in all_snippets():
+        if s.kind == "link":
+            continue
+        for pattern, source in COMMANDS:
+            for m in re.finditer(pattern, s.text):
+                path = REPO / source.format(*m.groups())
+                if not path.exists():
+                    problems.append(f"{s.where()}: {path.relative_to(REPO)} does not exist")
+                    continue
+                rest = re.split(r"[|;#`]|&&", s.text[m.end():])[0]
+                used = {w.strip("[],").split("=")[0] for w in rest.split() if w.strip("[").startswith("--")}
+                checked += len(used)
+                problems += [f"{s.where()}: {path.relative_to(REPO)} has no flag {flag}"
+                             for flag in sorted(used - flags_of(path))]
+    assert checked > 30, "the extraction found too few flags: is the pattern broken?"
+    assert not problems, "\n".join(sorted(set(problems)))
+
+
+# ---- config keys ----------------------------------------------------------------------------------------
+# key=value; not a version pin (`torch==2.10.0`) and not an option list (QEMU's `file=x.qcow2,if=virtio`).
+OVERRIDE = re.compile(r"^(\+{0,2})([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)=(?!=)([^=]*)$")
+# The overlays that start from config.yaml (their defaults list): a '+' key must be missing from them too.
+OVERLAYS = [REPO / "examples/cua_agent/config.cpu.yaml", REPO / "examples/cua_agent/config.learn.yaml"]
+
+
+def overrides_in(snippet: Snippet) -> list[str]:
+    """The words of a code span or a shell line that have the form of a Hydra override."""
+    if snippet.kind == "link" or (snippet.kind == "block" and snippet.lang in NOT_SHELL):
+        return []
+    text = snippet.text
+    if snippet.kind == "span" and "(" in text:   # a Python call: its name=value are keyword arguments
+        return []
+    words = [w.strip("[]'\",;") for w in text.split()]
+    return [w for w in words if OVERRIDE.match(w) and w not in NOT_KEYS]
+
+
+@pytest.fixture(scope="module")
+def loaded_config(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CUA_RL_FILEROOT", str(tmp_path_factory.mktemp("fileroot")))
+    try:
+        from cua_rl.run.launch import load_config
+
+        yield load_config(str(CONFIG), [])
+    finally:
+        mp.undo()
+
+
+def has_path(obj, keys: list[str]) -> bool:
+    for key in keys:
+        if dataclasses.is_dataclass(obj):
+            if key not in {f.name for f in dataclasses.fields(obj)}:
+                return False
+            obj = getattr(obj, key)
+        elif isinstance(obj, dict):
+            if key not in obj:
+                return False
+            obj = obj[key]
+        else:
+            return False
+    return True
+
+
+def test_every_config_key_the_docs_set_exists_and_has_the_right_prefix(loaded_config):
+    raw_yaml = yaml.safe_load(CONFIG.read_text())
+    assert "defaults" not in raw_yaml, "config.yaml has a defaults list: compose it before reading its keys"
+    overlays = [yaml.safe_load(p.read_text()) for p in OVERLAYS]
+    found = [(s, w) for s in all_snippets() for w in overrides_in(s)]
+    assert len(found) > 20, "the extraction found too few overrides: is the pattern broken?"
+    problems = []
+    for s, word in found:
+        plus, key, _ = OVERRIDE.match(word).groups()
+        parts = key.split(".")
+        in_config, in_yaml = has_path(loaded_config, parts), has_path(raw_yaml, parts)
+        if not in_config:
+            problems.append(f"{s.where()}: {word}: {key} is not a config key")
+        elif plus == "+" and in_yaml:
+            problems.append(f"{s.where()}: {word}: {key} is in config.yaml, so it is set without '+'")
+        elif plus == "+" and any(has_path(o, parts) for o in overlays):
+            problems.append(f"{s.where()}: {word}: {key} is in a CPU overlay, where '+' fails: add it to "
+                            f"config.yaml and drop the '+'")
+        elif plus == "" and not in_yaml:
+            problems.append(f"{s.where()}: {word}: {key} is not in config.yaml, so Hydra needs '+{key}=...'")
+    assert not problems, "\n".join(sorted(set(problems)))
+
+
+# ---- the README's layout --------------------------------------------------------------------------------
+def test_the_readme_layout_lists_every_module_of_the_package():
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    listed: set[str] = set()
+    for line in block.splitlines():
+        m = re.match(r"^  (\S.*?)(?:\s{2,}|$)", line)   # "  name[, name]   what it is" under cua_rl/
+        if m and not line.startswith("   "):
+            listed.update(n.strip() for n in m.group(1).split(","))
+    package = REPO / "cua_rl"
+    actual = {p.stem for p in package.glob("*.py") if p.stem != "__init__"} | {
+        p.name for p in package.iterdir() if (p / "__init__.py").exists()}
+    assert listed == actual, f"missing from the layout: {sorted(actual - listed)}; gone: {sorted(listed - actual)}"
+
+
+# ---- citations ------------------------------------------------------------------------------------------
+def tracked_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return [f for f in out.splitlines() if (REPO / f).is_file()]
+
+
+def test_no_file_cites_a_document_the_repository_does_not_ship():
+    problems = []
+    for rel in tracked_files():
+        if rel.startswith(HASHED) or rel == "tests/docs/test_docs_match_code.py":
+            continue
+        try:
+            text = (REPO / rel).read_text()
+        except UnicodeDecodeError:
+            continue
+        problems += [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for m in UNSHIPPED.finditer(text)]
+    assert not problems, "\n".join(problems)
+
+
+def test_protocol_citations_name_sections_of_docs_protocols():
+    page = (REPO / "docs/protocols.md").read_text()
+    sections = set(re.findall(r"^#+ (\d+(?:\.\d+)?)\.? ", page, re.M))
+    assert {"1.1", "1.6", "2.2", "2.3", "4.1"} <= sections
+    cited = re.compile(r"protocols\.md\)?((?:[ ,]+§\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?(?:/§?\d+(?:\.\d+)?)*)+)")
+    problems = []
+    for rel in tracked_files():
+        try:
+            text = (REPO / rel).read_text()
+        except UnicodeDecodeError:
+            continue
+        for m in cited.finditer(text):
+            for number in re.findall(r"\d+(?:\.\d+)?", m.group(1)):
+                if number not in sections:
+                    problems.append(f"{rel}: cites protocols.md §{number}, which it does not have")
+    assert not problems, "\n".join(problems)
+
+
+# ---- counts the docs state ------------------------------------------------------------------------------
+def test_the_gym_page_counts_the_built_in_tasks_as_they_are():
+    from collections import Counter
+
+    from cua_rl.local_gym import load_tasks
+
+    tasks = load_tasks().tasks
+    text = " ".join((REPO / "docs/local_gym.md").read_text().split())
+    m = re.search(r"YAML files in `cua_rl/local_gym/tasks/` \((\d+): (.*?); easy (\d+), normal (\d+), hard (\d+)\)",
+                  text)
+    assert m, "docs/local_gym.md no longer states the task counts in the form this test reads"
+    stated = {name: int(n) for name, n in re.findall(r"\b([a-z_]+) (\d+)\b(?!-)", m.group(2))}
+    assert int(m.group(1)) == len(tasks)
+    assert stated == dict(Counter(t.category for t in tasks))
+    assert [int(m.group(i)) for i in (3, 4, 5)] == [sum(t.difficulty == d for t in tasks)
+                                                    for d in ("easy", "normal", "hard")]
