@@ -10,6 +10,7 @@ execution and destroyed with it, so no X state (Caps Lock, pointer, clipboard) c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import resource
@@ -276,6 +277,11 @@ class Desktop:
                     os.chown(name, self.uid, self.uid)
 
     def _start_xvfb(self, timeout_s: float) -> None:
+        # Xvfb compiles its keymap to /tmp/server-<display>.xkm. One killed before it removed the file leaves
+        # it owned by its uid, and a later Xvfb on this display under another uid cannot write it (sticky
+        # /tmp): "Keyboard initialization failed", and the X server exits. No X server holds this display now.
+        with contextlib.suppress(OSError):
+            os.unlink(f"/tmp/server-{self.display_num}.xkm")
         r, w = os.pipe()
         try:
             argv = ["Xvfb", self.display, "-screen", "0", f"{self.spec.width}x{self.spec.height}x24",
