@@ -60,11 +60,12 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         assert batch is not None
         assert {"input_ids", "loss_mask", "logprobs", "versions", "rewards", "multi_modal_input",
                 "mm_token_type_ids", "attention_mask"} <= set(batch)
-        # an unreachable gym is an infrastructure failure: the group is rejected, nothing raises
-        broken = make_workflow(stack, gym_base_url="http://127.0.0.1:9")
+        # an unreachable gym is an infrastructure failure: the group is rejected, nothing raises. The wait for a
+        # gym or agent service that is down is bounded by max_task_time_seconds: a short one keeps this test short
+        broken = make_workflow(stack, gym_base_url="http://127.0.0.1:9", max_task_time_seconds=4)
         assert await broken.arun_episode(stack["engine"], await first_task(stack)) is None
         # an unreachable agent service: also None, and the executions created for it were terminated
-        no_agent = make_workflow(stack, agent_base_url="http://127.0.0.1:9")
+        no_agent = make_workflow(stack, agent_base_url="http://127.0.0.1:9", max_task_time_seconds=4)
         assert await no_agent.arun_episode(stack["engine"], await first_task(stack)) is None
         assert not stack["gym"].manager.executions, "an execution was left running"
         assert await wf.arun_episode(stack["engine"], {"instruction": "no id"}) is None

@@ -31,8 +31,10 @@ def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor
         kwargs = dict(monitor_base_url=base, monitor_project_id="p1", monitor_training_id=training_id)
         assert monitor_state.token not in repr(kwargs)
         batch = asyncio.run(_group(make_workflow(stack, **kwargs), stack))
-        # the agent service is unreachable: the group is dropped and both rollouts are marked failed
-        broken = asyncio.run(_group(make_workflow(stack, agent_base_url="http://127.0.0.1:9", **kwargs), stack))
+        # the agent service is unreachable: the group is dropped and both rollouts are marked failed (after a wait
+        # for the service bounded by max_task_time_seconds: short here)
+        broken = asyncio.run(_group(make_workflow(stack, agent_base_url="http://127.0.0.1:9",
+                                                  max_task_time_seconds=4, **kwargs), stack))
     assert batch is not None and broken is None
     assert monitor_state.trainings[training_id]["status"] == "completed"
 
