@@ -68,7 +68,7 @@ def main(args: list[str]) -> None:
                                                               monitor_training_id=training_id)
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
                                                                    is_eval=True, monitor_training_id=training_id)
-        with PPOTrainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+        with Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
             # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/areal_ext/resume.py)
             install(trainer, point, RunPaths.of(config).logs)
             if point is not None and trainer.recover_info is None:
@@ -85,7 +85,24 @@ def main(args: list[str]) -> None:
                 )
 
 
-def evaluate_baseline(trainer: PPOTrainer, eval_workflow: str, eval_workflow_kwargs: dict) -> None:
+class Trainer(PPOTrainer):
+    """AReaL's PPOTrainer without an evaluation rollout when there is nothing to evaluate. AReaL builds one
+    whether or not a valid dataset is given: on the single controller that is one more RPC worker process
+    (torch and AReaL imported again) during start-up, which on a CPU machine competes with vLLM's start for
+    the same cores. Every use of ``eval_rollout`` in AReaL's trainer checks it for None."""
+
+    def __init__(self, config, train_dataset, valid_dataset=None, **kwargs):
+        self._needs_eval_rollout = valid_dataset is not None
+        super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset, **kwargs)
+
+    def _init_rollout(self, rollout_config, is_eval: bool = False, lora_path: str | None = None):
+        if is_eval and not self._needs_eval_rollout:
+            logger.info("no eval split: no evaluation rollout is started")
+            return None
+        return super()._init_rollout(rollout_config, is_eval=is_eval, lora_path=lora_path)
+
+
+def evaluate_baseline(trainer: Trainer, eval_workflow: str, eval_workflow_kwargs: dict) -> None:
     """The eval split once with the base model (policy version 0, so the monitor files it as the baseline).
     AReaL's evaluator only runs after steps; its evaluation body (``_evaluate_fn``) is called directly, and
     its statistics are taken out here so they do not mix into step 1's."""

@@ -25,6 +25,10 @@ from cua_rl.http.serve import free_port
 CPU_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",   # GiB of KV cache (vLLM's CPU default is 4 per server)
     "VLLM_PLUGINS": "none",          # skip AReaL's awex plugin, which needs Megatron and only logs a traceback
+    # vLLM's sampler and logprob ranks are torch.compile'd even with enforce_eager; on the CPU the first request
+    # then waits for TorchDynamo and Inductor (3.7 s with a warm Inductor cache, far more on a fresh machine;
+    # 0.07 s without). Eager runs the same operations.
+    "TORCHDYNAMO_DISABLE": "1",
 }
 # The worker extension that makes in-place weight updates work on the CPU (vllm_cpu.py).
 CPU_WORKER_EXTENSION = "cua_rl.local_model.vllm_cpu.CPUWorkerExtension"
