@@ -4,7 +4,7 @@ Public surface:
 - :func:`start_agent_server` (host, port=0, settings) -> handle with ``.url`` / ``.stop()``: in-process server
   for tests and the embedded launcher;
 - :func:`create_app` (settings) -> the FastAPI app; :class:`AgentSettings` its service-wide defaults;
-- :class:`RunRequest`: the ``POST /runs`` payload (external-protocols §2.2 plus ``apiKey``, ``sampling``);
+- :class:`RunRequest`: the ``POST /runs`` payload (docs/protocols.md §2.2 plus ``apiKey``, ``sampling``);
 - :mod:`.formats`: the pluggable prompt formats (``qwen3-vl``, ``mai-ui``) and their registry.
 """
 

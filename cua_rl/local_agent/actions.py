@@ -1,7 +1,7 @@
 """Actions as the agent sends them to the gym, and what the prompt formats parse model output into.
 
 Why a module of its own: both prompt formats (qwen3-vl, mai-ui) end in the same desktop action schema
-(DESIGN.md §4.1, coordinates are fractions 0..1), and the `mobile` action space rewrites a few of them into
+(docs/protocols.md §1.6, coordinates are fractions 0..1), and the `mobile` action space rewrites a few of them into
 the genv mobile aliases (tap, long_press, swipe, key home/back). Keeping the wire shapes here means a
 format only decides *what* the model asked for, never how the gym spells it.
 
@@ -84,7 +84,7 @@ def grid_point(value: Any, grid: int, what: str = "coordinate") -> tuple[float, 
     return x / grid, y / grid
 
 
-# --- desktop schema builders (DESIGN.md §4.1) -----------------------------------------------------
+# --- desktop schema builders (docs/protocols.md §1.6) --------------------------------------------
 
 def click(point: tuple[float, float], button: str = "left", count: int = 1) -> dict[str, Any]:
     return {"type": "click", "x": point[0], "y": point[1], "button": button, "count": count}

@@ -1,4 +1,4 @@
-"""The start-run payload the agent service accepts (external-protocols §2.2, plus apiKey and sampling).
+"""The start-run payload the agent service accepts (docs/protocols.md §2.2, plus apiKey and sampling).
 
 Why pydantic with camelCase aliases: the payload is the gbox-mini-agent's JSON; FastAPI turns a bad
 payload into a 422 naming the offending field, so a caller learns what is wrong and nothing starts.

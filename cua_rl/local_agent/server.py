@@ -1,4 +1,4 @@
-"""The HTTP API of the agent service (external-protocols §2.1), compatible with the gbox-mini-agent.
+"""The HTTP API of the agent service (docs/protocols.md §2.1), compatible with the gbox-mini-agent.
 
 ``POST /runs`` starts a run as an asyncio task on the server's loop and answers ``{"runId"}`` at once;
 the other endpoints read that run's record. ``POST /runs/{id}/cancel`` ends a run (``run_end`` with reason

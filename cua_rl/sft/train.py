@@ -39,8 +39,8 @@ def _single_rank_env() -> None:
     os.environ.setdefault("MASTER_PORT", str(free_port()))
 
 
-def _loss(engine, rows: list[dict[str, Any]], scope: str) -> float:
-    """Mean reply-token NLL of ``rows`` as AReaL's SFT stats report it under ``scope``."""
+def _loss(engine, scope: str) -> float:
+    """Mean reply-token NLL of the rows just trained or evaluated, as AReaL's SFT stats report it under ``scope``."""
     stats = engine.export_stats()
     for key in (f"{scope}/loss/avg", f"{scope}/loss"):
         if key in stats:
@@ -50,7 +50,7 @@ def _loss(engine, rows: list[dict[str, Any]], scope: str) -> float:
 
 def _evaluate(engine, rows) -> float:
     engine.evaluate_lm([dict(r) for r in rows])
-    return _loss(engine, rows, "sft-eval")
+    return _loss(engine, "sft-eval")
 
 
 def make_engine(model_path: str, lr: float, total_steps: int, rows_per_step: int, experiment: str, trial: str,
@@ -97,7 +97,7 @@ def train_rows(rows: list[dict[str, Any]], model_path: str, out_dir: str, *, ste
             pick = [order[(step * rows_per_step + i) % len(order)] for i in range(min(rows_per_step, len(rows)))]
             engine.train_lm([dict(rows[i]) for i in pick])
             engine.step_lr_scheduler()
-            losses.append(_loss(engine, rows, "sft"))
+            losses.append(_loss(engine, "sft"))
             if (step + 1) % max(1, steps // 20) == 0 or step + 1 == steps:   # about 20 progress lines
                 per_step = (time.perf_counter() - t1) / (step + 1)
                 logger.info("SFT step %d/%d: loss %.4f (%.1f s a step, %.0f s to go)", step + 1, steps,

@@ -1,4 +1,4 @@
-"""``mai-ui``: MAI-UI's tool-call format (external-protocols §2.5).
+"""``mai-ui``: MAI-UI's tool-call format (docs/protocols.md §2.5).
 
 The model writes ``<thinking>...</thinking><tool_call>{"name": "mobile_use", "arguments": {...}}</tool_call>``
 with coordinates on a 0..999 grid. MAI-UI is a phone agent, so its actions are mobile gestures; in the
