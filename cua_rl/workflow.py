@@ -351,9 +351,12 @@ class CUAAgentWorkflow(RolloutWorkflow):
             who = "agent service" if run.service_failed else {"env": "gym", "model": "model server"}[run.failure]
             logger.error("execution %s: the %s failed mid-run (%s); episode dropped", execution_id, who, run.reason)
             return None, []
-        if episode is not None and (episode.failed_turns or episode.in_flight):
-            logger.error("execution %s: %d policy turn(s) failed and %d never finished in the engine; episode "
-                         "dropped", execution_id, episode.failed_turns, episode.in_flight)
+        if episode is not None and (episode.failed_turns or episode.in_flight or episode.answer_lost):
+            # the run ended on a model call the agent stopped waiting for (its step time limit): the model
+            # server was too slow for the agent, which is no decision of the policy's to score
+            logger.error("execution %s: %d policy turn(s) failed, %d never finished in the engine and the last "
+                         "answer %s; episode dropped", execution_id, episode.failed_turns, episode.in_flight,
+                         "never reached the agent" if episode.answer_lost else "was delivered")
             return None, []
         return run, (episode.turns if episode else [])
 

@@ -1,6 +1,7 @@
 """``PolicyEndpoint``: an OpenAI-compatible ``/v1/chat/completions`` in front of ``engine.agenerate``.
 
-One call = one recorded ``Turn``: the processor builds the prompt (expanded image tokens, pixel values),
+One delivered answer = one recorded ``Turn`` (an answer the agent never received is not recorded, see
+``_delivered``): the processor builds the prompt (expanded image tokens, pixel values),
 the engine generates with the *trainer's* ``gconfig`` (the agent's sampling fields are ignored and
 logged: on-policy RL needs a known behaviour policy), and the reply carries the text plus vLLM-style
 ``token_ids``/``prompt_token_ids``/``logprobs`` so agents that log responses keep them.
@@ -40,7 +41,7 @@ import aiohttp
 from .images import BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
 from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
-from .server import LoopServer, error_body, get_loop_server
+from .server import Answer, LoopServer, error_body, get_loop_server
 from .vllm_proof import install as install_prompt_proof
 from .vllm_proof import proving
 
@@ -70,10 +71,11 @@ class EndpointSettings:
     # Screenshots kept in the prompt; older image parts are dropped before the processor runs. Every kept
     # image is re-encoded into every later turn's training row, so this bounds memory. null = keep all.
     max_screenshots_in_history: int | None = 3
-    # Pixel bounds per image (null = none). Qwen3-VL uses 32x32-pixel tokens: 1_003_520 pixels is about
-    # 1000 visual tokens for a 1280x800 desktop. The image itself is shrunk, so vLLM sees the same pixels.
+    # Pixel bounds per image (null = none), applied together with the processor's own. Qwen3-VL uses
+    # 32x32-pixel tokens: a 1280x800 desktop is 40x25 of them (1000 visual tokens) and is sent unresampled
+    # at 1_024_000. A larger image is resized once, onto the processor's grid, so vLLM sees the same pixels.
     min_pixels: int | None = None
-    max_pixels: int | None = 1_003_520
+    max_pixels: int | None = 1_024_000
     # Caps for image parts given as http(s) URLs instead of data: URLs (and for data URLs' size).
     image_fetch_max_bytes: int = 20 * 1024 * 1024
     image_fetch_timeout_seconds: float = 15.0
@@ -157,8 +159,8 @@ class PolicyEndpoint:
             logger.warning("engine %s has no vLLM backend to ask for its prompt ids: prompts are not proved "
                            "(policy.require_prompt_proof=false)", type(engine).__name__)
         self.vision_ids = vision_token_ids(processor)
-        self.totals = {"verified_turns": 0, "prompt_mismatches": 0, "straddles": 0, "vision_token_outputs": 0,
-                       "failed_turns": 0}
+        self.totals = {"recorded_turns": 0, "verified_turns": 0, "prompt_mismatches": 0, "straddles": 0,
+                       "vision_token_outputs": 0, "failed_turns": 0, "undelivered_turns": 0, "unproved_vllm_turns": 0}
         self._cpu = _cpu_pool()
         self._http: aiohttp.ClientSession | None = None
         self._servers: dict[str, LoopServer] = {}   # open episode's key -> the server it is registered with
@@ -192,15 +194,16 @@ class PolicyEndpoint:
             self.close_episode(ep)
 
     # ---- one chat completion --------------------------------------------------------------------
-    async def complete(self, ep: Episode, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """Answer one request: (HTTP status, JSON body). Records a Turn on success."""
+    async def complete(self, ep: Episode, body: dict[str, Any]) -> Answer:
+        """Answer one request. A successful answer's Turn is recorded once the server has delivered it
+        (``_delivered``): a reply the agent never received was never played, so it is never trained."""
         ignored = {k for k in body if k not in HARMLESS_FIELDS}  # sampling fields and anything unknown
         if ignored - ep.ignored_params:
             logger.info("episode %s: ignoring client fields %s (sampling comes from the trainer's gconfig)",
                         ep.id, sorted(ignored - ep.ignored_params))
             ep.ignored_params |= ignored
         if body.get("n") not in (None, 1):
-            return 400, error_body(400, "n must be 1")
+            return Answer(400, error_body(400, "n must be 1"))
         started = time.perf_counter()
         try:
             parsed = parse_messages(body.get("messages"), self.settings.max_screenshots_in_history)
@@ -222,7 +225,7 @@ class PolicyEndpoint:
                                  f"{self.gconfig.max_tokens} in total")
         except (BadRequest, BadImage) as exc:
             logger.info("episode %s: rejected request: %s", ep.id, exc)
-            return 400, error_body(400, str(exc))
+            return Answer(400, error_body(400, str(exc)))
         ep.in_flight += 1
         try:
             resp = await self._generate(ep, prompt, tools)
@@ -230,21 +233,23 @@ class PolicyEndpoint:
             self._tally(ep, "failed_turns", "prompt_mismatches")
             logger.error("episode %s: vLLM generated from other prompt ids than the processor's; turn refused "
                          "and not recorded: %s", ep.id, exc)
-            return 503, error_body(503, "engine prompt mismatch: vLLM tokenised the request differently", "server_error")
+            return Answer(503, error_body(503, "engine prompt mismatch: vLLM tokenised the request differently",
+                                          "server_error"))
         except Exception as exc:  # engine/infra failure: the workflow turns this episode into None
             self._tally(ep, "failed_turns")
             if not getattr(self.engine, "initialized", True):
                 # AReaL's destroy() clears `initialized` first, then closes the sessions of episodes still in
                 # flight (the next step's rollouts at the end of a run): an orderly stop, not an error.
                 logger.info("episode %s: generation stopped: the inference engine is shutting down", ep.id)
-                return 503, error_body(503, "the inference engine is shutting down", "server_error")
+                return Answer(503, error_body(503, "the inference engine is shutting down", "server_error"))
             logger.error("episode %s: generation failed: %s: %s", ep.id, type(exc).__name__, exc)
-            return 503, error_body(503, f"policy generation failed ({type(exc).__name__})", "server_error")
+            return Answer(503, error_body(503, f"policy generation failed ({type(exc).__name__})", "server_error"))
         finally:
             ep.in_flight -= 1
         if resp is None:
             self._tally(ep, "failed_turns")
-            return 503, error_body(503, "policy output straddled a weight update; retry the request", "server_error")
+            return Answer(503, error_body(503, "policy output straddled a weight update; retry the request",
+                                          "server_error"))
         turn = Turn(prompt_ids=list(resp.input_tokens), output_ids=list(resp.output_tokens),
                     output_logprobs=[float(x) for x in resp.output_logprobs],
                     output_versions=[int(v) for v in resp.output_versions],
@@ -255,16 +260,30 @@ class PolicyEndpoint:
         if turn.prompt_ids != prompt.input_ids:  # the engine's own echo (SGLang, other engines)
             self._tally(ep, "failed_turns", "prompt_mismatches")
             logger.error("episode %s: engine echoed different prompt ids; turn not recorded", ep.id)
-            return 503, error_body(503, "engine prompt mismatch", "server_error")
+            return Answer(503, error_body(503, "engine prompt mismatch", "server_error"))
+        return Answer(200, self._completion_json(ep, turn), functools.partial(self._delivered, ep, turn))
+
+    def _delivered(self, ep: Episode, turn: Turn, delivered: bool) -> None:
+        """Record ``turn`` when its answer reached the agent. One that did not (the agent stopped waiting, e.g.
+        its step time limit, or its connection broke and it will retry) is counted and dropped: training on
+        it would credit the policy with an action that never happened, or with one turn twice."""
+        ep.answer_lost = not delivered
+        if not delivered:
+            self._tally(ep, "undelivered_turns")
+            logger.warning("episode %s: the agent did not receive an answer (it stopped waiting or its connection "
+                           "broke): that turn is not recorded", ep.id)
+            return
         if self.proves_prompts:
             self._tally(ep, "verified_turns")
+        elif self.backend == "vllm":   # policy.require_prompt_proof=false: the summary says so
+            self.totals["unproved_vllm_turns"] += 1
+        self.totals["recorded_turns"] += 1
         ep.turns.append(turn)
         if ep.on_turn is not None:
-            try:  # an observer: whatever it does, the agent gets its answer
+            try:  # an observer: whatever it does, the agent has its answer
                 ep.on_turn(len(ep.turns), turn)
             except Exception as exc:  # noqa: BLE001
                 logger.warning("episode %s: turn observer failed: %s: %s", ep.id, type(exc).__name__, exc)
-        return 200, self._completion_json(ep, turn)
 
     def _tally(self, ep: Episode, *names: str) -> None:
         """Count one more of each ``names`` on the episode and in the endpoint's totals (same names)."""

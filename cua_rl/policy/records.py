@@ -65,6 +65,8 @@ class Episode:
     verified_turns: int = 0  # recorded turns whose prompt ids vLLM confirmed (vllm_proof)
     prompt_mismatches: int = 0  # turns refused because the engine used other prompt ids
     in_flight: int = 0  # generations still running (a run that ends with one pending was cut short by us)
+    undelivered_turns: int = 0  # answers the agent never received (it stopped waiting): never recorded
+    answer_lost: bool = False  # the latest answer was not delivered (nothing later replaced it yet)
     ignored_params: set[str] = field(default_factory=set)
     closed: bool = False
     # Content hash -> PreparedImage of the screenshots in the latest request: each distinct screenshot is

@@ -45,8 +45,18 @@ def _bearer(request: web.Request) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
-# Answers one chat completion request body of a key's episode: (HTTP status, JSON body).
-Handler = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+class Answer(NamedTuple):
+    """A handler's reply. ``delivered`` (when given) is told whether the reply reached the client: an answer
+    the agent never received (it stopped waiting, e.g. its step time limit, or its connection broke and it
+    retried) must not be recorded as a turn the agent played."""
+
+    status: int
+    payload: dict[str, Any]
+    delivered: Callable[[bool], None] | None = None
+
+
+# Answers one chat completion request body of a key's episode.
+Handler = Callable[[dict[str, Any]], Awaitable[Answer]]
 
 
 class Route(NamedTuple):
@@ -99,22 +109,39 @@ class LoopServer:
             return openai_error(400, f"request {exc}")
         if not isinstance(body, dict):
             return openai_error(400, "request body must be a JSON object")
-        status, payload = await route.handler(body)
-        if status != 200:
-            return web.json_response(payload, status=status)
-        if body.get("stream"):
-            return await _stream(request, payload)
-        return web.json_response(payload)
+        answer = await route.handler(body)
+        if answer.status != 200:
+            return web.json_response(answer.payload, status=answer.status)
+        if request.transport is None or request.transport.is_closing():   # the client has gone meanwhile
+            return _tell(answer, False, web.json_response(answer.payload))
+        resp = (web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+                if body.get("stream") else web.json_response(answer.payload))
+        try:   # written here, not after the handler returns, to know whether it went out
+            await resp.prepare(request)
+            if body.get("stream"):
+                await _stream(resp, answer.payload)
+            await resp.write_eof()
+        except ConnectionError:
+            logger.info("the client went away before its answer was written (status 200 not delivered)")
+            return _tell(answer, False, resp)
+        except asyncio.CancelledError:
+            _tell(answer, False, None)
+            raise
+        return _tell(answer, True, resp)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True, "episodes": len(self.routes)})
 
 
-async def _stream(request: web.Request, completion: dict[str, Any]) -> web.StreamResponse:
+def _tell(answer: Answer, delivered: bool, resp):
+    if answer.delivered is not None:
+        answer.delivered(delivered)
+    return resp
+
+
+async def _stream(resp: web.StreamResponse, completion: dict[str, Any]) -> None:
     """Answer ``stream: true`` with the finished completion as one SSE chunk (generation is not
     incremental here; the agent still gets a well-formed stream)."""
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
     choice = completion["choices"][0]
     chunk = {k: completion[k] for k in ("id", "created", "model")}
     chunk["object"] = "chat.completion.chunk"
@@ -126,8 +153,6 @@ async def _stream(request: web.Request, completion: dict[str, Any]) -> web.Strea
     for event in (first, last):
         await resp.write(f"data: {json.dumps(event)}\n\n".encode())
     await resp.write(b"data: [DONE]\n\n")
-    await resp.write_eof()
-    return resp
 
 
 _servers: dict[tuple[int, str], LoopServer] = {}

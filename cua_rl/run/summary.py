@@ -103,7 +103,11 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
               f"against the engine, {totals.get('prompt_mismatches', 0)} mismatches refused, "
               f"{totals.get('straddles', 0)} interrupted outputs and "
               f"{totals.get('vision_token_outputs', 0)} with vision placeholder tokens regenerated, "
-              f"{totals.get('failed_turns', 0)} failed turns")
+              f"{totals.get('failed_turns', 0)} failed turns, {totals.get('undelivered_turns', 0)} answers the agent "
+              f"never received (not recorded); {totals.get('recorded_turns', 0)} turns recorded")
+        if totals.get("unproved_vllm_turns", 0):
+            print(f"[cua-rl] WARNING: {totals['unproved_vllm_turns']} turns were recorded on vLLM without their prompt "
+                  f"ids proved (policy.require_prompt_proof=false): verified turns != recorded turns")
     if "episodes_evaluated" in totals:
         print(f"[cua-rl] episodes:    {totals['episodes_evaluated']} evaluated, {totals.get('episodes_lost', 0)} lost to "
               f"infrastructure failures (gym, agent service or model server: never given a reward), "

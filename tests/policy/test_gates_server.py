@@ -197,3 +197,41 @@ async def test_an_output_interrupted_by_a_weight_update_is_regenerated(engine, p
     finally:
         engine.set_version(version0)
         await close_loop_servers()
+
+
+async def test_an_answer_the_agent_stopped_waiting_for_is_never_recorded(engine, processor, monkeypatch):
+    """The model is slower than the client waits (an agent's step time limit): the client gives up, the
+    generation still finishes, and its turn is not recorded (the agent never played it). The client's retry
+    of the same request is answered and recorded once: no duplicate turn."""
+    gconfig = GenerationHyperparameters(max_new_tokens=8, max_tokens=4096)
+    policy = PolicyEndpoint(engine, processor, processor.tokenizer, gconfig, EndpointSettings(model_name="tiny"))
+    real, delay = engine.agenerate, {"s": 2.0}
+
+    async def slow(req):   # the real engine, answering after the client's patience ran out
+        await asyncio.sleep(delay["s"])
+        return await real(req)
+
+    monkeypatch.setattr(engine, "agenerate", slow)
+    body = {"model": "tiny", "messages": _messages([png_data_url((200, 30, 30), size=(320, 200))])}
+    try:
+        ep = await policy.open_episode()
+        headers = {"Authorization": f"Bearer {ep.key}"}
+        async with httpx.AsyncClient(timeout=0.5) as client:
+            with pytest.raises(httpx.TimeoutException):
+                await client.post(f"{ep.base_url}/chat/completions", json=body, headers=headers)
+        deadline = time.monotonic() + 60
+        while ep.undelivered_turns == 0 and time.monotonic() < deadline:   # the generation ends on its own
+            await asyncio.sleep(0.1)
+        assert ep.undelivered_turns == 1 and ep.answer_lost and ep.in_flight == 0
+        assert ep.turns == [] and policy.totals["recorded_turns"] == 0 and policy.totals["verified_turns"] == 0
+
+        delay["s"] = 0.0
+        async with httpx.AsyncClient(timeout=60) as client:   # the retry, waited for
+            res = await client.post(f"{ep.base_url}/chat/completions", json=body, headers=headers)
+        assert res.status_code == 200
+        (turn,) = ep.turns
+        assert res.json()["choices"][0]["token_ids"] == turn.output_ids and not ep.answer_lost
+        assert policy.totals["recorded_turns"] == policy.totals["verified_turns"] == 1
+        policy.close_episode(ep)
+    finally:
+        await close_loop_servers()
