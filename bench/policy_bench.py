@@ -123,10 +123,11 @@ async def bench_e2e(stack, engine, groups: int) -> dict:
     from cua_rl.workflow import CUAAgentWorkflow
 
     wf = CUAAgentWorkflow(
-        gconfig=GenerationHyperparameters(max_new_tokens=64, temperature=1.0), model_path=stack["model_dir"],
-        gym_base_url=stack["gym"].url, gym_id="desktop", agent_base_url=stack["agent"].url, agent="qwen3-vl",
-        action_space="pc", max_turns=3, max_task_time_seconds=180, max_turn_time_seconds=60,
-        policy={"max_screenshots_in_history": 2, "max_pixels": 200704}, group_size=2, poll_interval_s=0.5)
+        gconfig=GenerationHyperparameters(max_new_tokens=64, temperature=1.0), model={"path": stack["model_dir"]},
+        gym={"base_url": stack["gym"].url, "gym_id": "desktop"},
+        agent={"base_url": stack["agent"].url, "agent": "qwen3-vl", "action_space": "pc", "poll_interval_s": 0.5},
+        limits={"max_turns": 3, "max_task_time_seconds": 180, "max_turn_time_seconds": 60},
+        policy={"max_screenshots_in_history": 2, "max_pixels": 200704}, group_size=2)
     async with GenvClient(stack["gym"].url, "desktop") as gym:
         tasks = (await gym.list_tasks())[:groups]
     rows = [{"task_id": t.id, "instruction": t.instruction} for t in tasks]

@@ -213,7 +213,7 @@ class CUAConfig(GRPOConfig):
     gym_split_type: str = "train"
     gym_limit: int | None = None  # cap per split (seeded sample); None = no cap
     gym_seed: int = 42
-    # Send every GRPO group one instance seed (create-execution options.seed; cua_workflow.py derives it).
+    # Send every GRPO group one instance seed (create-execution options.seed; cua_rl/workflow/seeding.py derives it).
     gym_seed_instances: bool = True
     gym_tags: list[str] | None = None  # keep tasks having any of these tags
     # Task numbers that form the eval split, e.g. "001-032"; overrides gym_train_ratio.

@@ -56,6 +56,8 @@ def _curriculum_rows(task_keys: list[str]) -> list[dict]:
 
 async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int], concurrency: int) -> dict:
     """Every (task, seed) once; returns successes and drops per task id."""
+    from cua_rl.workflow import Dropped
+
     gate = asyncio.Semaphore(concurrency)
     counts = {row["task_id"]: {"success": 0, "episodes": 0, "dropped": 0, "model_errors": 0} for row in rows}
 
@@ -64,8 +66,10 @@ async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int
             outcome = await workflow._episode(endpoint, row, index, seed=seed)
         c = counts[row["task_id"]]
         c["episodes"] += 1
-        if outcome is None:
+        if isinstance(outcome, Dropped):
             c["dropped"] += 1
+            logger.warning("%s seed %d: dropped (%s: %s); counted as a failure", row["task_id"], seed,
+                           outcome.cause, outcome.reason)
         elif str(outcome.info.get("reason", "")).startswith("chat completion"):
             c["model_errors"] += 1
             logger.warning("%s seed %d: the model call failed (%s); counted as a failure", row["task_id"], seed,
@@ -120,7 +124,7 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
     from cua_rl.local_gym.curriculum import seeds
     from cua_rl.local_gym.server import start_gym_server
     from cua_rl.local_model.vllm_server import VLLMServer
-    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow import AgentTarget, CUAAgentWorkflow, EpisodeLimits, GymTarget, ModelTarget
 
     if not checkpoints:
         raise ValueError("no checkpoints to evaluate")
@@ -134,12 +138,13 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
         engine.initialize(addr=model.addr)
         try:
             workflow = CUAAgentWorkflow(
-                gconfig=config.gconfig, model_path=checkpoints[0], gym_base_url=gym.url, gym_id=gym.gym_id,
-                agent_base_url=agent.url, agent=config.gbox_mini_agent_agent,
-                action_space=config.gbox_mini_agent_standard_action_space, max_turns=config.max_turns,
-                max_task_time_seconds=config.max_task_time_seconds,
-                max_turn_time_seconds=config.max_turn_time_seconds, policy=config.policy, group_size=1,
-                is_eval=True, poll_interval_s=0.25)
+                gconfig=config.gconfig, model=ModelTarget(path=checkpoints[0]),
+                gym=GymTarget(base_url=gym.url, gym_id=gym.gym_id),
+                agent=AgentTarget(base_url=agent.url, agent=config.gbox_mini_agent_agent,
+                                  action_space=config.gbox_mini_agent_standard_action_space, poll_interval_s=0.25),
+                limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
+                                     max_turn_time_seconds=config.max_turn_time_seconds),
+                policy=config.policy, group_size=1, is_eval=True)
             results = asyncio.run(_evaluate_all(workflow, engine, model.url, checkpoints, rows, heldout, concurrency))
         finally:
             engine.destroy()

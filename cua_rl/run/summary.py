@@ -109,8 +109,11 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
             print(f"[cua-rl] WARNING: {totals['unproved_vllm_turns']} turns were recorded on vLLM without their prompt "
                   f"ids proved (policy.require_prompt_proof=false): verified turns != recorded turns")
     if "episodes_evaluated" in totals:
+        causes = ", ".join(f"{k[len('episodes_lost_'):].replace('_', ' ')} {v}" for k, v in sorted(totals.items())
+                           if k.startswith("episodes_lost_") and v)
         print(f"[cua-rl] episodes:    {totals['episodes_evaluated']} evaluated, {totals.get('episodes_lost', 0)} lost to "
-              f"infrastructure failures (gym, agent service or model server: never given a reward), "
+              f"infrastructure failures (gym, agent service or model server: never given a reward"
+              f"{'; ' + causes if causes else ''}), "
               f"{totals.get('groups_rejected', 0)} groups rejected for too few evaluated episodes")
     saved = paths.checkpoints.is_dir() and any(p.is_file() for p in paths.checkpoints.rglob("*"))
     print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if saved else "  (none written: see saver.freq_steps)"))

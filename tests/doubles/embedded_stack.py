@@ -27,13 +27,18 @@ def stack(vllm_server, tiny_model_dir):
 
 
 def make_workflow(stack, **kw):
-    from cua_rl.workflow import CUAAgentWorkflow
+    """The workflow on this stack; keyword arguments replace whole sections or single fields of one
+    (``gym_base_url=``, ``agent_base_url=``, ``max_task_time_seconds=``, ``monitor=``, ...)."""
+    from cua_rl.workflow import AgentTarget, CUAAgentWorkflow, EpisodeLimits, GymTarget, ModelTarget
 
-    args = dict(gconfig=GenerationHyperparameters(max_new_tokens=48, temperature=1.0), model_path=stack["model_dir"],
-                gym_base_url=stack["gym"].url, gym_id="desktop", agent_base_url=stack["agent"].url,
-                agent="qwen3-vl", action_space="pc", max_turns=2, max_task_time_seconds=120,
-                max_turn_time_seconds=60, policy={"max_screenshots_in_history": 2, "max_pixels": 200704},
-                group_size=2, poll_interval_s=0.5)
+    gym = dict(base_url=kw.pop("gym_base_url", stack["gym"].url), gym_id="desktop")
+    agent = dict(base_url=kw.pop("agent_base_url", stack["agent"].url), agent="qwen3-vl", poll_interval_s=0.5)
+    limits = dict(max_turns=2, max_task_time_seconds=kw.pop("max_task_time_seconds", 120),
+                  max_turn_time_seconds=kw.pop("max_turn_time_seconds", 60))
+    args = dict(gconfig=GenerationHyperparameters(max_new_tokens=48, temperature=1.0),
+                model=ModelTarget(path=stack["model_dir"]), gym=GymTarget(**gym), agent=AgentTarget(**agent),
+                limits=EpisodeLimits(**limits), policy={"max_screenshots_in_history": 2, "max_pixels": 200704},
+                group_size=2)
     args.update(kw)
     return CUAAgentWorkflow(**args)
 

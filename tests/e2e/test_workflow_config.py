@@ -24,7 +24,8 @@ def test_kwargs_from_shipped_configs_build_a_serialisable_workflow(name, tmp_pat
     assert wf.settings.max_pixels == config.policy.max_pixels
     assert wf.settings.max_screenshots_in_history == config.policy.max_screenshots_in_history
     assert wf.settings.bind_host == config.policy.bind_host
-    assert wf.agent == config.gbox_mini_agent_agent and wf.max_turns == config.max_turns
+    assert wf.agent.agent == config.gbox_mini_agent_agent and wf.limits.max_turns == config.max_turns
+    assert (wf.gym.base_url, wf.gym.gym_id, wf.model.path) == ("http://127.0.0.1:5010", "desktop", config.actor.path)
     # the design decision the config must keep: groups are normalised by the workflow, not by AReaL
     assert config.actor.reward_norm is None
 
@@ -35,19 +36,26 @@ def test_trajectory_section_reaches_the_workflow(tmp_path, monkeypatch):
                                   "gym_id=desktop", "trajectory.export_style=concat", "trajectory.turn_discount=0.9",
                                   "trajectory.scale_by_std=false", "trajectory.min_group_size=3"], CUAConfig)
     wf = CUAAgentWorkflow(**CUAAgentWorkflow.kwargs_from_config(config, config.gconfig.new(n_samples=1), 4))
-    assert (wf.export_style, wf.turn_discount, wf.scale_by_std, wf.min_group_size) == ("concat", 0.9, False, 3)
-    assert wf.normalise_in_group is True
+    t = wf.trajectory
+    assert (t.export_style, t.turn_discount, t.scale_by_std, wf.min_group_size) == ("concat", 0.9, False, 3)
+    assert t.normalise_in_group is True
 
 
 def test_bad_settings_fail_at_construction():
     from areal.api.cli_args import GenerationHyperparameters
 
-    base = dict(gconfig=GenerationHyperparameters(), model_path="/nonexistent", gym_base_url="http://x",
-                gym_id="g", agent_base_url="http://y")
+    base = dict(gconfig=GenerationHyperparameters(), model={"path": "/nonexistent"},
+                gym={"base_url": "http://x", "gym_id": "g"}, agent={"base_url": "http://y"})
     with pytest.raises(ValueError):
         CUAAgentWorkflow(**base, group_size=0)
     with pytest.raises(ValueError):
         CUAAgentWorkflow(**base, policy={"no_such_setting": 1})
+    with pytest.raises(ValueError, match="max_turns"):
+        CUAAgentWorkflow(**base, limits={"max_turns": 0})
+    with pytest.raises(ValueError, match="poll_interval_s"):
+        CUAAgentWorkflow(**{**base, "agent": {"base_url": "http://y", "poll_interval_s": 0}})
+    with pytest.raises(TypeError):   # a flat keyword of the old signature is refused, not ignored
+        CUAAgentWorkflow(**base, max_turns=3)
 
 
 def test_reward_variance_filter():
@@ -60,8 +68,7 @@ def test_reward_variance_filter():
 def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
     from areal.api.cli_args import GenerationHyperparameters
 
-    from cua_rl import workflow as cua_workflow
-    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow import CUAAgentWorkflow, seeding
 
     class Engine:
         version = 3
@@ -70,17 +77,18 @@ def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
             return self.version
 
     def workflow(**kw):
-        return CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model_path="m", gym_base_url="http://g",
-                                gym_id="g", agent_base_url="http://a", group_size=4, seed=5, **kw)
+        return CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
+                                gym={"base_url": "http://g", "gym_id": "g", **kw.pop("gym", {})},
+                                agent={"base_url": "http://a"}, group_size=4, seed=5, **kw)
 
     engine, row = Engine(), {"task_id": "click-test", "instruction": "x"}
-    cua_workflow._GROUPS_RUN.clear()                     # a fresh process
+    seeding.forget_groups_run()                     # a fresh process
     a = workflow()
     first = [a._group_seed(engine, row) for _ in range(3)]
     assert len(set(first)) == 3, "groups of one task at one version need different instances"
     # AReaL builds a new workflow object per submitted task: the next one continues the process's count
     assert workflow()._group_seed(engine, row) not in first, "a new workflow object repeated an instance"
-    cua_workflow._GROUPS_RUN.clear()                     # another run of the same experiment
+    seeding.forget_groups_run()                     # another run of the same experiment
     assert first == [workflow()._group_seed(engine, row) for _ in range(3)], "seeds must reproduce across runs"
     engine.version = 4
     assert a._group_seed(engine, row) not in first
@@ -89,7 +97,7 @@ def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
     ev = workflow(is_eval=True)
     assert ev._group_seed(engine, row) == ev._group_seed(Engine(), row), "evaluation instances must not move"
     assert a._group_seed(engine, {**row, "seed": 11}) == 11
-    assert workflow(seed_instances=False)._group_seed(engine, row) is None
+    assert workflow(gym={"seed_instances": False})._group_seed(engine, row) is None
 
 
 def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instance():
@@ -98,9 +106,8 @@ def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instanc
     new instance in every group: the seed follows the row's stream index, not a per-process count."""
     from areal.api.cli_args import GenerationHyperparameters
 
-    from cua_rl import workflow as cua_workflow
     from cua_rl.areal_ext.resume import STREAM_KEY
-    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow import CUAAgentWorkflow, seeding
 
     class Engine:
         def get_version(self):
@@ -110,12 +117,14 @@ def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instanc
               for i, task in enumerate(["a", "b"] * 8)]            # 2 tasks, each 8 times, one step's read-ahead
     seeds = {}
     for worker in range(4):
-        cua_workflow._GROUPS_RUN.clear()                          # a rollout worker is a fresh process
-        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model_path="m", gym_base_url="http://g",
-                              gym_id="g", agent_base_url="http://a", group_size=4, seed=5)
+        seeding.forget_groups_run()                          # a rollout worker is a fresh process
+        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
+                              gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
+                              group_size=4, seed=5)
         seeds.update({row[STREAM_KEY]: wf._group_seed(Engine(), row) for row in stream[worker::4]})
     assert len(set(seeds.values())) == len(stream), "two groups of one task got the same instance"
-    cua_workflow._GROUPS_RUN.clear()                              # a resumed run, on another worker
-    again = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model_path="m", gym_base_url="http://g",
-                             gym_id="g", agent_base_url="http://a", group_size=4, seed=5)
+    seeding.forget_groups_run()                              # a resumed run, on another worker
+    again = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
+                             gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
+                             group_size=4, seed=5)
     assert again._group_seed(Engine(), stream[5]) == seeds[5], "a resumed row must get its instance again"

@@ -17,6 +17,7 @@ from cua_rl.policy import close_loop_servers, tensor_sha256
 from cua_rl.policy.images import DecodedImage
 from cua_rl.policy.prompt import fit_for
 from cua_rl.trajectory import group_batch
+from cua_rl.workflow import Dropped, tally
 from tests.doubles.embedded_stack import first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
 
 pytestmark = [pytest.mark.desktop]
@@ -54,6 +55,10 @@ async def test_group_of_real_episodes_becomes_exact_rows(stack):
         await close_loop_servers()
 
 
+def _more(before: dict, key: str) -> int:
+    return tally.totals("train").get(key, 0) - before.get(key, 0)
+
+
 async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
     wf = make_workflow(stack)
     try:
@@ -64,10 +69,14 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         # an unreachable gym is an infrastructure failure: the group is rejected, nothing raises. The wait for a
         # gym or agent service that is down is bounded by max_task_time_seconds: a short one keeps this test short
         broken = make_workflow(stack, gym_base_url="http://127.0.0.1:9", max_task_time_seconds=4)
+        lost = tally.totals("train")
         assert await broken.arun_episode(stack["engine"], await first_task(stack)) is None
+        assert _more(lost, "episodes_lost_gym") == 2, "both episodes dropped, named as the gym's"
         # an unreachable agent service: also None, and the executions created for it were terminated
         no_agent = make_workflow(stack, agent_base_url="http://127.0.0.1:9", max_task_time_seconds=4)
+        lost = tally.totals("train")
         assert await no_agent.arun_episode(stack["engine"], await first_task(stack)) is None
+        assert _more(lost, "episodes_lost_agent_service") == 2, "both episodes dropped, named as the agent service's"
         assert not stack["gym"].manager.executions, "an execution was left running"
         assert await wf.arun_episode(stack["engine"], {"instruction": "no id"}) is None
     finally:
@@ -102,7 +111,8 @@ async def test_a_gym_failure_inside_the_agent_drops_the_episode(stack, monkeypat
     monkeypatch.setattr(stack["gym"].app.state.gym, "screenshot", failing)
     wf = make_workflow(stack)
     try:
-        assert await wf._episode(wf._policy(stack["engine"]), await first_task(stack), 0) is None
+        dropped = await wf._episode(wf._policy(stack["engine"]), await first_task(stack), 0)
+        assert isinstance(dropped, Dropped) and dropped.cause == "gym", dropped
         assert not stack["gym"].manager.executions, "an execution was left running"
     finally:
         await close_loop_servers()

@@ -235,6 +235,7 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.mini_agent import MiniAgentClient
     from areal.api.cli_args import GenerationHyperparameters
+    from cua_rl.trajectory import EpisodeOutcome
     from cua_rl.workflow import CUAAgentWorkflow
     from tests.doubles.model_double import MODEL_ID, ScriptedModel, build_model_app, qwen_call
 
@@ -243,14 +244,15 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
     model = serve_app_in_thread(build_model_app(scripted))
     agent = start_agent_server()
     try:
-        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=8), model_path="unused",
-                              gym_base_url=mw.url, gym_id="miniwob", agent_base_url=agent.url, max_turns=1,
-                              max_task_time_seconds=60, group_size=2, poll_interval_s=0.2,
-                              model_base_url=model.url + "/v1", model_name=MODEL_ID)
+        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=8),
+                              model={"path": "unused", "base_url": model.url + "/v1", "name": MODEL_ID},
+                              gym={"base_url": mw.url, "gym_id": "miniwob"},
+                              agent={"base_url": agent.url, "poll_interval_s": 0.2},
+                              limits={"max_turns": 1, "max_task_time_seconds": 60}, group_size=2)
         row = {"task_id": "enter-text", "instruction": "Enter a given word into the text field."}
         seed = wf._group_seed(None, row)
         outcomes = [await wf._episode(None, row, i, seed=seed) for i in range(2)]
-        assert all(o is not None for o in outcomes)
+        assert all(isinstance(o, EpisodeOutcome) for o in outcomes), outcomes
         assert {o.info["seed"] for o in outcomes} == {seed}
         utterances = {o.info["instruction"] for o in outcomes}
         assert len(utterances) == 1 and next(iter(utterances)).startswith('Enter "')

@@ -121,6 +121,6 @@ def test_workflow_kwargs_carry_the_monitor_settings_but_never_the_token(tmp_path
     kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, 2, is_eval=True, monitor_training_id=5)
     assert "tok-KW-secret" not in repr(kwargs) and "tok-KW-secret" not in str(pickle.dumps(kwargs))
     wf = CUAAgentWorkflow(**pickle.loads(pickle.dumps(kwargs)))
-    assert (wf.monitor_base_url, wf.monitor_project_id, wf.monitor_training_id, wf.is_eval) == (
+    assert (wf.monitor.base_url, wf.monitor.project_id, wf.monitor.training_id, wf.is_eval) == (
         "http://monitor.example/178", "p1", 5, True)
     assert kwargs["stats_dir"] == "" and list(tmp_path.iterdir()) == []

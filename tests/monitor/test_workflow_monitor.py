@@ -9,6 +9,7 @@ import pytest
 
 from cua_rl.monitor import token_from_env, training_run
 from cua_rl.policy import close_loop_servers
+from cua_rl.workflow import MonitorTarget
 from tests.doubles.embedded_stack import first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
 
 pytestmark = [pytest.mark.desktop]
@@ -28,7 +29,7 @@ def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor
     monkeypatch.setenv("PROJECT_TOKEN", monitor_state.token)
     base = monitor_server.url + monitor_state.prefix
     with training_run(base, "p1", "cua", "e2e", token=token_from_env()) as training_id:
-        kwargs = dict(monitor_base_url=base, monitor_project_id="p1", monitor_training_id=training_id)
+        kwargs = dict(monitor=MonitorTarget(base_url=base, project_id="p1", training_id=training_id))
         assert monitor_state.token not in repr(kwargs)
         batch = asyncio.run(_group(make_workflow(stack, **kwargs), stack))
         # the agent service is unreachable: the group is dropped and both rollouts are marked failed (after a wait
@@ -63,7 +64,7 @@ def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor
 def test_no_token_means_no_monitor_traffic(stack, monitor_server, monitor_state, monkeypatch):
     monkeypatch.delenv("PROJECT_TOKEN", raising=False)
     monkeypatch.delenv("MONITOR_PROJECT_TOKEN", raising=False)
-    wf = make_workflow(stack, monitor_base_url=monitor_server.url + monitor_state.prefix, monitor_training_id=1)
+    wf = make_workflow(stack, monitor=MonitorTarget(base_url=monitor_server.url + monitor_state.prefix, training_id=1))
     assert asyncio.run(_group(wf, stack)) is not None
     assert monitor_state.requests == []
 
@@ -80,7 +81,7 @@ def test_real_episodes_record_turns_in_our_monitor(stack, our_monitor, monkeypat
     monitor, token = our_monitor
     monkeypatch.setenv("PROJECT_TOKEN", token)
     with training_run(monitor.url, "p1", "cua", "e2e-ours", token=token) as training_id:
-        wf = make_workflow(stack, monitor_base_url=monitor.url, monitor_project_id="p1", monitor_training_id=training_id)
+        wf = make_workflow(stack, monitor=MonitorTarget(base_url=monitor.url, project_id="p1", training_id=training_id))
         batch = asyncio.run(_group(wf, stack))
     assert batch is not None
     run = httpx.get(f"{monitor.url}/api/trainings/{training_id}").json()
