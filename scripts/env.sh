@@ -3,7 +3,9 @@ _cua_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _cua_venv="$(bash "$_cua_root/scripts/setup.sh")" || return 1 2>/dev/null || exit 1
 # shellcheck disable=SC1091
 source "$_cua_venv/bin/activate"
-# Offline-friendly defaults: nothing here may reach a model hub or telemetry endpoint.
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True \
-       WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
+# Defaults only: a value the user set (their shell, .env) wins. Whether the Hugging Face Hub may be reached
+# is the launcher's decision (offline unless the model is a Hub id on a GPU machine: cua_rl/run/launch.py);
+# W&B follows the config's stats_logger.wandb.mode.
+export LITELLM_LOCAL_MODEL_COST_MAP="${LITELLM_LOCAL_MODEL_COST_MAP:-True}" \
+       TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 unset _cua_root _cua_venv

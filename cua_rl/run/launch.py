@@ -255,6 +255,22 @@ def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> 
           + (", the warm start" if config.sft.warm_start else "") + ")")
 
 
+HUB_OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def _hub_access(config, gpu: bool) -> None:
+    """Offline unless the run needs the Hub: a CPU run (the tiny model, built offline, or a local warm start)
+    or a model in a local directory never reaches it, so a machine without a route to it never waits on one.
+    A Hub id on a GPU machine is downloaded as usual. Values the user set (environment, .env) win."""
+    local = not gpu or Path(str(config.actor.path)).expanduser().is_dir()
+    if local:
+        for name in HUB_OFFLINE:
+            os.environ.setdefault(name, "1")
+    else:
+        logger.info("model %s: Hugging Face Hub access allowed (HF_HUB_OFFLINE=%s)", config.actor.path,
+                    os.environ.get("HF_HUB_OFFLINE", "unset"))
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         request = cli.parse(sys.argv[1:] if argv is None else argv, dict(os.environ),
@@ -267,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         _warn_secret_overrides(request.overrides)
         gpu = has_gpu()
         config_file, why, config = choose_config(request, gpu)
+        _hub_access(config, gpu)
     except (cli.UsageError, ConfigError) as exc:
         print(f"train.sh: {exc}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 launcher's decisions on it (config file, embedded or not, values checked by the config classes, --dry-run),
 and train.sh handing every argument to the launcher."""
 
+import os
 import subprocess
 
 import pytest
@@ -246,3 +247,27 @@ def test_resume_is_a_switch_that_keeps_the_trial(launcher):
     assert rc == 0 and report["run"].endswith("resume the newest run with a committed recover point"), out.out
     rc, _, _, out = launcher(["--resume", "recover.mode=disabled"])
     assert rc == 2 and "existing_run=resume needs recover.mode on" in out.err and "--resume" in out.err
+
+
+def test_hub_access_is_offline_unless_a_gpu_run_loads_a_hub_model(monkeypatch, tmp_path):
+    """scripts/env.sh used to force HF_HUB_OFFLINE=1 (and WANDB_MODE=disabled) over whatever the user set, so
+    config.yaml's Hub model could not load on a fresh GPU node. The launcher now decides, and the user's own
+    value (environment or .env) wins."""
+    from types import SimpleNamespace
+
+    from cua_rl.run.launch import HUB_OFFLINE, _hub_access
+
+    def decided(path: str, gpu: bool, **user) -> dict:
+        for name in HUB_OFFLINE:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in user.items():
+            monkeypatch.setenv(name, value)
+        _hub_access(SimpleNamespace(actor=SimpleNamespace(path=path)), gpu)
+        return {name: os.environ.get(name) for name in HUB_OFFLINE}
+
+    assert decided("Qwen/Qwen3-VL-2B-Instruct", gpu=True) == dict.fromkeys(HUB_OFFLINE)   # downloaded as usual
+    assert decided(str(tmp_path), gpu=True) == dict.fromkeys(HUB_OFFLINE, "1")            # a local model
+    assert decided("Qwen/Qwen3-VL-2B-Instruct", gpu=False) == dict.fromkeys(HUB_OFFLINE, "1")   # the CPU stack
+    assert decided(str(tmp_path), gpu=False, HF_HUB_OFFLINE="0")["HF_HUB_OFFLINE"] == "0"  # the user's value
+    env_sh = (ROOT / "scripts" / "env.sh").read_text()
+    assert "HF_HUB_OFFLINE" not in env_sh and "WANDB_MODE" not in env_sh
