@@ -26,6 +26,8 @@ from cua_rl.policy import EndpointSettings
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids")
 SPLIT_TYPES = ("train", "eval", "all")
+# The gym ids the embedded gym serves: its suites (cua_rl/local_gym/manager.py SUITES; a test keeps them equal).
+EMBEDDED_GYM_IDS = ("desktop", "miniwob")
 EXISTING_RUN = ("refuse", "overwrite", "resume")
 EXPORT_STYLES = ("individual", "concat")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
@@ -284,6 +286,9 @@ class CUAConfig(GRPOConfig):
                 raise ValueError(f"gym_eval_number_range: {exc}") from None
         self._check_sampling()
         self._check_lengths()
+        if self.embedded_enabled and self.gym_id and self.gym_id not in EMBEDDED_GYM_IDS:
+            raise ValueError(f"gym_id {self.gym_id!r}: the embedded gym serves {' or '.join(EMBEDDED_GYM_IDS)}; "
+                             f"another gym id needs its gym's URL (--gym URL)")
         norm = self.actor.adv_norm
         if self.trajectory.normalise_in_group and norm is not None and norm.mean_level is not None:
             raise ValueError(f"actor.adv_norm.mean_level must be null while trajectory.normalise_in_group is on "
@@ -335,6 +340,12 @@ class CUAConfig(GRPOConfig):
                              f"({g.max_tokens}), which also holds the prompt")
 
     # --- small derived values, so callers do not repeat the rules
+    @property
+    def embedded_gym_id(self) -> str:
+        """The embedded gym's id: ``gym_id`` when given (``--gym-id miniwob`` without ``--gym``), else
+        ``embedded.gym_id``."""
+        return self.gym_id or self.embedded.gym_id
+
     @property
     def embedded_enabled(self) -> bool:
         """Whether launch.py starts the embedded stack."""

@@ -34,7 +34,8 @@ class Flag:
 FLAGS: tuple[Flag, ...] = (
     Flag("--gym", "GYM_BASE_URL", ("gym_base_url",), "gym server base URL (genv API); none: the embedded stack",
          metavar="URL"),
-    Flag("--gym-id", "GYM_ID", ("gym_id",), "gym id on that server", metavar="ID"),
+    Flag("--gym-id", "GYM_ID", ("gym_id",),
+         "gym id on that server (without --gym: the embedded gym's, desktop or miniwob)", metavar="ID"),
     Flag("--gbox-mini-url", "GBOX_MINI_AGENT_BASE_URL", ("gbox_mini_agent_base_url",),
          "agent service URL (gbox-mini-agent API)", aliases=("--gbox-mini-agent-base-url",), metavar="URL"),
     Flag("--gbox-agent", "GBOX_AGENT", ("gbox_mini_agent_agent",), "agent prompt format: qwen3-vl | mai-ui",

@@ -115,7 +115,7 @@ def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
     emb = config.embedded
     t0 = time.monotonic()
     tasks_dir = os.path.abspath(os.path.expanduser(emb.tasks_dir)) if emb.tasks_dir else None
-    gym = start_gym_server(emb.host, emb.gym_port, gym_id=emb.gym_id, pool_size=emb.num_desktops,
+    gym = start_gym_server(emb.host, emb.gym_port, gym_id=config.embedded_gym_id, pool_size=emb.num_desktops,
                            tasks_dir=tasks_dir)
     stack.callback(gym.stop)
     agent = start_agent_server(emb.host, emb.agent_port)
@@ -238,7 +238,8 @@ def _warn_secret_overrides(overrides: list[str]) -> None:
 
 def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> None:
     print("train.sh --dry-run: the config loads and checks; nothing is started")
-    print("mode: embedded stack" if config.embedded_enabled else f"mode: external gym {config.gym_base_url}")
+    print(f"mode: embedded stack (gym id {config.embedded_gym_id})" if config.embedded_enabled
+          else f"mode: external gym {config.gym_base_url}")
     print(f"config: {config_file} ({why})")
     trial = "a new timestamped trial at start" if config.trial_name == AUTO_TRIAL else config.trial_name
     if config.existing_run == "resume":

@@ -159,11 +159,11 @@ def test_issue_example_prints_overrides_and_never_the_token(launcher):
 def test_config_choice_is_made_once_from_the_loaded_config(launcher):
     assert launcher([])[1]["config"] == f"{EXAMPLE / 'config.learn.yaml'} (default: no GPU found, embedded " \
                                         "stack: the learning recipe)"
-    assert launcher([])[1]["mode"] == "embedded stack"
+    assert launcher([])[1]["mode"] == "embedded stack (gym id desktop)"
     assert launcher(["gym_base_url=http://127.0.0.1:7"])[1]["config"].startswith(str(EXAMPLE / "config.cpu.yaml"))
     assert launcher([], device="gpu")[1]["config"].startswith(str(EXAMPLE / "config.yaml"))
     # a gym URL and embedded.enabled=true: the config decides, the embedded stack runs
-    assert launcher(["gym_base_url=http://127.0.0.1:7", "embedded.enabled=true"])[1]["mode"] == "embedded stack"
+    assert launcher(["gym_base_url=http://127.0.0.1:7", "embedded.enabled=true"])[1]["mode"] == "embedded stack (gym id desktop)"
 
 
 def test_a_custom_config_naming_its_own_gym_is_not_embedded(launcher, tmp_path, monkeypatch):
@@ -271,3 +271,21 @@ def test_hub_access_is_offline_unless_a_gpu_run_loads_a_hub_model(monkeypatch, t
     assert decided(str(tmp_path), gpu=False, HF_HUB_OFFLINE="0")["HF_HUB_OFFLINE"] == "0"  # the user's value
     env_sh = (ROOT / "scripts" / "env.sh").read_text()
     assert "HF_HUB_OFFLINE" not in env_sh and "WANDB_MODE" not in env_sh
+
+
+def test_gym_id_without_a_gym_url_picks_the_embedded_gym_or_is_refused(tmp_path, monkeypatch):
+    """``--gym-id miniwob`` without ``--gym`` used to be replaced by ``desktop`` silently; now the embedded gym
+    serves it, and an id the embedded gym does not serve is refused at load time, naming what to do."""
+    from cua_rl.config import EMBEDDED_GYM_IDS
+    from cua_rl.local_gym.manager import SUITES
+    from cua_rl.run.launch import ConfigError, load_config
+
+    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
+    assert set(EMBEDDED_GYM_IDS) == set(SUITES)
+    config = load_config(str(EXAMPLE / "config.cpu.yaml"), ["gym_id=miniwob"])
+    assert config.embedded_enabled and config.embedded_gym_id == "miniwob"
+    assert load_config(str(EXAMPLE / "config.cpu.yaml"), []).embedded_gym_id == "desktop"
+    with pytest.raises(ConfigError, match="embedded gym serves desktop or miniwob"):
+        load_config(str(EXAMPLE / "config.cpu.yaml"), ["gym_id=osworld"])
+    external = load_config(str(EXAMPLE / "config.cpu.yaml"), ["gym_id=osworld", "gym_base_url=http://gym.example:5010"])
+    assert not external.embedded_enabled and external.gym_id == "osworld"
