@@ -26,15 +26,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import ipaddress
 import logging
 import os
 import secrets
+import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -60,13 +63,14 @@ class EndpointSettings:
     """The policy endpoint's settings: the ``policy:`` section of the training config (``CUAConfig.policy``
     is this class) and what ``PolicyEndpoint`` takes; the one definition of their defaults."""
 
-    # Where the endpoint listens. 127.0.0.1 is enough when the agent service runs on the same machine (the
-    # embedded stack); use 0.0.0.0 when an external gbox-mini-agent must reach it.
-    bind_host: str = "127.0.0.1"
+    # Where the endpoint listens. "auto": 127.0.0.1 when the agent service is on this machine's loopback
+    # (the embedded stack), else every interface (0.0.0.0), so an agent on another host can reach it.
+    bind_host: str = "auto"
     # 0 = pick a free port at start-up (several rollout workers may share a machine).
     port: int = 0
-    # Host put into the agent's `model.baseUrl`. Empty = bind_host, or this machine's IP address when
-    # bind_host is a wildcard (0.0.0.0 / ::).
+    # Host put into the agent's `model.baseUrl`. Empty = the bind host, or, when that is a wildcard, the
+    # address of this machine's interface that routes to the agent service (another host's agent must be
+    # told an address it can reach, not 127.0.0.1).
     advertised_host: str = ""
     # Screenshots kept in the prompt; older image parts are dropped before the processor runs. Every kept
     # image is re-encoded into every later turn's training row, so this bounds memory. null = keep all.
@@ -126,14 +130,47 @@ def engine_backend(engine: Any, configured: str = "auto") -> str:
     return "sglang" if "sglang" in type(engine).__name__.lower() else "vllm"
 
 
-def _advertised(settings: EndpointSettings) -> str:
-    if settings.advertised_host:
-        return settings.advertised_host
-    if settings.bind_host in ("0.0.0.0", "::", ""):
-        from areal.utils.network import gethostip
+WILDCARDS = ("0.0.0.0", "::", "")
 
-        return gethostip()
-    return settings.bind_host
+
+def endpoint_hosts(settings: EndpointSettings, agent_url: str = "") -> tuple[str, str]:
+    """(host to bind, host to put into the agent's ``model.baseUrl``) for an agent service at ``agent_url``
+    (unknown: treated as this machine's)."""
+    agent_host = urlsplit(agent_url).hostname if agent_url else None
+    bind = settings.bind_host
+    if bind == "auto":
+        bind = "127.0.0.1" if agent_host is None or _is_loopback(agent_host) else "0.0.0.0"
+    if settings.advertised_host:
+        return bind, settings.advertised_host
+    if bind not in WILDCARDS:
+        return bind, bind
+    return bind, route_address(agent_host)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def route_address(host: str | None) -> str:
+    """This machine's address on the interface that routes to ``host`` (a UDP "connect" sends nothing; it
+    only asks the kernel for the route); this machine's main address when ``host`` is unknown or unroutable."""
+    if host and not _is_loopback(host):
+        try:
+            family, _, _, _, addr = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+            with socket.socket(family, socket.SOCK_DGRAM) as probe:
+                probe.connect(addr[:2])
+                return probe.getsockname()[0]
+        except OSError as exc:
+            logger.warning("no route to the agent service's host %s (%s); advertising this machine's main address",
+                           host, exc)
+    from areal.utils.network import gethostip
+
+    return gethostip()
 
 
 class PolicyEndpoint:
@@ -166,9 +203,10 @@ class PolicyEndpoint:
         self._servers: dict[str, LoopServer] = {}   # open episode's key -> the server it is registered with
 
     # ---- episodes -------------------------------------------------------------------------------
-    async def open_episode(self) -> Episode:
-        server = await get_loop_server(self.settings.bind_host, self.settings.port)
-        host = _advertised(self.settings)
+    async def open_episode(self, agent_url: str = "") -> Episode:
+        """A new episode with its own key, served where the agent service at ``agent_url`` can reach it."""
+        bind, host = endpoint_hosts(self.settings, agent_url)
+        server = await get_loop_server(bind, self.settings.port)
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         ep = Episode(id=uuid.uuid4().hex[:12], key="cua-" + secrets.token_urlsafe(24),

@@ -290,7 +290,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         """(run result, recorded turns), or ``Dropped`` when the failure is the infrastructure's. The agent is
         told ``instruction`` (the execution's concrete instance) when there is one, else the row's; each
         recorded turn goes to the monitor as it happens (``report``)."""
-        episode = await endpoint.open_episode() if endpoint else None
+        episode = await endpoint.open_episode(self.agent.base_url) if endpoint else None
         if episode is not None and report is not None:
             tokenizer = getattr(endpoint, "tokenizer", None)
             episode.on_turn = lambda number, turn: report.turn(number, turn, tokenizer)

@@ -39,7 +39,7 @@ def test_cuaconfig_extends_grpo_with_every_section_5_2_key():
     defaults = CUAConfig()
     for key, value in SECTION_5_2_KEYS.items():
         assert getattr(defaults, key) == value, key
-    assert defaults.policy.port == 0 and defaults.policy.bind_host == "127.0.0.1"
+    assert defaults.policy.port == 0 and defaults.policy.bind_host == "auto"
     assert defaults.task_source.kind == "gym" and defaults.embedded.enabled is None
     assert defaults.embedded_enabled  # no gym URL: the embedded stack
     assert not dataclasses.replace(defaults, gym_base_url="http://127.0.0.1:5010").embedded_enabled

@@ -292,3 +292,31 @@ def test_an_unprovable_vllm_engine_is_refused_unless_opted_out(processor):
     unproved = PolicyEndpoint(engine, processor, processor.tokenizer, gconfig,
                               EndpointSettings(backend="vllm", require_prompt_proof=False))
     assert not unproved.proves_prompts
+
+
+def test_an_agent_on_another_host_is_given_an_address_it_can_reach():
+    """The endpoint used to bind and advertise 127.0.0.1 whatever the agent's URL: an agent service on another
+    host then called its own loopback and every turn failed. By default it binds loopback only for an agent
+    on this machine's loopback, and otherwise every interface, advertising the address of the interface
+    that routes to the agent's host; explicit settings win."""
+    import socket
+
+    from cua_rl.policy.endpoint import endpoint_hosts, route_address
+
+    auto = EndpointSettings()
+    assert endpoint_hosts(auto, "http://127.0.0.1:3000") == ("127.0.0.1", "127.0.0.1")
+    assert endpoint_hosts(auto, "http://localhost:3000") == ("127.0.0.1", "127.0.0.1")
+    assert endpoint_hosts(auto) == ("127.0.0.1", "127.0.0.1")        # no agent URL: this machine's
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:     # this machine's address on its default route
+        try:
+            probe.connect(("192.0.2.1", 9))
+            mine = probe.getsockname()[0]
+        except OSError:
+            mine = None
+    if mine and not mine.startswith("127."):
+        bind, advertised = endpoint_hosts(auto, f"http://{mine}:3000")
+        assert bind == "0.0.0.0" and advertised == mine == route_address(mine)
+    assert endpoint_hosts(EndpointSettings(bind_host="0.0.0.0", advertised_host="policy.example"),
+                          "http://agent.example:3000") == ("0.0.0.0", "policy.example")
+    assert endpoint_hosts(EndpointSettings(bind_host="10.1.2.3"), "http://agent.example:3000") == ("10.1.2.3",
+                                                                                                  "10.1.2.3")
