@@ -150,12 +150,14 @@ class Machine:
         self.qmp.execute("input-send-event", events=list(events))
 
     def key(self, *qcodes: str) -> None:
-        """Press the keys in order and release them in reverse (a combination such as ctrl, alt, delete)."""
+        """Press the keys in order and release them in reverse (a combination such as ctrl, alt, delete), in
+        one QMP command: the guest gets the releases queued behind the presses. Sent as two commands, a
+        loaded host could hold the release back past the guest's autorepeat delay (250 ms on a Linux
+        console), and the guest typed the key again ("hhello": seen in CI under load)."""
         down = [{"type": "key", "data": {"down": True, "key": {"type": "qcode", "data": k}}} for k in qcodes]
         up = [{"type": "key", "data": {"down": False, "key": {"type": "qcode", "data": k}}}
               for k in reversed(qcodes)]
-        self.send(*down)
-        self.send(*up)
+        self.send(*down, *up)
 
     def move(self, x: float, y: float) -> None:
         """Pointer to (x, y), fractions of the screen."""
