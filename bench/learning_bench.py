@@ -3,9 +3,9 @@
 Prints one JSON object and writes a PNG plot of the curves. Every stage is the user's own command:
   1. the warm start ``train.sh`` builds when ``sft.warm_start`` is on (``python -m cua_rl.sft``: scripted
      demonstrations, AReaL's SFT engine), kept under ``<CUA_RL_HOME>/warm-starts`` and reused;
-  2. ``train.sh --config CONFIG actor.path=<warm start>``: GRPO through the whole embedded stack (real
-     desktops, agent service, policy endpoint, AReaL's vLLM server on the CPU, AReaL's trainer), one
-     checkpoint per step;
+  2. ``train.sh --config CONFIG``: GRPO from that warm start (found by train.sh itself, as in a user's run;
+     ``actor.path=<dir>`` with ``--warm-start DIR``) through the whole embedded stack (real desktops, agent
+     service, policy endpoint, AReaL's vLLM server on the CPU, AReaL's trainer), one checkpoint per step;
   3. the same command with ``trajectory.shuffle_rewards=true``: the negative control (each group's rewards
      dealt to its episodes at random, so which episode succeeded is lost; it must not rise);
   4. ``python -m cua_rl.evaluate``: held-out success of the warm start and of the checkpoints (one
@@ -82,8 +82,12 @@ def step_checkpoints(checkpoints: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def _rl(label: str, config: str, warm: Path, steps: int, work: Path, env: dict, extra: list[str]) -> tuple[float, dict]:
-    cmd = ["bash", str(EXAMPLE / "train.sh"), "--config", config, f"actor.path={warm}", "sft.warm_start=false",
+def _rl(label: str, config: str, warm: Path | None, steps: int, work: Path, env: dict,
+        extra: list[str]) -> tuple[float, dict]:
+    """One RL run: the user's command. ``warm``: a warm start given with ``--warm-start``; None = the one
+    train.sh finds (or builds) itself from the config, as a user's run does."""
+    start = [f"actor.path={warm}", "sft.warm_start=false"] if warm is not None else []
+    cmd = ["bash", str(EXAMPLE / "train.sh"), "--config", config, *start,
            f"total_train_steps={steps}", f"trial_name={label}", "existing_run=overwrite", *extra]
     seconds = _run(cmd, work / f"{label}.log", env)
     user = os.environ.get("USER") or __import__("getpass").getuser()
@@ -168,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     wall: dict[str, float] = {}
     started = time.monotonic()
 
+    pinned = bool(args.warm_start)
     if args.warm_start:
         warm, sft = Path(args.warm_start).resolve(), {"checkpoint": args.warm_start}
         if not (warm / "config.json").is_file():
@@ -177,10 +182,11 @@ def main(argv: list[str] | None = None) -> dict:
         warm = ensure_warm_start(load_config(config, extra), config, extra, work / "sft.log", env)
         wall["sft"] = round(time.monotonic() - t0, 1)
         sft = json.loads((warm / STAMP).read_text())["result"]
-    wall["rl"], rl = _rl("grpo", config, warm, steps, work, env, extra)
+    run_warm = warm if pinned else None
+    wall["rl"], rl = _rl("grpo", config, run_warm, steps, work, env, extra)
     control = {}
     if not args.no_control:
-        wall["control"], control = _rl("control", config, warm, steps, work, env,
+        wall["control"], control = _rl("control", config, run_warm, steps, work, env,
                                        [*extra, "trajectory.shuffle_rewards=true"])
 
     picked = eval_steps(steps, args.eval_every)

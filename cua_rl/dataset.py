@@ -243,7 +243,7 @@ async def aload_task_datasets(config: CUAConfig) -> tuple[Dataset, Dataset | Non
     train, evaluation = choose_splits(await aload_tasks(config), config)
     logger.info("task source %s: %d train task(s)%s, %d eval task(s)", config.task_source.kind, len(train),
                 f" x {config.task_source.repeat}" if config.task_source.repeat > 1 else "", len(evaluation))
-    train = train * config.task_source.repeat   # rows of one task get different seeds (cua_workflow)
+    train = train * config.task_source.repeat   # rows of one task get different seeds (cua_rl/workflow/seeding.py)
     train_ds = tasks_to_dataset(train, config.gym_base_url, config.gym_id)
     eval_ds = tasks_to_dataset(evaluation, config.gym_base_url, config.gym_id) if evaluation else None
     return train_ds, eval_ds
