@@ -3,10 +3,12 @@
 # Used to show that a once-flaky test passes under load (docs/testing.md, "Flakes"):
 #   bash scripts/repeat_under_load.sh 20 2 tests/local_gym/test_env.py
 #   bash scripts/repeat_under_load.sh 20 2 tests/local_gym/test_miniwob.py -k scripted
+#   bash scripts/repeat_under_load.sh 20 2 tests/local_gym/test_vm_gym.py -k genv_api
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 times="${1:?how many runs}" hogs="${2:?how many CPU hogs}"; shift 2
 source scripts/env.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled   # as scripts/test.sh
 pids=()
 for _ in $(seq "$hogs"); do (while :; do :; done) & pids+=($!); done
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
