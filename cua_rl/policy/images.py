@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import math
 import re
 from dataclasses import dataclass
 
@@ -117,42 +116,22 @@ async def fetch_http_image(url: str, session: aiohttp.ClientSession, limits: Ima
     return DecodedImage(b64=base64.b64encode(raw).decode("ascii"), image=_open(raw, "image URL"), source=scheme)
 
 
-def grid_size(width: int, height: int, factor: int, min_pixels: int, max_pixels: float) -> tuple[int, int]:
-    """(width, height) of the Qwen-VL patch grid an image of this size is resized to: both sides multiples of
-    ``factor`` (patch size x merge size), the area within [min_pixels, max_pixels], the aspect ratio kept as
-    closely as that allows. The rule of the Qwen-VL image processors (``smart_resize`` in transformers'
-    qwen2_vl image processing), so an image already at its grid size is left as it is by them."""
-    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
-    return max(factor, w_bar), max(factor, h_bar)
-
-
-def fit_pixels(decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None,
-               factor: int | None = None) -> DecodedImage:
-    """Resize once into [min_pixels, max_pixels] and re-encode as PNG; unchanged when it is within them.
+def fit_pixels(decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> DecodedImage:
+    """Rescale (keeping the aspect ratio) into [min_pixels, max_pixels] and re-encode as PNG.
 
     Why here and not in the processor's settings: the inference server runs its own processor on the
-    bytes we forward. Resizing the image itself, once, means both processors see the same pixels; changing
-    our processor's limits alone would not. With the processor's grid ``factor`` (and bounds that include
-    the processor's own) an image out of bounds goes straight to its grid size, which the processors then
-    keep: one resampling in all. Without a factor it is scaled into the bounds and each processor rounds it
-    to its grid (a second resampling).
+    bytes we forward. Shrinking the image itself, once, means both processors see the same pixels and
+    only round to their patch grid the same way; changing our processor's limits alone would not.
     """
     w, h = decoded.image.size
     area = w * h
-    if (not max_pixels or area <= max_pixels) and (not min_pixels or area >= min_pixels):
-        return decoded   # the agent's own bytes; a processor rounds them to its grid, the same way on both sides
-    if factor:
-        size = grid_size(w, h, factor, min_pixels or 0, max_pixels or math.inf)
+    if max_pixels and area > max_pixels:
+        scale = (max_pixels / area) ** 0.5
+    elif min_pixels and area < min_pixels:
+        scale = (min_pixels / area) ** 0.5
     else:
-        scale = ((max_pixels if max_pixels and area > max_pixels else min_pixels) / area) ** 0.5
-        size = (max(1, int(w * scale)), max(1, int(h * scale)))
+        return decoded
+    size = (max(1, int(w * scale)), max(1, int(h * scale)))
     img = decoded.image.resize(size, Image.Resampling.BICUBIC)
     buf = io.BytesIO()
     img.save(buf, format="PNG")

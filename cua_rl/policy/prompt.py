@@ -3,7 +3,7 @@
 
 Why the processor and not the tokenizer: a VLM's processor replaces each image placeholder by as many
 image tokens as the image's patch grid needs. AReaL's own proxy tokenises with the plain tokenizer (one
-placeholder per image), so its training rows do not match what the model saw (docs/policy-and-training.md).
+placeholder per image), so its training rows do not match what the model saw (DESIGN.md §2).
 
 Why images are prepared one by one (``prepare_image``): an agent resends its last few screenshots every turn,
 so an endpoint that ran the processor over the whole prompt would decode, shrink and patchify each
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import threading
 import weakref
 from dataclasses import dataclass
@@ -78,32 +77,12 @@ _SPLIT_OK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def prepare_image(processor, decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> PreparedImage:
-    """Resize one image once, straight to the processor's patch grid within the policy's pixel bounds and the
-    processor's own (so neither our processor nor the server's resamples it again), and, where the processor
-    allows it, run its image processor on it alone. CPU-bound and thread-safe: call it from a worker thread."""
-    fitted = fit_for(processor, decoded, min_pixels, max_pixels)
+    """Shrink one image into the pixel bounds and, where the processor allows it, run its image processor on
+    it alone. CPU-bound and thread-safe: call it from a worker thread."""
+    fitted = fit_pixels(decoded, min_pixels, max_pixels)
     if processor is None or not split_matches_whole(processor):
         return PreparedImage(fitted)
     return _image_tensors(processor, fitted)
-
-
-def fit_for(processor, decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> DecodedImage:
-    """The image the engine is sent for ``decoded``: resized at most once, onto ``processor``'s grid."""
-    factor, low, high = image_grid(processor)
-    return fit_pixels(decoded, max(min_pixels or 0, low) or None, min(max_pixels or math.inf, high), factor)
-
-
-def image_grid(processor) -> tuple[int | None, int, float]:
-    """(grid factor, min pixels, max pixels) of a Qwen-VL image processor (patch size x merge size, and its
-    ``size`` bounds, ``shortest_edge``/``longest_edge`` being pixel counts there); (None, 0, inf) otherwise."""
-    ip = getattr(processor, "image_processor", None)
-    patch, merge = getattr(ip, "patch_size", None), getattr(ip, "merge_size", None)
-    if not (isinstance(patch, int) and isinstance(merge, int)):
-        return None, 0, math.inf
-    size = getattr(ip, "size", None) or {}
-    low = size.get("shortest_edge") or getattr(ip, "min_pixels", None) or 0
-    high = size.get("longest_edge") or getattr(ip, "max_pixels", None) or math.inf
-    return patch * merge, int(low), high
 
 
 def _image_tensors(processor, fitted: DecodedImage) -> PreparedImage:

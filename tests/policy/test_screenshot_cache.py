@@ -13,8 +13,7 @@ import pytest
 from areal.api.cli_args import GenerationHyperparameters
 
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
-from cua_rl.policy.images import decode_data_url
-from cua_rl.policy.prompt import fit_for
+from cua_rl.policy.images import decode_data_url, fit_pixels
 from cua_rl.policy.prompt import expand_image_tokens, split_matches_whole
 from tests.doubles.policy_helpers import EngineDouble, png_data_url
 
@@ -67,7 +66,7 @@ def _from_scratch(processor, urls: list[str], keep: int):
     images = []
     for i, url in enumerate(urls):
         if i >= len(urls) - keep:
-            images.append(fit_for(processor, decode_data_url(url, EndpointSettings().image_limits), None, MAX_PIXELS).image)
+            images.append(fit_pixels(decode_data_url(url, EndpointSettings().image_limits), None, MAX_PIXELS).image)
             part = {"type": "image"}
         else:
             part = None
