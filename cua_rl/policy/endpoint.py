@@ -75,11 +75,10 @@ class EndpointSettings:
     # Screenshots kept in the prompt; older image parts are dropped before the processor runs. Every kept
     # image is re-encoded into every later turn's training row, so this bounds memory. null = keep all.
     max_screenshots_in_history: int | None = 3
-    # Pixel bounds per image (null = none), applied together with the processor's own. Qwen3-VL uses
-    # 32x32-pixel tokens: a 1280x800 desktop is 40x25 of them (1000 visual tokens) and is sent unresampled
-    # at 1_024_000. A larger image is resized once, onto the processor's grid, so vLLM sees the same pixels.
+    # Pixel bounds per image (null = none). Qwen3-VL uses 32x32-pixel tokens: 1_003_520 pixels is about
+    # 1000 visual tokens for a 1280x800 desktop. The image itself is shrunk, so vLLM sees the same pixels.
     min_pixels: int | None = None
-    max_pixels: int | None = 1_024_000
+    max_pixels: int | None = 1_003_520
     # Caps for image parts given as http(s) URLs instead of data: URLs (and for data URLs' size).
     image_fetch_max_bytes: int = 20 * 1024 * 1024
     image_fetch_timeout_seconds: float = 15.0

@@ -3,7 +3,7 @@
 
 Why the processor and not the tokenizer: a VLM's processor replaces each image placeholder by as many
 image tokens as the image's patch grid needs. AReaL's own proxy tokenises with the plain tokenizer (one
-placeholder per image), so its training rows do not match what the model saw (DESIGN.md §2).
+placeholder per image), so its training rows do not match what the model saw (docs/policy-and-training.md).
 
 Why images are prepared one by one (``prepare_image``): an agent resends its last few screenshots every turn,
 so an endpoint that ran the processor over the whole prompt would decode, shrink and patchify each
