@@ -172,7 +172,6 @@ def main(argv: list[str] | None = None) -> dict:
     wall: dict[str, float] = {}
     started = time.monotonic()
 
-    pinned = bool(args.warm_start)
     if args.warm_start:
         warm, sft = Path(args.warm_start).resolve(), {"checkpoint": args.warm_start}
         if not (warm / "config.json").is_file():
@@ -182,7 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
         warm = ensure_warm_start(load_config(config, extra), config, extra, work / "sft.log", env)
         wall["sft"] = round(time.monotonic() - t0, 1)
         sft = json.loads((warm / STAMP).read_text())["result"]
-    run_warm = warm if pinned else None
+    run_warm = warm if args.warm_start else None   # else train.sh finds the same warm start itself
     wall["rl"], rl = _rl("grpo", config, run_warm, steps, work, env, extra)
     control = {}
     if not args.no_control:

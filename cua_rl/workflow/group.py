@@ -233,7 +233,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 report.failed("cancelled" if isinstance(exc, asyncio.CancelledError) else f"{type(exc).__name__}: {exc}")
             raise
         if report is not None and isinstance(outcome, Dropped):
-            report.failed(f"episode dropped ({outcome.cause}: {outcome.reason})")
+            report.failed(f"episode dropped ({outcome.cause}: {outcome.reason})", {"task_id": str(data["task_id"])})
         if report is not None and isinstance(outcome, EpisodeOutcome):
             outcome.info["monitor_report"] = report
         return outcome
@@ -262,9 +262,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         except (GenvError, MiniAgentError) as exc:
             cause = "gym" if isinstance(exc, GenvError) else "agent_service"
             logger.error("%s: %s failure, episode dropped: %s", where, cause.replace("_", " "), exc)
-            if report is not None:
-                report.failed(f"{type(exc).__name__}: {exc}", {"task_id": task_id})
-            return Dropped(cause, f"{type(exc).__name__}: {exc}")
+            return Dropped(cause, f"{type(exc).__name__}: {exc}")   # reported by _reported_episode
         seconds = time.monotonic() - started
         reward = shaped_reward(float(evaluation.reward), run.steps, self.trajectory.format_reward,
                                self.trajectory.action_reward)
