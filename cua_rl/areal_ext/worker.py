@@ -10,19 +10,32 @@ before any model is built there:
   Harmless with flash_attention_2.
 - ``trainer_logprobs.enable()``: with the Training Monitor on (``MONITOR_BASE_URL`` and a token in the
   environment, set by ``train.py``), each turn's recomputed logprobs are sent to it for the viewer.
+- ``share_vllm_cache()``, on the CPU stack only (``CUA_RL_SHARED_VLLM_CACHE`` in ``CPU_ENV``): AReaL gives
+  every vLLM server a new cache directory (``VLLM_CACHE_ROOT``/<uuid>, so compile caches of servers on one
+  GPU node cannot collide), which also empties vLLM's model-class cache: each start then inspects the model
+  class in a subprocess that imports vLLM again, 9 s of one core on this machine. The CPU server compiles
+  nothing (eager, TorchDynamo off), so it keeps vLLM's own default directory and reads the class from there.
 
 Everything else (arguments, behaviour, exit code) is AReaL's worker unchanged.
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 
 from cua_rl.areal_ext import trainer_logprobs
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
 
+def share_vllm_cache() -> None:
+    """See the module docstring; AReaL appends a uuid to ``VLLM_CACHE_ROOT`` only when it is set."""
+    if os.environ.get("CUA_RL_SHARED_VLLM_CACHE") == "1":
+        os.environ.pop("VLLM_CACHE_ROOT", None)
+
+
 def main() -> None:
+    share_vllm_cache()
     enable_packed_sdpa()
     trainer_logprobs.enable()
     runpy.run_module("areal.infra.rpc.rpc_server", run_name="__main__", alter_sys=True)

@@ -29,21 +29,26 @@ CPU_ENV = {
     # then waits for TorchDynamo and Inductor (3.7 s with a warm Inductor cache, far more on a fresh machine;
     # 0.07 s without). Eager runs the same operations.
     "TORCHDYNAMO_DISABLE": "1",
+    # the rollout worker keeps vLLM's default cache directory, where the model class is already inspected
+    # (cua_rl/areal_ext/worker.py share_vllm_cache: 9 s of every server start otherwise)
+    "CUA_RL_SHARED_VLLM_CACHE": "1",
 }
 # The worker extension that makes in-place weight updates work on the CPU (vllm_cpu.py).
 CPU_WORKER_EXTENSION = "cua_rl.local_model.vllm_cpu.CPUWorkerExtension"
 
 
 def cpu_vllm_config(model_dir: str | Path, *, max_model_len: int = 8192, max_num_seqs: int = 16, seed: int = 1,
-                    dtype: str = "float32"):
+                    dtype: str = "float32", prefix_caching: bool = False):
     """The ``vllm`` section of config.cpu.yaml for ``model_dir`` (tests/local_model/test_vllm_server_cmd.py
-    keeps the two equal)."""
+    keeps the two equal). ``prefix_caching`` stays off as in AReaL's default (weights change under in-flight
+    requests during training); a server that only evaluates fixed checkpoints may turn it on: every weight
+    load goes through ``pause_generation(clear_cache=True)``, which drops the cached blocks."""
     from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 
     return CUAvLLMConfig(model=str(model_dir), seed=seed, dtype=dtype, max_model_len=max_model_len,
                          max_num_seqs=max_num_seqs, enforce_eager=True, distributed_executor_backend="uni",
                          worker_extension_cls=CPU_WORKER_EXTENSION, disable_sliding_window=False,
-                         gpu_memory_utilization=0.85)
+                         gpu_memory_utilization=0.85, no_enable_prefix_caching=not prefix_caching)
 
 
 def _die_with_parent() -> None:
@@ -57,12 +62,12 @@ class VLLMServer:
 
     def __init__(self, model_dir: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
                  max_model_len: int = 8192, max_num_seqs: int = 16, seed: int = 1, dtype: str = "float32",
-                 log_path: str | Path | None = None, start_timeout_s: float = 600.0):
+                 log_path: str | Path | None = None, start_timeout_s: float = 600.0, prefix_caching: bool = False):
         from areal.api.cli_args import vLLMConfig
 
         self.host, self.port = host, port or free_port(host)
         cfg = cpu_vllm_config(model_dir, max_model_len=max_model_len, max_num_seqs=max_num_seqs, seed=seed,
-                              dtype=dtype)
+                              dtype=dtype, prefix_caching=prefix_caching)
         self.cmd = vLLMConfig.build_cmd(cfg, tp_size=1, pp_size=1, host=host, port=self.port)
         env = {**os.environ, **CPU_ENV}
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
