@@ -14,11 +14,16 @@ Prints one JSON object and writes a PNG plot of the curves. Every stage is the u
 
 JSON: ``success_before`` (warm start), ``success_after`` (last RL step), ``rise``, ``curve`` (held-out
 success per evaluated step, step 0 = warm start), ``control`` (its curve and final success), ``sft`` (loss
-figures), ``wall_s`` per stage, and what was run.
+figures), ``baseline`` (where the warm start's score came from), ``wall_s`` per stage, and what was run.
+
+The warm start's held-out score is kept beside it (``<warm start>/heldout/<key>.json``), as the warm start
+itself is kept: the key hashes everything that decides that score (the warm start, every Python file of
+``cua_rl``, the recipe's YAML files, the overrides, the instance count and concurrency), so any change to
+them measures it again; ``--fresh-baseline`` always does.
 
 Usage: python bench/learning_bench.py [--config examples/cua_agent/config.learn.yaml] [--steps N]
        [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
-       [--workdir DIR] [--out JSON]
+       [--fresh-baseline] [--workdir DIR] [--out JSON]
        [--plot PNG]
        [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
 """
@@ -26,6 +31,7 @@ Usage: python bench/learning_bench.py [--config examples/cua_agent/config.learn.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -97,6 +103,18 @@ def _rl(label: str, config: str, warm: Path | None, steps: int, work: Path, env:
     return seconds, ckpts
 
 
+def baseline_file(warm: Path, config: str, extra: list[str], seeds_per_task: int, concurrency: int) -> Path:
+    """Where the warm start's held-out score is kept: under the warm start, named by a hash of everything
+    that decides it (see the module docstring)."""
+    h = hashlib.sha256()
+    h.update(f"{warm.resolve()}|{extra}|{seeds_per_task}|{concurrency}".encode())
+    files = sorted((ROOT / "cua_rl").rglob("*.py")) + sorted(Path(config).parent.glob("*.yaml")) + [Path(config)]
+    for f in files:
+        h.update(str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f).encode())
+        h.update(f.read_bytes())
+    return warm / "heldout" / f"{h.hexdigest()[:16]}.json"
+
+
 def _experiment(config: str, extra: list[str]) -> str:
     return load_config(config, extra).experiment_name
 
@@ -154,6 +172,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--eval-concurrency", type=int, default=8,
                         help="held-out episodes at once (one-turn episodes mostly wait: 8 keep 2 cores busy)")
     parser.add_argument("--warm-start", default="", help="an SFT checkpoint to start from (skips stage 1)")
+    parser.add_argument("--fresh-baseline", action="store_true",
+                        help="evaluate the warm start again even when its score under the same key is kept")
+    parser.add_argument("--baseline-only", action="store_true",
+                        help="only measure (or show the kept) held-out score of the warm start, and keep it")
     parser.add_argument("--workdir", default="", help="where runs and logs go (default: a new temp dir)")
     parser.add_argument("--out", default="", help="also write the JSON here")
     parser.add_argument("--plot", default="", help="PNG of the curves (default: <workdir>/learning.png)")
@@ -181,6 +203,8 @@ def main(argv: list[str] | None = None) -> dict:
         warm = ensure_warm_start(load_config(config, extra), config, extra, work / "sft.log", env)
         wall["sft"] = round(time.monotonic() - t0, 1)
         sft = json.loads((warm / STAMP).read_text())["result"]
+    if args.baseline_only:
+        return _baseline_only(warm, config, extra, args, work, env)
     run_warm = warm if args.warm_start else None   # else train.sh finds the same warm start itself
     wall["rl"], rl = _rl("grpo", config, run_warm, steps, work, env, extra)
     control = {}
@@ -189,7 +213,9 @@ def main(argv: list[str] | None = None) -> dict:
                                        [*extra, "trajectory.shuffle_rewards=true"])
 
     picked = eval_steps(steps, args.eval_every)
-    order = [("sft", 0, warm)] + [("grpo", s, rl[s]) for s in picked] + \
+    kept = baseline_file(warm, config, extra, args.seeds_per_task, args.eval_concurrency)
+    baseline = None if args.fresh_baseline or not kept.is_file() else json.loads(kept.read_text())
+    order = ([] if baseline else [("sft", 0, warm)]) + [("grpo", s, rl[s]) for s in picked] + \
             ([("control", s, control[s]) for s in picked] if control else [])
     wall["evaluate"] = _run([sys.executable, "-m", "cua_rl.evaluate", "--config", config,
                              "--seeds-per-task", str(args.seeds_per_task),
@@ -199,6 +225,10 @@ def main(argv: list[str] | None = None) -> dict:
               if line.startswith('{"checkpoint"')]
     if len(scores) != len(order):
         raise SystemExit(f"evaluate.py printed {len(scores)} results for {len(order)} checkpoints")
+    if baseline:
+        order, scores = [("sft", 0, warm), *order], [baseline, *scores]
+    else:   # measured now: kept for the next run with the same key
+        _keep(kept, scores[0])
 
     def curve(label: str) -> list[dict]:
         return [{"step": s, "success": r["success"], "per_task": r["per_task"]}
@@ -213,6 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
         "control": ({"success_after": curve("control")[-1]["success"], "curve": curve("control")} if control
                     else {"success_after": None, "curve": []}),
         "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "rows", "steps", "loss_before", "loss_after")},
+        "baseline": {"kept": str(kept), "reused": baseline is not None,
+                     "measured": (baseline or {}).get("measured", "in this run")},
         "dropped_episodes": sum(r["dropped"] for r in scores),
         "model_errors": sum(r["model_errors"] for r in scores),
         "wall_s": {**wall, "total": round(time.monotonic() - started, 1)},
@@ -228,6 +260,25 @@ def main(argv: list[str] | None = None) -> dict:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    return result
+
+
+def _keep(kept: Path, score: dict) -> None:
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps({**score, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+
+
+def _baseline_only(warm: Path, config: str, extra: list[str], args, work: Path, env: dict) -> dict:
+    kept = baseline_file(warm, config, extra, args.seeds_per_task, args.eval_concurrency)
+    if args.fresh_baseline or not kept.is_file():
+        _run([sys.executable, "-m", "cua_rl.evaluate", "--config", config, "--seeds-per-task",
+              str(args.seeds_per_task), "--concurrency", str(args.eval_concurrency), "--checkpoints", str(warm),
+              *extra], work / "evaluate.log", env)
+        [score] = [json.loads(line) for line in (work / "evaluate.log").read_text().splitlines()
+                   if line.startswith('{"checkpoint"')]
+        _keep(kept, score)
+    result = {"baseline": json.loads(kept.read_text()), "kept": str(kept)}
+    print(json.dumps(result, indent=2))
     return result
 
 
