@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig
 
+from cua_rl.areal_ext.health import HealthConfig
 from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 from cua_rl.policy import EndpointSettings
 
@@ -254,6 +255,8 @@ class CUAConfig(GRPOConfig):
     task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig)
     trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    # per-step health checks: what an anomaly does (--on-anomaly) and thresholds (cua_rl/areal_ext/health.py)
+    health: HealthConfig = field(default_factory=HealthConfig)
 
     def __post_init__(self):
         super().__post_init__()

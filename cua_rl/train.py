@@ -6,6 +6,7 @@ Normally started by ``train.sh`` -> ``python -m cua_rl.run.launch``, which also 
 agent service. AReaL's scheduler starts the workers (``cua_rl.areal_ext.worker``) and vLLM, on a GPU or a CPU.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -21,6 +22,7 @@ from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
 from cua_rl.config import CUAConfig, resolve_project_token
+from cua_rl.areal_ext.health import Health, StallWatch, UnhealthyRun, log_stop, stop_requested
 from cua_rl.areal_ext.model_watch import watch_model_servers
 from cua_rl.monitor import training_run
 from cua_rl.areal_ext.resume import install, resume_point
@@ -34,7 +36,9 @@ logger = logging.getLogger("cua-train")
 def main(args: list[str]) -> None:
     # The launcher stops a run with SIGTERM: unwind like Ctrl-C, so the trainer closes and the monitor run
     # is marked failed instead of staying "running".
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    # A health check that stops the run between steps uses the same signal: exit code 3 then.
+    signal.signal(signal.SIGTERM,
+                  lambda signum, _frame: sys.exit(UnhealthyRun.CODE if stop_requested() else 128 + signum))
     config, _ = load_expr_config(args, CUAConfig)
     # Before the trainer is built: its recover handler loads whatever recover_info it finds, so the
     # directories must be back at the last committed point (or the run refused) first.
@@ -75,7 +79,7 @@ def main(args: list[str]) -> None:
             if point is not None and trainer.recover_info is None:
                 raise SystemExit(f"--resume: AReaL did not load the recover point in {point.root}")
             # a dead model server stops the run with its cause instead of a wait for batches that never come
-            with watch_model_servers(trainer):
+            with watch_model_servers(trainer), stall_watch(trainer, config, group_size):
                 if config.baseline_eval and valid_dataset is not None and trainer.recover_info is None:
                     evaluate_baseline(trainer, config.eval_workflow, eval_workflow_kwargs)
                 trainer.train(
@@ -86,9 +90,25 @@ def main(args: list[str]) -> None:
                 )
 
 
+@contextlib.contextmanager
+def stall_watch(trainer: "Trainer", config, group_size: int):
+    """The health checks' watch between steps (cua_rl/areal_ext/health.py ``StallWatch``) while the body runs."""
+    watch = StallWatch(RunPaths.of(config).logs, trainer.health,
+                       episodes_per_step=config.train_dataset.batch_size * group_size)
+    trainer.stall_watch = watch.start()
+    try:
+        yield watch
+    finally:
+        trainer.stall_watch = None
+        watch.stop()
+
+
 class Trainer(PPOTrainer):
     """AReaL's PPOTrainer with two start-up changes, neither touching training itself:
 
+    - The run's health after every step (cua_rl/areal_ext/health.py): ``health/*`` values join the step's
+      statistics, a tripped check prints one line, and one that means garbage stops the run once the step's
+      statistics are committed (its recover point is already written).
     - No evaluation rollout when there is nothing to evaluate. AReaL builds one whether or not a valid
       dataset is given: on the single controller that is one more RPC worker process (torch and AReaL
       imported again) during start-up. Every use of ``eval_rollout`` in AReaL's trainer checks it for None.
@@ -104,7 +124,25 @@ class Trainer(PPOTrainer):
     def __init__(self, config, train_dataset, valid_dataset=None, **kwargs):
         self._needs_eval_rollout = valid_dataset is not None
         self._early_rollout: _Background | None = None
+        self.stall_watch: StallWatch | None = None
+        self.health = Health(config.health, max_turns=config.max_turns,
+                             max_head_offpolicyness=config.rollout.max_head_offpolicyness,
+                             policy_endpoint=not config.model_base_url)
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset, **kwargs)
+        self._commit, self.stats_logger.commit = self.stats_logger.commit, self._commit_with_health
+
+    def _commit_with_health(self, epoch: int, epoch_step: int, global_step: int, stats: dict) -> None:
+        """AReaL's ``stats_logger.commit`` with the health checks before it and their verdict after it."""
+        findings = self.health.observe(global_step + 1, stats)
+        self._commit(epoch, epoch_step, global_step, stats)
+        for finding in findings:
+            print(finding.line(), flush=True)
+        stops = [f for f in findings if f.action == "stop"]
+        if stops:
+            log_stop(global_step + 1, stops)
+            raise UnhealthyRun(stops)
+        if self.stall_watch is not None:
+            self.stall_watch.step_done(global_step + 1)
 
     def _overlap_start(self) -> bool:
         from areal.infra.scheduler.local import LocalScheduler

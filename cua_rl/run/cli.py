@@ -70,6 +70,9 @@ FLAGS: tuple[Flag, ...] = (
          metavar="a,b"),
     Flag("--gym-eval-number-range", "GYM_EVAL_NUMBER_RANGE", ("gym_eval_number_range",),
          "eval split by task number, e.g. 001-032 or 1-8,12 (beats the ratio)", metavar="RANGE"),
+    Flag("--on-anomaly", "ON_ANOMALY", ("health.on_anomaly",),
+         "what a failed health check does: default (stop on garbage, warn otherwise; docs/health.md) | stop | "
+         "warn", metavar="ACTION"),
     Flag("--config", "CUA_CONFIG", (), "config file (default: config.yaml with a GPU; without one "
          "config.learn.yaml for the embedded stack, config.cpu.yaml for your gym)", metavar="FILE"),
 )

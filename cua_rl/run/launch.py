@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from cua_rl.areal_ext.health import UnhealthyRun
 from cua_rl.areal_ext.resume import newest_resumable, resume_point
 from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
@@ -203,7 +204,7 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path,
             signal.signal(s, h)
     if rc != 0 and stopped_by:   # asked to stop (Ctrl-C, SIGTERM): not a failure, no traceback to show
         return 128 + stopped_by[0], stopped_by[0]
-    if rc != 0 and console is not None:
+    if rc not in (0, UnhealthyRun.CODE) and console is not None:   # a health stop printed its own cause
         show_tail(log_file)
     return rc, None
 

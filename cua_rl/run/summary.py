@@ -16,10 +16,12 @@ import signal
 import struct
 from pathlib import Path
 
+from cua_rl.areal_ext.health import STOP_MARK, UnhealthyRun
 from cua_rl.areal_ext.model_watch import GONE_RE
 from cua_rl.areal_ext.resume import settle
 from cua_rl.run.console import ANSI, TABLE_START
 from cua_rl.runs import RunPaths
+from cua_rl.workflow import tally
 
 logger = logging.getLogger("cua_rl.run.summary")
 
@@ -56,16 +58,9 @@ def show_tail(log_file: Path, lines: int = 40) -> None:
 
 
 def endpoint_totals(logs: Path) -> dict[str, int]:
-    """The policy endpoints' counts (verified prompts, mismatches, ...) and the episode counts (evaluated,
-    lost, groups rejected), summed over rollout workers."""
-    totals: dict[str, int] = {}
-    for f in sorted((logs / "policy_endpoint").glob("*.json")):
-        try:
-            for k, v in json.loads(f.read_text()).items():
-                totals[k] = totals.get(k, 0) + int(v)
-        except (OSError, ValueError) as exc:
-            logger.warning("unreadable endpoint counts %s: %s", f, exc)
-    return totals
+    """The policy endpoints' turn counts and the workflows' episode counts (evaluated, lost by cause, groups
+    rejected), summed over rollout workers."""
+    return tally.read(logs)
 
 
 # AReaL's trainer calling its inference server (vLLM/SGLang) and finding nobody there: the server died.
@@ -81,6 +76,12 @@ def failure_cause(train_log: Path) -> str | None:
         text = train_log.read_text(errors="replace")
     except OSError:
         return None
+    health = re.search(rf"{STOP_MARK} after step \d+: ([^\n]*?); the last recover point", text)
+    if health:   # the trainer's health checks stopped the run (cua_rl/areal_ext/health.py)
+        lines = re.findall(r"^\[cua-rl\] health step \d+: (\S+) .*$", text, re.M)
+        return (f"a health check stopped the run: {health.group(1)}" +
+                (f" (the console's '[cua-rl] health' lines say the likely cause; {len(lines)} in train.log)"
+                 if lines else ""))
     watched = GONE_RE.search(text)   # cua_rl.areal_ext.model_watch stopped the run
     if watched:
         return f"{watched.group(0)}: {_LOST}"
@@ -94,6 +95,7 @@ def failure_cause(train_log: Path) -> str | None:
 def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | None = None) -> None:
     """What the run did; ``stopped_by``: the signal that asked the launcher to stop it (not a failure)."""
     outcome = ("finished" if rc == 0 else f"stopped by {signal.Signals(stopped_by).name}" if stopped_by
+               else f"STOPPED by a health check (exit code {rc})" if rc == UnhealthyRun.CODE
                else f"FAILED (exit code {rc})")
     print(f"\n[cua-rl] training {outcome} in {elapsed:.0f} s")
     print(f"[cua-rl] logs:        {paths.logs}  (train.log; rollout.log: rollout worker and vLLM; actor.log)")

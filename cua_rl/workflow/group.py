@@ -52,7 +52,9 @@ from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, Monito
 logger = logging.getLogger(__name__)
 
 # Why an episode was dropped (``Dropped.cause``); the summary counts each (``episodes_lost_<cause>``).
-CAUSES = ("gym", "agent_service", "model_server", "crash")
+# policy_unreached: the agent's model calls failed and not one of them reached the policy endpoint (the URL
+# the agent was given does not route to it from the agent's host: policy.bind_host / advertised_host)
+CAUSES = ("gym", "agent_service", "model_server", "policy_unreached", "crash")
 
 
 @dataclass
@@ -173,10 +175,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         rejected = endpoint is not None and len(outcomes) < self.min_group_size
         tally.count_group(self._kind, len(outcomes), lost, rejected)
         tally.write(self._kind, self.stats_dir)
-        scope = stats_tracker.get(workflow_context.stat_scope())
-        for o in outcomes:
-            scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
-                         num_turns=len(o.turns), episode_seconds=o.info["seconds"])
+        self._record_stats(endpoint, outcomes, lost)
         if endpoint is None:
             return None  # the agent used another model: nothing of this run is trainable
         if rejected:
@@ -197,6 +196,23 @@ class CUAAgentWorkflow(RolloutWorkflow):
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)
         return batch
+
+    def _record_stats(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str]) -> None:
+        """This group in the step's statistics (AReaL averages each key over its records): per evaluated
+        episode its reward, success, turns and time, plus the indicators the run's health checks read
+        (cua_rl/areal_ext/health.py): no policy turn, ended at max_turns, turns recorded on vLLM without the
+        prompt proof; per episode, lost or not; per group of two or more, whether every reward was equal."""
+        scope = stats_tracker.get(workflow_context.stat_scope())
+        unproved = endpoint is not None and endpoint.backend == "vllm" and not endpoint.proves_prompts
+        for o in outcomes:
+            scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
+                         num_turns=len(o.turns), episode_seconds=o.info["seconds"],
+                         no_policy_turn=float(not o.turns), at_max_turns=float(len(o.turns) >= self.limits.max_turns),
+                         unproved_vllm_turns=float(len(o.turns) if unproved else 0), episode_lost=0.0)
+        for _ in lost:
+            scope.scalar(episode_lost=1.0)
+        if len(outcomes) >= 2:
+            scope.scalar(zero_reward_variance=float(len({o.reward for o in outcomes}) == 1))
 
     def _dropped(self, data: dict[str, Any]) -> None:
         """A training row this workflow returns nothing for: the trainer's loader must count it consumed
@@ -314,6 +330,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 endpoint.close_episode(episode)
         if run.infrastructure_failed:
             cause = "agent_service" if run.service_failed else {"env": "gym", "model": "model_server"}[run.failure]
+            if cause == "model_server" and episode is not None and not _reached(episode):
+                logger.error("execution %s: the agent could not reach the policy endpoint at %s (the URL it was "
+                             "given; check that it routes from the agent's host: policy.bind_host / "
+                             "advertised_host): %s; episode dropped", execution_id, episode.base_url, run.reason)
+                return Dropped("policy_unreached", f"{episode.base_url} not reached: {run.reason}")
             logger.error("execution %s: the %s failed mid-run (%s); episode dropped", execution_id,
                          cause.replace("_", " "), run.reason)
             return Dropped(cause, run.reason)
@@ -345,6 +366,12 @@ class CUAAgentWorkflow(RolloutWorkflow):
             monitor=MonitorTarget(base_url=config.monitor_base_url, project_id=config.project_id,
                                   training_id=monitor_training_id),
             group_size=group_size, is_eval=is_eval, stats_dir=_stats_dir(config), seed=int(config.seed))
+
+
+def _reached(episode) -> bool:
+    """Whether any of the agent's model calls of ``episode`` arrived at the policy endpoint."""
+    return bool(episode.turns or episode.failed_turns or episode.undelivered_turns or episode.prompt_mismatches
+                or episode.in_flight or episode.vision_token_outputs or episode.dropped_straddles)
 
 
 def _stats_dir(config) -> str:

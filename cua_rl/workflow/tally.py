@@ -49,6 +49,18 @@ def totals(kind: str) -> dict[str, int]:
     return out
 
 
+def read(logs: Path, kind: str | None = None) -> dict[str, int]:
+    """The counts every process wrote under ``<logs>/policy_endpoint/`` (of ``kind``, or all), summed."""
+    out: dict[str, int] = {}
+    for f in sorted((Path(logs) / "policy_endpoint").glob(f"{kind or '*'}-*.json")):
+        try:
+            for k, v in json.loads(f.read_text()).items():
+                out[k] = out.get(k, 0) + int(v)
+        except (OSError, ValueError) as exc:
+            logger.warning("unreadable endpoint counts %s: %s", f, exc)
+    return out
+
+
 def write(kind: str, stats_dir: str) -> None:
     """Replace this process's counts file of ``kind`` in ``stats_dir`` (atomically; nothing without a dir)."""
     if not stats_dir:

@@ -77,6 +77,17 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         assert await no_agent.arun_episode(stack["engine"], await first_task(stack)) is None
         assert _more(lost, "episodes_lost_agent_service") == 2, "both episodes dropped, named as the agent service's"
         assert not stack["gym"].manager.executions, "an execution was left running"
+        # the agent given a policy URL that does not reach the endpoint: lost as "policy_unreached", not as a
+        # dead model server, and in the step's statistics for the run's health checks (episode_lost)
+        from areal.utils import stats_tracker
+
+        unreached = make_workflow(stack, policy={"max_screenshots_in_history": 2, "max_pixels": 200704,
+                                                 "advertised_host": "127.0.0.2"})
+        lost = tally.totals("train")
+        stats_tracker.get("rollout").export(reset=True)
+        assert await unreached.arun_episode(stack["engine"], await first_task(stack)) is None
+        assert _more(lost, "episodes_lost_policy_unreached") == 2, tally.totals("train")
+        assert stats_tracker.get("rollout").export(reset=True)["rollout/episode_lost"] == 1.0
         assert await wf.arun_episode(stack["engine"], {"instruction": "no id"}) is None
     finally:
         await close_loop_servers()

@@ -1,0 +1,56 @@
+"""A run that cannot reach its policy endpoint stops itself, naming the cause (cua_rl/areal_ext/health.py).
+
+The agent service is given a policy URL that does not route to the endpoint (``policy.advertised_host`` on an
+address nobody listens on: what an agent on another host gets when the endpoint binds or advertises the wrong
+interface). Every episode is lost, every group rejected, and AReaL would wait for a batch forever (this is how
+the issue's run sat silent for minutes). The run must stop by itself within its first step: exit code 3, the
+``[cua-rl] health`` line on the console with the cause and what to check, the summary's cause naming the
+invariant and 'policy unreached', and nothing left running. ``health.stall_seconds`` is short so the test
+is; the check is the same at the default 60 s. The other provoked stops and a healthy run: bench/health_bench.py
+(docs/health.md).
+"""
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(900)]
+
+
+def _pids(pattern: str) -> set[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_path):
+    env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
+    env.pop("GYM_BASE_URL", None)
+    xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
+    started = time.monotonic()
+    # no warm start: the policy section is part of its key, and this run needs no trained model
+    proc = subprocess.run(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=4", "train_dataset.batch_size=1", "gconfig.n_samples=2",
+                           "trial_name=unreached", "sft.warm_start=false", "policy.advertised_host=127.0.0.2",
+                           "health.stall_seconds=10"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=800)
+    out = proc.stdout + proc.stderr
+    (tmp_path / "train_sh.log").write_text(out)
+    print(f"health stop e2e: exit code {proc.returncode} after {time.monotonic() - started:.0f} s")
+    assert proc.returncode == 3, out[-5000:]
+    health = re.search(r"^\[cua-rl\] health step 1: infra_lost_share 1 \(> 0.5; stop\): .*$", out, re.M)
+    assert health and "policy unreached" in health.group(0) and "Check:" in health.group(0), out[-5000:]
+    assert "[cua-rl] training STOPPED by a health check (exit code 3)" in out
+    cause = re.search(r"^\[cua-rl\] cause: +a health check stopped the run: infra_lost_share 1 .*policy unreached",
+                      out, re.M)
+    assert cause, out[-3000:]
+    assert "the trainer failed; the last" not in out, "a health stop is not shown as a crash"
+    assert re.search(r"episodes: +0 evaluated, \d+ lost .*policy unreached \d+", out), out[-3000:]
+    rollout_log = next((tmp_path / "fileroot" / "logs").glob("*/*/unreached/rollout.log")).read_text(errors="replace")
+    assert "could not reach the policy endpoint at http://127.0.0.2:" in rollout_log
+    time.sleep(2)
+    assert not (_pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
+    assert not (_pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
