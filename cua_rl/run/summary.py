@@ -21,7 +21,6 @@ from cua_rl.areal_ext.model_watch import GONE_RE
 from cua_rl.areal_ext.resume import settle
 from cua_rl.run.console import ANSI, TABLE_START
 from cua_rl.runs import RunPaths
-from cua_rl.workflow import tally
 
 logger = logging.getLogger("cua_rl.run.summary")
 
@@ -60,6 +59,9 @@ def show_tail(log_file: Path, lines: int = 40) -> None:
 def endpoint_totals(logs: Path) -> dict[str, int]:
     """The policy endpoints' turn counts and the workflows' episode counts (evaluated, lost by cause, groups
     rejected), summed over rollout workers."""
+    from cua_rl.workflow import tally   # here: the workflow package imports AReaL, which must come after the
+    # launcher's logging set-up (cua_rl/logs.py)
+
     return tally.read(logs)
 
 

@@ -6,8 +6,8 @@ in the second epoch). When its second recover point is committed, the trainer (`
 is killed with SIGKILL 2 s later, in the middle of whatever it is doing (the next step's rollouts or
 training, or its dump); the launcher must report the failure and leave nothing running. ``train.sh --resume``
 then finishes the run. From the run's own records:
-- the committed ledger (``recover_info/stream.json``) lists steps 0..4 once each, and its stream positions
-  are distinct, 5 in all, a prefix of the stream but for at most the read-ahead in flight (0 skipped,
+- the committed ledger (``recover_info/stream.json``) lists steps 0..2 once each, and its stream positions
+  are distinct, 3 in all, a prefix of the stream but for at most the read-ahead in flight (0 skipped,
   0 duplicated), each with the task the loader puts there;
 - the policy version continues: the resumed trainer recovered at the committed step, pushed those weights
   to its new vLLM as version committed step + 1, and each later step added one (not version 1 again);
@@ -29,8 +29,9 @@ from cua_rl.areal_ext.resume import settle
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
-STEPS = 5
-ARGS = [f"total_train_steps={STEPS}", "train_dataset.batch_size=1", "gconfig.n_samples=2", "trial_name=resume"]
+STEPS = 3
+ARGS = [f"total_train_steps={STEPS}", "train_dataset.batch_size=1", "gconfig.n_samples=2", "task_source.repeat=2",
+        "trial_name=resume"]
 
 
 def _pids(pattern: str) -> set[int]:
@@ -69,7 +70,7 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
         while time.monotonic() < deadline and first.poll() is None:
             commit = next(iter(fileroot.glob("checkpoints/*/cua-learn/resume/recover_info/COMMIT.json")), None)
             step = json.loads(commit.read_text())["global_step"] if commit else -1
-            if step >= 1:   # two steps committed: kill mid-run, inside the next step (or its dump)
+            if step >= 0:   # a step committed: kill mid-run, inside the next step (or its dump)
                 time.sleep(2.0)
                 pid = _trainer_pid(str(fileroot))
                 assert pid, "trainer process not found"

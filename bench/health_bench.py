@@ -1,0 +1,116 @@
+"""Does a run stop itself on garbage, and only on garbage? Provoked cases and a healthy run, on the CPU stack.
+
+Each case is ``train.sh`` as a user runs it (real desktops, agent service, vLLM, AReaL's trainer), with one
+thing broken; the run's health checks (cua_rl/areal_ext/health.py, docs/health.md) must stop it within two
+steps, exit code 3, naming the invariant; the healthy run must finish with no stop:
+
+- ``healthy``: the default CPU recipe (config.learn.yaml, its warm start), ``--steps`` steps;
+- ``policy_unreached``: the agent is given a policy URL that does not reach the endpoint
+  (``policy.advertised_host`` on an address nobody listens on; tests/e2e/test_health_stop.py is this case in CI);
+- ``proof_off``: ``policy.require_prompt_proof=false`` on vLLM: turns whose prompt ids nobody proved;
+- ``gym_down``: the gym as its own process (``--gym``), killed after the first step and not restarted.
+
+Weight updates that never reach vLLM are not detected yet (docs/health.md says what would).
+
+Prints JSON: per case the exit code, the first step a check stopped at, the console's ``[cua-rl] health``
+lines, the summary's cause and the wall time.
+
+Usage: python bench/health_bench.py [--cases healthy,policy_unreached,proof_off,gym_down] [--steps 3] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.e2e.test_faults import Service, _free_port   # noqa: E402  (the faults test's service runner)
+
+TRAIN = ["bash", str(ROOT / "examples/cua_agent/train.sh")]
+NO_WARM_START = ["sft.warm_start=false"]   # the policy section is part of the warm start's key
+SMALL = ["train_dataset.batch_size=1", "gconfig.n_samples=2", "health.stall_seconds=20"]
+
+
+def _result(name: str, rc: int, out: str, seconds: float) -> dict:
+    stop = re.search(r"HEALTH STOP after step (\d+)", out)
+    cause = re.search(r"^\[cua-rl\] cause: +(.*)$", out, re.M)
+    return {"case": name, "exit_code": rc, "stopped_after_step": int(stop.group(1)) if stop else None,
+            "health_lines": re.findall(r"^\[cua-rl\] health step .*$", out, re.M),
+            "cause": cause.group(1) if cause else None,
+            "steps_done": max((int(n) for n in re.findall(r"\[cua-rl\] step (\d+)/", out)), default=0),
+            "seconds": round(seconds, 1)}
+
+
+def _train(name: str, args: list[str], work: Path, env: dict) -> dict:
+    started = time.monotonic()
+    proc = subprocess.run([*TRAIN, f"trial_name={name}", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    out = proc.stdout + proc.stderr
+    (work / f"{name}.log").write_text(out)
+    return _result(name, proc.returncode, out, time.monotonic() - started)
+
+
+def _gym_down(work: Path, env: dict, steps: int) -> dict:
+    gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], _free_port(), work, "gym")
+    agent = Service(["cua_rl.local_agent", "serve"], _free_port(), work, "agent")
+    log = work / "gym_down.log"
+    started = time.monotonic()
+    gym.start()
+    agent.start()
+    trainer = subprocess.Popen([*TRAIN, "--gym", gym.url, "--gym-id", "desktop", "--gbox-mini-url", agent.url,
+                                "trial_name=gym_down", f"total_train_steps={steps + 6}", "max_task_time_seconds=20",
+                                *SMALL], cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        while trainer.poll() is None and not re.search(r"\[cua-rl\] step 1/", log.read_text(errors="replace")):
+            time.sleep(0.5)
+        gym.kill()   # and not restarted
+        rc = trainer.wait(900)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+        agent.stop()
+        gym.stop()
+    return _result("gym_down", rc, log.read_text(errors="replace"), time.monotonic() - started)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", default="healthy,policy_unreached,proof_off,gym_down")
+    parser.add_argument("--steps", type=int, default=3, help="steps of the healthy run")
+    parser.add_argument("--workdir", default="")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="health-bench-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "CUA_RL_FILEROOT": str(work / "fileroot"), "CUA_RL_DEVICE": "cpu"}
+    env.pop("GYM_BASE_URL", None)
+    runs = {
+        "healthy": lambda: _train("healthy", [f"total_train_steps={args.steps}"], work, env),
+        "policy_unreached": lambda: _train("policy_unreached", ["total_train_steps=6", *NO_WARM_START, *SMALL,
+                                                                "policy.advertised_host=127.0.0.2"], work, env),
+        "proof_off": lambda: _train("proof_off", ["total_train_steps=6", *NO_WARM_START, *SMALL,
+                                                  "policy.require_prompt_proof=false"], work, env),
+        "gym_down": lambda: _gym_down(work, env, args.steps),
+    }
+    results = []
+    for name in args.cases.split(","):
+        print(f"[health-bench] {name} ...", file=sys.stderr, flush=True)
+        results.append(runs[name]())
+        print(f"[health-bench] {json.dumps(results[-1])}", file=sys.stderr, flush=True)
+    text = json.dumps({"workdir": str(work), "cases": results}, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()
