@@ -7,15 +7,17 @@ steps, exit code 3, naming the invariant; the healthy run must finish with no st
 - ``healthy``: the default CPU recipe (config.learn.yaml, its warm start), ``--steps`` steps;
 - ``policy_unreached``: the agent is given a policy URL that does not reach the endpoint
   (``policy.advertised_host`` on an address nobody listens on; tests/e2e/test_health_stop.py is this case in CI);
-- ``proof_off``: ``policy.require_prompt_proof=false`` on vLLM: turns whose prompt ids nobody proved;
 - ``gym_down``: the gym as its own process (``--gym``), killed after the first step and not restarted.
 
-Weight updates that never reach vLLM are not detected yet (docs/health.md says what would).
+Turns recorded on vLLM without the prompt proof (``unproved_vllm_turns``) need a vLLM on which the proof
+cannot be installed (``policy.require_prompt_proof=false`` alone changes nothing while it can be): that case
+is tests/e2e/test_workflow_episode.py's, on the real stack with the proof's installation refused. Weight
+updates that never reach vLLM are not detected yet (docs/health.md says what would).
 
 Prints JSON: per case the exit code, the first step a check stopped at, the console's ``[cua-rl] health``
 lines, the summary's cause and the wall time.
 
-Usage: python bench/health_bench.py [--cases healthy,policy_unreached,proof_off,gym_down] [--steps 3] [--out F]
+Usage: python bench/health_bench.py [--cases healthy,policy_unreached,gym_down] [--steps 3] [--out F]
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _gym_down(work: Path, env: dict, steps: int) -> dict:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", default="healthy,policy_unreached,proof_off,gym_down")
+    parser.add_argument("--cases", default="healthy,policy_unreached,gym_down")
     parser.add_argument("--steps", type=int, default=3, help="steps of the healthy run")
     parser.add_argument("--workdir", default="")
     parser.add_argument("--out", default="")
@@ -96,8 +98,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "healthy": lambda: _train("healthy", [f"total_train_steps={args.steps}"], work, env),
         "policy_unreached": lambda: _train("policy_unreached", ["total_train_steps=6", *NO_WARM_START, *SMALL,
                                                                 "policy.advertised_host=127.0.0.2"], work, env),
-        "proof_off": lambda: _train("proof_off", ["total_train_steps=6", *NO_WARM_START, *SMALL,
-                                                  "policy.require_prompt_proof=false"], work, env),
         "gym_down": lambda: _gym_down(work, env, args.steps),
     }
     results = []

@@ -69,7 +69,7 @@ INVARIANTS: tuple[Invariant, ...] = (
               "tasks too easy or too hard for the policy, or a reward that does not depend on the episode",
               "rollout/reward per task; the task source's difficulty", at_least=True, steps=3),
     Invariant("truncated_output_share", "warn", 0.5,
-              "share of trained outputs that ended without an end-of-sequence token",
+              "share of the policy's outputs the engine cut at gconfig.max_new_tokens",
               "gconfig.max_new_tokens too small for the agent's reply format",
               "a few replies in the Training Monitor; raise gconfig.max_new_tokens"),
     Invariant("staleness", "warn", -1.0,
@@ -153,7 +153,7 @@ class Health:
                     out[name] = v
         for name, key in (("infra_lost_share", "rollout/episode_lost"),
                           ("zero_variance_group_share", "rollout/zero_reward_variance"),
-                          ("truncated_output_share", "ppo_actor/no_eos_ratios/avg"),
+                          ("truncated_output_share", "rollout/truncated_turns"),
                           ("staleness", "ppo_actor/update/version_stats/sample_staleness_theta_max")):
             if (v := _get(stats, key)) is not None:
                 out[name] = v

@@ -201,7 +201,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         """This group in the step's statistics (AReaL averages each key over its records): per evaluated
         episode its reward, success, turns and time, plus the indicators the run's health checks read
         (cua_rl/areal_ext/health.py): no policy turn, ended at max_turns, turns recorded on vLLM without the
-        prompt proof; per episode, lost or not; per group of two or more, whether every reward was equal."""
+        prompt proof, the share of its turns cut at max_new_tokens; per episode, lost or not; per group of two or more, whether every reward was equal."""
         scope = stats_tracker.get(workflow_context.stat_scope())
         unproved = endpoint is not None and endpoint.backend == "vllm" and not endpoint.proves_prompts
         for o in outcomes:
@@ -209,6 +209,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
                          num_turns=len(o.turns), episode_seconds=o.info["seconds"],
                          no_policy_turn=float(not o.turns), at_max_turns=float(len(o.turns) >= self.limits.max_turns),
                          unproved_vllm_turns=float(len(o.turns) if unproved else 0), episode_lost=0.0)
+            if o.turns:   # outputs the engine cut at max_new_tokens (or aborted), not ended by the model
+                scope.scalar(truncated_turns=sum(t.stop_reason in ("length", "abort") for t in o.turns) / len(o.turns))
         for _ in lost:
             scope.scalar(episode_lost=1.0)
         if len(outcomes) >= 2:

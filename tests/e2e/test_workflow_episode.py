@@ -126,3 +126,27 @@ async def test_a_gym_failure_inside_the_agent_drops_the_episode(stack, monkeypat
         assert not stack["gym"].manager.executions, "an execution was left running"
     finally:
         await close_loop_servers()
+
+
+async def test_turns_recorded_without_the_prompt_proof_stop_the_run(stack, monkeypatch):
+    """A vLLM on which the prompt proof cannot be installed, with ``policy.require_prompt_proof=false``: the
+    endpoint only warns, and the episode's turns reach the step's statistics as unproved; the run's health
+    checks stop on them (cua_rl/areal_ext/health.py ``unproved_vllm_turns``)."""
+    from areal.utils import stats_tracker
+
+    from cua_rl.areal_ext.health import Health, HealthConfig
+
+    monkeypatch.setattr("cua_rl.policy.endpoint.install_prompt_proof", lambda engine: False)
+    wf = make_workflow(stack, policy={"max_screenshots_in_history": 2, "max_pixels": 200704,
+                                      "require_prompt_proof": False})
+    try:
+        stats_tracker.get("rollout").export(reset=True)
+        batch = await wf.arun_episode(stack["engine"], await first_task(stack))
+        assert batch is not None, "the episodes were lost"
+        stats = stats_tracker.get("rollout").export(reset=True)
+        assert stats["rollout/unproved_vllm_turns"] >= 1.0, stats
+        findings = Health(HealthConfig(), max_turns=2, max_head_offpolicyness=1).observe(1, stats)
+        stops = [f.invariant.name for f in findings if f.action == "stop"]
+        assert stops == ["unproved_vllm_turns"], findings   # (the tiny model's outputs also hit max_new_tokens)
+    finally:
+        await close_loop_servers()

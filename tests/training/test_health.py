@@ -12,7 +12,7 @@ from cua_rl.areal_ext.health import (BY_NAME, INVARIANTS, STOP_MARK, Health, Hea
 HEALTHY = {"rollout/reward": 0.875, "rollout/task_success": 0.875, "rollout/num_turns": 1.0,
            "rollout/no_policy_turn": 0.0, "rollout/at_max_turns": 1.0, "rollout/unproved_vllm_turns": 0.0,
            "rollout/episode_lost": 0.0, "rollout/zero_reward_variance": 0.5,
-           "ppo_actor/no_eos_ratios/avg": 0.0, "ppo_actor/update/version_stats/sample_staleness_theta_max": 1.0}
+           "rollout/truncated_turns": 0.0, "ppo_actor/update/version_stats/sample_staleness_theta_max": 1.0}
 
 
 def _health(**config) -> Health:
@@ -52,7 +52,7 @@ def test_lost_episodes_stop_only_on_two_steps_in_a_row():
 
 def test_warnings_and_their_thresholds():
     health = Health(HealthConfig(), max_turns=5, max_head_offpolicyness=1)
-    stats = {**HEALTHY, "rollout/at_max_turns": 0.5, "ppo_actor/no_eos_ratios/avg": 0.75,
+    stats = {**HEALTHY, "rollout/at_max_turns": 0.5, "rollout/truncated_turns": 0.75,
              "ppo_actor/update/version_stats/sample_staleness_theta_max": 3.0}
     assert _names(health.observe(1, stats)) == {"truncated_output_share": "warn", "staleness": "warn"}
     # all at max_turns and no reward contrast: warned from the third step in a row on
@@ -71,7 +71,7 @@ def test_success_stuck_at_zero_or_one_warns_after_ten_steps():
 
 
 def test_on_anomaly_and_thresholds_override_the_defaults():
-    stats = {**HEALTHY, "rollout/no_policy_turn": 1.0, "ppo_actor/no_eos_ratios/avg": 0.75}
+    stats = {**HEALTHY, "rollout/no_policy_turn": 1.0, "rollout/truncated_turns": 0.75}
     assert _names(_health(on_anomaly="warn").observe(1, dict(stats))) == {"no_policy_turn_share": "warn",
                                                                           "truncated_output_share": "warn"}
     assert _names(_health(on_anomaly="stop").observe(1, dict(stats))) == {"no_policy_turn_share": "stop",
