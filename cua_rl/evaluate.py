@@ -114,14 +114,16 @@ async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str]
 
 
 def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int = 16, concurrency: int = 4,
-                         log_dir: str | Path | None = None, prefix_caching: bool = True) -> list[CheckpointResult]:
+                         log_dir: str | Path | None = None, prefix_caching: bool = False) -> list[CheckpointResult]:
     """Held-out success of each checkpoint (see the module docstring), in the order given; each result is
     also printed as a JSON line as soon as it is known.
 
     ``prefix_caching``: every episode's prompt starts with the same system prompt and tool list (about 1,600
     of a one-turn prompt's 1,700 tokens), which vLLM then computes once per checkpoint instead of once per
     episode. Safe here, unlike in training: the weights change only between checkpoints, with no request in
-    flight, and AReaL's weight-update route clears the cache."""
+    flight, and AReaL's weight-update route clears the cache. Off by default: with it on, the learning gate
+    failed twice in a row on 2026-11-26 (docs/learning.md) and its held-out scores had not been compared with
+    it off on the same checkpoints beyond 2 x 64 episodes (on 0.78/0.81, off 0.72/0.75)."""
     from areal.api.cli_args import InferenceEngineConfig
     from areal.engine.vllm_remote import RemotevLLMEngine
 
