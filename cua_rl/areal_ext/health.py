@@ -143,6 +143,10 @@ class Health:
         self._streak: dict[str, int] = {}
         self._stuck = 0
 
+    def action(self, inv: Invariant) -> str:
+        """What tripping ``inv`` does under ``health.on_anomaly``."""
+        return inv.action if self.config.on_anomaly == "default" else self.config.on_anomaly
+
     def values(self, stats: dict[str, float]) -> dict[str, float]:
         """This step's value of every invariant it has the statistics for."""
         out: dict[str, float] = {}
@@ -174,8 +178,7 @@ class Health:
             tripped = value >= limit if inv.at_least else value > limit
             self._streak[name] = self._streak.get(name, 0) + 1 if tripped else 0
             if self._streak[name] >= inv.steps:
-                action = inv.action if self.config.on_anomaly == "default" else self.config.on_anomaly
-                findings.append(Finding(step, inv, value, limit, action))
+                findings.append(Finding(step, inv, value, limit, self.action(inv)))
         stats["health/anomalies"] = float(len(findings))
         return findings
 
@@ -246,13 +249,12 @@ class StallWatch:
         if new_lost < self.min_lost or time.monotonic() - self._last_evaluated_at < self.stall_s:
             return None
         inv = BY_NAME["infra_lost_share"]
-        action = inv.action if self.health.config.on_anomaly == "default" else self.health.config.on_anomaly
         by_cause = ", ".join(f"{c.replace('_', ' ')} {v - self._since[2].get(c, 0)}" for c, v in sorted(causes.items())
                              if v > self._since[2].get(c, 0))
         unreached = causes.get("policy_unreached", 0) - self._since[2].get("policy_unreached", 0)
         hint = ("; the agent cannot reach the policy endpoint at the URL it is given (rollout.log names it)"
                 if unreached * 2 > new_lost else "")
-        return Finding(self.step, inv, 1.0, self.health.thresholds[inv.name], action,
+        return Finding(self.step, inv, 1.0, self.health.thresholds[inv.name], self.health.action(inv),
                        note=f"{new_lost} episodes lost ({by_cause}) and none evaluated for "
                             f"{time.monotonic() - self._last_evaluated_at:.0f} s: step {self.step} cannot "
                             f"complete{hint}")
