@@ -217,14 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
     baseline = None if args.fresh_baseline or not kept.is_file() else json.loads(kept.read_text())
     order = ([] if baseline else [("sft", 0, warm)]) + [("grpo", s, rl[s]) for s in picked] + \
             ([("control", s, control[s]) for s in picked] if control else [])
-    wall["evaluate"] = _run([sys.executable, "-m", "cua_rl.evaluate", "--config", config,
-                             "--seeds-per-task", str(args.seeds_per_task),
-                             "--concurrency", str(args.eval_concurrency), "--checkpoints",
-                             *[str(p) for _, _, p in order], *extra], work / "evaluate.log", env)
-    scores = [json.loads(line) for line in (work / "evaluate.log").read_text().splitlines()
-              if line.startswith('{"checkpoint"')]
-    if len(scores) != len(order):
-        raise SystemExit(f"evaluate.py printed {len(scores)} results for {len(order)} checkpoints")
+    wall["evaluate"], scores = _evaluate([p for _, _, p in order], config, extra, args, work, env)
     if baseline:
         order, scores = [("sft", 0, warm), *order], [baseline, *scores]
     else:   # measured now: kept for the next run with the same key
@@ -263,6 +256,19 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def _evaluate(checkpoints: list[Path], config: str, extra: list[str], args, work: Path,
+              env: dict) -> tuple[float, list[dict]]:
+    """``python -m cua_rl.evaluate`` on ``checkpoints`` in order: (its wall time, one result per checkpoint)."""
+    seconds = _run([sys.executable, "-m", "cua_rl.evaluate", "--config", config, "--seeds-per-task",
+                    str(args.seeds_per_task), "--concurrency", str(args.eval_concurrency), "--checkpoints",
+                    *[str(p) for p in checkpoints], *extra], work / "evaluate.log", env)
+    scores = [json.loads(line) for line in (work / "evaluate.log").read_text().splitlines()
+              if line.startswith('{"checkpoint"')]
+    if len(scores) != len(checkpoints):
+        raise SystemExit(f"evaluate.py printed {len(scores)} results for {len(checkpoints)} checkpoints")
+    return seconds, scores
+
+
 def _keep(kept: Path, score: dict) -> None:
     kept.parent.mkdir(parents=True, exist_ok=True)
     kept.write_text(json.dumps({**score, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
@@ -271,11 +277,7 @@ def _keep(kept: Path, score: dict) -> None:
 def _baseline_only(warm: Path, config: str, extra: list[str], args, work: Path, env: dict) -> dict:
     kept = baseline_file(warm, config, extra, args.seeds_per_task, args.eval_concurrency)
     if args.fresh_baseline or not kept.is_file():
-        _run([sys.executable, "-m", "cua_rl.evaluate", "--config", config, "--seeds-per-task",
-              str(args.seeds_per_task), "--concurrency", str(args.eval_concurrency), "--checkpoints", str(warm),
-              *extra], work / "evaluate.log", env)
-        [score] = [json.loads(line) for line in (work / "evaluate.log").read_text().splitlines()
-                   if line.startswith('{"checkpoint"')]
+        _, [score] = _evaluate([warm], config, extra, args, work, env)
         _keep(kept, score)
     result = {"baseline": json.loads(kept.read_text()), "kept": str(kept)}
     print(json.dumps(result, indent=2))
