@@ -85,11 +85,11 @@ async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str]
                         heldout: list[int], concurrency: int) -> list[CheckpointResult]:
     """Every checkpoint in turn, in one event loop: the engine's and the endpoint's sessions are bound to the
     loop that first used them (a loop per checkpoint failed every later request with HTTP 500)."""
-    import httpx
+    from cua_rl.http.client import async_client
 
     endpoint = workflow._policy(engine)
     results = []
-    async with httpx.AsyncClient(timeout=300) as client:
+    async with async_client(timeout=300) as client:
         for checkpoint in checkpoints:
             # AReaL's disk weight update route: the served model becomes this checkpoint. The first one too,
             # though the server started with it, so every checkpoint is served the same way.

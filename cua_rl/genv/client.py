@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ..http.client import async_client
 from ..http.retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .errors import GenvError
 from .models import Execution, Task
@@ -55,7 +56,7 @@ class GenvClient:
         self.timeouts = timeouts or GenvTimeouts()
         self.retry = retry or RetryPolicy()
         t = self.timeouts
-        self._http = httpx.AsyncClient(
+        self._http = async_client(
             timeout=httpx.Timeout(t.read, connect=t.connect), transport=transport)
 
     async def __aenter__(self) -> "GenvClient":

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ..http.client import async_client
 from ..http.retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .events import EventLog, answer_of_action
 from .models import TERMINAL_STATUSES, RunRequest, RunResult, RunStatus
@@ -46,7 +47,7 @@ class MiniAgentClient:
             raise ValueError("MiniAgentClient needs a base URL")
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy(attempts=5, backoff_s=0.5, max_backoff_s=4.0)
-        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport)
+        self._http = async_client(timeout=timeout_s, transport=transport)
 
     async def __aenter__(self) -> "MiniAgentClient":
         return self

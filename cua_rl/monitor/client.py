@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 import httpx
 
+from ..http.client import async_client
 from ..http.retry import RetryPolicy, error_detail, send_with_retry
 from .records import KINDS, Record, training_end
 
@@ -60,7 +61,7 @@ class MonitorClient:
         self.enabled = bool(self.base_url and self._token)
         if self.base_url and not self._token:
             logger.warning("monitor base URL set but no project token: monitoring is disabled")
-        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport) if self.enabled else None
+        self._http = async_client(timeout=timeout_s, transport=transport) if self.enabled else None
 
     @classmethod
     def from_settings(cls, base_url: str | None, token: str | None, project_id: str | None = None,
