@@ -1,6 +1,10 @@
 """Ctrl-C during a CPU embedded run: the launcher stops the trainer, its workers and vLLM, the agent service
 and the gym's desktops, prints its summary ("stopped by SIGINT", exit code 130) and exits; nothing it started
-keeps running."""
+keeps running.
+
+The same run checks the baseline evaluation before step 1 (``baseline_eval=true``, on two of the gym's
+tasks so that there is an eval split): the console's baseline line and the embedded Training Monitor's
+baseline of step 0. (The README command's run, tests/training/test_learning_gate.py, has no eval split.)"""
 
 import os
 import re
@@ -48,8 +52,9 @@ def test_ctrl_c_tears_everything_down(tmp_path):
     # Many steps, so that the run is surely still going when it is interrupted; no warm start (a teardown
     # test needs no trained model, and a cold cache would spend its deadline building one).
     proc = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=50",
-                             "trial_name=interrupt", "sft.warm_start=false"], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+                             "trial_name=interrupt", "sft.warm_start=false", "baseline_eval=true",
+                             "task_source.kind=gym", "gym_limit=2", "train_dataset.batch_size=2",
+                             "gconfig.n_samples=2"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 600
         # Interrupt mid-rollout: the desktops, the agent's runs and every server are up by then. The embedded
@@ -57,10 +62,18 @@ def test_ctrl_c_tears_everything_down(tmp_path):
         def services_log() -> str:
             return "".join(f.read_text() for f in (tmp_path / "fileroot").glob("logs/*/*/interrupt/launcher.log"))
 
-        while not re.search(r"local_agent\.server: run \w+ started", services_log()):
-            assert proc.poll() is None, (tmp_path / "out.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no agent run started"
-            time.sleep(0.5)
+        def wait_for(what: str, done) -> None:
+            while not done():
+                assert proc.poll() is None, (tmp_path / "out.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, f"no {what}"
+                time.sleep(0.5)
+
+        def runs_started() -> int:
+            return len(re.findall(r"local_agent\.server: run \w+ started", services_log()))
+
+        wait_for("baseline", lambda: "baseline (policy version 0)" in (tmp_path / "out.log").read_text())
+        baseline_runs = runs_started()
+        wait_for("training agent run", lambda: runs_started() > baseline_runs)
         time.sleep(2)
         started = _descendants(proc.pid)
         assert started, "the launcher has no child processes"
@@ -74,5 +87,20 @@ def test_ctrl_c_tears_everything_down(tmp_path):
     assert rc != 0 and "[cua-rl] training" in out and "[cua-rl] logs:" in out, out[-3000:]
     # a stop the user asked for reads as one: exit code 130, no "FAILED", no trainer traceback
     assert rc == 130 and "[cua-rl] training stopped by SIGINT" in out and "FAILED" not in out, out[-3000:]
+    assert re.search(r"baseline \(policy version 0\): num_turns [0-9.]+, reward [0-9.]+", out), out[-4000:]
     time.sleep(2)
     assert not _alive(started), f"left running: {_alive(started)}"
+    _assert_monitor_has_the_baseline(next((tmp_path / "fileroot").glob("logs/*/*/interrupt/monitor/monitor.db")))
+
+
+def _assert_monitor_has_the_baseline(db: Path) -> None:
+    from cua_rl.monitor import views
+    from cua_rl.monitor.store import Store, sqlite_url
+
+    store = Store.open(sqlite_url(db))
+    try:
+        [run] = views.trainings(store)
+        [baseline] = views.training(store, run["id"])["baselines"]
+        assert baseline["step"] == 0 and baseline["summary"]["completed"] >= 2, baseline
+    finally:
+        store.close()

@@ -1,17 +1,27 @@
-"""The learning gate: the embedded CPU default (config.learn.yaml: key-colour, the SFT warm start of an imperfect
-demonstrator, GRPO) raises held-out success. A sign error in the advantages, rewards on the wrong rows, a
-shifted loss mask, a wrong image in a row or a weight update that never reaches vLLM would each leave GRPO at
-or below the warm start.
+"""The README's main command, run in full, and the learning gate over that one run.
 
-It is ``bench/learning_bench.py --no-control`` with the default recipe: the warm start train.sh builds and
-keeps (cua_rl/sft/warm_start.py; the README's command and this test share one build), ``STEPS`` steps of GRPO
-through the whole embedded stack, then held-out success of the warm start and of steps ``EVAL_EVERY`` and
-``STEPS`` on ``EPISODES`` key-colour instances no training group draws. The run must also have served every step's
-weights: vLLM loaded weight versions 1, 2, ... in order.
+The run is ``bench/learning_bench.py --no-control`` with the default recipe: the README's ``train.sh`` on a
+machine without a GPU (config.learn.yaml: key-colour, the SFT warm start of an imperfect demonstrator, GRPO
+through the embedded stack: Xvfb desktops, the agent service, the policy endpoint, AReaL's vLLM on the CPU,
+AReaL's trainer) for ``STEPS`` steps, then ``python -m cua_rl.evaluate``: held-out success of the warm start
+and of steps ``EVAL_EVERY`` and ``STEPS`` on ``EPISODES`` key-colour instances no training group draws. One
+start-up serves two tests (docs/testing.md: the time budget):
 
-The warm start's score is measured once per warm start and code version and kept beside it, as the warm start
-itself is (bench/learning_bench.py ``baseline_file``: the key hashes the warm start, every file of ``cua_rl``,
-the recipe and the instances); a change to any of them measures it again.
+- ``test_grpo_raises_held_out_success_and_serves_every_step``, the learning gate: GRPO raises held-out
+  success. A sign error in the advantages, rewards on the wrong rows, a shifted loss mask, a wrong image in
+  a row or a weight update that never reaches vLLM would each leave GRPO at or below the warm start. The run
+  must also have served every step's weights: vLLM loaded weight versions 1, 2, ... in order.
+- ``test_the_readme_command_trains_through_the_whole_stack_and_reports_it``: what the user of the README's
+  command sees and gets: the kept warm start used, one console line per step instead of AReaL's table, the
+  disk weight update that vLLM's CPU worker loaded, every policy turn's prompt ids verified against vLLM with
+  0 mismatches, loadable checkpoints, statistics with the reward, the summary lines, the embedded Training
+  Monitor holding the trainer's recomputed logprobs beside vLLM's, and nothing left running. (The baseline
+  evaluation before step 1, ``baseline_eval``, needs an eval split, which this recipe has not: the Ctrl-C
+  test's run checks it, tests/e2e/test_launch_interrupt.py.)
+
+The warm start's held-out score is measured once per warm start and code version and kept beside it, as the
+warm start itself is (bench/learning_bench.py ``baseline_file``: the key hashes the warm start, every file of
+``cua_rl``, the recipe and the instances); a change to any of them measures it again.
 
 The negative control (the same GRPO with rewards shuffled within each group, which must not rise) is the
 bench's, not CI's: it doubles the cost, and CI's time budget (docs/testing.md) pays for GRPO's run only. Its
@@ -30,6 +40,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,22 +54,41 @@ MARGIN = 0.1
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
 
 
-def test_grpo_raises_held_out_success_and_serves_every_step(tmp_path):
-    from cua_rl.run.summary import read_scalars
+def _pids(pattern: str) -> set[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
 
+
+@pytest.fixture(scope="module")
+def gate_run(tmp_path_factory):
+    """The bench's one run: (its JSON, the GRPO run's console output, its log dir, its checkpoint dir)."""
+    tmp = tmp_path_factory.mktemp("learning-gate")
     env = {**os.environ, "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
-    out = tmp_path / "learning.json"
+    xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
+    out = tmp / "learning.json"
+    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "learning_bench.py"), "--no-control", "--steps", str(STEPS),
-         "--eval-every", str(EVAL_EVERY), "--seeds-per-task", str(EPISODES), "--workdir", str(tmp_path / "work"),
+         "--eval-every", str(EVAL_EVERY), "--seeds-per-task", str(EPISODES), "--workdir", str(tmp / "work"),
          "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=2300)
+    print(f"learning bench: {time.monotonic() - started:.0f} s (exit code {proc.returncode})")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    result = json.loads(out.read_text())
+    fileroot = tmp / "work" / "fileroot"
+    logs = next(fileroot.glob("logs/*/cua-learn/grpo"))
+    ckpts = next(fileroot.glob("checkpoints/*/cua-learn/grpo"))
+    time.sleep(2)
+    left = {"Xvfb": _pids("^Xvfb") - xvfb_before, "vLLM": _pids("areal_vllm_server") - vllm_before}
+    return json.loads(out.read_text()), (tmp / "work" / "grpo.log").read_text(errors="replace"), logs, ckpts, left
+
+
+def test_grpo_raises_held_out_success_and_serves_every_step(gate_run):
+    from cua_rl.run.summary import read_scalars
+
+    result, _, logs, _, _ = gate_run
     before = result["success_before"]
     grpo = max(p["success"] for p in result["curve"] if p["step"] > 0)
-    logs = next((tmp_path / "work" / "fileroot" / "logs").glob("*/cua-learn/grpo"))
     rollout_success = [round(v, 2) for _, v in read_scalars(logs / "tensorboard").get("rollout/task_success", [])]
     print(f"LEARNING GATE: held-out success {before:.3f} (warm start, measured {result['baseline']['measured']}) "
           f"-> GRPO {grpo:.3f} (better of steps {[p['step'] for p in result['curve'] if p['step'] > 0]}, "
@@ -71,3 +101,59 @@ def test_grpo_raises_held_out_success_and_serves_every_step(tmp_path):
     rollout_log = (logs / "rollout.log").read_text(errors="replace")
     versions = [int(v) for v in re.findall(r"loaded weights from \S*weight_update_v(\d+)", rollout_log)]
     assert versions[:STEPS - 1] == list(range(1, STEPS)), versions
+
+
+def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_run):
+    from cua_rl.run.summary import read_scalars
+
+    _, out, logs, ckpts, left = gate_run
+    # the default trains from the kept SFT warm start, not from the random tiny model
+    assert re.search(r"training from the SFT warm start \S+/warm-starts/sft-[0-9a-f]{16}", out), out[-4000:]
+    # PPO steps ran and their weights reached vLLM (disk update -> /areal_update_weights -> worker extension)
+    assert re.search(r"Train step 1/\d+ done", (logs / "train.log").read_text(errors="replace"))
+    # the console shows one progress line per step instead of AReaL's statistics table
+    assert re.search(r"\[cua-rl\] step 1(/\d+)?: reward [0-9.]+, success [0-9.]+", out), out[-4000:]
+    assert "timeperf/train_step" not in out
+    rollout_log = (logs / "rollout.log").read_text(errors="replace")
+    assert "areal_vllm_server" in rollout_log and "CPUWorkerExtension" in rollout_log, rollout_log[-3000:]
+    assert re.search(r"vLLM worker loaded weights from \S*weight_update_v1", rollout_log), rollout_log[-3000:]
+    assert "FAILED to load weights" not in rollout_log
+    # every recorded turn's prompt was proved against vLLM's own ids, and none differed
+    proof = re.search(r"policy endpoint: (\d+) turns with prompt ids verified against the engine, (\d+) mismatches", out)
+    assert proof and int(proof.group(1)) >= STEPS and int(proof.group(2)) == 0, out[-3000:]
+    # the step checkpoints hold loadable models
+    saved = list(ckpts.rglob("config.json"))
+    assert saved and any(p.parent.glob("*.safetensors") for p in saved), list(ckpts.rglob("*"))[:20]
+    # statistics: the reward of the real episodes was logged every step
+    scalars = read_scalars(logs / "tensorboard")
+    assert "rollout/reward" in scalars and "ppo_actor/task_reward/avg" in scalars, sorted(scalars)[:80]
+    assert len(scalars["rollout/reward"]) == STEPS and all(0.0 <= v <= 1.0 for _, v in scalars["rollout/reward"])
+    assert scalars["rollout/num_turns"][0][1] >= 1  # the policy endpoint recorded real model turns
+    # the launcher's summary tells the user where everything went
+    assert "[cua-rl] checkpoints:" in out and "[cua-rl] statistics:" in out
+    _assert_monitor_has_the_trainer_logprobs(logs / "monitor" / "monitor.db")
+    # nothing left running: no desktops, no vLLM (of the run, or of the evaluation after it)
+    assert not any(left.values()), f"left running: {left}"
+
+
+def _assert_monitor_has_the_trainer_logprobs(db: Path) -> None:
+    from cua_rl.monitor import views
+    from cua_rl.monitor.store import Store, sqlite_url
+
+    store = Store.open(sqlite_url(db))
+    try:
+        [run] = views.trainings(store)
+        training = views.training(store, run["id"])
+        assert run["status"] == "completed"
+        trained = 0
+        for summary in training["recent_rollouts"]:
+            rollout = views.rollout(store, summary["id"])
+            for turn in rollout["turns"]:
+                tokens = turn["tokens"]
+                if "trainer_logprobs" in tokens:
+                    trained += 1
+                    diffs = [abs(a - b) for a, b in zip(tokens["trainer_logprobs"], tokens["logprobs"], strict=True)]
+                    assert max(diffs) < 1e-2, (rollout["id"], turn["turn"], max(diffs))
+        assert trained >= 4, trained   # at least one group of 4 episodes, one turn each
+    finally:
+        store.close()
