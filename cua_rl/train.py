@@ -228,4 +228,7 @@ def evaluate_baseline(trainer: Trainer, eval_workflow: str, eval_workflow_kwargs
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from cua_rl.run.prewarm import FLAG, read_hand_over
+
+    # started early by the launcher (cua_rl/run/prewarm.py): the imports above are done; now the arguments
+    main(read_hand_over() if sys.argv[1:] == [FLAG] else sys.argv[1:])

@@ -34,6 +34,7 @@ from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 from cua_rl.run import cli
 from cua_rl.run.console import TrainerConsole
+from cua_rl.run.prewarm import Prewarmed, predicted_env
 from cua_rl.run.summary import print_summary, show_tail
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
 
@@ -145,12 +146,15 @@ def _prepare_cpu(config) -> dict[str, str]:
     return dict(CPU_ENV)
 
 
-def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path,
-                 total_steps: int | None = None) -> tuple[int, int | None]:
+def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_steps: int | None = None,
+                 early: Prewarmed | None = None) -> tuple[int, int | None]:
     """Run the trainer (``cua_rl.train``) in its own process group: all its output to ``log_file``, and to the console through
-    ``TrainerConsole`` (one line per step instead of AReaL's statistics table; CUA_RL_CONSOLE=full: all)."""
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    ``TrainerConsole`` (one line per step instead of AReaL's statistics table; CUA_RL_CONSOLE=full: all).
+    ``early``: the trainer process started at the launcher's first line (``prewarm.py``), used when it can be."""
+    proc = early.hand_over(cmd[3:], env) if early is not None else None
+    if proc is None:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     console = None if os.environ.get("CUA_RL_CONSOLE") == "full" else \
         TrainerConsole(total_steps, str(log_file), quiet=True)
 
@@ -277,25 +281,38 @@ def main(argv: list[str] | None = None) -> int:
     try:
         request = cli.parse(sys.argv[1:] if argv is None else argv, dict(os.environ),
                             cli.default_env_files(REPO_ROOT))
-        if request is None:
-            cli.print_help()
-            return 0
-        os.environ.update(request.environ)   # .env values and the token reach every child through it
-        setup_logging()
-        _warn_secret_overrides(request.overrides)
-        gpu = has_gpu()
-        config_file, why, config = choose_config(request, gpu)
-        _hub_access(config, gpu)
-    except (cli.UsageError, ConfigError) as exc:
+    except cli.UsageError as exc:
         print(f"train.sh: {exc}", file=sys.stderr)
         return 2
-    if request.dry_run:
-        _print_dry_run(request, config_file, why, config)
+    if request is None:
+        cli.print_help()
         return 0
-    return run(config_file, config, list(request.overrides), gpu)
+    os.environ.update(request.environ)   # .env values and the token reach every child through it
+    gpu = has_gpu()
+    # the trainer's process imports AReaL while this one does the same to load the config (prewarm.py)
+    early = None if request.dry_run else Prewarmed.start(predicted_env(dict(os.environ), gpu), REPO_ROOT)
+    try:
+        try:
+            before = dict(os.environ)
+            setup_logging()
+            _warn_secret_overrides(request.overrides)
+            config_file, why, config = choose_config(request, gpu)
+            if early is not None:   # what AReaL's imports (swanlab, ...) put there: they do the same there
+                early.set_by_imports = frozenset(k for k, v in os.environ.items() if before.get(k) != v)
+            _hub_access(config, gpu)
+        except (cli.UsageError, ConfigError) as exc:
+            print(f"train.sh: {exc}", file=sys.stderr)
+            return 2
+        if request.dry_run:
+            _print_dry_run(request, config_file, why, config)
+            return 0
+        return run(config_file, config, list(request.overrides), gpu, early)
+    finally:
+        if early is not None:
+            early.discard()
 
 
-def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
+def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewarmed | None = None) -> int:
     """Train ``config`` (``config_file`` plus ``overrides``): everything after the decisions."""
     started = time.monotonic()
     resume = config.existing_run == "resume"
@@ -344,7 +361,7 @@ def run(config_file: str, config, overrides: list[str], gpu: bool) -> int:
                 overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
             cmd = [sys.executable, "-m", "cua_rl.train", "--config", config_file, *overrides]
             logger.info("starting the trainer: python -m cua_rl.train --config %s ...", config_file)
-            rc, stopped_by = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps)
+            rc, stopped_by = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps, early)
         except KeyboardInterrupt:
             logger.warning("interrupted; shutting everything down")
             rc, stopped_by = 130, signal.SIGINT
