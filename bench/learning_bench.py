@@ -169,8 +169,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds-per-task", type=int, default=32, help="held-out instances per family")
     parser.add_argument("--eval-every", type=int, default=2, help="evaluate every K-th step's checkpoint")
     parser.add_argument("--no-control", action="store_true", help="skip the shuffled-rewards run")
-    parser.add_argument("--eval-concurrency", type=int, default=8,
-                        help="held-out episodes at once (one-turn episodes mostly wait: 8 keep 2 cores busy)")
+    parser.add_argument("--eval-concurrency", type=int, default=16,
+                        help="held-out episodes at once (one-turn episodes mostly wait; on 2 cores 48 episodes "
+                             "took 34.0 s at 8, 31.4 s at 16)")
     parser.add_argument("--warm-start", default="", help="an SFT checkpoint to start from (skips stage 1)")
     parser.add_argument("--fresh-baseline", action="store_true",
                         help="evaluate the warm start again even when its score under the same key is kept")
