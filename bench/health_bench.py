@@ -7,17 +7,19 @@ steps, exit code 3, naming the invariant; the healthy run must finish with no st
 - ``healthy``: the default CPU recipe (config.learn.yaml, its warm start), ``--steps`` steps;
 - ``policy_unreached``: the agent is given a policy URL that does not reach the endpoint
   (``policy.advertised_host`` on an address nobody listens on; tests/e2e/test_health_stop.py is this case in CI);
-- ``gym_down``: the gym as its own process (``--gym``), killed after the first step and not restarted.
+- ``gym_down``: the gym as its own process (``--gym``), killed after the first step and not restarted;
+- ``stale_weights``: vLLM acknowledges every weight update and keeps its first weights (a test double of the
+  worker extension, tests/doubles/stale_vllm.py): ``sampler_logprob_gap`` warns once the drift shows (it
+  does not stop this run yet: docs/health.md).
 
 Turns recorded on vLLM without the prompt proof (``unproved_vllm_turns``) need a vLLM on which the proof
 cannot be installed (``policy.require_prompt_proof=false`` alone changes nothing while it can be): that case
-is tests/e2e/test_workflow_episode.py's, on the real stack with the proof's installation refused. Weight
-updates that never reach vLLM are not detected yet (docs/health.md says what would).
+is tests/e2e/test_workflow_episode.py's, on the real stack with the proof's installation refused.
 
 Prints JSON: per case the exit code, the first step a check stopped at, the console's ``[cua-rl] health``
 lines, the summary's cause and the wall time.
 
-Usage: python bench/health_bench.py [--cases healthy,policy_unreached,gym_down] [--steps 3] [--out F]
+Usage: python bench/health_bench.py [--cases healthy,policy_unreached,gym_down,stale_weights] [--steps 3] [--out F]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tests.e2e.test_faults import Service, _free_port   # noqa: E402  (the fault
 
 TRAIN = ["bash", str(ROOT / "examples/cua_agent/train.sh")]
 NO_WARM_START = ["sft.warm_start=false"]   # the policy section is part of the warm start's key
+STALE_WEIGHTS = ["vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates"]
 SMALL = ["train_dataset.batch_size=1", "gconfig.n_samples=2", "health.stall_seconds=20"]
 
 
@@ -85,7 +88,7 @@ def _gym_down(work: Path, env: dict, steps: int) -> dict:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", default="healthy,policy_unreached,gym_down")
+    parser.add_argument("--cases", default="healthy,policy_unreached,gym_down,stale_weights")
     parser.add_argument("--steps", type=int, default=3, help="steps of the healthy run")
     parser.add_argument("--workdir", default="")
     parser.add_argument("--out", default="")
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "policy_unreached": lambda: _train("policy_unreached", ["total_train_steps=6", *NO_WARM_START, *SMALL,
                                                                 "policy.advertised_host=127.0.0.2"], work, env),
         "gym_down": lambda: _gym_down(work, env, args.steps),
+        "stale_weights": lambda: _train("stale_weights", ["total_train_steps=8", *STALE_WEIGHTS], work, env),
     }
     results = []
     for name in args.cases.split(","):

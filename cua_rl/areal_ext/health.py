@@ -32,6 +32,7 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
+SAMPLER_GAP_KEY = "sampler_logprob_gap"   # recorded by cua_rl.areal_ext.trainer_logprobs in the training worker
 ACTIONS = ("default", "stop", "warn")
 # printed by the trainer when it stops a run; cua_rl.run.summary finds it in train.log for the summary's cause
 STOP_MARK = "HEALTH STOP"
@@ -64,6 +65,13 @@ INVARIANTS: tuple[Invariant, ...] = (
               "turns per episode recorded on vLLM without their prompt ids proved against the engine",
               "policy.require_prompt_proof=false: the trained prompt may not be the one vLLM generated from",
               "turn the proof back on (policy.require_prompt_proof=true); see docs/protocols.md, the prompt proof"),
+    Invariant("sampler_logprob_gap", "warn", 0.05,
+              "mean |trainer - engine| logprob of the trained tokens sampled at the trainer's version (about 1e-6 "
+              "on the CPU in float32; bf16 on a GPU is noisier)",
+              "the engine samples with other weights than the trainer's (a weight update that never reached it, "
+              "another model) or scores other inputs (an image or prompt the trainer does not see)",
+              "rollout.log for the weight loads of every step; that vLLM and the actor load the same model "
+              "(actor.path); the Training Monitor colours each token by this gap"),
     Invariant("zero_variance_group_share", "warn", 1.0,
               "share of GRPO groups whose episodes all got the same reward (no learning signal)",
               "tasks too easy or too hard for the policy, or a reward that does not depend on the episode",
@@ -155,7 +163,8 @@ class Health:
                               ("unproved_vllm_turns", "rollout/unproved_vllm_turns")):
                 if (v := _get(stats, key)) is not None:
                     out[name] = v
-        for name, key in (("infra_lost_share", "rollout/episode_lost"),
+        for name, key in (("sampler_logprob_gap", SAMPLER_GAP_KEY),
+                          ("infra_lost_share", "rollout/episode_lost"),
                           ("zero_variance_group_share", "rollout/zero_reward_variance"),
                           ("truncated_output_share", "rollout/truncated_turns"),
                           ("staleness", "ppo_actor/update/version_stats/sample_staleness_theta_max")):

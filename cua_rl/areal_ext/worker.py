@@ -8,8 +8,9 @@ before any model is built there:
 - ``enable_packed_sdpa()``: AReaL packs each micro-batch into one row; without flash-attention (the CPU)
   stock sdpa lets a sequence attend to the ones packed before it (cua_rl/areal_ext/packed_attention.py).
   Harmless with flash_attention_2.
-- ``trainer_logprobs.enable()``: with the Training Monitor on (``MONITOR_BASE_URL`` and a token in the
-  environment, set by ``train.py``), each turn's recomputed logprobs are sent to it for the viewer.
+- ``trainer_logprobs.enable()``: the gap between the trainer's recomputed logprobs and the engine's goes
+  into every step's statistics (a health check reads it); with the Training Monitor on (``MONITOR_BASE_URL``
+  and a token in the environment, set by ``train.py``), each turn's values are sent to it for the viewer.
 - ``share_vllm_cache()``, on the CPU stack only (``CUA_RL_SHARED_VLLM_CACHE`` in ``CPU_ENV``): AReaL gives
   every vLLM server a new cache directory (``VLLM_CACHE_ROOT``/<uuid>, so compile caches of servers on one
   GPU node cannot collide), which also empties vLLM's model-class cache: each start then inspects the model

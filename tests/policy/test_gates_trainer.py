@@ -27,7 +27,9 @@ from areal.api.cli_args import (
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 
+from cua_rl.areal_ext.health import BY_NAME, SAMPLER_GAP_KEY
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
+from cua_rl.areal_ext.trainer_logprobs import sampler_gap
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 from cua_rl.trajectory.rows import new_rollout_uuid
@@ -126,6 +128,11 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
             assert all(t.versions == {1} for o in outcomes1 for t in o.turns)
             stats1, _, batch1 = _gate(actor, outcomes1, temp, f"v1 after the update, T={temp}")
             assert stats1["median_abs_diff"] < 1e-3 and stats1["max_abs_diff"] < 1e-2, stats1
+        # What the health check sampler_logprob_gap sees when an update never reaches vLLM: the trainer at v1
+        # scoring tokens vLLM sampled with v0 (this test's one large step)
+        total, count = sampler_gap([batch], actor.compute_logp([batch]))
+        print(f"GATE sampler gap of v0 samples under the v1 trainer: {total / count:.3f} (on-policy: < 1e-2)")
+        assert total / count > 100 * BY_NAME["sampler_logprob_gap"].threshold
         # The served weights really changed: the pre-update weights do not explain vLLM's new logprobs.
         turn = outcomes1[0].turns[0]
         served = torch.tensor(turn.output_logprobs)
@@ -168,6 +175,10 @@ def _assert_the_monitor_gets_each_turns_trainer_logprobs(actor, outcomes) -> Non
     worst = max(abs(a - b) for cid in sent for a, b in zip(sent[cid], expected[cid], strict=True))
     print(f"GATE trainer logprobs sent to the monitor: {len(sent)} turns, max |trainer - vLLM| {worst:.2e}")
     assert worst < 1e-2
+    # the same hook puts the step's mean gap into the statistics the health check reads
+    gap = actor.export_stats()[SAMPLER_GAP_KEY]
+    print(f"GATE sampler gap statistic: {gap:.2e}")
+    assert 0 < gap < 1e-2
 
 
 def _assert_a_small_step_follows_the_advantages(actor, outcomes, lr: float = 1e-5) -> None:

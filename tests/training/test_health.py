@@ -12,7 +12,8 @@ from cua_rl.areal_ext.health import (BY_NAME, INVARIANTS, STOP_MARK, Health, Hea
 HEALTHY = {"rollout/reward": 0.875, "rollout/task_success": 0.875, "rollout/num_turns": 1.0,
            "rollout/no_policy_turn": 0.0, "rollout/at_max_turns": 1.0, "rollout/unproved_vllm_turns": 0.0,
            "rollout/episode_lost": 0.0, "rollout/zero_reward_variance": 0.5,
-           "rollout/truncated_turns": 0.0, "ppo_actor/update/version_stats/sample_staleness_theta_max": 1.0}
+           "rollout/truncated_turns": 0.0, "ppo_actor/update/version_stats/sample_staleness_theta_max": 1.0,
+           "sampler_logprob_gap": 0.0012}
 
 
 def _health(**config) -> Health:
@@ -48,6 +49,35 @@ def test_lost_episodes_stop_only_on_two_steps_in_a_row():
     assert health.observe(2, dict(HEALTHY)) == []
     assert health.observe(3, {**HEALTHY, "rollout/episode_lost": 0.75}) == []
     assert _names(health.observe(4, {**HEALTHY, "rollout/episode_lost": 0.6})) == {"infra_lost_share": "stop"}
+
+
+def test_a_sampler_that_serves_other_weights_is_warned_about():
+    # the values of a provoked run whose vLLM ignored every update (bench/health_bench.py stale_weights)
+    health = _health()
+    assert health.observe(3, {**HEALTHY, "sampler_logprob_gap": 0.0083}) == []
+    assert _names(health.observe(4, {**HEALTHY, "sampler_logprob_gap": 0.055})) == {"sampler_logprob_gap": "warn"}
+
+
+def test_the_sampler_gap_compares_each_trained_token_with_the_engine_logprob_it_was_sampled_with():
+    import torch
+
+    from cua_rl.areal_ext.trainer_logprobs import sampler_gap
+
+    # 2 prompt tokens, 3 output tokens; the engine's logprobs sit at each token's position, AReaL's logp[t]
+    # scores token t + 1 (so the trainer's value of token j is logp[j - 1])
+    row = {"loss_mask": torch.tensor([[0, 0, 1, 1, 1]]), "logprobs": torch.tensor([[0.0, 0.0, -1.0, -2.0, -0.5]])}
+    same = torch.tensor([[0.0, -1.0, -2.0, -0.5, 0.0]])
+    assert sampler_gap([row], [same]) == (0.0, 3)
+    total, count = sampler_gap([row], [same - 0.3])
+    assert count == 3 and abs(total / count - 0.3) < 1e-6
+    shifted = torch.roll(same, 1, dims=-1)   # off by one token: the gap shows it
+    assert sampler_gap([row], [shifted])[0] / 3 > 0.5
+    assert sampler_gap([{"loss_mask": row["loss_mask"]}], [same]) == (0.0, 0)   # no engine logprobs: skipped
+    # only tokens sampled at the trainer's version count: older ones also differ by the updates since
+    mixed = {**row, "versions": torch.tensor([[-1, -1, 2, 3, 3]])}
+    total, count = sampler_gap([mixed], [same - 0.3], version=3)
+    assert count == 2 and abs(total / count - 0.3) < 1e-6
+    assert sampler_gap([mixed], [same], version=4) == (0.0, 0)
 
 
 def test_warnings_and_their_thresholds():
