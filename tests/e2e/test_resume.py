@@ -42,7 +42,7 @@ def _pids(pattern: str) -> set[int]:
 def _trainer_pid(marker: str) -> int | None:
     """The run's ``python -m cua_rl.train`` (started early by the launcher, its arguments came later through
     its stdin: cua_rl/run/prewarm.py), found by the run's file root in its environment."""
-    for pid in _pids(r"-m cua_rl\.train( |$)"):
+    for pid in _pids(r"python3? -m cua_rl\.train( |$)"):
         try:
             if marker in Path(f"/proc/{pid}/environ").read_text(errors="replace"):
                 return pid
