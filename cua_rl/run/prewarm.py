@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -96,16 +95,11 @@ class Prewarmed:
 
 
 def _end(proc: subprocess.Popen) -> None:
+    from cua_rl.local_gym.procs import kill_group
+
     with contextlib.suppress(OSError):
         proc.stdin.close()        # EOF: it exits by itself once its imports are done
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(10)
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_group(proc, grace_s=10)
 
 
 def read_hand_over() -> list[str]:
