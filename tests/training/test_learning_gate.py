@@ -149,9 +149,12 @@ def _assert_monitor_has_the_trainer_logprobs(db: Path) -> None:
         [run] = views.trainings(store)
         training = views.training(store, run["id"])
         assert run["status"] == "completed"
+        # the first step's rollouts: long trained and reported by the end (the newest rollouts of a run may be
+        # read ahead for a step that never trains, and the last step's values may still be queued at its end)
+        first = views.groups(store, "steps", training["steps"][0]["id"])
         trained = 0
-        for summary in training["recent_rollouts"]:
-            rollout = views.rollout(store, summary["id"])
+        for member in (m for group in first["groups"] for m in group["members"]):
+            rollout = views.rollout(store, member["id"])
             for turn in rollout["turns"]:
                 tokens = turn["tokens"]
                 if "trainer_logprobs" in tokens:
