@@ -11,6 +11,11 @@
 #                entry ID X Y W H             a text box
 #                keys  ID                     record key presses (only instances that ask for it: a text box's
 #                                             typing would otherwise be recorded too)
+#                step  ID X Y W H COLOUR KEY  one screen of a sequence (key-sequence): the first step's square is
+#                                             drawn; a press of KEY replaces it with the next step's (after the
+#                                             last: an empty screen); any other key, or any key after the last
+#                                             step, turns the screen black for good (the episode is lost). Every
+#                                             press is recorded. The gym still decides the score, from events.
 #   ready      written here once the instance is on screen (the gym waits for it)
 #   events     appended here, one line per event: "click ID" (the topmost item under a left click, or
 #              "background"), "submit ID TEXT" (Enter in a text box), "key KEYSYM" (a key press, when asked)
@@ -54,7 +59,30 @@ proc add_entry {id x y w h} {
     bind $e <Return> [list apply {{id e} { record "submit $id [$e get]" }} $id $e]
 }
 
+set steps {}
+set at 0
+
+proc draw_step {} {
+    global steps at
+    .c delete all
+    if {$at < [llength $steps]} { add_rect {*}[lrange [lindex $steps $at] 0 5] }
+}
+
+proc on_step_key {keysym} {
+    global steps at
+    record "key $keysym"
+    if {$at < [llength $steps] && $keysym eq [lindex $steps $at 6]} {
+        incr at
+        draw_step
+    } else {
+        set at [expr {[llength $steps] + 1}]
+        .c delete all
+        add_rect lost 0 0 1 1 #000000
+    }
+}
+
 proc show {path} {
+    global steps
     set f [open $path r]
     set lines [split [read $f] "\n"]
     close $f
@@ -65,7 +93,13 @@ proc show {path} {
             rect { add_rect {*}$rest }
             entry { add_entry {*}$rest }
             keys { bind .c <KeyPress> {record "key %K"}; focus -force .c }
+            step { lappend steps $rest }
         }
+    }
+    if {[llength $steps]} {
+        draw_step
+        bind .c <KeyPress> {on_step_key %K}
+        focus -force .c
     }
     bind .c <Button-1> {on_click %x %y}
     update idletasks

@@ -50,13 +50,14 @@ READY_TIMEOUT_S = 10.0
 class Item:
     """One thing on the board; position and size are fractions of the screen."""
 
-    kind: str                 # "rect" | "entry" | "keys" (record key presses; no geometry)
+    kind: str                 # "rect" | "entry" | "keys" (record key presses; no geometry) | "step"
     id: str
     x: float
     y: float
     w: float
     h: float
     colour: str = ""
+    key: str = ""             # a "step": the key that moves the board on to the next step
 
     @property
     def centre(self) -> tuple[float, float]:
@@ -66,6 +67,8 @@ class Item:
         if self.kind == "keys":
             return f"keys {self.id}"
         geometry = f"{self.x:.4f} {self.y:.4f} {self.w:.4f} {self.h:.4f}"
+        if self.kind == "step":
+            return f"step {self.id} {geometry} {self.colour} {self.key}"
         return f"{self.kind} {self.id} {geometry}" + (f" {self.colour}" if self.colour else "")
 
 
@@ -180,10 +183,58 @@ def _key_colour(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec
             [_events_equal(f"key {KEYS[name]}\n")], [{"type": "key", "keys": [KEYS[name]]}])
 
 
+GREY = "#808080"                              # key-sequence: "press the previous key again"
+SEQUENCE_STEPS = 3                            # key-sequence: decisions per episode
+CONFUSED = ("yellow", "red")                  # key-sequence's biased demonstrator sees yellow as red
+FLAIL = 12                                    # key presses a lost demonstrator makes (cut at max_turns)
+
+
+def _key_sequence(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+    """Three key presses in a row, each shown by one screen, the reward only at the end (the multi-turn
+    recipe's family, docs/learning.md). The board shows a large square; its colour's key moves the board on
+    to the next square. One of the second and third squares is grey: press the previous key again, so the
+    screen alone does not say which key (the history does). After the third right key the screen is empty
+    and the agent should stop. Any wrong key loses the episode: the board shows a black screen from then on
+    and never becomes empty, so a lost agent keeps pressing keys until its turn limit (failures run long,
+    successes are short). The instance scores 1 only when the recorded keys are exactly the three right
+    ones (nothing more: a key pressed after the end counts as wrong)."""
+    names = [rng.choice(list(COLOURS)) for _ in range(SEQUENCE_STEPS - 1)]
+    grey_at = rng.randint(1, SEQUENCE_STEPS - 1)
+    colours = names[:grey_at] + [GREY] + names[grey_at:]
+    keys: list[str] = []
+    items = []
+    for i, colour in enumerate(colours):
+        key = keys[-1] if colour == GREY else KEYS[colour]
+        keys.append(key)
+        x, y = round(rng.uniform(0, 1 - PANEL[0]), 4), round(rng.uniform(0, 1 - PANEL[1]), 4)
+        items.append(Item("step", f"step{i + 1}", x, y, *PANEL, colour if colour == GREY else COLOURS[colour], key))
+    legend = ", ".join(f"{key} for {colour}" for colour, key in KEYS.items())
+    instruction = (f"Press the key for the colour of each square as it appears ({legend}); for a grey square "
+                   f"press the previous key again. Stop when the screen is empty.")
+    events = "".join(f"key {key}\n" for key in keys)
+    return instruction, items, [_events_equal(events)], [{"type": "key", "keys": [key]} for key in keys]
+
+
+def _sequence_slips(instance: "Instance") -> list[tuple[dict, ...]]:
+    """key-sequence's biased demonstrator: it presses red's key for the first yellow square, then, lost,
+    keeps pressing keys (a seeded choice) until its turn limit. None when the instance shows no yellow."""
+    seen, wrong = CONFUSED
+    steps = [item for item in instance.items if item.kind == "step"]
+    first = next((i for i, item in enumerate(steps) if item.colour == COLOURS[seen]), None)
+    if first is None:
+        return []
+    rng = random.Random(f"flail:{instance.seed}")
+    play = [*instance.solution[:first], {"type": "key", "keys": [KEYS[wrong]]}]
+    play += [{"type": "key", "keys": [rng.choice(list(KEYS.values()))]} for _ in range(FLAIL)]
+    return [tuple(play)]
+
+
 def wrong_solutions(instance: "Instance") -> list[tuple[dict, ...]]:
     """Well-formed solutions of ``instance`` that fail: what an imperfect demonstrator plays instead
-    (``sft.demo_error_rate``). Another key for key-colour, another cell's anchor for click-square; none for
-    the other families."""
+    (``sft.demo_error_rate``). Another key for key-colour, another cell's anchor for click-square, the
+    yellow-as-red slip for key-sequence; none for the other families."""
+    if instance.family == "key-sequence":
+        return _sequence_slips(instance)
     if instance.family == "key-colour":
         right = instance.solution[0]["keys"][0]
         return [({"type": "key", "keys": [key]},) for key in KEYS.values() if key != right]
@@ -195,7 +246,7 @@ def wrong_solutions(instance: "Instance") -> list[tuple[dict, ...]]:
 
 
 FAMILIES = {"click-square": _click_square, "click-colour": _click_colour, "type-word": _type_word,
-            "key-colour": _key_colour}
+            "key-colour": _key_colour, "key-sequence": _key_sequence}
 
 
 def make_instance(family: str, seed: int) -> Instance:

@@ -16,9 +16,11 @@ from cua_rl.local_gym import load_tasks
 from cua_rl.local_gym.curriculum import (ANCHORS, FAMILIES, HELDOUT_START, make_instance, seeds, split_of,
                                          wrong_solutions)
 
-FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052", "key-colour": "053"}
+FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052", "key-colour": "053",
+                "key-sequence": "054"}
 CLICK_FAMILIES = ("click-colour", "click-square", "type-word")
 SEEDS = [0, 1, 2, HELDOUT_START + 3]   # three training seeds and one held-out seed
+SLIP_SEED = 1                          # a key-sequence instance that shows yellow (yellow, grey, red)
 
 
 # -- pure -------------------------------------------------------------------------------------------
@@ -110,6 +112,13 @@ async def test_scripted_solutions_score_one_and_untouched_or_wrong_do_not(gym):
             assert after == 0.0, wrong
         _, _, after = await _play(client, "053", 2, inst.solution * 2)
         assert after == 0.0
+        # key-sequence: the biased demonstrator's slip scores 0, and so does a key after the last step
+        inst = make_instance("key-sequence", SLIP_SEED)
+        (slip,) = wrong_solutions(inst)
+        _, _, after = await _play(client, "054", SLIP_SEED, slip[:6])
+        assert after == 0.0
+        _, _, after = await _play(client, "054", SLIP_SEED, inst.solution + inst.solution[:1])
+        assert after == 0.0
     assert gym.manager.executions == {}
 
 
@@ -146,3 +155,56 @@ def test_key_colour_needs_the_screenshot_and_wrong_solutions_are_wrong():
     square = make_instance("click-square", 3)
     assert len(wrong_solutions(square)) == 8 and square.solution not in wrong_solutions(square)
     assert wrong_solutions(make_instance("type-word", 3)) == []
+
+
+def test_key_sequence_is_three_decisions_with_one_remembered_and_a_known_biased_slice():
+    """Three keys per instance, one per screen; one of the second and third screens is grey and asks for the
+    previous key (only the history says which); the biased demonstrator slips exactly on the instances that
+    show yellow, pressing red's key there after the right prefix and then flailing (cut at max_turns)."""
+    from cua_rl.local_gym.curriculum import COLOURS, GREY, KEYS
+
+    instances = [make_instance("key-sequence", s) for s in range(300)]
+    assert len({i.instruction for i in instances}) == 1
+    grey_at = set()
+    for inst in instances:
+        steps = [item for item in inst.items if item.kind == "step"]
+        keys = [a["keys"][0] for a in inst.solution]
+        assert len(steps) == len(keys) == 3 and [s.key for s in steps] == keys
+        (g,) = [i for i, s in enumerate(steps) if s.colour == GREY]
+        grey_at.add(g)
+        assert g > 0 and keys[g] == keys[g - 1]
+        assert inst.validators[0].text == "".join(f"key {k}\n" for k in keys)
+        shows_yellow = COLOURS["yellow"] in {s.colour for s in steps}
+        slips = wrong_solutions(inst)
+        assert bool(slips) == shows_yellow
+        if slips:
+            (slip,) = slips
+            first = next(i for i, s in enumerate(steps) if s.colour == COLOURS["yellow"])
+            assert slip[:first] == inst.solution[:first] and slip[first]["keys"] == [KEYS["red"]]
+            assert len(slip) > 6                       # longer than the recipe's turn limit: never terminates
+    assert grey_at == {1, 2}
+    assert 0.3 < sum(bool(wrong_solutions(i)) for i in instances) / len(instances) < 0.6
+    assert make_instance("key-sequence", SLIP_SEED).items[0].colour == COLOURS["yellow"]
+
+
+@pytest.mark.desktop
+async def test_key_sequence_screens_follow_the_keys(gym):
+    """Each right key shows the next step's square, the last one an empty (white) screen; a wrong key turns
+    the screen black for good."""
+    def centre(shot: bytes) -> tuple:
+        image = Image.open(io.BytesIO(shot)).convert("RGB")
+        return image.getpixel((image.width // 2, image.height // 2))
+
+    inst = make_instance("key-sequence", 0)     # red, grey, blue: each square covers the screen's centre
+    async with GenvClient(gym.url, gym.gym_id) as client:
+        async with client.execution("054", {"seed": 0}) as ex:
+            seen = [centre(await client.screenshot(ex.execution_id))]
+            for action in inst.solution:
+                assert (await client.act(ex.execution_id, action))["ok"]
+                seen.append(centre(await client.screenshot(ex.execution_id)))
+        assert [max(abs(a - b) for a, b in zip(px, want)) < 40 for px, want in
+                zip(seen, [(224, 32, 32), (128, 128, 128), (32, 64, 224), (255, 255, 255)])] == [True] * 4, seen
+        async with client.execution("054", {"seed": 0}) as ex:
+            for key in ("g", "r"):                 # wrong, then the right one: still lost
+                assert (await client.act(ex.execution_id, {"type": "key", "keys": [key]}))["ok"]
+            assert centre(await client.screenshot(ex.execution_id)) == (0, 0, 0)
