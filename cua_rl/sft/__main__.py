@@ -73,11 +73,12 @@ def run(config) -> dict:
     with _gym(config) as (url, gym_id):
         demos = asyncio.run(record_demos(url, gym_id, tasks, seeds("train", cfg.demos_per_task, cfg.seed_offset),
                                          config.gbox_mini_agent_agent, cfg.history_images,
-                                         error_rate=cfg.demo_error_rate))
+                                         error_rate=cfg.demo_error_rate, max_turns=config.max_turns))
     demo_s = time.perf_counter() - t0
     processor = AutoProcessor.from_pretrained(model)
     settings = EndpointSettings.from_dict(asdict(config.policy))
-    rows = [row for demo in demos for row in demo_rows(processor, processor.tokenizer, settings, demo)]
+    rows = [row for demo in demos
+            for row in demo_rows(processor, processor.tokenizer, settings, demo, config.trajectory.export_style)]
     result = train_rows(rows, model, _output_dir(config), steps=cfg.steps, rows_per_step=cfg.rows_per_step,
                         lr=cfg.lr, seed=cfg.seed, experiment=config.experiment_name, trial=config.trial_name,
                         max_tokens_per_mb=cfg.max_tokens_per_mb)

@@ -87,10 +87,22 @@ def demo_actions(instance, error_rate: float) -> tuple[tuple[dict, ...], bool]:
     return instance.solution, False
 
 
+def demo_turns(actions: tuple[dict, ...], max_turns: int | None) -> list[dict | None]:
+    """The turns a demonstrator plays: its actions, then ``terminate`` (None). A play longer than the agent's
+    turn limit (a lost demonstrator that keeps pressing keys) is cut there and never terminates, as the
+    agent would stop it. A play that fits keeps its terminate turn even when that turn is past the limit
+    (key-colour at ``max_turns: 1``: the warm start its learning gate was measured on)."""
+    if max_turns is not None and len(actions) > max_turns:
+        return list(actions[:max_turns])
+    return [*actions, None]
+
+
 async def record_demo(client: GenvClient, task, seed: int, agent: str = "qwen3-vl",
-                      history_images: int = 3, error_rate: float = 0.0) -> Demonstration:
+                      history_images: int = 3, error_rate: float = 0.0,
+                      max_turns: int | None = None) -> Demonstration:
     """Play the scripted solution of ``task`` (a curriculum family task) at ``seed``, one agent turn per action
-    (a wrong one instead with probability ``error_rate``, where the family has wrong solutions)."""
+    (a wrong one instead with probability ``error_rate``, where the family has wrong solutions), cut at
+    ``max_turns`` (``demo_turns``)."""
     fmt, write = get_format(agent), reply_writer(agent)
     instance = make_instance(task.family, seed)
     actions, erroneous = demo_actions(instance, error_rate)
@@ -102,7 +114,7 @@ async def record_demo(client: GenvClient, task, seed: int, agent: str = "qwen3-v
                             screen=(int(screen.get("width") or 0), int(screen.get("height") or 0)))
         demo = Demonstration(task.task_id, seed, ctx.instruction, erroneous=erroneous)
         history: list[HistoryStep] = []
-        for step, action in enumerate([*actions, None], start=1):
+        for step, action in enumerate(demo_turns(actions, max_turns), start=1):
             shot = png_data_url(await client.screenshot(eid))
             messages = fmt.build_messages(ctx, history, shot, None)
             reply = write(action)
@@ -122,7 +134,8 @@ async def record_demo(client: GenvClient, task, seed: int, agent: str = "qwen3-v
 
 
 async def record_demos(gym_url: str, gym_id: str, tasks: list, seeds: list[int], agent: str = "qwen3-vl",
-                       history_images: int = 3, concurrency: int = 2, error_rate: float = 0.0) -> list[Demonstration]:
+                       history_images: int = 3, concurrency: int = 2, error_rate: float = 0.0,
+                       max_turns: int | None = None) -> list[Demonstration]:
     """Demonstrations of every task at every seed that the gym scores 1.0 (the others are logged and left
     out), plus the wrong ones played on purpose (``error_rate``)."""
     sem = asyncio.Semaphore(concurrency)
@@ -131,7 +144,7 @@ async def record_demos(gym_url: str, gym_id: str, tasks: list, seeds: list[int],
         async def one(task, seed):
             nonlocal done
             async with sem:
-                demo = await record_demo(client, task, seed, agent, history_images, error_rate)
+                demo = await record_demo(client, task, seed, agent, history_images, error_rate, max_turns)
             done += 1
             if done % max(1, total // 8) == 0 or done == total:   # about 8 progress lines
                 logger.info("recorded %d/%d demonstrations", done, total)

@@ -31,7 +31,9 @@ def demo_turn(processor, tokenizer, settings: EndpointSettings, turn: DemoTurn) 
                 multi_modal_input=prompt.multi_modal_input, n_images=len(prompt.images))
 
 
-def demo_rows(processor, tokenizer, settings: EndpointSettings, demo: Demonstration) -> list[dict[str, Any]]:
-    """One row per turn (the RL default export style), reward = the demonstration's score."""
+def demo_rows(processor, tokenizer, settings: EndpointSettings, demo: Demonstration,
+              style: str = "individual") -> list[dict[str, Any]]:
+    """The demonstration's rows in RL's export style (``trajectory.export_style``: one row per turn, or one
+    per episode when its prompts chain), reward = the demonstration's score."""
     turns = [demo_turn(processor, tokenizer, settings, t) for t in demo.turns]
-    return episode_rows(turns, demo.reward, style="individual")
+    return episode_rows(turns, demo.reward, style=style)

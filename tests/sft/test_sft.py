@@ -117,3 +117,18 @@ def test_an_imperfect_demonstrator_keeps_its_wrong_demonstrations():
         right = make_instance("key-colour", demo.seed).solution[0]["keys"][0]
         pressed = json.loads(demo.turns[0].reply.split("\n")[1])["arguments"]["keys"]
         assert pressed == actions[0]["keys"] and (pressed != [right]) == wrong
+
+
+def test_a_play_longer_than_the_turn_limit_is_cut_and_never_terminates():
+    """``demo_turns``: a lost demonstrator's key presses stop at ``max_turns`` without a terminate turn (the
+    agent would stop it there); a play that fits ends with terminate (None)."""
+    from cua_rl.local_gym.curriculum import make_instance, wrong_solutions
+    from cua_rl.sft.demos import demo_turns
+
+    inst = make_instance("key-sequence", 1)
+    (slip,) = wrong_solutions(inst)
+    assert demo_turns(slip, 6) == list(slip[:6])
+    assert demo_turns(inst.solution, 6) == [*inst.solution, None]
+    assert demo_turns(inst.solution, None) == [*inst.solution, None]
+    key = make_instance("key-colour", 0).solution
+    assert demo_turns(key, 1) == [*key, None]      # fits: keeps the terminate turn its warm start was built with
