@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from areal.api.cli_args import GRPOConfig
 
@@ -228,6 +229,10 @@ class CUAConfig(GRPOConfig):
     gbox_mini_agent_agent: str = "qwen3-vl"
     # "pc" for the embedded X11 desktops; "mobile" for phone gyms (the original's default).
     gbox_mini_agent_standard_action_space: str = "pc"
+    # Service-specific fields sent as-is in every run request, e.g. {historyImages: 6} for the embedded agent
+    # (screenshots it keeps in the prompt; the multi-turn recipe keeps all, so a turn's prompt extends the
+    # previous one and an episode trains as one row: trajectory.export_style=concat).
+    gbox_mini_agent_extra: dict[str, Any] = field(default_factory=dict)
 
     # --- model the agent calls. Empty = the policy endpoint (the only trainable path).
     # A non-empty URL sends the agent elsewhere (baselines, debugging): those turns are not trained.

@@ -125,9 +125,11 @@ class TrainerConsole:
         for key, label in (("rollout/reward", "reward"), ("rollout/task_success", "success")):
             if key in stats:
                 parts.append(f"{label} {stats[key]:.3f}")
-        rows, turns = stats.get("ppo_actor/n_seqs"), stats.get("rollout/num_turns")
-        if rows and turns:
-            parts.append(f"~{rows / turns:.0f} episodes ({rows:.0f} rows)")
+        # one row per turn, or per episode (trajectory.export_style: concat): the workflow records which
+        rows = stats.get("ppo_actor/n_seqs")
+        per_episode = stats.get("rollout/rows_per_episode") or stats.get("rollout/num_turns")
+        if rows and per_episode:
+            parts.append(f"~{rows / per_episode:.0f} episodes ({rows:.0f} rows)")
         if "rollout/reward" not in stats:   # AReaL exported no rollout statistics with this step
             parts.append("no rollout statistics this step")
         train = sum(stats.get(k, 0.0) for k in ("timeperf/recompute_logp", "timeperf/train_step"))

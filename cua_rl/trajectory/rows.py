@@ -127,6 +127,13 @@ def turn_rewards(reward: float, n_turns: int, discount: float = 1.0) -> list[flo
     return [reward * discount ** (n_turns - 1 - i) for i in range(n_turns)]
 
 
+def rows_of(turns: list[Turn], style: ExportStyle) -> int:
+    """How many training rows ``episode_rows`` makes of these turns in ``style``."""
+    if not turns:
+        return 0
+    return 1 if style == "concat" and is_prefix_chain(turns) else len(turns)
+
+
 def episode_rows(turns: list[Turn], reward: float, style: ExportStyle = "individual",
                  discount: float = 1.0, keys: list[int] | None = None) -> list[dict[str, Any]]:
     """Training rows of one episode (empty when it has no turns); ``keys``: each turn's monitor

@@ -42,7 +42,7 @@ from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEnd
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.runs import RunPaths
-from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, shuffle_rewards
+from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, rows_of, shuffle_rewards
 from cua_rl.trajectory.rows import new_rollout_uuid
 from cua_rl.trajectory.shaping import shaped_reward
 
@@ -208,7 +208,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
                          num_turns=len(o.turns), episode_seconds=o.info["seconds"],
                          no_policy_turn=float(not o.turns), at_max_turns=float(len(o.turns) >= self.limits.max_turns),
-                         unproved_vllm_turns=float(len(o.turns) if unproved else 0), episode_lost=0.0)
+                         unproved_vllm_turns=float(len(o.turns) if unproved else 0), episode_lost=0.0,
+                         rows_per_episode=float(rows_of(o.turns, self.trajectory.export_style)))
             if o.turns:   # outputs the engine cut at max_new_tokens (or aborted), not ended by the model
                 scope.scalar(truncated_turns=sum(t.stop_reason in ("length", "abort") for t in o.turns) / len(o.turns))
         for _ in lost:
@@ -320,7 +321,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
             max_step_time_s=limits.max_turn_time_seconds, standard_action_space=self.agent.action_space,
             # Informational: the endpoint samples with the trainer's gconfig whatever the agent sends.
             sampling=Sampling(temperature=self.gconfig.temperature, top_p=self.gconfig.top_p,
-                              max_tokens=self.gconfig.max_new_tokens))
+                              max_tokens=self.gconfig.max_new_tokens), extra=dict(self.agent.extra))
         try:
             async with MiniAgentClient(self.agent.base_url) as agent:
                 # an agent service that is down or restarting is waited for (nothing was started)
@@ -361,7 +362,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             gym=GymTarget(base_url=config.gym_base_url, gym_id=config.gym_id,
                           seed_instances=bool(config.gym_seed_instances)),
             agent=AgentTarget(base_url=config.gbox_mini_agent_base_url, agent=config.gbox_mini_agent_agent,
-                              action_space=config.gbox_mini_agent_standard_action_space),
+                              action_space=config.gbox_mini_agent_standard_action_space,
+                              extra=dict(config.gbox_mini_agent_extra)),
             limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
                                  max_turn_time_seconds=config.max_turn_time_seconds),
             policy=config.policy, trajectory=config.trajectory,

@@ -11,7 +11,7 @@ beside the code that uses them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -33,6 +33,7 @@ class AgentTarget:
     agent: str = "qwen3-vl"
     action_space: str = "pc"
     poll_interval_s: float = 1.0
+    extra: dict = field(default_factory=dict)    # sent as-is in each run request (RunRequest.extra)
 
     def __post_init__(self) -> None:
         if self.poll_interval_s <= 0:

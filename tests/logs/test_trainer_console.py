@@ -30,6 +30,14 @@ def test_statistics_table_becomes_one_progress_line():
     assert out.index(progress[0]) < out.index(kept[-1]), "the progress line comes where the table was"
 
 
+def test_episodes_are_counted_by_rows_per_episode_when_episodes_train_as_one_row():
+    """With ``trajectory.export_style: concat`` an episode is one row: the workflow's ``rows_per_episode``
+    counts episodes, not ``num_turns``."""
+    line = TrainerConsole.progress_line(3, 16, {"rollout/reward": 0.5, "ppo_actor/n_seqs": 16.0,
+                                                "rollout/num_turns": 4.5, "rollout/rows_per_episode": 1.0}, 40.0)
+    assert "~16 episodes (16 rows)" in line
+
+
 def test_two_steps_and_a_table_at_the_very_end():
     second = STEP.replace("Train step 1/1000", "Train step 2/1000").splitlines(keepends=True)
     end = next(i for i, line in enumerate(second) if "╘" in line)   # the output stops inside the table

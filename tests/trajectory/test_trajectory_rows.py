@@ -8,6 +8,7 @@ from cua_rl.policy.records import Turn
 from cua_rl.trajectory import (
     EpisodeOutcome,
     concat_row,
+    rows_of,
     episode_weights,
     episode_rows,
     group_batch,
@@ -68,6 +69,7 @@ def test_prefix_chain_concat_trains_every_completion_once():
     assert row["loss_mask"].tolist() == [[0, 0, 1, 1, 0, 1]]
     assert row["versions"].tolist() == [[-1, -1, 0, 0, -1, 1]]
     assert row["logprobs"][0].tolist() == pytest.approx([0, 0, -0.1, -0.2, 0, -0.1])
+    assert rows_of([t1, t2], "concat") == 1 and rows_of([t1, t2], "individual") == 2 and rows_of([], "concat") == 0
 
 
 def test_concat_falls_back_when_history_was_edited():
@@ -75,7 +77,7 @@ def test_concat_falls_back_when_history_was_edited():
     t2 = _turn([1, 9, 3, 4, 5], [6])  # the second prompt re-rendered an earlier token
     assert not is_prefix_chain([t1, t2])
     rows = episode_rows([t1, t2], 1.0, style="concat")
-    assert len(rows) == 2
+    assert len(rows) == 2 == rows_of([t1, t2], "concat")
     with pytest.raises(ValueError):
         concat_row([t1, t2], 1.0)
 
