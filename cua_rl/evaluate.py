@@ -1,7 +1,8 @@
 """Held-out success of model checkpoints on the seeded curriculum, through the same stack training uses.
 
     python -m cua_rl.evaluate --config examples/cua_agent/config.cpu.yaml \
-        --checkpoints SFT_DIR STEP1_DIR ... [--seeds-per-task 16] [--concurrency 4] [key=value ...]
+        --checkpoints SFT_DIR STEP1_DIR ... [--seeds-per-task 16] [--concurrency 4] [--samples K]
+        [--greedy | --both] [key=value ...]
 
 Why a separate path from AReaL's evaluator: the learning gate compares checkpoints written by different runs
 (the SFT warm start, every RL step, the negative control) on one fixed set of held-out instances, so one
@@ -14,6 +15,13 @@ embedded gym, through ``CUAAgentWorkflow``'s own episode code. Checkpoints are l
 Instances: ``curriculum.seeds("heldout", n)`` for every family task in ``sft.tasks``: seeds no training
 group ever draws, the same list for every checkpoint. An episode the infrastructure dropped counts as a
 failure and is reported (``dropped``), and so does one whose model call failed (``model_errors``).
+
+Per checkpoint: success over every episode, per task, per slice (``slip``: the instances on which the warm
+start's demonstrator plays a wrong solution at its error rate, ``curriculum.wrong_solutions``; ``clean``: the
+rest; for key-sequence, ``slip`` is the instances that show yellow, where its biased demonstrator sees red),
+the mean policy turns per episode, and with ``--samples K`` (K sampled episodes per instance; greedy
+decoding plays each instance once) pass@K: the share of instances solved at least once. ``--greedy`` decodes greedily (AReaL's ``gconfig.greedy``: temperature 0)
+instead of sampling as in training; ``--both`` does both, a JSON line each (sampled first).
 """
 
 from __future__ import annotations
@@ -40,6 +48,52 @@ class CheckpointResult:
     dropped: int = 0                                # the infrastructure dropped the episode (a failure)
     model_errors: int = 0                           # the agent's model call failed (HTTP error; a failure)
     seconds: float = 0.0
+    greedy: bool = False
+    mean_turns: float = 0.0                         # policy turns per episode
+    slices: dict[str, float] = field(default_factory=dict)   # "slip" / "clean" (module docstring)
+    pass_at_k: float | None = None                  # with samples K > 1: instances solved at least once
+    samples: int = 1
+    # [task id, seed, successes of its K episodes] per instance, sorted: the same list for every checkpoint, so
+    # two checkpoints can be compared instance by instance (the learning bench's paired bootstrap)
+    outcomes: list[list] = field(default_factory=list)
+
+
+@dataclass
+class Episode:
+    task_id: str
+    family: str
+    seed: int
+    success: bool
+    turns: int
+
+
+def _slice(family: str, seed: int) -> str:
+    from cua_rl.local_gym.curriculum import make_instance, wrong_solutions
+
+    return "slip" if wrong_solutions(make_instance(family, seed)) else "clean"
+
+
+def summarize(checkpoint: str, episodes: list[Episode], dropped: int, model_errors: int, seconds: float,
+              greedy: bool, samples: int) -> CheckpointResult:
+    """One checkpoint's figures from its episodes (module docstring)."""
+    def rate(group: list[Episode]) -> float:
+        return round(sum(e.success for e in group) / len(group), 4)
+
+    by_task: dict[str, list[Episode]] = {}
+    by_slice: dict[str, list[Episode]] = {}
+    by_instance: dict[tuple[str, int], list[Episode]] = {}
+    for e in episodes:
+        by_task.setdefault(e.task_id, []).append(e)
+        by_slice.setdefault(_slice(e.family, e.seed), []).append(e)
+        by_instance.setdefault((e.task_id, e.seed), []).append(e)
+    solved = [any(e.success for e in group) for group in by_instance.values()]
+    return CheckpointResult(
+        checkpoint=checkpoint, success=rate(episodes), per_task={t: rate(g) for t, g in by_task.items()},
+        episodes=len(episodes), dropped=dropped, model_errors=model_errors, seconds=round(seconds, 1),
+        greedy=greedy, mean_turns=round(sum(e.turns for e in episodes) / len(episodes), 3),
+        slices={k: rate(g) for k, g in sorted(by_slice.items())},
+        pass_at_k=round(sum(solved) / len(solved), 4) if samples > 1 else None, samples=samples,
+        outcomes=[[task, seed, sum(e.success for e in group)] for (task, seed), group in sorted(by_instance.items())])
 
 
 def _curriculum_rows(task_keys: list[str]) -> list[dict]:
@@ -50,44 +104,51 @@ def _curriculum_rows(task_keys: list[str]) -> list[dict]:
         task = load_tasks().get(key)
         if task is None or task.family is None:
             raise SystemExit(f"held-out evaluation needs curriculum family tasks; {key!r} is not one")
-        rows.append({"task_id": task.task_id, "instruction": task.instruction, "name": task.name})
+        rows.append({"task_id": task.task_id, "instruction": task.instruction, "name": task.name,
+                     "family": task.family})
     return rows
 
 
-async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int], concurrency: int) -> dict:
-    """Every (task, seed) once; returns successes and drops per task id."""
+async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int], concurrency: int,
+                           samples: int) -> tuple[list[Episode], int, int]:
+    """Every (task, seed) ``samples`` times: (the episodes, how many were dropped, how many model errors)."""
     from cua_rl.workflow import Dropped
 
     gate = asyncio.Semaphore(concurrency)
-    counts = {row["task_id"]: {"success": 0, "episodes": 0, "dropped": 0, "model_errors": 0} for row in rows}
+    episodes: list[Episode] = []
+    failed = {"dropped": 0, "model_errors": 0}
 
     async def one(row: dict, index: int, seed: int) -> None:
         async with gate:
             outcome = await workflow._episode(endpoint, row, index, seed=seed)
-        c = counts[row["task_id"]]
-        c["episodes"] += 1
+        success, turns = False, 0
         if isinstance(outcome, Dropped):
-            c["dropped"] += 1
+            failed["dropped"] += 1
             logger.warning("%s seed %d: dropped (%s: %s); counted as a failure", row["task_id"], seed,
                            outcome.cause, outcome.reason)
         elif str(outcome.info.get("reason", "")).startswith("chat completion"):
-            c["model_errors"] += 1
+            failed["model_errors"] += 1
+            turns = len(outcome.turns)
             logger.warning("%s seed %d: the model call failed (%s); counted as a failure", row["task_id"], seed,
                            outcome.info["reason"])
-        elif outcome.info.get("success"):
-            c["success"] += 1
+        else:
+            success, turns = bool(outcome.info.get("success")), len(outcome.turns)
+        episodes.append(Episode(row["task_id"], row["family"], seed, success, turns))
 
-    await asyncio.gather(*(one(row, i, seed) for row in rows for i, seed in enumerate(seeds)))
-    return counts
+    await asyncio.gather(*(one(row, i, seed) for row in rows for i, seed in enumerate(seeds)
+                           for _ in range(samples)))
+    return episodes, failed["dropped"], failed["model_errors"]
 
 
 async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str], rows: list[dict],
-                        heldout: list[int], concurrency: int) -> list[CheckpointResult]:
+                        heldout: list[int], concurrency: int, samples: int,
+                        decodings: tuple[str, ...]) -> list[CheckpointResult]:
     """Every checkpoint in turn, in one event loop: the engine's and the endpoint's sessions are bound to the
     loop that first used them (a loop per checkpoint failed every later request with HTTP 500)."""
     from cua_rl.http.client import async_client
 
     endpoint = workflow._policy(engine)
+    sampling = endpoint.gconfig
     results = []
     async with async_client(timeout=300) as client:
         for checkpoint in checkpoints:
@@ -96,25 +157,32 @@ async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str]
             r = await client.post(model_url + "/areal_update_weights", json={"model_path": str(checkpoint)})
             if r.status_code != 200:
                 raise RuntimeError(f"vLLM could not load {checkpoint}: HTTP {r.status_code} {r.text[:300]}")
-            started = time.monotonic()
-            counts = await _evaluate_loaded(workflow, endpoint, rows, heldout, concurrency)
-            episodes = sum(c["episodes"] for c in counts.values())
-            result = CheckpointResult(
-                checkpoint=str(checkpoint),
-                success=round(sum(c["success"] for c in counts.values()) / episodes, 4),
-                per_task={t: round(c["success"] / c["episodes"], 4) for t, c in counts.items()},
-                episodes=episodes, dropped=sum(c["dropped"] for c in counts.values()),
-                model_errors=sum(c["model_errors"] for c in counts.values()), seconds=round(time.monotonic() - started, 1))
-            logger.info("held-out success %.3f %s (%d episodes, %d dropped, %d model errors, %.0f s): %s",
-                        result.success, result.per_task, episodes, result.dropped, result.model_errors,
-                        result.seconds, checkpoint)
-            print(json.dumps(result.__dict__), flush=True)
-            results.append(result)
+            for decoding in decodings:
+                greedy = decoding == "greedy"
+                endpoint.gconfig = sampling.new(greedy=greedy)   # no episode is in flight between passes
+                results.append(await _one_pass(workflow, endpoint, checkpoint, rows, heldout, concurrency,
+                                               1 if greedy else samples, greedy))
     return results
 
 
+async def _one_pass(workflow, endpoint, checkpoint, rows, heldout, concurrency, samples, greedy) -> CheckpointResult:
+    started = time.monotonic()
+    episodes, dropped, model_errors = await _evaluate_loaded(workflow, endpoint, rows, heldout,
+                                                             concurrency, samples)
+    result = summarize(str(checkpoint), episodes, dropped, model_errors, time.monotonic() - started,
+                       greedy, samples)
+    logger.info("held-out success %.3f%s %s slices %s, %.2f turns (%d episodes, %d dropped, %d model "
+                "errors, %.0f s): %s", result.success, " (greedy)" if greedy else "", result.per_task,
+                result.slices, result.mean_turns, result.episodes, result.dropped, result.model_errors,
+                result.seconds, checkpoint)
+    print(json.dumps(result.__dict__), flush=True)
+    return result
+
+
 def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int = 16, concurrency: int = 4,
-                         log_dir: str | Path | None = None, prefix_caching: bool = False) -> list[CheckpointResult]:
+                         samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
+                         log_dir: str | Path | None = None,
+                         prefix_caching: bool = False) -> list[CheckpointResult]:
     """Held-out success of each checkpoint (see the module docstring), in the order given; each result is
     also printed as a JSON line as soon as it is known.
 
@@ -148,11 +216,13 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
                 gconfig=config.gconfig, model=ModelTarget(path=checkpoints[0]),
                 gym=GymTarget(base_url=gym.url, gym_id=gym.gym_id),
                 agent=AgentTarget(base_url=agent.url, agent=config.gbox_mini_agent_agent,
-                                  action_space=config.gbox_mini_agent_standard_action_space, poll_interval_s=0.25),
+                                  action_space=config.gbox_mini_agent_standard_action_space, poll_interval_s=0.25,
+                                  extra=dict(config.gbox_mini_agent_extra)),
                 limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
                                      max_turn_time_seconds=config.max_turn_time_seconds),
                 policy=config.policy, group_size=1, is_eval=True)
-            results = asyncio.run(_evaluate_all(workflow, engine, model.url, checkpoints, rows, heldout, concurrency))
+            results = asyncio.run(_evaluate_all(workflow, engine, model.url, checkpoints, rows, heldout, concurrency,
+                                                samples, tuple(decodings)))
         finally:
             engine.destroy()
     return results
@@ -160,9 +230,10 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
 
 def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
     """(checkpoints, options, config args): ``--checkpoints A B ...`` up to the next option or key=value;
-    ``--seeds-per-task N`` and ``--concurrency N``; the rest is AReaL's ``--config FILE key=value ...``."""
+    ``--seeds-per-task N``, ``--concurrency N``, ``--samples K``, ``--greedy`` or ``--both``; the rest is AReaL's
+    ``--config FILE key=value ...``."""
     usage = ("usage: python -m cua_rl.evaluate --config CONFIG --checkpoints DIR [DIR ...] [--seeds-per-task N] "
-             "[--concurrency N] [key=value ...]")
+             "[--concurrency N] [--samples K] [--greedy | --both] [key=value ...]")
     if "--checkpoints" not in argv:
         raise SystemExit(usage)
     i = argv.index("--checkpoints")
@@ -173,7 +244,10 @@ def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
     options, config_args, k = {}, [], 0
     while k < len(rest):
         name = rest[k].removeprefix("--").replace("-", "_")
-        if rest[k] in ("--seeds-per-task", "--concurrency"):
+        if rest[k] in ("--greedy", "--both"):
+            options["decodings"] = ("greedy",) if rest[k] == "--greedy" else ("sampled", "greedy")
+            k += 1
+        elif rest[k] in ("--seeds-per-task", "--concurrency", "--samples"):
             if k + 1 >= len(rest) or not rest[k + 1].isdigit() or int(rest[k + 1]) < 1:
                 raise SystemExit(f"{rest[k]} needs a positive integer\n{usage}")
             options[name] = int(rest[k + 1])
