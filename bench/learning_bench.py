@@ -48,6 +48,10 @@ from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cua_agent"
 DEFAULT_CONFIG = EXAMPLE / "config.learn.yaml"
+# --recipe: the config each names, and how its checkpoints are decoded in evaluation
+RECIPES = {"onestep": (EXAMPLE / "config.learn.yaml", ("sampled",)),
+           "multiturn": (EXAMPLE / "config.multiturn.yaml", ("sampled", "greedy"))}
+BOOTSTRAP = 2000                  # resamples of the held-out instances for rise_ci95
 
 
 def _run(cmd: list[str], log: Path, env: dict[str, str]) -> float:
@@ -119,6 +123,24 @@ def _experiment(config: str, extra: list[str]) -> str:
     return load_config(config, extra).experiment_name
 
 
+def paired_rise(before: list[list], afters: list[list[list]], resamples: int = BOOTSTRAP,
+                seed: int = 0) -> dict:
+    """The rise of success from ``before`` to the mean of ``afters`` (one per RL seed), instance by instance
+    (evaluate.py's ``outcomes``: [task, seed, successes] in the same order for every checkpoint), and its
+    paired bootstrap 95% interval: the instances are resampled, the same draw for every run."""
+    import random
+
+    keys = [tuple(o[:2]) for o in before]
+    for after in afters:
+        if [tuple(o[:2]) for o in after] != keys:
+            raise ValueError("the checkpoints were evaluated on different instances")
+    diffs = [sum(after[i][2] for after in afters) / len(afters) - before[i][2] for i in range(len(keys))]
+    rng = random.Random(seed)
+    means = sorted(sum(diffs[rng.randrange(len(diffs))] for _ in diffs) / len(diffs) for _ in range(resamples))
+    return {"rise": round(sum(diffs) / len(diffs), 4),
+            "ci95": [round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)]}
+
+
 def eval_steps(steps: int, every: int) -> list[int]:
     """Steps whose checkpoint is evaluated: every ``every``-th and always the last."""
     picked = [s for s in range(every, steps + 1, every)]
@@ -164,7 +186,14 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG))
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="onestep",
+                        help="onestep: config.learn.yaml (key-colour, one turn); multiturn: config.multiturn.yaml "
+                             "(key-sequence: 3 decisions, reward at the end), evaluated sampled and greedy")
+    parser.add_argument("--config", default="", help="a recipe file of your own (default: the recipe's)")
+    parser.add_argument("--rl-seeds", type=int, default=None,
+                        help="GRPO runs from the same warm start, seed=1..N (multiturn default 3, onestep 1)")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="sampled episodes per held-out instance, for pass@K (multiturn default 4)")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the config's)")
     parser.add_argument("--seeds-per-task", type=int, default=32, help="held-out instances per family")
     parser.add_argument("--eval-every", type=int, default=2, help="evaluate every K-th step's checkpoint")
@@ -184,7 +213,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     # SIGTERM ends the bench like Ctrl-C, so the running stage is stopped rather than left training.
     signal.signal(signal.SIGTERM, _interrupt)
-    config = str(Path(args.config).resolve())
+    recipe_config, decodings = RECIPES[args.recipe]
+    config = str(Path(args.config or recipe_config).resolve())
     work = Path(args.workdir or tempfile.mkdtemp(prefix="learning-bench-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     os.environ["CUA_RL_FILEROOT"] = str(work / "fileroot")   # loading the config here writes under it too
@@ -204,6 +234,8 @@ def main(argv: list[str] | None = None) -> dict:
         warm = ensure_warm_start(load_config(config, extra), config, extra, work / "sft.log", env)
         wall["sft"] = round(time.monotonic() - t0, 1)
         sft = json.loads((warm / STAMP).read_text())["result"]
+    if args.recipe == "multiturn":
+        return _multiturn(args, config, extra, work, env, warm, sft, steps, wall, started, decodings)
     if args.baseline_only:
         return _baseline_only(warm, config, extra, args, work, env)
     run_warm = warm if args.warm_start else None   # else train.sh finds the same warm start itself
@@ -258,16 +290,99 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _evaluate(checkpoints: list[Path], config: str, extra: list[str], args, work: Path,
-              env: dict) -> tuple[float, list[dict]]:
-    """``python -m cua_rl.evaluate`` on ``checkpoints`` in order: (its wall time, one result per checkpoint)."""
+              env: dict, decodings: tuple[str, ...] = ("sampled",), samples: int = 1) -> tuple[float, list[dict]]:
+    """``python -m cua_rl.evaluate`` on ``checkpoints`` in order: (its wall time, one result per checkpoint and
+    decoding, in that order)."""
+    mode = {("sampled",): [], ("greedy",): ["--greedy"], ("sampled", "greedy"): ["--both"]}[tuple(decodings)]
+    log = work / f"evaluate-{len(list(work.glob('evaluate*.log')))}.log"
     seconds = _run([sys.executable, "-m", "cua_rl.evaluate", "--config", config, "--seeds-per-task",
-                    str(args.seeds_per_task), "--concurrency", str(args.eval_concurrency), "--checkpoints",
-                    *[str(p) for p in checkpoints], *extra], work / "evaluate.log", env)
-    scores = [json.loads(line) for line in (work / "evaluate.log").read_text().splitlines()
-              if line.startswith('{"checkpoint"')]
-    if len(scores) != len(checkpoints):
-        raise SystemExit(f"evaluate.py printed {len(scores)} results for {len(checkpoints)} checkpoints")
+                    str(args.seeds_per_task), "--concurrency", str(args.eval_concurrency), "--samples", str(samples),
+                    *mode, "--checkpoints", *[str(p) for p in checkpoints], *extra], log, env)
+    scores = [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"checkpoint"')]
+    if len(scores) != len(checkpoints) * len(decodings):
+        raise SystemExit(f"evaluate.py printed {len(scores)} results for {len(checkpoints)} checkpoints "
+                         f"x {len(decodings)} decodings")
     return seconds, scores
+
+
+def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm: Path, sft: dict, steps: int,
+               wall: dict, started: float, decodings: tuple[str, ...]) -> dict:
+    """The multi-turn recipe (issue 33's bench): GRPO from one warm start with ``--rl-seeds`` seeds and the
+    shuffled-rewards control; the warm start and each run's last step evaluated sampled (``--samples`` per
+    instance: success, pass@K, turns) and greedy; the greedy rise with its paired bootstrap interval."""
+    rl_seeds = list(range(1, (args.rl_seeds or 3) + 1))
+    samples = args.samples or 4
+    run_warm = warm if args.warm_start else None
+    runs: dict[str, Path] = {}
+    for seed in rl_seeds:
+        label = f"grpo-s{seed}"
+        wall[label], ckpts = _rl(label, config, run_warm, steps, work, env, [*extra, f"seed={seed}"])
+        runs[label] = ckpts[steps]
+    if not args.no_control:
+        wall["control"], ckpts = _rl("control", config, run_warm, steps, work, env,
+                                     [*extra, "seed=1", "trajectory.shuffle_rewards=true"])
+        runs["control"] = ckpts[steps]
+    kept = baseline_file(warm, config, [*extra, f"decodings={decodings}", f"samples={samples}"],
+                         args.seeds_per_task, args.eval_concurrency)
+    baseline = None if args.fresh_baseline or not kept.is_file() else json.loads(kept.read_text())["scores"]
+    todo = ([] if baseline else [warm]) + list(runs.values())
+    wall["evaluate"], scores = _evaluate(todo, config, extra, args, work, env, decodings, samples)
+    per = {}   # checkpoint label -> {"sampled": score, "greedy": score}
+    labels = ([] if baseline else ["sft"]) + list(runs)
+    for i, label in enumerate(labels):
+        per[label] = {d: scores[i * len(decodings) + j] for j, d in enumerate(decodings)}
+    if baseline:
+        per["sft"] = dict(zip(decodings, baseline))
+    else:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps({"scores": [per["sft"][d] for d in decodings],
+                                    "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+
+    def figures(label: str) -> dict:
+        sampled, greedy = per[label]["sampled"], per[label]["greedy"]
+        return {"success": sampled["success"], f"pass_at_{samples}": sampled["pass_at_k"],
+                "greedy": greedy["success"], "greedy_slip": greedy["slices"].get("slip"),
+                "greedy_clean": greedy["slices"].get("clean"), "turns": sampled["mean_turns"]}
+
+    grpo = [label for label in runs if label.startswith("grpo")]
+    before = figures("sft")
+    mean = lambda key: round(sum(figures(l)[key] for l in grpo) / len(grpo), 4)   # noqa: E731
+    greedy_before = per["sft"]["greedy"]["outcomes"]
+    result = {
+        "recipe": "multiturn", "config": os.path.relpath(config, ROOT), "overrides": extra, "steps": steps,
+        "episodes_per_checkpoint": {"sampled": per["sft"]["sampled"]["episodes"],
+                                    "greedy": per["sft"]["greedy"]["episodes"]},
+        "success_before": before["success"], "success_after": mean("success"),
+        "greedy_before": before["greedy"], "greedy_after": mean("greedy"),
+        "slip_greedy_before": before["greedy_slip"], "slip_greedy_after": mean("greedy_slip"),
+        f"pass_at_{samples}": {"before": before[f"pass_at_{samples}"], "after": mean(f"pass_at_{samples}")},
+        "turns_per_episode": {"before": before["turns"], "after": mean("turns")},
+        "rise_ci95": paired_rise(greedy_before, [per[l]["greedy"]["outcomes"] for l in grpo])["ci95"],
+        "seeds": [{"seed": int(l.rsplit("s", 1)[1]), **figures(l),
+                   "greedy_rise": paired_rise(greedy_before, [per[l]["greedy"]["outcomes"]])} for l in grpo],
+        "controls": ({"shuffled_rewards": {**figures("control"), "greedy_rise": paired_rise(
+            greedy_before, [per["control"]["greedy"]["outcomes"]])}} if "control" in per else {}),
+        "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "wrong_demonstrations", "rows", "steps",
+                                        "loss_before", "loss_after")},
+        "baseline": {"kept": str(kept), "reused": baseline is not None},
+        "dropped_episodes": sum(r["dropped"] for r in scores),
+        "model_errors": sum(r["model_errors"] for r in scores),
+        "wall_s": {**wall, "total": round(time.monotonic() - started, 1)},
+        "workdir": str(work),
+    }
+    result["greedy_rise"] = round(result["greedy_after"] - result["greedy_before"], 4)
+    png = Path(args.plot) if args.plot else work / "learning.png"
+    plot({"episodes_per_checkpoint": result["episodes_per_checkpoint"]["greedy"],
+          "curve": [{"step": 0, "success": before["greedy"]}, {"step": steps, "success": result["greedy_after"]}],
+          "control": {"curve": ([{"step": 0, "success": before["greedy"]},
+                                 {"step": steps, "success": figures("control")["greedy"]}] if "control" in per else [])}},
+         png)
+    result["plot"] = str(png)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return result
 
 
 def _keep(kept: Path, score: dict) -> None:

@@ -108,6 +108,25 @@ def test_learn_config_is_the_cpu_stack_learning_a_curriculum_family_from_a_warm_
     assert control.trajectory.shuffle_rewards
 
 
+def test_multiturn_config_keeps_every_screenshot_so_an_episode_trains_as_one_row(tmp_path, monkeypatch):
+    """config.multiturn.yaml: the key-sequence family, failures run to max_turns, and the agent (run request
+    field), the endpoint and the demonstrations all keep every screenshot of an episode, so its prompts chain
+    and ``concat`` exports one row per episode; the agent's field reaches each run request."""
+    from cua_rl.local_gym import load_tasks
+    from cua_rl.workflow import CUAAgentWorkflow
+
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = load(tmp_path, config="config.multiturn.yaml")
+    assert [load_tasks().get(t).family for t in cfg.sft.tasks] == ["key-sequence"] == \
+        [load_tasks().get(t).family for t in cfg.task_source.task_ids]
+    assert cfg.max_turns > 4 and cfg.trajectory.export_style == "concat"
+    assert cfg.gbox_mini_agent_extra == {"historyImages": cfg.max_turns} and \
+        cfg.policy.max_screenshots_in_history == cfg.sft.history_images == cfg.max_turns
+    kwargs = CUAAgentWorkflow.kwargs_from_config(cfg, cfg.gconfig, 4)
+    assert kwargs["agent"].extra == {"historyImages": cfg.max_turns}
+    assert load(tmp_path / "d", config="config.learn.yaml").gbox_mini_agent_extra == {}
+
+
 def test_the_test_vllm_server_is_the_one_the_cpu_config_launches(tmp_path, monkeypatch):
     """VLLMServer (tests, benches) must start vLLM exactly as AReaL does from config.cpu.yaml, so what the
     gates prove holds for training: the same server flags, the same CPU worker extension, the same
