@@ -281,6 +281,11 @@ def main(argv: list[str] | None = None) -> dict:
         result["control"]["rise"] = round(result["control"]["success_after"] - result["success_before"], 4)
     png = Path(args.plot) if args.plot else work / "learning.png"
     plot(result, png)
+    return _report(result, png, args)
+
+
+def _report(result: dict, png: Path, args) -> dict:
+    """The bench's output: the JSON on stdout (and in ``--out``), with where the plot went."""
     result["plot"] = str(png)
     text = json.dumps(result, indent=2)
     print(text)
@@ -377,12 +382,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
           "control": {"curve": ([{"step": 0, "success": before["greedy"]},
                                  {"step": steps, "success": figures("control")["greedy"]}] if "control" in per else [])}},
          png)
-    result["plot"] = str(png)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return result
+    return _report(result, png, args)
 
 
 def _keep(kept: Path, score: dict) -> None:
