@@ -1,6 +1,7 @@
 """Does it learn? SFT warm start, GRPO from it, the same GRPO with shuffled rewards; held-out success of each.
 
-Prints one JSON object and writes a PNG plot of the curves. Every stage is the user's own command:
+Prints one JSON object and writes a PNG plot of the curves (``--recipe multiturn``: the multi-turn recipe's
+figures, see ``_multiturn``). Every stage is the user's own command:
   1. the warm start ``train.sh`` builds when ``sft.warm_start`` is on (``python -m cua_rl.sft``: scripted
      demonstrations, AReaL's SFT engine), kept under ``<CUA_RL_HOME>/warm-starts`` and reused;
   2. ``train.sh --config CONFIG``: GRPO from that warm start (found by train.sh itself, as in a user's run;
@@ -21,8 +22,8 @@ itself is kept: the key hashes everything that decides that score (the warm star
 ``cua_rl``, the recipe's YAML files, the overrides, the instance count and concurrency), so any change to
 them measures it again; ``--fresh-baseline`` always does.
 
-Usage: python bench/learning_bench.py [--config examples/cua_agent/config.learn.yaml] [--steps N]
-       [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
+Usage: python bench/learning_bench.py [--recipe onestep|multiturn] [--config CFG] [--steps N]
+       [--rl-seeds N] [--samples K] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
        [--fresh-baseline] [--workdir DIR] [--out JSON]
        [--plot PNG]
        [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
@@ -47,7 +48,6 @@ from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cua_agent"
-DEFAULT_CONFIG = EXAMPLE / "config.learn.yaml"
 # --recipe: the config each names, and how its checkpoints are decoded in evaluation
 RECIPES = {"onestep": (EXAMPLE / "config.learn.yaml", ("sampled",)),
            "multiturn": (EXAMPLE / "config.multiturn.yaml", ("sampled", "greedy"))}
