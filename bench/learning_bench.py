@@ -338,10 +338,8 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         per[label] = {d: scores[i * len(decodings) + j] for j, d in enumerate(decodings)}
     if baseline:
         per["sft"] = dict(zip(decodings, baseline))
-    else:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_text(json.dumps({"scores": [per["sft"][d] for d in decodings],
-                                    "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+    else:   # measured now: kept for the next run with the same key
+        _keep(kept, {"scores": [per["sft"][d] for d in decodings]})
 
     def figures(label: str) -> dict:
         sampled, greedy = per[label]["sampled"], per[label]["greedy"]
