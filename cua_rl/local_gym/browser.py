@@ -47,13 +47,18 @@ WM_CLASS = "Chromium"
 MAX_SITE_FILE = 8 << 20
 # Installed in every document before its own scripts: counts the trusted input events the page receives.
 INPUT_COUNTER_JS = """(() => { let n = 0;
-  for (const t of ['mousedown', 'mouseup', 'keydown', 'wheel'])
+  for (const t of ['mousedown', 'mouseup', 'keydown', 'keyup', 'wheel'])
     addEventListener(t, e => { if (e.isTrusted) n++; }, true);
   Object.defineProperty(window, '__cuaInputs', {get: () => n}); })()"""
 # How long an action waits for the page to count its input. Pages count theirs within ~10-50 ms; a busy
 # machine (load ~10 on 2 cores in CI) can take longer, and a timeout there let a submit click overtake typed
 # keys (enter-text-2 scored -1 once). Only input that never reaches the page (a native popup) waits it out.
 INPUT_WAIT_S = 2.0
+# How long one reading of that count may take. A cold browser on a loaded machine can take seconds to answer;
+# when a 2 s reading timed out the action skipped its wait altogether, so text typed right after a click could
+# overtake the click (a likely cause of enter-text-dynamic and simple-arithmetic each losing their text once in
+# a CI run on a cold browser: the text never reached the field).
+INPUT_READ_S = 10.0
 CHROMIUM_FLAGS = (
     "--kiosk", "--no-first-run", "--no-default-browser-check", "--disable-gpu", "--disable-quic",
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
@@ -269,9 +274,14 @@ class BrowserDesktop(Desktop):
     # focus (seen under load: text typed right after clicking a field landed in the previous field). So an
     # action on a browser desktop returns only once the page has received its input events.
     async def input_count(self) -> int | None:
+        """The page's count of input events; None when there is none to read (no counter, the document is
+        being replaced) or the page did not answer within ``INPUT_READ_S`` (logged)."""
         try:
-            return await self.aevaluate("window.__cuaInputs === undefined ? null : window.__cuaInputs", 2.0)
-        except (CDPError, TimeoutError):
+            return await self.aevaluate("window.__cuaInputs === undefined ? null : window.__cuaInputs", INPUT_READ_S)
+        except CDPError:
+            return None
+        except TimeoutError:
+            logger.info("%s: the page did not report its input count within %.0f s", self.display, INPUT_READ_S)
             return None
 
     async def wait_input(self, before: int | None, at_least: int, timeout_s: float = INPUT_WAIT_S) -> bool:
@@ -306,10 +316,10 @@ def page_events(action) -> int:
         return 2 * action.count
     if action.type in ("drag", "press"):
         return 2
-    if action.type == "type":
-        return len(action.text)
+    if action.type == "type":   # each character's keyup: the page has its text once they arrived
+        return 2 * len(action.text)
     if action.type == "key":
-        return 1
+        return 2
     if action.type == "scroll":
         return 1 if action.dx or action.dy else 0
     return 0
