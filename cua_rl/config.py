@@ -138,6 +138,9 @@ class TrajectoryConfig:
     # Negative control of the learning gate (bench/learning_bench.py), never for real training: each group's
     # rewards are dealt to its episodes by a seeded permutation before the advantages are computed.
     shuffle_rewards: bool = False
+    # The second negative control (trajectory.groups.ScreenshotSwap), never for real training: each group
+    # trains on screenshots other groups showed, so the screen no longer matches the action.
+    shuffle_screenshots: bool = False
     # Opt-in shaping (cua_rl/trajectory/shaping.py): the reward trained on is the evaluation's score plus
     # format_reward * (fraction of valid model outputs) + action_reward * (fraction of actions performed).
     format_reward: float = 0.0

@@ -73,6 +73,52 @@ def shuffle_rewards(outcomes: list[EpisodeOutcome], key: str) -> list[EpisodeOut
     return [replace(o, reward=r, info={**o.info, "true_reward": o.reward}) for o, r in zip(outcomes, rewards)]
 
 
+class ScreenshotSwap:
+    """The second negative control of the learning bench (``trajectory.shuffle_screenshots``), never for real
+    training: every screenshot a group trains on is replaced by one that an earlier group of this process
+    showed (same image grid), so the rows keep their tokens, actions and rewards but no longer show the screen
+    the action was chosen on. A run trained on this must not learn what depends on the screen. The same
+    screenshot maps to the same stand-in within a group (the turns of a concat row stay consistent); a group
+    finished before any other (the first of a run) keeps its own. ``keep``: stand-ins kept per grid."""
+
+    def __init__(self, seed: int | str, keep: int = 256) -> None:
+        self.rng = random.Random(seed)
+        self.keep = keep
+        self.pool: dict[tuple, dict[str, Any]] = {}   # image grid -> {hash: pixel block}
+
+    def __call__(self, outcomes: list[EpisodeOutcome]) -> list[EpisodeOutcome]:
+        import torch
+
+        from cua_rl.policy.records import tensor_sha256
+
+        stand_in: dict[str, Any] = {}   # hash of a screenshot of this group -> the block it trains with
+        seen: list[tuple[tuple, str, Any]] = []
+
+        def swap(mmi: dict | None) -> dict | None:
+            if not mmi or "pixel_values" not in mmi or "image_grid_thw" not in mmi:
+                return mmi
+            grids = [tuple(g) for g in mmi["image_grid_thw"].tolist()]
+            blocks = torch.split(mmi["pixel_values"], [math.prod(g) for g in grids])
+            out = []
+            for grid, block in zip(grids, blocks):
+                key = tensor_sha256(block)
+                if key not in stand_in:
+                    seen.append((grid, key, block))
+                    earlier = list(self.pool.get(grid, {}).values())
+                    stand_in[key] = self.rng.choice(earlier) if earlier else block
+                out.append(stand_in[key])
+            return {**mmi, "pixel_values": torch.cat(out)}
+
+        swapped = [replace(o, turns=[replace(t, multi_modal_input=swap(t.multi_modal_input)) for t in o.turns])
+                   for o in outcomes]
+        for grid, key, block in seen:   # after the swap: a group never trains on its own screenshots
+            kept = self.pool.setdefault(grid, {})
+            kept[key] = block
+            while len(kept) > self.keep:
+                kept.pop(next(iter(kept)))
+        return swapped
+
+
 def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
                 style: ExportStyle = "individual", discount: float = 1.0,
                 equal_episode_weight: bool = True) -> dict[str, Any] | None:

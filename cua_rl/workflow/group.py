@@ -42,7 +42,7 @@ from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEnd
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.runs import RunPaths
-from cua_rl.trajectory import EpisodeOutcome, group_batch, normalise_group, rows_of, shuffle_rewards
+from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, group_batch, normalise_group, rows_of, shuffle_rewards
 from cua_rl.trajectory.rows import new_rollout_uuid
 from cua_rl.trajectory.shaping import shaped_reward
 
@@ -74,6 +74,14 @@ def _section(cls, value):
     if value is None:
         return cls()
     return value if isinstance(value, cls) else cls(**(asdict(value) if is_dataclass(value) else value))
+
+
+_SWAPS: dict[int, ScreenshotSwap] = {}
+
+
+def _screenshot_swap(seed: int) -> ScreenshotSwap:
+    """The process's one ``ScreenshotSwap`` (its pool spans every group this rollout worker trains)."""
+    return _SWAPS.setdefault(seed, ScreenshotSwap(seed))
 
 
 class CUAAgentWorkflow(RolloutWorkflow):
@@ -186,6 +194,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         t = self.trajectory
         if t.shuffle_rewards:
             outcomes = shuffle_rewards(outcomes, f"{self.seed}:{task_id}:{seed}:{data.get('item_idx')}")
+        if t.shuffle_screenshots:
+            outcomes = _screenshot_swap(self.seed)(outcomes)
         self._report_advantages(outcomes)
         batch = group_batch(outcomes, normalise=t.normalise_in_group, scale_by_std=t.scale_by_std,
                             style=t.export_style, discount=t.turn_discount,

@@ -1,5 +1,7 @@
 """Turn records -> AReaL rows and GRPO groups (pure tensor logic; no services needed)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from areal.utils.data import concat_padded_tensors
@@ -7,6 +9,7 @@ from areal.utils.data import concat_padded_tensors
 from cua_rl.policy.records import Turn
 from cua_rl.trajectory import (
     EpisodeOutcome,
+    ScreenshotSwap,
     concat_row,
     rows_of,
     episode_weights,
@@ -152,6 +155,46 @@ def test_shuffle_rewards_keeps_the_groups_rewards_and_loses_which_episode_earned
     assert [o.reward for o in shuffled] != [o.reward for o in outcomes]     # this key moves the rewards
     assert shuffle_rewards(outcomes, "7:050:11:0") == shuffled                # the same key, the same deal
     assert outcomes[0].reward == 1.0 and "true_reward" not in outcomes[0].info  # the input is untouched
+
+
+def _shot(value: float, grid=(1, 2, 2)) -> dict:
+    """One screenshot's processor output: 4 patches of 3 values, all ``value``."""
+    return {"pixel_values": torch.full((4, 3), value), "image_grid_thw": torch.tensor([grid])}
+
+
+def _two_shots(a: float, b: float) -> dict:
+    return {"pixel_values": torch.cat([_shot(a)["pixel_values"], _shot(b)["pixel_values"]]),
+            "image_grid_thw": torch.tensor([[1, 2, 2], [1, 2, 2]])}
+
+
+def test_screenshot_swap_trains_each_group_on_screens_other_groups_showed():
+    """The screenshots-shuffled control: tokens, actions and rewards stay; every screenshot becomes one an
+    earlier group showed (the first group keeps its own); one screenshot maps to one stand-in in a group."""
+    def episode(shots: list[dict], reward: float) -> EpisodeOutcome:
+        turns = [replace(_turn([1, 2], [3]), multi_modal_input=mmi, n_images=len(mmi["image_grid_thw"]))
+                 for mmi in shots]
+        return EpisodeOutcome(turns, reward)
+
+    def pixels(outcomes: list[EpisodeOutcome]) -> list:
+        return [t.multi_modal_input and t.multi_modal_input["pixel_values"].tolist() for o in outcomes for t in o.turns]
+
+    swap = ScreenshotSwap(seed=3)
+    first = [episode([_shot(1.0), _two_shots(1.0, 2.0)], 1.0), episode([_shot(1.0)], 0.0)]
+    assert pixels(swap(first)) == pixels(first)                   # nothing earlier to show: unchanged
+    second = [episode([_shot(5.0), _two_shots(5.0, 6.0)], 0.0), episode([_shot(5.0)], 1.0)]
+    out = swap(second)
+    assert [o.reward for o in out] == [0.0, 1.0] and [len(o.turns) for o in out] == [2, 1]
+    assert [t.prompt_ids + t.output_ids for o in out for t in o.turns] == [[1, 2, 3]] * 3
+    values = [t.multi_modal_input["pixel_values"].view(-1, 4, 3)[:, 0, 0].tolist() for o in out for t in o.turns]
+    assert all(v in (1.0, 2.0) for shots in values for v in shots), values   # only the first group's screens
+    assert values[0][0] == values[1][0] == values[2][0]           # screenshot 5.0 -> one stand-in everywhere
+    assert second[0].turns[0].multi_modal_input["pixel_values"][0, 0] == 5.0   # the input is untouched
+    # a grid no earlier group showed keeps its own screenshot
+    odd = [episode([_shot(9.0, grid=(1, 1, 4))], 1.0)]
+    assert swap(odd)[0].turns[0].multi_modal_input["pixel_values"][0, 0] == 9.0
+    # a text-only turn passes through
+    plain = [EpisodeOutcome([_turn([1], [2])], 1.0)]
+    assert swap(plain) == plain and pixels(plain) == [None]
 
 
 def test_rows_name_each_output_tokens_monitor_turn_and_the_trainer_side_reads_them_back():
