@@ -23,7 +23,7 @@ itself is kept: the key hashes everything that decides that score (the warm star
 them measures it again; ``--fresh-baseline`` always does.
 
 Usage: python bench/learning_bench.py [--recipe onestep|multiturn] [--config CFG] [--steps N]
-       [--rl-seeds N] [--samples K] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
+       [--rl-seeds N] [--samples K] [--greedy-only] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
        [--fresh-baseline] [--workdir DIR] [--out JSON]
        [--plot PNG]
        [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
@@ -52,6 +52,9 @@ EXAMPLE = ROOT / "examples" / "cua_agent"
 RECIPES = {"onestep": (EXAMPLE / "config.learn.yaml", ("sampled",)),
            "multiturn": (EXAMPLE / "config.multiturn.yaml", ("sampled", "greedy"))}
 BOOTSTRAP = 2000                  # resamples of the held-out instances for rise_ci95
+# --recipe multiturn: the negative controls, each a GRPO run from the same warm start with one override
+CONTROLS = {"shuffled_rewards": "trajectory.shuffle_rewards=true",          # which episode succeeded is lost
+            "shuffled_screenshots": "trajectory.shuffle_screenshots=true"}  # which screen an action saw is lost
 
 
 def _run(cmd: list[str], log: Path, env: dict[str, str]) -> float:
@@ -184,6 +187,49 @@ def plot(result: dict, path: Path) -> None:
     img.save(path)
 
 
+def plot_multiturn(result: dict, path: Path) -> None:
+    """The multi-turn bench as a PNG (Pillow only): each run's rollout success per step (lines), and held-out
+    greedy success of the warm start (step 0) and of each run's last step (dots at the right edge)."""
+    from PIL import Image, ImageDraw
+
+    w, h, left, right, top, bottom = 760, 440, 60, 230, 40, 60
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    steps = result["steps"]
+
+    def xy(step: float, s: float) -> tuple[float, float]:
+        return (left + (w - left - right) * step / steps, h - bottom - (h - top - bottom) * s)
+
+    d.rectangle([left, top, w - right, h - bottom], outline="black")
+    for i in range(6):
+        x0, y0 = xy(0, i / 5)
+        d.line([x0 - 4, y0, x0, y0], fill="black")
+        d.text((20, y0 - 6), f"{i / 5:.1f}", fill="black")
+    for step in range(0, steps + 1, max(1, steps // 6)):
+        x0, y0 = xy(step, 0)
+        d.line([x0, y0, x0, y0 + 4], fill="black")
+        d.text((x0 - 4, y0 + 8), str(step), fill="black")
+    d.text((left, h - 28), "GRPO step: lines = rollout success per step; dots = held-out greedy success "
+                           "(step 0 = warm start)", fill="black")
+    d.text((left, 12), f"multi-turn recipe ({result['episodes_per_checkpoint']['greedy']} held-out instances)",
+           fill="black")
+    runs = [(f"GRPO seed {r['seed']}", r, (200, 30 + 60 * i, 30)) for i, r in enumerate(result["seeds"])]
+    runs += [(name.replace("_", " ") + " (control)", r, colour) for (name, r), colour in
+             zip(result["controls"].items(), ((90, 90, 90), (40, 90, 200)))]
+    x0, y0 = xy(0, result["greedy_before"])
+    d.ellipse([x0 - 5, y0 - 5, x0 + 5, y0 + 5], fill="black")
+    for row, (name, run, colour) in enumerate(runs):
+        pts = [xy(i + 1, v) for i, v in enumerate(run.get("rollout_success", []))]
+        if len(pts) > 1:
+            d.line(pts, fill=colour, width=2)
+        x1, y1 = xy(steps, run["greedy"])
+        d.ellipse([x1 - 5, y1 - 5, x1 + 5, y1 + 5], fill=colour)
+        d.line([w - right + 15, top + 10 + 16 * row, w - right + 40, top + 10 + 16 * row], fill=colour, width=3)
+        d.text((w - right + 45, top + 4 + 16 * row), f"{name}: {run['greedy']:.2f}", fill="black")
+    d.text((w - right + 15, top + 12 + 16 * len(runs)), f"warm start: {result['greedy_before']:.2f}", fill="black")
+    img.save(path)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="onestep",
@@ -201,6 +247,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--eval-concurrency", type=int, default=16,
                         help="held-out episodes at once (one-turn episodes mostly wait; on 2 cores 48 episodes "
                              "took 34.0 s at 8, 31.4 s at 16)")
+    parser.add_argument("--greedy-only", action="store_true",
+                        help="multiturn: evaluate greedy decoding only, before and after (CI's learning gate)")
     parser.add_argument("--warm-start", default="", help="an SFT checkpoint to start from (skips stage 1)")
     parser.add_argument("--fresh-baseline", action="store_true",
                         help="evaluate the warm start again even when its score under the same key is kept")
@@ -235,6 +283,7 @@ def main(argv: list[str] | None = None) -> dict:
         wall["sft"] = round(time.monotonic() - t0, 1)
         sft = json.loads((warm / STAMP).read_text())["result"]
     if args.recipe == "multiturn":
+        decodings = ("greedy",) if args.greedy_only else decodings
         return _multiturn(args, config, extra, work, env, warm, sft, steps, wall, started, decodings)
     if args.baseline_only:
         return _baseline_only(warm, config, extra, args, work, env)
@@ -313,23 +362,30 @@ def _evaluate(checkpoints: list[Path], config: str, extra: list[str], args, work
 def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm: Path, sft: dict, steps: int,
                wall: dict, started: float, decodings: tuple[str, ...]) -> dict:
     """The multi-turn recipe (issue 33's bench): GRPO from one warm start with ``--rl-seeds`` seeds and the
-    shuffled-rewards control; the warm start and each run's last step evaluated sampled (``--samples`` per
-    instance: success, pass@K, turns) and greedy; the greedy rise with its paired bootstrap interval."""
+    two controls (``CONTROLS``); the warm start and each run's last step evaluated sampled (``--samples`` per
+    instance: success, pass@K, turns) and greedy (``--greedy-only``: greedy alone, CI's gate); the greedy
+    rise with its paired bootstrap interval; each run's rollout success per step."""
     rl_seeds = list(range(1, (args.rl_seeds or 3) + 1))
-    samples = args.samples or 4
+    samples = 1 if "sampled" not in decodings else (args.samples or 4)
+    kept = baseline_file(warm, config, [*extra, f"decodings={decodings}", f"samples={samples}"],
+                         args.seeds_per_task, args.eval_concurrency)
+    baseline = None if args.fresh_baseline or not kept.is_file() else json.loads(kept.read_text())["scores"]
+    if args.baseline_only:
+        if baseline is None:
+            wall["evaluate"], baseline = _evaluate([warm], config, extra, args, work, env, decodings, samples)
+            _keep(kept, {"scores": baseline})
+        result = {"baseline": dict(zip(decodings, baseline)), "kept": str(kept)}
+        print(json.dumps(result, indent=2))
+        return result
     run_warm = warm if args.warm_start else None
     runs: dict[str, Path] = {}
     for seed in rl_seeds:
         label = f"grpo-s{seed}"
         wall[label], ckpts = _rl(label, config, run_warm, steps, work, env, [*extra, f"seed={seed}"])
         runs[label] = ckpts[steps]
-    if not args.no_control:
-        wall["control"], ckpts = _rl("control", config, run_warm, steps, work, env,
-                                     [*extra, "seed=1", "trajectory.shuffle_rewards=true"])
-        runs["control"] = ckpts[steps]
-    kept = baseline_file(warm, config, [*extra, f"decodings={decodings}", f"samples={samples}"],
-                         args.seeds_per_task, args.eval_concurrency)
-    baseline = None if args.fresh_baseline or not kept.is_file() else json.loads(kept.read_text())["scores"]
+    for name in ([] if args.no_control else CONTROLS):
+        wall[name], ckpts = _rl(name, config, run_warm, steps, work, env, [*extra, "seed=1", CONTROLS[name]])
+        runs[name] = ckpts[steps]
     todo = ([] if baseline else [warm]) + list(runs.values())
     wall["evaluate"], scores = _evaluate(todo, config, extra, args, work, env, decodings, samples)
     per = {}   # checkpoint label -> {"sampled": score, "greedy": score}
@@ -342,29 +398,36 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         _keep(kept, {"scores": [per["sft"][d] for d in decodings]})
 
     def figures(label: str) -> dict:
-        sampled, greedy = per[label]["sampled"], per[label]["greedy"]
-        return {"success": sampled["success"], f"pass_at_{samples}": sampled["pass_at_k"],
+        sampled, greedy = per[label].get("sampled"), per[label]["greedy"]
+        return {"success": sampled and sampled["success"], f"pass_at_{samples}": sampled and sampled["pass_at_k"],
                 "greedy": greedy["success"], "greedy_slip": greedy["slices"].get("slip"),
-                "greedy_clean": greedy["slices"].get("clean"), "turns": sampled["mean_turns"]}
+                "greedy_clean": greedy["slices"].get("clean"), "turns": (sampled or greedy)["mean_turns"]}
+
+    def mean(key: str) -> float | None:
+        values = [figures(label)[key] for label in grpo]
+        return None if None in values else round(sum(values) / len(values), 4)
+
+    def rise(labels: list[str]) -> dict:
+        return paired_rise(per["sft"]["greedy"]["outcomes"], [per[label]["greedy"]["outcomes"] for label in labels])
 
     grpo = [label for label in runs if label.startswith("grpo")]
     before = figures("sft")
-    mean = lambda key: round(sum(figures(l)[key] for l in grpo) / len(grpo), 4)   # noqa: E731
-    greedy_before = per["sft"]["greedy"]["outcomes"]
+    experiment = _experiment(config, extra)
     result = {
         "recipe": "multiturn", "config": os.path.relpath(config, ROOT), "overrides": extra, "steps": steps,
-        "episodes_per_checkpoint": {"sampled": per["sft"]["sampled"]["episodes"],
-                                    "greedy": per["sft"]["greedy"]["episodes"]},
+        "decodings": list(decodings),
+        "episodes_per_checkpoint": {d: per["sft"][d]["episodes"] for d in decodings},
         "success_before": before["success"], "success_after": mean("success"),
         "greedy_before": before["greedy"], "greedy_after": mean("greedy"),
         "slip_greedy_before": before["greedy_slip"], "slip_greedy_after": mean("greedy_slip"),
+        "clean_greedy_before": before["greedy_clean"], "clean_greedy_after": mean("greedy_clean"),
         f"pass_at_{samples}": {"before": before[f"pass_at_{samples}"], "after": mean(f"pass_at_{samples}")},
         "turns_per_episode": {"before": before["turns"], "after": mean("turns")},
-        "rise_ci95": paired_rise(greedy_before, [per[l]["greedy"]["outcomes"] for l in grpo])["ci95"],
-        "seeds": [{"seed": int(l.rsplit("s", 1)[1]), **figures(l),
-                   "greedy_rise": paired_rise(greedy_before, [per[l]["greedy"]["outcomes"]])} for l in grpo],
-        "controls": ({"shuffled_rewards": {**figures("control"), "greedy_rise": paired_rise(
-            greedy_before, [per["control"]["greedy"]["outcomes"]])}} if "control" in per else {}),
+        "rise_ci95": rise(grpo)["ci95"],
+        "seeds": [{"seed": int(label.rsplit("s", 1)[1]), **figures(label), "greedy_rise": rise([label]),
+                   **run_record(work, experiment, label)} for label in grpo],
+        "controls": {name: {**figures(name), "greedy_rise": rise([name]), **run_record(work, experiment, name)}
+                     for name in CONTROLS if name in per},
         "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "wrong_demonstrations", "rows", "steps",
                                         "loss_before", "loss_after")},
         "baseline": {"kept": str(kept), "reused": baseline is not None},
@@ -375,12 +438,21 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     }
     result["greedy_rise"] = round(result["greedy_after"] - result["greedy_before"], 4)
     png = Path(args.plot) if args.plot else work / "learning.png"
-    plot({"episodes_per_checkpoint": result["episodes_per_checkpoint"]["greedy"],
-          "curve": [{"step": 0, "success": before["greedy"]}, {"step": steps, "success": result["greedy_after"]}],
-          "control": {"curve": ([{"step": 0, "success": before["greedy"]},
-                                 {"step": steps, "success": figures("control")["greedy"]}] if "control" in per else [])}},
-         png)
+    plot_multiturn(result, png)
     return _report(result, png, args)
+
+
+def run_record(work: Path, experiment: str, label: str) -> dict:
+    """What one RL run's own logs say: its rollout success per step (the trainer's statistics) and the weight
+    versions vLLM loaded, in order (AReaL's disk update: one per step but the last)."""
+    from cua_rl.run.summary import read_scalars
+
+    logs = next((work / "fileroot" / "logs").glob(f"*/{experiment}/{label}"))
+    success = read_scalars(logs / "tensorboard").get("rollout/task_success", [])
+    rollout_log = (logs / "rollout.log").read_text(errors="replace")
+    return {"rollout_success": [round(v, 3) for _, v in success],
+            "served_versions": [int(v) for v in re.findall(r"loaded weights from \S*weight_update_v(\d+)", rollout_log)],
+            "logs": str(logs)}
 
 
 def _keep(kept: Path, score: dict) -> None:

@@ -216,7 +216,7 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
 
 def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
     """(config file, why it was chosen, its loaded config). Given: that file. Else with a GPU config.yaml;
-    without one config.learn.yaml when the run is embedded (the learning recipe), config.cpu.yaml when it
+    without one config.multiturn.yaml when the run is embedded (the learning recipe), config.cpu.yaml when it
     names a gym: the embedded question is answered by the loaded config itself (``embedded_enabled``)."""
     overrides, keys = request.overrides, request.flag_keys
     if request.config_file:
@@ -225,7 +225,7 @@ def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
     if gpu:
         path = str(EXAMPLE_DIR / "config.yaml")
         return path, "default: a GPU is present", load_config(path, overrides, keys)
-    path = str(EXAMPLE_DIR / "config.learn.yaml")
+    path = str(EXAMPLE_DIR / "config.multiturn.yaml")
     config = load_config(path, overrides, keys)
     if config.embedded_enabled:
         return path, "default: no GPU found, embedded stack: the learning recipe", config

@@ -157,7 +157,7 @@ def test_issue_example_prints_overrides_and_never_the_token(launcher):
 
 
 def test_config_choice_is_made_once_from_the_loaded_config(launcher):
-    assert launcher([])[1]["config"] == f"{EXAMPLE / 'config.learn.yaml'} (default: no GPU found, embedded " \
+    assert launcher([])[1]["config"] == f"{EXAMPLE / 'config.multiturn.yaml'} (default: no GPU found, embedded " \
                                         "stack: the learning recipe)"
     assert launcher([])[1]["mode"] == "embedded stack (gym id desktop)"
     assert launcher(["gym_base_url=http://127.0.0.1:7"])[1]["config"].startswith(str(EXAMPLE / "config.cpu.yaml"))

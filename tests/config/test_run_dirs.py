@@ -94,7 +94,7 @@ def test_resume_without_a_name_picks_the_newest_committed_run(tmp_path):
 
 
 def test_choosing_the_cpu_config_for_a_given_gym_leaves_no_learning_recipe_directory(tmp_path):
-    """Without a GPU the launcher loads config.learn.yaml to ask whether the run is embedded; with a gym given
+    """Without a GPU the launcher loads config.multiturn.yaml to ask whether the run is embedded; with a gym given
     it is not, and that load's log directory (config.yaml only) must not stay behind as a second run."""
     from cua_rl.run import cli
     from cua_rl.run.launch import choose_config
@@ -102,6 +102,6 @@ def test_choosing_the_cpu_config_for_a_given_gym_leaves_no_learning_recipe_direc
     request = cli.Request(overrides=["gym_base_url=http://127.0.0.1:9", "gym_id=desktop", "trial_name=mine",
                                      f"cluster.fileroot={tmp_path}"])
     path, _, config = choose_config(request, gpu=False)
-    assert path.endswith("config.cpu.yaml") and config.experiment_name != "cua-learn"
+    assert path.endswith("config.cpu.yaml") and not config.experiment_name.startswith("cua-learn")
     experiments = {p.name for p in tmp_path.glob("logs/*/*")}
-    assert "cua-learn" not in experiments and config.experiment_name in experiments
+    assert "cua-learn-multiturn" not in experiments and config.experiment_name in experiments

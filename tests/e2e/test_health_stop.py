@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# the one-turn recipe: the quickest run of the embedded stack (this test needs no learning, and the
+# multi-turn default runs episodes of up to 6 turns)
+LEARN = ROOT / "examples" / "cua_agent" / "config.learn.yaml"
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(900)]
 
 
@@ -33,7 +36,7 @@ def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_pat
     xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
     started = time.monotonic()
     # no warm start: the policy section is part of its key, and this run needs no trained model
-    proc = subprocess.run(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=4", "train_dataset.batch_size=1", "gconfig.n_samples=2",
+    proc = subprocess.run(["bash", str(ROOT / "examples/cua_agent/train.sh"), "--config", str(LEARN), "total_train_steps=4", "train_dataset.batch_size=1", "gconfig.n_samples=2",
                            "trial_name=unreached", "sft.warm_start=false", "policy.advertised_host=127.0.0.2",
                            "health.stall_seconds=10"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=800)

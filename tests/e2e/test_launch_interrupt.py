@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# the one-turn recipe: the quickest run of the embedded stack (this test needs no learning, and the
+# multi-turn default runs episodes of up to 6 turns)
+LEARN = ROOT / "examples" / "cua_agent" / "config.learn.yaml"
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(900)]
 
 
@@ -51,7 +54,7 @@ def test_ctrl_c_tears_everything_down(tmp_path):
     log = open(tmp_path / "out.log", "w+")
     # Many steps, so that the run is surely still going when it is interrupted; no warm start (a teardown
     # test needs no trained model, and a cold cache would spend its deadline building one).
-    proc = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=50",
+    proc = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), "--config", str(LEARN), "total_train_steps=50",
                              "trial_name=interrupt", "sft.warm_start=false", "baseline_eval=true",
                              "task_source.kind=gym", "gym_limit=2", "train_dataset.batch_size=2",
                              "gconfig.n_samples=2"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
