@@ -23,7 +23,7 @@ itself is kept: the key hashes everything that decides that score (the warm star
 them measures it again; ``--fresh-baseline`` always does.
 
 Usage: python bench/learning_bench.py [--recipe onestep|multiturn] [--config CFG] [--steps N]
-       [--rl-seeds N] [--samples K] [--greedy-only] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
+       [--rl-seeds N] [--samples K] [--greedy-only] [--controls A,B] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
        [--fresh-baseline] [--workdir DIR] [--out JSON]
        [--plot PNG]
        [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
@@ -243,7 +243,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the config's)")
     parser.add_argument("--seeds-per-task", type=int, default=32, help="held-out instances per family")
     parser.add_argument("--eval-every", type=int, default=2, help="evaluate every K-th step's checkpoint")
-    parser.add_argument("--no-control", action="store_true", help="skip the shuffled-rewards run")
+    parser.add_argument("--no-control", action="store_true", help="skip the control runs")
+    parser.add_argument("--controls", default=",".join(CONTROLS),
+                        help=f"multiturn: which controls to run, comma-separated (of {', '.join(CONTROLS)})")
     parser.add_argument("--eval-concurrency", type=int, default=16,
                         help="held-out episodes at once (one-turn episodes mostly wait; on 2 cores 48 episodes "
                              "took 34.0 s at 8, 31.4 s at 16)")
@@ -383,7 +385,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         label = f"grpo-s{seed}"
         wall[label], ckpts = _rl(label, config, run_warm, steps, work, env, [*extra, f"seed={seed}"])
         runs[label] = ckpts[steps]
-    for name in ([] if args.no_control else CONTROLS):
+    for name in ([] if args.no_control else _controls(args.controls)):
         wall[name], ckpts = _rl(name, config, run_warm, steps, work, env, [*extra, "seed=1", CONTROLS[name]])
         runs[name] = ckpts[steps]
     todo = ([] if baseline else [warm]) + list(runs.values())
@@ -440,6 +442,13 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     png = Path(args.plot) if args.plot else work / "learning.png"
     plot_multiturn(result, png)
     return _report(result, png, args)
+
+
+def _controls(names: str) -> list[str]:
+    picked = [n for n in names.split(",") if n]
+    if unknown := [n for n in picked if n not in CONTROLS]:
+        raise SystemExit(f"--controls: unknown {unknown}; known: {', '.join(CONTROLS)}")
+    return picked
 
 
 def run_record(work: Path, experiment: str, label: str) -> dict:
