@@ -106,6 +106,14 @@ def test_learn_config_is_the_cpu_stack_learning_a_curriculum_family_from_a_warm_
     assert cfg.actor.optimizer.type == "sgd" and cfg.gconfig.n_samples >= 2
     control = load(tmp_path / "c", "trajectory.shuffle_rewards=true", config="config.learn.yaml")
     assert control.trajectory.shuffle_rewards
+    # the bench's controls are overrides of the recipe a user runs (each key must be in config.yaml's schema)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("learning_bench", EXAMPLE.parents[1] / "bench" / "learning_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for i, override in enumerate(bench.CONTROLS.values()):
+        key = override.split("=")[0].split(".")[1]
+        assert getattr(load(tmp_path / f"k{i}", override, config="config.multiturn.yaml").trajectory, key) is True
 
 
 def test_multiturn_config_keeps_every_screenshot_so_an_episode_trains_as_one_row(tmp_path, monkeypatch):
