@@ -30,7 +30,9 @@ from cua_rl.areal_ext.resume import settle
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
 STEPS = 3
-ARGS = [f"total_train_steps={STEPS}", "train_dataset.batch_size=1", "gconfig.n_samples=2", "task_source.repeat=2",
+# the one-turn recipe (its warm start is kept): with the multi-turn default a step took 6 s and the run ended
+# before the kill
+ARGS = ["--config", str(ROOT / "examples" / "cua_agent" / "config.learn.yaml"), f"total_train_steps={STEPS}", "train_dataset.batch_size=1", "gconfig.n_samples=2", "task_source.repeat=2",
         "trial_name=resume"]
 
 
