@@ -109,8 +109,10 @@ async def test_bad_input_is_rejected_and_desktop_stays_usable(gym):
 
 async def test_cap_pool_reaper_and_shutdown():
     """Separate small server: concurrency cap (429), warm pool, TTL reaper, shutdown ends every desktop."""
+    # the TTL is long while the cap is checked (a cold create under load takes seconds, and the warm execution
+    # made before it must not be reaped meanwhile), then short for the reaper's part
     server = start_gym_server(port=0, max_executions=2, pool_size=1, max_spares=1, prewarm=["012"],
-                              ttl_s=1.5, reap_interval_s=0.2)
+                              ttl_s=600, reap_interval_s=0.2)
     all_pids: set[int] = set()
     try:
         async with GenvClient(server.url, server.gym_id) as c:
@@ -128,6 +130,8 @@ async def test_cap_pool_reaper_and_shutdown():
             assert err.value.status_code == 429 and "concurrency cap" in err.value.detail
 
             # keep one alive with activity, let the other go idle past its TTL
+            server.manager.opt.ttl_s = 1.5
+            await c.get_execution(warm.execution_id)   # its idle time starts now
             for _ in range(12):
                 await c.get_execution(cold.execution_id)
                 await asyncio.sleep(0.25)
