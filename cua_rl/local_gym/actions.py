@@ -7,6 +7,7 @@ malformed actions are 422, coordinates outside 0..1 are 422, text over ``MAX_TEX
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import time
@@ -156,7 +157,8 @@ async def perform(action: Action, xin: XInput, width: int, height: int, state: d
     px = lambda f: min(int(f * width), width - 1)    # noqa: E731
     py = lambda f: min(int(f * height), height - 1)  # noqa: E731
     async def run(fn, *args):  # XTEST calls are sub-millisecond: run inline, no thread hop
-        fn(*args)
+        if inspect.isawaitable(done := fn(*args)):   # a backend that paces its input (the VM's typing)
+            await done
     if action.type == "click":
         await run(xin.click, px(action.x), py(action.y), action.button, action.count)
     elif action.type == "press":

@@ -86,7 +86,9 @@ async def test_a_vm_task_through_the_genv_api_from_set_up_to_terminate(guest):
                     assert reply == {"ok": True, "screen_changed": True}
                 assert await c.screenshot(eid) != png
                 done = await c.evaluate(eid)
-                assert done.success is True and done.reward == 1.0
+                files = gym.manager.executions[eid].desktop.files
+                assert done.success is True and done.reward == 1.0, \
+                    (done.raw["result"], {f: files.read(f, 100) for f in ("greeting.txt", "date.txt")})
 
                 # refused input changes nothing: a character the VM keyboard cannot type
                 reply = await c.act(eid, {"type": "type", "text": "é"})

@@ -24,6 +24,7 @@ QEMU runs as the gym's user: the guest is the sandbox.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import ntpath
@@ -210,9 +211,19 @@ class VMInput:
             codes.append(code)
         self._vm.key(*codes)
 
-    def type_text(self, text: str) -> None:
+    # QEMU's PS/2 keyboard holds 16 bytes the guest has not read yet and drops what comes on top (a character
+    # is 2 bytes, 4 with shift). A guest vCPU that a loaded host holds off for a moment lost keys of a line
+    # sent in one burst (CI: "echo hello > /root/greeting.txt" never made the file). A gap after every
+    # character gives the guest 4 characters' worth (~80 ms) to catch up: 32 characters take ~0.6 s.
+    key_gap_s = 0.02
+
+    async def type_text(self, text: str) -> None:
+        """Type ``text`` a character at a time, ``key_gap_s`` apart (awaited: the gym's other executions go
+        on meanwhile)."""
         keys = [char_qcode(ch) for ch in text]   # all or nothing: refuse before the first key
-        for code, shift in keys:
+        for i, (code, shift) in enumerate(keys):
+            if i:
+                await asyncio.sleep(self.key_gap_s)
             self._vm.key(*(("shift", code) if shift else (code,)))
 
     def reset_modifiers(self) -> None:
