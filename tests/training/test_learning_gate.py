@@ -41,12 +41,15 @@ scores varied widely from run to run (docs/learning.md).
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from cua_rl.areal_ext.health import BY_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 12
@@ -153,16 +156,25 @@ def _assert_monitor_has_the_trainer_logprobs(db: Path) -> None:
         assert run["status"] == "completed"
         # the first step's rollouts: long trained and reported by the end (the newest rollouts of a run may be
         # read ahead for a step that never trains, and the last step's values may still be queued at its end)
+        # Step 1 is on-policy (both sides hold the warm start, in float32), so the two agree token for token
+        # up to arithmetic: CI saw a median of 0, a mean of 2e-5 and one token at 0.016 (the second turn of
+        # three identical episodes). A sampler the trainer does not match shows a gap near 0.5 (images
+        # swapped) or far above 0.05 (weights not updated): docs/learning.md, tests/policy/test_gates_trainer.py.
         first = views.groups(store, "steps", training["steps"][0]["id"])
-        trained = 0
+        trained, diffs = 0, []
         for member in (m for group in first["groups"] for m in group["members"]):
             rollout = views.rollout(store, member["id"])
             for turn in rollout["turns"]:
                 tokens = turn["tokens"]
                 if "trainer_logprobs" in tokens:
                     trained += 1
-                    diffs = [abs(a - b) for a, b in zip(tokens["trainer_logprobs"], tokens["logprobs"], strict=True)]
-                    assert max(diffs) < 1e-2, (rollout["id"], turn["turn"], max(diffs))
+                    turn_diffs = [abs(a - b) for a, b in
+                                  zip(tokens["trainer_logprobs"], tokens["logprobs"], strict=True)]
+                    assert max(turn_diffs) < BY_NAME["sampler_logprob_gap"].threshold, \
+                        (rollout["id"], turn["turn"], max(turn_diffs))
+                    diffs += turn_diffs
         assert trained >= 4, trained   # at least one group of 4 episodes
+        assert statistics.median(diffs) < 1e-3 and statistics.fmean(diffs) < 1e-3, \
+            (statistics.median(diffs), statistics.fmean(diffs))
     finally:
         store.close()
