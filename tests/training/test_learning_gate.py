@@ -15,9 +15,9 @@ the last step on ``EPISODES`` key-sequence instances no training group draws. On
   least ``SLIP_AFTER``. Sharpening the warm start cannot do that: its greedy choice there is the wrong key
   (the shuffled-rewards control, docs/learning.md: 0.06 -> 0.00 on that slice). A sign error in the
   advantages, rewards on the wrong rows, a shifted loss mask, a wrong image in a row or a weight update that
-  never reaches vLLM would each leave that slice wrong. The run must also learn on its own rollouts (success
-  of the last steps above the first steps') and have served every step's weights: vLLM loaded weight
-  versions 1, 2, ... in order.
+  never reaches vLLM would each leave that slice wrong. The sampled rollouts must not collapse meanwhile
+  (success of the last steps at most ``COLLAPSE`` below the first steps') and every step's weights must have
+  been served: vLLM loaded weight versions 1, 2, ... in order.
 - ``test_the_readme_command_trains_through_the_whole_stack_and_reports_it``: what the user of the README's
   command sees and gets: the kept warm start used, one console line per step instead of AReaL's table, the
   disk weight update that vLLM's CPU worker loaded, every policy turn's prompt ids verified against vLLM with
@@ -57,6 +57,7 @@ EPISODES = 128                # held-out instances, each played once greedily
 MARGIN = 0.2                  # the rise of held-out greedy success
 # the yellow slice: the warm start is wrong there (0.16 measured), GRPO flips it (0.95 at step 12, seeds 1 and 2)
 SLIP_BEFORE, SLIP_AFTER = 0.2, 0.6
+COLLAPSE = 0.2                # how far the sampled rollouts' success may fall from the first steps' to the last
 
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
 
@@ -104,10 +105,16 @@ def test_grpo_flips_the_biased_slice_and_serves_every_step(gate_run):
     assert result["slip_greedy_before"] <= SLIP_BEFORE and result["greedy_before"] <= 1 - MARGIN, result
     assert result["greedy_rise"] >= MARGIN and result["rise_ci95"][0] > 0, result
     assert result["slip_greedy_after"] >= SLIP_AFTER, result
-    # it learned on its own rollouts: the last third of the steps succeeded more often than the first third
+    # the sampled policy did not collapse while its greedy choice flipped: the last third of the steps' rollout
+    # success (16 episodes a step, temperature 1) is not more than COLLAPSE below the first third's. Sampled
+    # success hardly moves in 12 steps (it starts near 0.7: sampling finds the right key on the biased slice
+    # now and then), so "the last third above the first" was a coin flip: first -> last third means of
+    # 0.72 -> 0.78 and 0.69 -> 0.90 (session 6's seeds), 0.72 -> 0.88 and 0.69 -> 0.59 (two CI runs, held-out
+    # greedy 0.93 and 0.95 in both); the one-turn recipe's collapse (docs/learning.md) fell to about 0.
     success = run["rollout_success"]
     third = len(success) // 3
-    assert len(success) == STEPS and sum(success[-third:]) > sum(success[:third]), success
+    first, last = sum(success[:third]) / third, sum(success[-third:]) / third
+    assert len(success) == STEPS and last >= first - COLLAPSE, success
     # every step's weights reached the model that served the next rollouts, in order (AReaL's disk update)
     assert run["served_versions"][:STEPS - 1] == list(range(1, STEPS)), run["served_versions"]
 
