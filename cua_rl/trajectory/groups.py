@@ -21,9 +21,10 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
 from areal.utils.data import concat_padded_tensors
 
-from cua_rl.policy.records import Turn
+from cua_rl.policy.records import Turn, tensor_sha256
 
 from .rows import ExportStyle, episode_rows, turn_key
 
@@ -87,10 +88,6 @@ class ScreenshotSwap:
         self.pool: dict[tuple, dict[str, Any]] = {}   # image grid -> {hash: pixel block}
 
     def __call__(self, outcomes: list[EpisodeOutcome]) -> list[EpisodeOutcome]:
-        import torch
-
-        from cua_rl.policy.records import tensor_sha256
-
         stand_in: dict[str, Any] = {}   # hash of a screenshot of this group -> the block it trains with
         seen: list[tuple[tuple, str, Any]] = []
 
