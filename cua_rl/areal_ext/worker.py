@@ -11,6 +11,9 @@ before any model is built there:
 - ``trainer_logprobs.enable()``: the gap between the trainer's recomputed logprobs and the engine's goes
   into every step's statistics (a health check reads it); with the Training Monitor on (``MONITOR_BASE_URL``
   and a token in the environment, set by ``train.py``), each turn's values are sent to it for the viewer.
+- ``local_shards.enable()``: a batch shard this worker holds itself is read from its memory instead of
+  being serialized to base64 JSON and fetched over its own HTTP server (cua_rl/areal_ext/local_shards.py);
+  ``CUA_RL_AREAL_LOCAL_SHARDS=0`` leaves AReaL's fetch as it is.
 - ``share_vllm_cache()``, on the CPU stack only (``CUA_RL_SHARED_VLLM_CACHE`` in ``CPU_ENV``): AReaL gives
   every vLLM server a new cache directory (``VLLM_CACHE_ROOT``/<uuid>, so compile caches of servers on one
   GPU node cannot collide), which also empties vLLM's model-class cache: each start then inspects the model
@@ -25,7 +28,7 @@ from __future__ import annotations
 import os
 import runpy
 
-from cua_rl.areal_ext import trainer_logprobs
+from cua_rl.areal_ext import local_shards, trainer_logprobs
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
 
@@ -39,6 +42,8 @@ def main() -> None:
     share_vllm_cache()
     enable_packed_sdpa()
     trainer_logprobs.enable()
+    if os.environ.get("CUA_RL_AREAL_LOCAL_SHARDS", "1") != "0":   # "0": AReaL's own fetch (bench/trainer_bench.py)
+        local_shards.enable()
     runpy.run_module("areal.infra.rpc.rpc_server", run_name="__main__", alter_sys=True)
 
 
