@@ -188,7 +188,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def plot_multiturn(result: dict, path: Path) -> None:
-    """The multi-turn bench as a PNG (Pillow only): each run's rollout success per step (lines), and held-out
+    """The multi-turn bench as a PNG (Pillow only): each run's sampled success per policy version (lines), and held-out
     greedy success of the warm start (step 0) and of each run's last step (dots at the right edge)."""
     from PIL import Image, ImageDraw
 
@@ -209,8 +209,8 @@ def plot_multiturn(result: dict, path: Path) -> None:
         x0, y0 = xy(step, 0)
         d.line([x0, y0, x0, y0 + 4], fill="black")
         d.text((x0 - 4, y0 + 8), str(step), fill="black")
-    d.text((left, h - 28), "GRPO step: lines = rollout success per step; dots = held-out greedy success "
-                           "(step 0 = warm start)", fill="black")
+    d.text((left, h - 28), "GRPO step: lines = sampled success of the policy before each step; dots = held-out "
+                           "greedy success (step 0 = warm start)", fill="black")
     d.text((left, 12), f"multi-turn recipe ({result['episodes_per_checkpoint']['greedy']} held-out instances)",
            fill="black")
     runs = [(f"GRPO seed {r['seed']}", r, (200, 30 + 60 * i, 30)) for i, r in enumerate(result["seeds"])]
@@ -219,7 +219,7 @@ def plot_multiturn(result: dict, path: Path) -> None:
     x0, y0 = xy(0, result["greedy_before"])
     d.ellipse([x0 - 5, y0 - 5, x0 + 5, y0 + 5], fill="black")
     for row, (name, run, colour) in enumerate(runs):
-        pts = [xy(i + 1, v) for i, v in enumerate(run.get("rollout_success", []))]
+        pts = [xy(i + 1, v) for i, v in enumerate(run.get("rollout_success", [])) if v is not None]
         if len(pts) > 1:
             d.line(pts, fill=colour, width=2)
         x1, y1 = xy(steps, run["greedy"])
@@ -366,7 +366,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     """The multi-turn recipe (issue 33's bench): GRPO from one warm start with ``--rl-seeds`` seeds and the
     two controls (``CONTROLS``); the warm start and each run's last step evaluated sampled (``--samples`` per
     instance: success, pass@K, turns) and greedy (``--greedy-only``: greedy alone, CI's gate); the greedy
-    rise with its paired bootstrap interval; each run's rollout success per step."""
+    rise with its paired bootstrap interval; each run's sampled success per policy version (``run_record``)."""
     rl_seeds = list(range(1, (args.rl_seeds or 3) + 1))
     samples = 1 if "sampled" not in decodings else (args.samples or 4)
     kept = baseline_file(warm, config, [*extra, f"decodings={decodings}", f"samples={samples}"],
@@ -427,8 +427,8 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         "turns_per_episode": {"before": before["turns"], "after": mean("turns")},
         "rise_ci95": rise(grpo)["ci95"],
         "seeds": [{"seed": int(label.rsplit("s", 1)[1]), **figures(label), "greedy_rise": rise([label]),
-                   **run_record(work, experiment, label)} for label in grpo],
-        "controls": {name: {**figures(name), "greedy_rise": rise([name]), **run_record(work, experiment, name)}
+                   **run_record(work, experiment, label, steps)} for label in grpo],
+        "controls": {name: {**figures(name), "greedy_rise": rise([name]), **run_record(work, experiment, name, steps)}
                      for name in CONTROLS if name in per},
         "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "wrong_demonstrations", "rows", "steps",
                                         "loss_before", "loss_after")},
@@ -451,16 +451,28 @@ def _controls(names: str) -> list[str]:
     return picked
 
 
-def run_record(work: Path, experiment: str, label: str) -> dict:
-    """What one RL run's own logs say: its rollout success per step (the trainer's statistics) and the weight
-    versions vLLM loaded, in order (AReaL's disk update: one per step but the last)."""
-    from cua_rl.run.summary import read_scalars
+def run_record(work: Path, experiment: str, label: str, steps: int) -> dict:
+    """What one RL run's own records say: the sampled success of each policy version that trained (versions
+    0 .. steps - 1, from the run's Training Monitor: every episode is filed under the version that started it,
+    so each version's episodes count once; the trainer's ``rollout/*`` statistics count the episodes that
+    finished during a step instead, and a step whose batch was read ahead has none) and the weight versions
+    vLLM loaded, in order (AReaL's disk update: one per step but the last)."""
+    from cua_rl.monitor import views
+    from cua_rl.monitor.store import Store, sqlite_url
 
     logs = next((work / "fileroot" / "logs").glob(f"*/{experiment}/{label}"))
-    success = read_scalars(logs / "tensorboard").get("rollout/task_success", [])
+    store = Store.open(sqlite_url(logs / "monitor" / "monitor.db"))
+    try:
+        [run] = views.trainings(store)
+        by_version = {s["step"]: views.groups(store, "steps", s["id"])["summary"]["success_rate"]
+                      for s in views.training(store, run["id"])["steps"]}
+    finally:
+        store.close()
     rollout_log = (logs / "rollout.log").read_text(errors="replace")
-    return {"rollout_success": [round(v, 3) for _, v in success],
-            "served_versions": [int(v) for v in re.findall(r"loaded weights from \S*weight_update_v(\d+)", rollout_log)],
+    success = [by_version.get(v) for v in range(steps)]
+    served = re.findall(r"loaded weights from \S*weight_update_v(\d+)", rollout_log)
+    return {"rollout_success": [None if v is None else round(v, 3) for v in success],
+            "served_versions": [int(v) for v in served],
             "logs": str(logs)}
 
 
