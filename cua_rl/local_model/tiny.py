@@ -206,6 +206,20 @@ def is_current(model_dir: str | Path, seed: int = 0, spec: TinySpec | None = Non
     return saved == _stamp(seed, spec or TinySpec()) and (Path(model_dir) / "config.json").exists()
 
 
+def ensure_embedded_model(config) -> Path:
+    """``actor.path`` of ``config``; when that is the embedded tiny model's directory, the model is built there
+    first if it is missing or an older builder's (the launcher before vLLM starts, and the warm start before its
+    key is taken: the key names the base weights, so a key taken before the build names no weights and the
+    next run, which finds them, builds the warm start again)."""
+    from cua_rl.config import resolve_tiny_model_dir
+
+    model_dir = Path(config.actor.path).expanduser()
+    if model_dir == Path(resolve_tiny_model_dir(config)) and not is_current(model_dir):
+        logger.info("building the tiny offline model at %s", model_dir)
+        build_tiny(model_dir)
+    return model_dir
+
+
 def _fix_tokenizer_config(out: Path) -> None:
     """Name the Qwen tokenizer class (as real Qwen checkpoints do) and keep the chat template visible.
 

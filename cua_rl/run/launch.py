@@ -129,18 +129,11 @@ def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
 
 def _prepare_cpu(config) -> dict[str, str]:
     """No GPU: the tiny model (built offline when ``actor.path`` has none) and vLLM's CPU environment."""
+    from cua_rl.local_model.tiny import ensure_embedded_model
     from cua_rl.local_model.vllm_server import CPU_ENV
 
-    from cua_rl.config import resolve_tiny_model_dir
-
-    model_dir = Path(config.actor.path)
-    if model_dir == Path(resolve_tiny_model_dir(config)):
-        from cua_rl.local_model.tiny import build_tiny, is_current
-
-        if not is_current(model_dir):  # missing, or left by an older builder (e.g. a head size vLLM rejects)
-            logger.info("building the tiny offline model at %s", model_dir)
-            build_tiny(model_dir)
-    elif not (model_dir / "config.json").exists():
+    model_dir = ensure_embedded_model(config)
+    if not (model_dir / "config.json").exists():
         raise SystemExit(f"actor.path {model_dir} has no config.json: not a model directory")
     logger.info("no GPU: AReaL launches vLLM on the CPU for %s", model_dir)
     return dict(CPU_ENV)

@@ -87,6 +87,9 @@ def ensure_warm_start(config, config_file: str, overrides: list[str], log_file: 
                       env: dict[str, str] | None = None) -> Path:
     """The warm start of ``config``: reused when built, else built now (``python -m cua_rl.sft`` with the
     run's config file and overrides, in ``env``; output to ``log_file``, progress lines to the console)."""
+    from cua_rl.local_model.tiny import ensure_embedded_model
+
+    ensure_embedded_model(config)   # the key names the base weights: they must exist when it is taken
     key = warm_start_key(config)   # once: the stamp must name the key the directory was found by
     out = _dir_of(key)
     if is_built(out):

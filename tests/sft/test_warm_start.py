@@ -5,9 +5,11 @@ command tests/sft/test_sft.py runs; the learning gate (tests/training/test_learn
 import json
 from pathlib import Path
 
+import pytest
 from areal.api.cli_args import load_expr_config
 
 from cua_rl.config import CUAConfig
+from cua_rl.local_model import tiny
 from cua_rl.sft import warm_start
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cua_agent"
@@ -44,10 +46,14 @@ def test_the_key_follows_the_base_models_files(tmp_path, monkeypatch):
 
 def test_only_a_stamped_build_is_reused_and_a_partial_one_is_not(tmp_path, monkeypatch):
     monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
-    cfg = _config(tmp_path / "a")
+    model = tmp_path / "model"   # a base model of the user's (the embedded tiny one: the next test)
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    cfg = _config(tmp_path / "a", f"actor.path={model}")
     out = warm_start.warm_start_dir(cfg)
     assert out.parent == tmp_path / "home" / "warm-starts"
-    assert warm_start.warm_start_dir(_config(tmp_path / "b", "experiment_name=another")) == out   # shared
+    assert warm_start.warm_start_dir(_config(tmp_path / "b", "experiment_name=another", f"actor.path={model}")) \
+        == out   # shared
     out.mkdir(parents=True)
     (out / "config.json").write_text("{}")
     assert not warm_start.is_built(out)          # weights without the stamp: a build that did not finish
@@ -55,3 +61,27 @@ def test_only_a_stamped_build_is_reused_and_a_partial_one_is_not(tmp_path, monke
     assert warm_start.is_built(out)
     # a built one is returned without running anything (the command would fail: no such config file)
     assert warm_start.ensure_warm_start(cfg, "/nonexistent.yaml", [], tmp_path / "log") == out
+
+
+def test_a_first_run_takes_the_key_once_the_embedded_model_is_built(tmp_path, monkeypatch):
+    """On a fresh machine the embedded tiny model is built on first use. The key names the base weights, so it
+    must be taken after that build: taken before (as the learning bench did), it named no weights, and the next
+    run, which found them, looked under another key and built the warm start again (8 minutes here)."""
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = _config(tmp_path / "a")
+    model = Path(cfg.actor.path)
+    assert model == tmp_path / "home" / "models" / "tiny-qwen3-vl" and not model.exists()
+    without_weights = warm_start.warm_start_key(cfg)
+    started = []
+
+    def sft_command(cmd, log_file, env):   # where the SFT command would write: stop before running it
+        started.append(next(a.split("=", 1)[1] for a in cmd if a.startswith("sft.output_dir=")))
+        raise RuntimeError("not run in this test: tests/sft/test_sft.py runs it")
+
+    monkeypatch.setattr(warm_start, "_run_showing_progress", sft_command)
+    with pytest.raises(RuntimeError, match="not run"):
+        warm_start.ensure_warm_start(cfg, "/nonexistent.yaml", [], tmp_path / "log")
+    assert tiny.is_current(model)
+    key = warm_start.warm_start_key(cfg)
+    assert key != without_weights
+    assert Path(started[0]).name.startswith(f"sft-{key}.partial-"), started
