@@ -9,7 +9,9 @@ then on (the default). From each run's own records:
   - ``train_step_s``, ``recompute_logp_s``, ``compute_advantage_s``: AReaL's ``timeperf`` statistics, the
     median over the steps after the first (the first step also waits for the first rollouts);
   - ``step_s``: the console's wall time per step, same median; ``run_s``: ``train.sh`` from start to exit;
-  - ``rollout_success``: per step, so a change in what was trained would show.
+  - ``rollout_success``: per policy version, from the run's Training Monitor (bench/learning_bench.py
+    ``run_record``: each episode once, under the version that started it), so a change in what was trained
+    would show.
 ``ratio`` is on/off for each. The run trains for real (the warm start is built once and reused), so the
 steps of the two runs see different episodes; the medians over steps 2.. are what compare.
 """
@@ -29,7 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 from cua_rl.run.summary import read_scalars   # noqa: E402
+from learning_bench import load_config, run_record   # noqa: E402
 
 TIMEPERF = {"train_step_s": "timeperf/train_step", "recompute_logp_s": "timeperf/recompute_logp",
             "compute_advantage_s": "timeperf/compute_advantage"}
@@ -55,7 +59,8 @@ def _run(name: str, config: str, steps: int, work: Path, local_shards: bool) -> 
     record = {key: _median_after_first([v for _, v in scalars.get(tag, [])]) for key, tag in TIMEPERF.items()}
     step_s = re.findall(r"\[cua-rl\] step \d+/\d+: .*step ([0-9.]+) s", out)
     record["step_s"] = _median_after_first([float(s) for s in step_s])
-    record["rollout_success"] = [round(v, 3) for _, v in scalars.get("rollout/task_success", [])]
+    experiment = load_config(config, []).experiment_name
+    record["rollout_success"] = run_record(work, experiment, name, steps)["rollout_success"]
     record["run_s"] = round(time.monotonic() - started, 1)
     return record
 

@@ -6,13 +6,15 @@ the actor that is every step's chain: ``compute_advantages`` returns the whole b
 ``ppo_update`` takes it back; AReaL fetches each shard over HTTP even when it lives in the same process
 (its own docstring on ``rtensor.remove`` says so): the batch is serialized to base64 JSON, sent to itself,
 parsed and decoded. For a vision-language batch the images dominate (a multi-turn row carries every
-screenshot's ``pixel_values``, float32); a py-spy profile of the CPU recipe's trainer had about half its
-step there.
+screenshot's ``pixel_values``, float32); a py-spy profile of the CPU recipe's actor had more samples there
+than in the backward pass, and reading them from memory cut its ``train_step`` from 26.0 to 14.4 s
+(bench/trainer_bench.py, docs/bench/trainer_bench.json).
 
 ``enable()`` wraps ``HttpRTensorBackend.fetch``: a shard whose id is in this process's storage is
-returned as a copy of the stored tensor (the HTTP path also gives the caller a CPU tensor of its own); every other
-shard goes the usual way, in one call, in the original order. Shard ids are random UUIDs, so an id found
-in local storage is that shard. Process-wide and idempotent; ``cua_rl.areal_ext.worker`` calls it.
+returned as a copy of the stored tensor (the HTTP path also gives the caller a CPU tensor of its own);
+every other shard goes the usual way, in one call, in the original order. Shard ids are random UUIDs, so
+an id found in local storage is that shard. Process-wide and idempotent; ``cua_rl.areal_ext.worker``
+calls it.
 """
 
 from __future__ import annotations

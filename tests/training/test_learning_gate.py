@@ -99,7 +99,8 @@ def test_grpo_flips_the_biased_slice_and_serves_every_step(gate_run):
           f"{result['greedy_after']:.3f} at step {STEPS}, paired 95% interval of the rise {result['rise_ci95']}; "
           f"biased slice {result['slip_greedy_before']} -> {result['slip_greedy_after']}; turns per episode "
           f"{result['turns_per_episode']}; rollout success per step {run['rollout_success']}; "
-          f"{result['episodes_per_checkpoint']['greedy']} instances; wall {result['wall_s']}")
+          f"{result['episodes_per_checkpoint']['greedy']} instances; warm start's score "
+          f"{'kept' if result['baseline']['reused'] else 'measured now'}; wall {result['wall_s']}")
     assert result["episodes_per_checkpoint"]["greedy"] == EPISODES
     assert result["dropped_episodes"] == 0 and result["model_errors"] == 0, result
     # the warm start's greedy choice is wrong where its demonstrator was biased: it can be flipped, not sharpened
