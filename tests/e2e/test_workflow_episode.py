@@ -17,7 +17,7 @@ from cua_rl.policy import close_loop_servers, tensor_sha256
 from cua_rl.policy.images import DecodedImage, fit_pixels
 from cua_rl.trajectory import group_batch
 from cua_rl.workflow import Dropped, tally
-from tests.doubles.embedded_stack import first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
+from tests.doubles.embedded_stack import POLICY, first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
 
 pytestmark = [pytest.mark.desktop]
 
@@ -81,8 +81,7 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         # dead model server, and in the step's statistics for the run's health checks (episode_lost)
         from areal.utils import stats_tracker
 
-        unreached = make_workflow(stack, policy={"max_screenshots_in_history": 2, "max_pixels": 200704,
-                                                 "advertised_host": "127.0.0.2"})
+        unreached = make_workflow(stack, policy={**POLICY, "advertised_host": "127.0.0.2"})
         lost = tally.totals("train")
         stats_tracker.get("rollout").export(reset=True)
         assert await unreached.arun_episode(stack["engine"], await first_task(stack)) is None
@@ -137,8 +136,7 @@ async def test_turns_recorded_without_the_prompt_proof_stop_the_run(stack, monke
     from cua_rl.areal_ext.health import Health, HealthConfig
 
     monkeypatch.setattr("cua_rl.policy.endpoint.install_prompt_proof", lambda engine: False)
-    wf = make_workflow(stack, policy={"max_screenshots_in_history": 2, "max_pixels": 200704,
-                                      "require_prompt_proof": False})
+    wf = make_workflow(stack, policy={**POLICY, "require_prompt_proof": False})
     try:
         stats_tracker.get("rollout").export(reset=True)
         batch = await wf.arun_episode(stack["engine"], await first_task(stack))
