@@ -23,7 +23,7 @@ itself is kept: the key hashes everything that decides that score (the warm star
 them measures it again; ``--fresh-baseline`` always does.
 
 Usage: python bench/learning_bench.py [--recipe onestep|multiturn] [--config CFG] [--steps N]
-       [--rl-seeds N] [--samples K] [--greedy-only] [--controls A,B] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
+       [--rl-seeds N] [--samples K] [--greedy-only] [--controls A,B] [--mutations A,B|all] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
        [--fresh-baseline] [--workdir DIR] [--out JSON]
        [--plot PNG]
        [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
@@ -43,6 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cua_rl.areal_ext.health import STOP_MARK
 from cua_rl.run.launch import load_config   # the config the stages will see, loaded as the launcher does
 from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 
@@ -55,6 +56,29 @@ BOOTSTRAP = 2000                  # resamples of the held-out instances for rise
 # --recipe multiturn: the negative controls, each a GRPO run from the same warm start with one override
 CONTROLS = {"shuffled_rewards": "trajectory.shuffle_rewards=true",          # which episode succeeded is lost
             "shuffled_screenshots": "trajectory.shuffle_screenshots=true"}  # which screen an action saw is lost
+# --mutations: known defects switched on (cua_rl/trajectory/mutations.py), each a GRPO run from the same warm
+# start that the learning gate must fail
+MUTATIONS = {"negate_advantages": "trajectory.mutation=negate_advantages",   # pushed away from what succeeded
+             "stale_weights": "trajectory.mutation=stale_weights",           # updates never reach vLLM
+             "shift_loss_mask": "trajectory.mutation=shift_loss_mask",       # the loss mask one token late
+             "batch_recentring": "trajectory.mutation=batch_recentring",     # issue 33 (a) back on
+             "token_weighting": "trajectory.equal_episode_weight=false"}     # issue 33 (b) back on
+
+# The learning gate's bar: CI's gate (tests/training/test_learning_gate.py) judges its one run with
+# ``gate_failures``, and the bench judges every run with it, the controls and mutations included (they must
+# fail). A rise of held-out greedy success of at least MARGIN with its paired interval above 0. From the warm
+# start of one machine (yellow 0.16) 12 steps gave +0.34 and +0.35 (yellow 0.95); from another's (yellow 0.035)
+# GRPO is slower and varies more: +0.36, +0.33 and +0.12 at step 16 (yellow 0.82, 0.77, 0.28; the interval of
+# the last [0.06, 0.18]), +0.09 at step 12. The shuffled-rewards and shuffled-screenshots controls went -0.05
+# and -0.07 (interval [-0.12, -0.03]), yellow to 0.00 (docs/learning.md). The gate asks for a rise that is
+# real and a gain on the slice where the warm start is wrong, not for how fast a run gets there.
+MARGIN = 0.1
+# the yellow slice: the warm start is wrong there (greedy 0.16 and 0.035 measured, two machines), and must gain
+SLIP_BEFORE, SLIP_GAIN = 0.2, 0.2
+# How far the sampled rollouts' success may fall from the first third of the policy versions to the last: the
+# one-turn recipe's collapse fell to about 0 (docs/learning.md); from the more biased warm start one 16-step run
+# fell 0.72 -> 0.49 (one version at 0.25) while its greedy success still rose 0.56 -> 0.68.
+COLLAPSE = 0.3
 
 
 def _run(cmd: list[str], log: Path, env: dict[str, str]) -> float:
@@ -237,7 +261,8 @@ def main(argv: list[str] | None = None) -> dict:
                              "(key-sequence: 3 decisions, reward at the end), evaluated sampled and greedy")
     parser.add_argument("--config", default="", help="a recipe file of your own (default: the recipe's)")
     parser.add_argument("--rl-seeds", type=int, default=None,
-                        help="GRPO runs from the same warm start, seed=1..N (multiturn default 3, onestep 1)")
+                        help="GRPO runs from the same warm start, seed=1..N (multiturn default 3, onestep 1; "
+                             "multiturn 0: controls and mutations only)")
     parser.add_argument("--samples", type=int, default=None,
                         help="sampled episodes per held-out instance, for pass@K (multiturn default 4)")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the config's)")
@@ -246,6 +271,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-control", action="store_true", help="skip the control runs")
     parser.add_argument("--controls", default=",".join(CONTROLS),
                         help=f"multiturn: which controls to run, comma-separated (of {', '.join(CONTROLS)})")
+    parser.add_argument("--mutations", default="",
+                        help=f"multiturn: known defects to switch on, one GRPO run each, comma-separated or all "
+                             f"(of {', '.join(MUTATIONS)}); the gate must fail each")
     parser.add_argument("--eval-concurrency", type=int, default=16,
                         help="held-out episodes at once (one-turn episodes mostly wait; on 2 cores 48 episodes "
                              "took 34.0 s at 8, 31.4 s at 16)")
@@ -367,7 +395,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     two controls (``CONTROLS``); the warm start and each run's last step evaluated sampled (``--samples`` per
     instance: success, pass@K, turns) and greedy (``--greedy-only``: greedy alone, CI's gate); the greedy
     rise with its paired bootstrap interval; each run's sampled success per policy version (``run_record``)."""
-    rl_seeds = list(range(1, (args.rl_seeds or 3) + 1))
+    rl_seeds = list(range(1, (3 if args.rl_seeds is None else args.rl_seeds) + 1))
     samples = 1 if "sampled" not in decodings else (args.samples or 4)
     kept = baseline_file(warm, config, [*extra, f"decodings={decodings}", f"samples={samples}"],
                          args.seeds_per_task, args.eval_concurrency)
@@ -385,9 +413,17 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         label = f"grpo-s{seed}"
         wall[label], ckpts = _rl(label, config, run_warm, steps, work, env, [*extra, f"seed={seed}"])
         runs[label] = ckpts[steps]
-    for name in ([] if args.no_control else _controls(args.controls)):
+    for name in ([] if args.no_control else _picked("--controls", args.controls, CONTROLS)):
         wall[name], ckpts = _rl(name, config, run_warm, steps, work, env, [*extra, "seed=1", CONTROLS[name]])
         runs[name] = ckpts[steps]
+    stopped: dict[str, str] = {}   # mutation -> why its run ended early (a health check's stop, a crash)
+    for name in _picked("--mutations", args.mutations, MUTATIONS):
+        try:
+            wall[name], ckpts = _rl(name, config, run_warm, steps, work, env, [*extra, "seed=1", MUTATIONS[name]])
+            runs[name] = ckpts[steps]
+        except SystemExit as failed:
+            stopped[name] = _why_stopped(work / f"{name}.log", failed)
+            print(f"[learning-bench] {name}: the run ended early: {stopped[name]}", file=sys.stderr, flush=True)
     todo = ([] if baseline else [warm]) + list(runs.values())
     wall["evaluate"], scores = _evaluate(todo, config, extra, args, work, env, decodings, samples)
     per = {}   # checkpoint label -> {"sampled": score, "greedy": score}
@@ -407,7 +443,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
 
     def mean(key: str) -> float | None:
         values = [figures(label)[key] for label in grpo]
-        return None if None in values else round(sum(values) / len(values), 4)
+        return None if None in values or not values else round(sum(values) / len(values), 4)
 
     def rise(labels: list[str]) -> dict:
         return paired_rise(per["sft"]["greedy"]["outcomes"], [per[label]["greedy"]["outcomes"] for label in labels])
@@ -415,6 +451,15 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     grpo = [label for label in runs if label.startswith("grpo")]
     before = figures("sft")
     experiment = _experiment(config, extra)
+    lag = load_config(config, extra).rollout.max_head_offpolicyness
+
+    def judged(label: str) -> dict:
+        """One run's figures, its paired rise and its own records, with the learning gate's verdict."""
+        if label in stopped:
+            return {"stopped": stopped[label], "gate_failures": [f"the run ended early: {stopped[label]}"]}
+        entry = {**figures(label), "greedy_rise": rise([label]), **run_record(work, experiment, label, steps)}
+        return {**entry, "gate_failures": gate_failures(before, entry, steps, lag)}
+
     result = {
         "recipe": "multiturn", "config": os.path.relpath(config, ROOT), "overrides": extra, "steps": steps,
         "decodings": list(decodings),
@@ -425,11 +470,10 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         "clean_greedy_before": before["greedy_clean"], "clean_greedy_after": mean("greedy_clean"),
         f"pass_at_{samples}": {"before": before[f"pass_at_{samples}"], "after": mean(f"pass_at_{samples}")},
         "turns_per_episode": {"before": before["turns"], "after": mean("turns")},
-        "rise_ci95": rise(grpo)["ci95"],
-        "seeds": [{"seed": int(label.rsplit("s", 1)[1]), **figures(label), "greedy_rise": rise([label]),
-                   **run_record(work, experiment, label, steps)} for label in grpo],
-        "controls": {name: {**figures(name), "greedy_rise": rise([name]), **run_record(work, experiment, name, steps)}
-                     for name in CONTROLS if name in per},
+        "rise_ci95": rise(grpo)["ci95"] if grpo else None,
+        "seeds": [{"seed": int(label.rsplit("s", 1)[1]), **judged(label)} for label in grpo],
+        "controls": {name: judged(name) for name in CONTROLS if name in per},
+        "mutations": {name: judged(name) for name in MUTATIONS if name in per or name in stopped},
         "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "wrong_demonstrations", "rows", "steps",
                                         "loss_before", "loss_after")},
         "baseline": {"kept": str(kept), "reused": baseline is not None},
@@ -438,17 +482,55 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         "wall_s": {**wall, "total": round(time.monotonic() - started, 1)},
         "workdir": str(work),
     }
-    result["greedy_rise"] = round(result["greedy_after"] - result["greedy_before"], 4)
+    result["greedy_rise"] = round(result["greedy_after"] - result["greedy_before"], 4) if grpo else None
     png = Path(args.plot) if args.plot else work / "learning.png"
     plot_multiturn(result, png)
     return _report(result, png, args)
 
 
-def _controls(names: str) -> list[str]:
-    picked = [n for n in names.split(",") if n]
-    if unknown := [n for n in picked if n not in CONTROLS]:
-        raise SystemExit(f"--controls: unknown {unknown}; known: {', '.join(CONTROLS)}")
+def _picked(flag: str, names: str, known: dict) -> list[str]:
+    picked = list(known) if names == "all" else [n for n in names.split(",") if n]
+    if unknown := [n for n in picked if n not in known]:
+        raise SystemExit(f"{flag}: unknown {unknown}; known: {', '.join(known)} (or all)")
     return picked
+
+
+def _why_stopped(log: Path, failed: SystemExit) -> str:
+    """A run that ended early, in one line: the health check's stop (STOP_MARK) when one stopped it."""
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    marked = [line for line in lines if STOP_MARK in line]
+    return (marked[-1].split(STOP_MARK, 1)[1].strip(" :") if marked else str(failed).splitlines()[0])[:400]
+
+
+def gate_failures(before: dict, run: dict, steps: int, lag: int) -> list[str]:
+    """Why the learning gate fails one run (empty: it passes). ``before``: the warm start's figures
+    (``greedy``, ``greedy_slip``); ``run``: the run's figures (``greedy_slip``), its ``greedy_rise`` (paired,
+    with its interval) and its ``run_record``. ``lag``: the recipe's ``rollout.max_head_offpolicyness``."""
+    failures = []
+    rise = run["greedy_rise"]
+    if rise["rise"] < MARGIN or rise["ci95"][0] <= 0:
+        failures.append(f"held-out greedy rise {rise['rise']} (95% interval {rise['ci95']}): not >= {MARGIN} "
+                        f"with the interval above 0")
+    if run["greedy_slip"] < before["greedy_slip"] + SLIP_GAIN:
+        failures.append(f"biased slice {before['greedy_slip']} -> {run['greedy_slip']}: gained less than {SLIP_GAIN}")
+    # The sampled policy must not collapse while its greedy choice flips: the sampled success of the last third
+    # of the policy versions that trained (16 episodes each, temperature 1; the run's monitor files each episode
+    # under the version that started it) at most COLLAPSE below the first third's. The last ``lag`` versions
+    # may have started no episode: AReaL fills a step's batch with episodes up to max_head_offpolicyness
+    # versions old, and what the last version starts is cut off when the run ends (one CI run: versions 0-10
+    # had 16 episodes or more, version 11 none). Every earlier version has episodes.
+    success = run["rollout_success"]
+    seen = [v for v in success if v is not None]
+    third = len(seen) // 3
+    if len(success) != steps or None in success[:steps - lag] or not third:
+        failures.append(f"sampled success per policy version {success}: not {steps} versions with episodes "
+                        f"(the last {lag} excepted)")
+    elif (last := sum(seen[-third:]) / third) < (first := sum(seen[:third]) / third) - COLLAPSE:
+        failures.append(f"sampled success fell from {first:.2f} (first third of the versions) to {last:.2f}")
+    # every step's weights reached the model that served the next rollouts, in order (AReaL's disk update)
+    if run["served_versions"][:steps - 1] != list(range(1, steps)):
+        failures.append(f"vLLM loaded weight versions {run['served_versions']}, not 1..{steps - 1} in order")
+    return failures
 
 
 def run_record(work: Path, experiment: str, label: str, steps: int) -> dict:

@@ -32,6 +32,8 @@ SPLIT_TYPES = ("train", "eval", "all")
 EMBEDDED_GYM_IDS = ("desktop", "miniwob")
 EXISTING_RUN = ("refuse", "overwrite", "resume")
 EXPORT_STYLES = ("individual", "concat")
+# trajectory.mutation: the learning bench's mutations (cua_rl/trajectory/mutations.py), never for real training
+MUTATIONS = ("", "negate_advantages", "shift_loss_mask", "stale_weights", "batch_recentring")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
 _TAG = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _RANGE_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
@@ -141,6 +143,9 @@ class TrajectoryConfig:
     # The second negative control (trajectory.groups.ScreenshotSwap), never for real training: each group
     # trains on screenshots other groups showed, so the screen no longer matches the action.
     shuffle_screenshots: bool = False
+    # The learning bench's mutations (cua_rl/trajectory/mutations.py), never for real training: a known defect
+    # switched on, so the bench can show that the learning gate fails on it. "" = none.
+    mutation: str = ""
     # Opt-in shaping (cua_rl/trajectory/shaping.py): the reward trained on is the evaluation's score plus
     # format_reward * (fraction of valid model outputs) + action_reward * (fraction of actions performed).
     format_reward: float = 0.0
@@ -149,6 +154,8 @@ class TrajectoryConfig:
     def __post_init__(self):
         if self.export_style not in EXPORT_STYLES:
             raise ValueError(f"trajectory.export_style must be one of {EXPORT_STYLES}, got {self.export_style!r}")
+        if self.mutation not in MUTATIONS:
+            raise ValueError(f"trajectory.mutation must be one of {MUTATIONS}, got {self.mutation!r}")
         if not 0.0 < self.turn_discount <= 1.0:
             raise ValueError(f"trajectory.turn_discount must be within (0, 1], got {self.turn_discount}")
         for name in ("format_reward", "action_reward"):
@@ -301,7 +308,9 @@ class CUAConfig(GRPOConfig):
             raise ValueError(f"gym_id {self.gym_id!r}: the embedded gym serves {' or '.join(EMBEDDED_GYM_IDS)}; "
                              f"another gym id needs its gym's URL (--gym URL)")
         norm = self.actor.adv_norm
-        if self.trajectory.normalise_in_group and norm is not None and norm.mean_level is not None:
+        if self.trajectory.mutation == "batch_recentring" and norm is not None:
+            norm.mean_level = "batch"   # the learning bench's mutation: issue 33 (a) switched back on
+        elif self.trajectory.normalise_in_group and norm is not None and norm.mean_level is not None:
             raise ValueError(f"actor.adv_norm.mean_level must be null while trajectory.normalise_in_group is on "
                              f"(got {norm.mean_level!r}): the group baseline is the only one; a mean over the "
                              f"batch's tokens hands all-fail groups a positive advantage when failures run longer")

@@ -42,6 +42,7 @@ from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEnd
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.runs import RunPaths
+from cua_rl.trajectory.mutations import keep_served_weights, mutate
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, group_batch, normalise_group, rows_of, shuffle_rewards
 from cua_rl.trajectory.rows import new_rollout_uuid
 from cua_rl.trajectory.shaping import shaped_reward
@@ -122,6 +123,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
 
             processor, tokenizer = load_hf_processor_and_tokenizer(self.model.path)
             self._endpoint = PolicyEndpoint(engine, processor, tokenizer, self.gconfig, self.settings)
+            if self.trajectory.mutation == "stale_weights":   # the learning bench's mutation, in this process
+                keep_served_weights()
             self._endpoint_engine = engine
             tally.register_endpoint(self._kind, self._endpoint.totals)
         return self._endpoint
@@ -202,6 +205,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
                             equal_episode_weight=t.equal_episode_weight)
         if batch is None:
             self._dropped(data)
+        elif t.mutation:
+            batch = mutate(batch, t.mutation)
         if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/areal_ext/resume.py)
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)

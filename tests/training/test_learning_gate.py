@@ -13,11 +13,12 @@ the last step on ``EPISODES`` key-sequence instances no training group draws. On
   success by ``MARGIN`` with a paired bootstrap interval above 0, and on the slice where the warm start's
   demonstrator was biased (instances that show yellow) greedy success goes from at most ``SLIP_BEFORE`` up by
   at least ``SLIP_GAIN``. Sharpening the warm start cannot do that: its greedy choice there is the wrong key
-  (the shuffled-rewards control, docs/learning.md: 0.06 -> 0.00 on that slice). A sign error in the
-  advantages, rewards on the wrong rows, a shifted loss mask, a wrong image in a row or a weight update that
-  never reaches vLLM would each leave that slice wrong. The sampled rollouts must not collapse meanwhile
-  (success of the last steps at most ``COLLAPSE`` below the first steps') and every step's weights must have
-  been served: vLLM loaded weight versions 1, 2, ... in order.
+  (the shuffled-rewards control, docs/learning.md: 0.06 -> 0.00 on that slice). The sampled rollouts must not
+  collapse meanwhile (success of the last steps at most ``COLLAPSE`` below the first steps') and every step's
+  weights must have been served: vLLM loaded weight versions 1, 2, ... in order. The bar and the judgement
+  (``gate_failures``) are the bench's, which applies them to its controls and to its mutations (``--mutations``:
+  advantages sign-flipped, updates that never reach vLLM, the loss mask a token late, issue 33's fixed defects
+  switched back on): docs/learning.md has what each of those runs scored.
 - ``test_the_readme_command_trains_through_the_whole_stack_and_reports_it``: what the user of the README's
   command sees and gets: the kept warm start used, one console line per step instead of AReaL's table, the
   disk weight update that vLLM's CPU worker loaded, every policy turn's prompt ids verified against vLLM with
@@ -38,6 +39,7 @@ rose from a warm start that already preferred the right key, which sharpening al
 scores varied widely from run to run (docs/learning.md).
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -50,27 +52,22 @@ from pathlib import Path
 import pytest
 
 from cua_rl.areal_ext.health import BY_NAME
-from cua_rl.run.launch import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 16                    # the recipe's (config.multiturn.yaml says why 16)
 EPISODES = 128                # held-out instances, each played once greedily
-# The rise of held-out greedy success and the gain on the yellow slice. From the warm start of the last machine
-# (yellow 0.16) 12 steps gave +0.34 and +0.35 (yellow 0.95); from this machine's (yellow 0.035) GRPO is slower
-# and varies more: +0.36, +0.33 and +0.12 at step 16 (yellow 0.82, 0.77, 0.28; the interval of the last
-# [0.06, 0.18]), +0.09 at step 12. What the gate must catch went below 0 (from the earlier warm starts): the
-# shuffled-rewards and shuffled-screenshots controls, -0.05 and -0.07 (interval [-0.12, -0.03]), yellow to 0.00
-# (docs/learning.md). The gate asks for a rise that is real (interval above 0) and a gain on the slice where
-# the warm start is wrong, not for how fast a run gets there.
-MARGIN = 0.1
-# the yellow slice: the warm start is wrong there (greedy 0.16 and 0.035 measured, two machines)
-SLIP_BEFORE, SLIP_GAIN = 0.2, 0.2
-# How far the sampled rollouts' success may fall from the first third of the policy versions to the last: the
-# one-turn recipe's collapse fell to about 0 (docs/learning.md); from this machine's warm start one 16-step run
-# fell 0.72 -> 0.49 (one version at 0.25) while its greedy success still rose 0.56 -> 0.68.
-COLLAPSE = 0.3
 
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
+
+
+def _bench():
+    """bench/learning_bench.py as a module: the gate's bar (MARGIN, SLIP_BEFORE, SLIP_GAIN, COLLAPSE) and its
+    judgement (``gate_failures``) are defined there once, where the bench also judges its controls and
+    mutations with them."""
+    spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "bench" / "learning_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _pids(pattern: str) -> set[int]:
@@ -113,30 +110,12 @@ def test_grpo_flips_the_biased_slice_and_serves_every_step(gate_run):
           f"{'kept' if result['baseline']['reused'] else 'measured now'}; wall {result['wall_s']}")
     assert result["episodes_per_checkpoint"]["greedy"] == EPISODES
     assert result["dropped_episodes"] == 0 and result["model_errors"] == 0, result
+    bench = _bench()
     # the warm start's greedy choice is wrong where its demonstrator was biased: it can be flipped, not sharpened
-    assert result["slip_greedy_before"] <= SLIP_BEFORE and result["greedy_before"] <= 1 - MARGIN, result
-    assert result["greedy_rise"] >= MARGIN and result["rise_ci95"][0] > 0, result
-    assert result["slip_greedy_after"] >= result["slip_greedy_before"] + SLIP_GAIN, result
-    # the sampled policy did not collapse while its greedy choice flipped: the sampled success of the last third
-    # of the policy versions that trained (16 episodes each, temperature 1; the run's monitor files each episode
-    # under the version that started it) is not more than COLLAPSE below the first third's. Sampled
-    # success hardly moves in a run this short (it starts near 0.7: sampling finds the right key on the biased slice
-    # now and then), so "the last third above the first" was a coin flip: first -> last third means (per step) of
-    # 0.72 -> 0.78 and 0.69 -> 0.90 (session 6's seeds), 0.72 -> 0.88 and 0.69 -> 0.59 (two CI runs, held-out
-    # greedy 0.93 and 0.95 in both); the one-turn recipe's collapse (docs/learning.md) fell to about 0.
-    # The last versions may have started no episode: AReaL fills a step's batch with episodes up to
-    # max_head_offpolicyness versions old, so the last steps can train on what earlier versions started, and
-    # what the last version starts is cut off when the run ends (one CI run: versions 0-10 had 16 episodes or
-    # more, version 11 none). Every earlier version has episodes; the thirds are over those that have.
-    success = run["rollout_success"]
-    lag = load_config(str(ROOT / result["config"]), result["overrides"]).rollout.max_head_offpolicyness
-    seen = [s for s in success if s is not None]
-    assert len(success) == STEPS and None not in success[:STEPS - lag], success
-    third = len(seen) // 3
-    first, last = sum(seen[:third]) / third, sum(seen[-third:]) / third
-    assert last >= first - COLLAPSE, success
-    # every step's weights reached the model that served the next rollouts, in order (AReaL's disk update)
-    assert run["served_versions"][:STEPS - 1] == list(range(1, STEPS)), run["served_versions"]
+    assert result["slip_greedy_before"] <= bench.SLIP_BEFORE and result["greedy_before"] <= 1 - bench.MARGIN, result
+    # the rise (paired interval above 0), the gain on the biased slice, no collapse of the sampled rollouts,
+    # every step's weights served: what the bench's controls and mutations must fail (docs/learning.md)
+    assert run["gate_failures"] == [], run["gate_failures"]
 
 
 def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_run):
