@@ -56,10 +56,11 @@ BOOTSTRAP = 2000                  # resamples of the held-out instances for rise
 # --recipe multiturn: the negative controls, each a GRPO run from the same warm start with one override
 CONTROLS = {"shuffled_rewards": "trajectory.shuffle_rewards=true",          # which episode succeeded is lost
             "shuffled_screenshots": "trajectory.shuffle_screenshots=true"}  # which screen an action saw is lost
-# --mutations: known defects switched on (cua_rl/trajectory/mutations.py), each a GRPO run from the same warm
-# start that the learning gate must fail
+# --mutations: known defects switched on (cua_rl/trajectory/mutations.py says what each does), each a GRPO run
+# from the same warm start that the learning gate must fail
 MUTATIONS = {"negate_advantages": "trajectory.mutation=negate_advantages",   # pushed away from what succeeded
-             "stale_weights": "trajectory.mutation=stale_weights",           # updates never reach vLLM
+             # updates never reach vLLM: the test double of a vLLM worker that ignores them (as health_bench.py)
+             "stale_weights": "vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates",
              "shift_loss_mask": "trajectory.mutation=shift_loss_mask",       # the loss mask one token late
              "batch_recentring": "trajectory.mutation=batch_recentring",     # issue 33 (a) back on
              "token_weighting": "trajectory.equal_episode_weight=false"}     # issue 33 (b) back on

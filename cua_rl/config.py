@@ -33,7 +33,7 @@ EMBEDDED_GYM_IDS = ("desktop", "miniwob")
 EXISTING_RUN = ("refuse", "overwrite", "resume")
 EXPORT_STYLES = ("individual", "concat")
 # trajectory.mutation: the learning bench's mutations (cua_rl/trajectory/mutations.py), never for real training
-MUTATIONS = ("", "negate_advantages", "shift_loss_mask", "stale_weights", "batch_recentring")
+MUTATIONS = ("", "negate_advantages", "shift_loss_mask", "batch_recentring")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
 _TAG = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _RANGE_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")

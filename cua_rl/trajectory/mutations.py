@@ -9,30 +9,25 @@ these on and reports whether the gate's judgement (``bench/learning_bench.py``, 
 - ``shift_loss_mask``: each row's loss mask moved one token later, a classic off-by-one between the tokens
   and the mask (the first sampled token of each turn untrained, the token after it trained with a logprob of
   0 that the engine never gave);
-- ``stale_weights``: AReaL's disk weight update sends nothing to vLLM, which keeps serving the warm start
-  while the trainer's version counter advances (the update route is AReaL's; this patches the request it
-  builds, in the rollout worker's process, where the workflow runs).
-
 - ``batch_recentring``: issue 33 (a) back on: AReaL re-centres the advantages on the batch's token mean
   (``actor.adv_norm.mean_level=batch``, which the config refuses otherwise while the workflow normalises
   within each group; set in ``cua_rl.config``).
 
-Issue 33 (b), token weighting, is switched back on by its own option, ``trajectory.equal_episode_weight=false``.
+Issue 33 (b), token weighting, is switched back on by its own option, ``trajectory.equal_episode_weight=false``;
+weight updates that never reach vLLM by the test double of a vLLM worker that ignores them
+(``vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates``, as bench/health_bench.py does).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 
-logger = logging.getLogger(__name__)
-
 
 def mutate(batch: dict[str, Any], mutation: str) -> dict[str, Any]:
-    """``batch`` (one group's rows, ``group_batch``) with the row-level ``mutation`` applied; the others
-    (``stale_weights``, ``""``) leave it as it is."""
+    """``batch`` (one group's rows, ``group_batch``) with the row-level ``mutation`` applied (``batch_recentring``
+    acts in the config instead, ``""`` is none)."""
     if mutation == "negate_advantages":
         return {**batch, "rewards": -batch["rewards"]}
     if mutation == "shift_loss_mask":
@@ -42,21 +37,3 @@ def mutate(batch: dict[str, Any], mutation: str) -> dict[str, Any]:
         return {**batch, "loss_mask": shifted * batch["attention_mask"].to(mask.dtype)}
     return batch
 
-
-_STALE = False
-
-
-def keep_served_weights() -> None:
-    """``stale_weights``: AReaL's vLLM disk update builds no request from now on in this process (idempotent)."""
-    global _STALE
-    if _STALE:
-        return
-    from areal.api.io_struct import WeightUpdateRequests
-    from areal.engine.vllm_remote import VLLMBackend
-
-    def no_requests(self, meta):
-        logger.warning("trajectory.mutation=stale_weights: the weights at %s are not sent to vLLM", meta.path)
-        return WeightUpdateRequests(requests=[])
-
-    VLLMBackend.build_disk_weight_update_requests = no_requests
-    _STALE = True

@@ -42,7 +42,7 @@ from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEnd
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.runs import RunPaths
-from cua_rl.trajectory.mutations import keep_served_weights, mutate
+from cua_rl.trajectory.mutations import mutate
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, group_batch, normalise_group, rows_of, shuffle_rewards
 from cua_rl.trajectory.rows import new_rollout_uuid
 from cua_rl.trajectory.shaping import shaped_reward
@@ -123,8 +123,6 @@ class CUAAgentWorkflow(RolloutWorkflow):
 
             processor, tokenizer = load_hf_processor_and_tokenizer(self.model.path)
             self._endpoint = PolicyEndpoint(engine, processor, tokenizer, self.gconfig, self.settings)
-            if self.trajectory.mutation == "stale_weights":   # the learning bench's mutation, in this process
-                keep_served_weights()
             self._endpoint_engine = engine
             tally.register_endpoint(self._kind, self._endpoint.totals)
         return self._endpoint

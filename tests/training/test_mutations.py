@@ -1,6 +1,5 @@
 """The learning bench's mutations (cua_rl/trajectory/mutations.py, ``trajectory.mutation``): each switches on
-the defect it names, checked here on constructed batches through AReaL's own actor code and on AReaL's vLLM
-weight-update request, so a bench run that passes the gate with one on means the gate is blind to it, not that
+the defect it names, checked here on constructed batches through AReaL's own actor code and on the config, so a bench run that passes the gate with one on means the gate is blind to it, not that
 the mutation did nothing. The runs themselves (``python bench/learning_bench.py --recipe multiturn
 --mutations all``) are the bench's; docs/learning.md has what they scored."""
 
@@ -42,22 +41,8 @@ def test_the_shifted_loss_mask_trains_one_token_late_and_never_the_padding():
 
 def test_the_other_mutations_leave_the_rows_alone():
     batch = _batch()
-    for name in ("", "stale_weights", "batch_recentring"):
+    for name in ("", "batch_recentring"):
         assert mutations.mutate(batch, name) is batch
-
-
-def test_stale_weights_sends_vllm_no_weight_update(monkeypatch):
-    from areal.api.io_struct import WeightUpdateMeta
-    from areal.engine.vllm_remote import VLLMBackend
-
-    meta = WeightUpdateMeta(type="disk", path="/tmp/weight_update_v1")
-    assert [r.endpoint for r in VLLMBackend().build_disk_weight_update_requests(meta).requests] == \
-        ["/areal_update_weights"]
-    monkeypatch.setattr(VLLMBackend, "build_disk_weight_update_requests",
-                        VLLMBackend.build_disk_weight_update_requests)   # restored after the test
-    monkeypatch.setattr(mutations, "_STALE", False)
-    mutations.keep_served_weights()
-    assert VLLMBackend().build_disk_weight_update_requests(meta).requests == []
 
 
 def test_the_config_names_its_mutations_and_batch_recentring_switches_issue_33a_back_on(tmp_path, monkeypatch):
