@@ -8,6 +8,14 @@ temperature; with top_p < 1 or top_k > 0 that distribution is truncated, which A
 reproduce, so keep them at 1.0 / -1 for training). The gate in tests/policy/test_gates_trainer.py checks
 agreement at temperature 1 and 0.7.
 
+``mm_processor_cache_gb`` 0: no multimodal processor cache. vLLM 0.19.1 keeps two copies of it, one in its
+API front end (which drops an image it believes the engine holds) and one in the engine; when they disagree
+the engine fails every later request with "Expected a cached item for mm_hash" and stops answering (upstream
+vllm#31404, #43941). It happened in a CI run of the multi-turn recipe at step 10 (every screenshot of an
+episode is re-sent each turn, and AReaL aborts requests at every weight update): all requests failed, then
+AReaL's pause before the next update waited forever. Without the cache each request's images are processed
+again in the front end; the engine's own encoder cache is not affected.
+
 AReaL turns every field of the config into a server flag (``vLLMConfig.build_args`` uses ``asdict``), so
 a field here is all it takes.
 """
@@ -22,3 +30,4 @@ from areal.api.cli_args import vLLMConfig
 @dataclass
 class CUAvLLMConfig(vLLMConfig):
     logprobs_mode: str = "processed_logprobs"
+    mm_processor_cache_gb: float = 0.0

@@ -153,6 +153,11 @@ def test_the_test_vllm_server_is_the_one_the_cpu_config_launches(tmp_path, monke
     ours = cpu_vllm_config(cfg.vllm.model, seed=cfg.vllm.seed)
     assert vLLMConfig.build_args(cfg.vllm, 1, 1) == vLLMConfig.build_args(ours, 1, 1)
     assert cfg.vllm.logprobs_mode == "processed_logprobs"
+    # no multimodal processor cache: its two copies can disagree and then the engine fails every request
+    # (vllm#31404; cua_rl/areal_ext/vllm_config.py), in every recipe
+    for name in ("config.cpu.yaml", "config.yaml", "config.multiturn.yaml"):
+        cmd = vLLMConfig.build_cmd_from_args(vLLMConfig.build_args(load(tmp_path / name, config=name).vllm, 1, 1))
+        assert " --mm-processor-cache-gb 0.0 " in f"{' '.join(cmd)} ", cmd
     assert cfg.vllm.worker_extension_cls == "cua_rl.local_model.vllm_cpu.CPUWorkerExtension"
     assert cfg.actor.scheduling_spec[0].cmd == "python3 -m cua_rl.areal_ext.worker"
 
