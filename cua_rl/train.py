@@ -31,6 +31,9 @@ from cua_rl.workflow import CUAAgentWorkflow
 from cua_rl.dataset import load_task_datasets
 
 logger = logging.getLogger("cua-train")
+# How long a failed run's close may take (Trainer.__exit__): AReaL's own close takes seconds.
+CLOSE_AFTER_FAILURE_S = 120
+CLOSE_ABANDONED = threading.Event()
 
 
 def main(args: list[str]) -> None:
@@ -131,6 +134,25 @@ class Trainer(PPOTrainer):
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset, **kwargs)
         self._commit, self.stats_logger.commit = self.stats_logger.commit, self._commit_with_health
 
+    def __exit__(self, exc_type, exc_value, traceback):
+        """AReaL's close, bounded after a failure. Its close pauses and stops the inference engines; when the
+        failure is an engine that stopped answering (vLLM's multimodal cache desync hung one: every request
+        failed, then the weight update's pause timed out after 600 s), those calls wait forever and the run
+        sits printing nothing. After ``CLOSE_AFTER_FAILURE_S`` the close is left to itself; ``run`` then ends
+        the process with the failure's exit code, and the launcher ends the run's process group."""
+        if exc_type is None:
+            return super().__exit__(exc_type, exc_value, traceback)
+        closing = threading.Thread(target=super().__exit__, args=(exc_type, exc_value, traceback),
+                                   name="areal-close", daemon=True)
+        closing.start()
+        closing.join(CLOSE_AFTER_FAILURE_S)
+        if closing.is_alive():
+            logger.error("AReaL's shutdown after the failure has not finished in %d s (an inference engine that "
+                         "no longer answers); leaving it: the run's processes are ended instead",
+                         CLOSE_AFTER_FAILURE_S)
+            CLOSE_ABANDONED.set()
+        return False
+
     def _commit_with_health(self, epoch: int, epoch_step: int, global_step: int, stats: dict) -> None:
         """AReaL's ``stats_logger.commit`` with the health checks before it and their verdict after it."""
         findings = self.health.observe(global_step + 1, stats)
@@ -227,8 +249,26 @@ def evaluate_baseline(trainer: Trainer, eval_workflow: str, eval_workflow_kwargs
                 ", ".join(f"{k} {v:.3f}" for k, v in sorted(shown.items())) or "no episode finished")
 
 
+def run(entry) -> None:
+    """``entry()``. A failure whose close was left unfinished (``Trainer.__exit__``) ends the process at once
+    with its exit code: an orderly interpreter exit would wait for AReaL's non-daemon server threads."""
+    try:
+        entry()
+    except BaseException as exc:
+        if not CLOSE_ABANDONED.is_set():
+            raise
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        if not isinstance(exc, SystemExit):
+            import traceback
+
+            traceback.print_exception(exc)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
     from cua_rl.run.prewarm import FLAG, read_hand_over
 
     # started early by the launcher (cua_rl/run/prewarm.py): the imports above are done; now the arguments
-    main(read_hand_over() if sys.argv[1:] == [FLAG] else sys.argv[1:])
+    run(lambda: main(read_hand_over() if sys.argv[1:] == [FLAG] else sys.argv[1:]))

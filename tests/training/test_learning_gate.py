@@ -43,6 +43,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -84,13 +85,25 @@ def gate_run(tmp_path_factory):
     xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
     out = tmp / "learning.json"
     started = time.monotonic()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "learning_bench.py"), "--recipe", "multiturn", "--rl-seeds", "1",
          "--no-control", "--greedy-only", "--steps", str(STEPS), "--seeds-per-task", str(EPISODES),
          "--workdir", str(tmp / "work"), "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=2300)
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=2300)
+    except subprocess.TimeoutExpired:
+        # SIGTERM: the bench stops its running stage, whose launcher ends the run's servers (a SIGKILL of the
+        # bench alone left a whole run training on, a CI run found)
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+        pytest.fail(f"the learning bench ran past 2300 s\n{(stdout + stderr)[-6000:]}")
     print(f"learning bench: {time.monotonic() - started:.0f} s (exit code {proc.returncode})")
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert proc.returncode == 0, (stdout + stderr)[-6000:]
     fileroot = tmp / "work" / "fileroot"
     logs = next(fileroot.glob("logs/*/cua-learn-multiturn/grpo-s1"))
     ckpts = next(fileroot.glob("checkpoints/*/cua-learn-multiturn/grpo-s1"))
