@@ -129,6 +129,7 @@ def test_grpo_flips_the_biased_slice_and_serves_every_step(gate_run):
     # the rise (paired interval above 0), the gain on the biased slice, no collapse of the sampled rollouts,
     # every step's weights served: what the bench's controls and mutations must fail (docs/learning.md)
     assert run["gate_failures"] == [], run["gate_failures"]
+    assert result["clean_greedy_before"] is not None and run["greedy_clean"] is not None   # judged, not skipped
 
 
 def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_run):
