@@ -31,6 +31,7 @@ from cua_rl.local_gym.env import GymError, LocalGym
 from cua_rl.local_gym.manager import GymManager, GymOptions
 from cua_rl.local_gym.tasks import load_tasks
 from cua_rl.local_gym.vm import backend, guest_image
+from cua_rl.local_gym.vm.agent import GuestAgent
 from gym_helpers import descendants, wait_gone
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "vm_tasks"
@@ -192,6 +193,41 @@ async def test_a_vm_that_dies_while_it_starts_is_replaced(guest, monkeypatch):
         assert not any(root.exists() for root in killed)
         workdir = gym.manager.workdir
         assert _qemu_pids(workdir) == set() and not gym.manager.executions
+    assert _qemu_pids(workdir) == set()
+
+
+async def test_a_template_whose_guest_agent_is_silent_after_resuming_is_booted_again(guest, monkeypatch, caplog):
+    """CI once saw three machines in a row, resumed from one template, whose guest agent never answered: every
+    retry resumed the same saved state. Here the first template's agent is frozen (SIGSTOP inside the guest)
+    just before its state is saved; the first machine's agent is silent, the manager's next attempt boots a
+    new template, and the execution works."""
+    real_save, poisoned = backend.Machine.save_state, []
+
+    def save_with_a_frozen_agent(self, path, *args, **kwargs):
+        if not poisoned:
+            agent = GuestAgent.connect(str(self.agent_socket), 30)
+            try:
+                code, _, err = agent.exec(["/bin/sh", "-c", "(sleep 1; kill -STOP $(pidof qemu-ga)) "
+                                                            "</dev/null >/dev/null 2>&1 &"])
+                assert code == 0, err
+            finally:
+                agent.close()
+            time.sleep(2.5)
+            poisoned.append(Path(path))
+        return real_save(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(backend.Machine, "save_state", save_with_a_frozen_agent)
+    caplog.set_level("WARNING", logger=backend.__name__)
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0, x_spares=0, start_timeout_s=10)) as gym:
+        ex = await gym.reset(TASK)
+        assert len(poisoned) == 1
+        assert "did not answer" in caplog.text and "boots a new template" in caplog.text, caplog.text
+        [tpl] = [t for (folder, _), t in backend._templates.items() if folder == str(gym.manager.workdir)]
+        assert tpl.state != poisoned[0]
+        result = await gym.evaluate(ex["execution_id"])
+        assert result["result"]["validators"][3]["pass"] is True
+        await gym.terminate(ex["execution_id"])
+        workdir = gym.manager.workdir
     assert _qemu_pids(workdir) == set()
 
 

@@ -99,6 +99,18 @@ def template_for(spec: VMDesktopSpec, workdir: Path, timeout_s: float) -> Templa
         return tpl
 
 
+def discard_template(spec: VMDesktopSpec, workdir: Path, tpl: Template) -> bool:
+    """Forget ``tpl`` if it is still the template of ``spec`` in this gym folder, so the next machine boots a
+    new one (returns whether it was). Its files stay: machines resumed from it may still run on its overlay;
+    they go with the gym folder."""
+    with _registry_lock:
+        key = (str(workdir), spec.pool_key)
+        if _templates.get(key) is not tpl:
+            return False
+        del _templates[key]
+        return True
+
+
 def forget_templates(workdir: Path) -> None:
     """Drop the registry's entries of a gym folder (the gym closed; its folder is deleted)."""
     with _registry_lock:
@@ -317,10 +329,18 @@ class VMDesktop:
             agent = GuestAgent.connect(str(vm.agent_socket), timeout_s, lambda: vm.proc.poll() is None)
             _set_clock(agent)
             return cls(spec, vm, agent)
-        except BaseException:
+        except BaseException as exc:
+            # A resumed guest whose agent is silent while QEMU runs: the saved state itself may be bad (CI saw
+            # three machines in a row from one template fail so), and every machine would resume it. The
+            # manager's next attempt boots a new template instead.
+            silent = (isinstance(exc, GuestAgentError) and agent is None and vm.proc is not None
+                      and vm.proc.poll() is None)
             if agent is not None:
                 agent.close()
             vm.stop()
+            if silent and discard_template(spec, workdir, tpl):
+                logger.warning("the guest agent of a machine resumed from the VM template did not answer (%s); "
+                               "the next machine boots a new template", exc)
             raise
 
     def provision(self, files: dict[str, str], dirs: list[str], commands: list[list[str]]) -> None:
