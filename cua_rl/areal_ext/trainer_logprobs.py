@@ -18,7 +18,8 @@ computes logprobs too; those are left alone):
   another model) or scores other inputs (an image or prompt the trainer does not see). AReaL labels tokens
   with the version it believes the engine serves, so an ignored update shows here and nowhere else. The
   health check ``sampler_logprob_gap`` (``cua_rl.areal_ext.health``) reads it;
-- with the Training Monitor on, the per-turn values are queued and a daemon thread posts them, so training
+- with the Training Monitor on, the per-turn values (and the trainer's version: a turn sampled at an older
+  one also differs by the updates since) are queued and a daemon thread posts them, so training
   never waits on the monitor; a full queue drops (and counts) batches. Settings come from the environment
   the launcher's ``train.py`` sets for the workers: ``MONITOR_BASE_URL``, ``PROJECT_ID`` and the token
   (``PROJECT_TOKEN``).
@@ -83,8 +84,9 @@ def sampler_gap(data: list[dict[str, Any]], logps: list[torch.Tensor] | None,
     return total, count
 
 
-def records_of(by_turn: dict[int, list[float]]) -> list[Record]:
-    return [trainer_logprobs_record(*turn_of_key(key), values) for key, values in by_turn.items()]
+def records_of(by_turn: dict[int, list[float]], version: int | None = None) -> list[Record]:
+    """One record per turn; ``version``: the trainer's policy version when it computed them."""
+    return [trainer_logprobs_record(*turn_of_key(key), values, version) for key, values in by_turn.items()]
 
 
 class TrainerLogprobSender:
@@ -148,8 +150,10 @@ def wrap_compute_logp(compute_logp, sender: TrainerLogprobSender | None):
         logps = compute_logp(self, data, *args, **kwargs)
         if getattr(getattr(self, "engine", None), "optimizer", None) is None:
             return logps  # a reference or teacher model (no optimizer): not the policy being trained
+        version = None
         try:
-            total, count = sampler_gap(data, logps, self.engine.get_version())
+            version = self.engine.get_version()
+            total, count = sampler_gap(data, logps, version)
             if count:
                 from areal.utils import stats_tracker
 
@@ -159,7 +163,7 @@ def wrap_compute_logp(compute_logp, sender: TrainerLogprobSender | None):
         if sender is None:
             return logps
         try:
-            sender.submit(records_of(turn_logprobs(data, logps)))
+            sender.submit(records_of(turn_logprobs(data, logps), version))
         except Exception as exc:  # noqa: BLE001 - never break a training step for the viewer
             logger.warning("training monitor: trainer logprobs not reported: %s: %s", type(exc).__name__, exc)
         return logps

@@ -116,12 +116,17 @@ def turn_client_id(rollout_uuid: str, turn: int) -> str:
     return f"{rollout_uuid}:turn:{turn}"
 
 
-def trainer_logprobs_record(rollout_uuid: str, turn: int, logprobs: list[float]) -> Record:
-    """The trainer's recomputed logprobs of a turn's output tokens. Sent by the trainer, which knows the
-    turn only by its client_id: the field is not in the turn schema, so the monitor keeps it in the row's
-    ``extra`` (merged, so the rollout worker's turn record and this one may arrive in either order)."""
-    return Record("turns", turn_client_id(rollout_uuid, turn),
-                  {"trainer_logprobs": [round(float(x), 5) for x in logprobs]})
+def trainer_logprobs_record(rollout_uuid: str, turn: int, logprobs: list[float],
+                            version: int | None = None) -> Record:
+    """The trainer's recomputed logprobs of a turn's output tokens, and the trainer's policy ``version`` when
+    it computed them: a turn sampled at an older version differs by the updates since, not by a defect.
+    Sent by the trainer, which knows the turn only by its client_id: the fields are not in the turn schema,
+    so the monitor keeps them in the row's ``extra`` (merged, so the rollout worker's turn record and this
+    one may arrive in either order)."""
+    fields: dict = {"trainer_logprobs": [round(float(x), 5) for x in logprobs]}
+    if version is not None:
+        fields["trainer_version"] = int(version)
+    return Record("turns", turn_client_id(rollout_uuid, turn), fields)
 
 
 def action_record(rollout_uuid: str, turn: int, index: int, *, turn_id: int | str, name: str,

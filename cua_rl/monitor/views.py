@@ -164,8 +164,11 @@ def rollout(store: Store, rollout_id: int) -> dict[str, Any] | None:
         for name in ("model_response", "action_json", "metrics_json", "tokens_json", "model_specific_input_json"):
             t[name.removesuffix("_json")] = _loads(t.pop(name, None))
         trainer = t.pop("trainer_logprobs", None)  # sent by the trainer, kept in the turn's extra
+        trainer_version = t.pop("trainer_version", None)
         if trainer is not None and isinstance(t.get("tokens"), dict):
             t["tokens"]["trainer_logprobs"] = trainer
+            if trainer_version is not None:
+                t["tokens"]["trainer_version"] = trainer_version
         t["actions"] = by_turn.get(t["id"], [])
     out["turns"] = turn_rows
     return out

@@ -10,6 +10,7 @@ import pytest
 from sample_run import SCREEN, send_sample_run
 
 from cua_rl.monitor import training_run
+from cua_rl.monitor.records import trainer_logprobs_record
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
@@ -54,6 +55,11 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
     with training_run(monitor.url, "p1", "cua", "browser", token=token, config={"lr": 1e-5}) as tid:
         asyncio.run(send_sample_run(monitor.url, token, tid, rewards=(1.0, 0.0)))
     run = httpx.get(f"{monitor.url}/api/trainings/{tid}").json()
+    best = max((m for g in httpx.get(f"{monitor.url}/api/steps/{run['steps'][0]['id']}").json()["groups"]
+                for m in g["members"]), key=lambda m: m["reward"])
+    # the trainer's logprobs of the best rollout's turn 2 (sampled at version 0), recomputed at version 1
+    uuid = httpx.get(f"{monitor.url}/api/rollouts/{best['id']}").json()["client_id"]
+    _trainer_sends(monitor.url, token, trainer_logprobs_record(uuid, 2, [-0.1, -0.3, -0.9, -2.0], version=1))
 
     browser.get(f"{monitor.url}/")
     wait_for(browser, lambda d: css(d, "[data-testid=run-row]"))
@@ -71,8 +77,6 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
     advantages = sorted(float(e.text) for e in css(browser, "[data-testid=advantage]"))
     assert advantages[0] < 0 < advantages[1]
 
-    best = max((m for g in httpx.get(f"{monitor.url}/api/steps/{run['steps'][0]['id']}").json()["groups"]
-                for m in g["members"]), key=lambda m: m["reward"])
     browser.get(f"{monitor.url}/rollouts/{best['id']}")
     wait_for(browser, lambda d: d.execute_script(
         "const i = document.querySelector('[data-testid=screenshot]'); return i && i.complete && i.naturalWidth"))
@@ -100,6 +104,20 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
     wait_for(browser, lambda d: css(d, "[data-testid=overlay] [data-testid=drag]"))
     drag = css(browser, "[data-testid=drag]")[0]
     assert float(drag.get_attribute("x2")) == pytest.approx(0.8 * SCREEN[0])
+    # turn 2 has the trainer's values: coloured by the gap, which the page says includes an update
+    label = wait_for(browser, lambda d: css(d, "[data-testid=off-policy]"))[0]
+    assert "sampled at version 0, trainer at 1" in label.text, label.text
+    assert "trainer (v1) -0.9" in css(browser, "[data-testid=token]")[2].get_attribute("title")
+
+
+def _trainer_sends(url: str, token: str, record) -> None:
+    from cua_rl.areal_ext.trainer_logprobs import TrainerLogprobSender
+    from cua_rl.monitor.client import MonitorClient
+
+    sender = TrainerLogprobSender(lambda: MonitorClient.from_settings(url, token, "p1", raise_errors=True))
+    sender.submit([record])
+    sender.close()
+    assert sender.sent == 1 and sender.failures == 0
 
 
 def test_a_run_in_progress_updates_live(our_monitor, browser):

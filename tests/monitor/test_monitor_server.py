@@ -223,10 +223,10 @@ def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our
     shots = [screenshot_png("#3070c0", "t1"), screenshot_png("#c03070", "t2")]
     turns = [make_turn(shots[0]), make_turn(shots[1], 4)]
 
-    def trainer_sends(by_key: dict) -> None:
+    def trainer_sends(by_key: dict, version: int | None = None) -> None:
         sender = TrainerLogprobSender(lambda: MonitorClient.from_settings(monitor.url, token, "p1",
                                                                           raise_errors=True))
-        sender.submit(records_of(by_key))
+        sender.submit(records_of(by_key, version))
         sender.close()
         assert sender.sent == 1 and sender.failures == 0 and sender.dropped == 0
 
@@ -253,7 +253,7 @@ def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our
                         steps=agent_steps())
         await rep.flush()
         # after the turn exists
-        await asyncio.to_thread(trainer_sends, {turn_key(uuid, 1): [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6]})
+        await asyncio.to_thread(trainer_sends, {turn_key(uuid, 1): [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6]}, 1)
         report.advantage(0.5, 2)                    # a later re-send of the turns must not drop them
         await rep.aclose()
         assert rep.failures == 0
@@ -266,6 +266,8 @@ def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our
     assert t1["actions"][0]["action"]["type"] == "click" and t2["episode_done"] is True
     assert t1["tokens"]["trainer_logprobs"] == [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6]
     assert t2["tokens"]["trainer_logprobs"] == [-0.5, -0.25, -0.125, -1.0]
+    # the trainer's version travels with its values (turn 1's were computed at version 1, turn 2's unsaid)
+    assert t1["tokens"]["trainer_version"] == 1 and "trainer_version" not in t2["tokens"]
     assert t2["tokens"]["ids"] == [100, 101, 102, 103] and t2["advantage"] == 0.5
     assert len(list(monitor.blobs.root.rglob("*.png"))) == 2      # each screenshot uploaded once
 

@@ -170,6 +170,8 @@ def _assert_the_monitor_gets_each_turns_trainer_logprobs(actor, outcomes) -> Non
     finally:
         del actor.actor.compute_logp
     sent = {r.client_id: r.fields["trainer_logprobs"] for r in sink.records}
+    # each record names the trainer's version, so a viewer tells an off-policy turn's gap from a defect
+    assert {r.fields["trainer_version"] for r in sink.records} == {actor.actor.engine.get_version()}
     expected = {f"{o.monitor_uuid}:turn:{i + 1}": t.output_logprobs for o in outcomes for i, t in enumerate(o.turns)}
     assert set(sent) == set(expected)
     worst = max(abs(a - b) for cid in sent for a, b in zip(sent[cid], expected[cid], strict=True))

@@ -174,25 +174,34 @@ def _assert_monitor_has_the_trainer_logprobs(db: Path) -> None:
         [run] = views.trainings(store)
         training = views.training(store, run["id"])
         assert run["status"] == "completed"
-        # the first step's rollouts: long trained and reported by the end (the newest rollouts of a run may be
-        # read ahead for a step that never trains, and the last step's values may still be queued at its end)
-        # Step 1 is on-policy (both sides hold the warm start, in float32), so the two agree token for token
-        # up to arithmetic: CI saw a median of 0, a mean of 2e-5 and one token at 0.016 (the second turn of
-        # three identical episodes). A sampler the trainer does not match shows a gap near 0.5 (images
-        # swapped) or far above 0.05 (weights not updated): docs/learning.md, tests/policy/test_gates_trainer.py.
-        first = views.groups(store, "steps", training["steps"][0]["id"])
-        trained, diffs = 0, []
-        for member in (m for group in first["groups"] for m in group["members"]):
-            rollout = views.rollout(store, member["id"])
-            for turn in rollout["turns"]:
-                tokens = turn["tokens"]
-                if "trainer_logprobs" in tokens:
+        # the first steps' rollouts: long trained and reported by the end (the newest rollouts of a run may be
+        # read ahead for a step that never trains, and the last step's values may still be queued at its end).
+        # A turn sampled at the trainer's own version (``trainer_version``, sent with the values) is on-policy:
+        # both sides hold the same weights, in float32, so the two agree token for token up to arithmetic (CI
+        # saw a median of 0, a mean of 2e-5 and one token at 0.016). A turn sampled at an older version also
+        # differs by the updates since (CI saw 2.1 on a step-2 trainer's read of a version-0 turn), so it is
+        # left out. A sampler the trainer does not match shows a gap near 0.5 (images swapped) or far above
+        # 0.05 (weights not updated): docs/learning.md, tests/policy/test_gates_trainer.py.
+        trained, off_policy, diffs = 0, 0, []
+        for step in training["steps"][:2]:
+            for member in (m for group in views.groups(store, "steps", step["id"])["groups"]
+                           for m in group["members"]):
+                rollout = views.rollout(store, member["id"])
+                for turn in rollout["turns"]:
+                    tokens = turn["tokens"]
+                    if "trainer_logprobs" not in tokens:
+                        continue
+                    if set(tokens["versions"]) != {tokens["trainer_version"]}:
+                        off_policy += 1
+                        continue
                     trained += 1
                     turn_diffs = [abs(a - b) for a, b in
                                   zip(tokens["trainer_logprobs"], tokens["logprobs"], strict=True)]
                     assert max(turn_diffs) < BY_NAME["sampler_logprob_gap"].threshold, \
-                        (rollout["id"], turn["turn"], max(turn_diffs))
+                        (rollout["id"], turn["turn"], tokens["trainer_version"], max(turn_diffs))
                     diffs += turn_diffs
+        print(f"monitor: {trained} on-policy turns with the trainer's logprobs, {off_policy} sampled at an "
+              f"older version")
         assert trained >= 4, trained   # at least one group of 4 episodes
         assert statistics.median(diffs) < 1e-3 and statistics.fmean(diffs) < 1e-3, \
             (statistics.median(diffs), statistics.fmean(diffs))

@@ -222,6 +222,7 @@ def test_rows_name_each_output_tokens_monitor_turn_and_the_trainer_side_reads_th
             assert got[turn_key(a, 1)] == [1.0, 2.0] and got[turn_key(a, 2)] == [104.0]
         else:
             assert got[turn_key(a, 1)] == [1.0, 2.0] and got[turn_key(a, 2)] == [4.0]
-        records = {r.client_id: r.fields["trainer_logprobs"] for r in records_of(got)}
-        assert records == {f"{a}:turn:1": got[turn_key(a, 1)], f"{a}:turn:2": got[turn_key(a, 2)]}
+        records = {r.client_id: r.fields for r in records_of(got, version=3)}
+        assert records == {f"{a}:turn:1": {"trainer_logprobs": got[turn_key(a, 1)], "trainer_version": 3},
+                           f"{a}:turn:2": {"trainer_logprobs": got[turn_key(a, 2)], "trainer_version": 3}}
     assert "monitor_turn" not in group_batch([EpisodeOutcome(turns=[t1], reward=1.0)])

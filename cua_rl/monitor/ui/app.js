@@ -215,19 +215,26 @@ function tokenView(tokens, text) {
   if (!tokens || !tokens.pieces || !tokens.logprobs) return h("div", { class: "tokens" }, text || "");
   const trainer = tokens.trainer_logprobs;
   const mode = trainer && state.tokenMode !== "logprob" ? "mismatch" : "logprob";
+  // a turn sampled at another policy version than the trainer's differs by the updates between, not a defect
+  const tv = tokens.trainer_version;
+  const sampled = [...new Set(tokens.versions || [])];
+  const offPolicy = trainer && tv !== undefined && tv !== null && sampled.some((v) => v !== tv)
+    ? h("span", { class: "off-policy", "data-testid": "off-policy" },
+      `sampled at version ${sampled.join(", ")}, trainer at ${tv}: |Δ| includes the updates between `)
+    : null;
   const spans = tokens.pieces.map((piece, i) => {
     const lp = tokens.logprobs[i];
     let bg = tokenColour(lp), cls = "tok", tip = `logprob ${num(lp, 4)} (p=${num(Math.exp(lp), 3)})`;
     if (trainer && trainer[i] !== undefined) {
       const d = Math.abs(trainer[i] - lp);
-      tip += ` · trainer ${num(trainer[i], 4)} · |Δ| ${num(d, 4)}`;
+      tip += ` · trainer${tv !== undefined && tv !== null ? ` (v${tv})` : ""} ${num(trainer[i], 4)} · |Δ| ${num(d, 4)}`;
       if (mode === "mismatch") bg = `hsl(0, 85%, ${Math.round(100 - Math.min(45, d * 150))}%)`;
       if (d > 0.1) cls += " mismatch";
     }
     return h("span", { class: cls, style: `background:${bg}`, title: tip, "data-testid": "token", "data-logprob": lp }, piece);
   });
   const legend = h("div", { class: "legend muted" }, mode === "mismatch"
-    ? ["red = trainer and engine logprobs disagree (|Δ|), outlined when |Δ| > 0.1 ",
+    ? ["red = trainer and engine logprobs disagree (|Δ|), outlined when |Δ| > 0.1 ", offPolicy,
       h("button", { onclick: () => { state.tokenMode = "logprob"; state.lastJson = null; refresh(); } }, "colour by logprob")]
     : [h("span", { style: `background:${tokenColour(Math.log(0.05))}` }, "p≈0.05"),
       h("span", { style: `background:${tokenColour(Math.log(0.5))}` }, "p≈0.5"),
