@@ -76,7 +76,8 @@ def main(args: list[str]) -> None:
                                                               monitor_training_id=training_id)
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
                                                                    is_eval=True, monitor_training_id=training_id)
-        with Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+        with Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer, \
+                update_reporter(config, token, training_id) as trainer.report_update:
             # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/areal_ext/resume.py)
             install(trainer, point, RunPaths.of(config).logs)
             if point is not None and trainer.recover_info is None:
@@ -97,13 +98,42 @@ def main(args: list[str]) -> None:
 def stall_watch(trainer: "Trainer", config, group_size: int):
     """The health checks' watch between steps (cua_rl/areal_ext/health.py ``StallWatch``) while the body runs."""
     watch = StallWatch(RunPaths.of(config).logs, trainer.health,
-                       episodes_per_step=config.train_dataset.batch_size * group_size)
+                       episodes_per_step=config.train_dataset.batch_size * group_size,
+                       on_finding=lambda f: trainer.report_update(f.step, {}, [f]))
     trainer.stall_watch = watch.start()
     try:
         yield watch
     finally:
         trainer.stall_watch = None
         watch.stop()
+
+
+@contextlib.contextmanager
+def update_reporter(config, token: str, training_id: int | None):
+    """``report(train_step, stats, findings)``: each update's statistics and health to the Training Monitor's
+    step row of the rollouts it trained (the run page draws them), sent from a daemon thread; a no-op when
+    the monitor is off (``training_id`` None)."""
+    if training_id is None:
+        yield lambda train_step, stats, findings: None
+        return
+    from cua_rl.monitor.client import MonitorClient
+    from cua_rl.monitor.records import update_record
+    from cua_rl.monitor.sender import RecordSender
+
+    sender = RecordSender(lambda: MonitorClient.from_settings(config.monitor_base_url, token, config.project_id,
+                                                              raise_errors=True), what="update statistics")
+
+    def report(train_step: int, stats: dict, findings: list) -> None:
+        health = {k.removeprefix("health/"): v for k, v in stats.items()
+                  if k.startswith("health/") and k != "health/anomalies"}
+        # step k turns version k-1 into k: mostly the rollouts sampled at version k-1 (the monitor's step row)
+        sender.submit([update_record(training_id, max(train_step - 1, 0), train_step=train_step, stats=stats,
+                                     health=health, anomalies=[f.as_dict() for f in findings])])
+
+    try:
+        yield report
+    finally:
+        sender.close()
 
 
 class Trainer(PPOTrainer):
@@ -128,6 +158,7 @@ class Trainer(PPOTrainer):
         self._needs_eval_rollout = valid_dataset is not None
         self._early_rollout: _Background | None = None
         self.stall_watch: StallWatch | None = None
+        self.report_update = lambda train_step, stats, findings: None   # update_reporter's, when the monitor is on
         self.health = Health(config.health, max_turns=config.max_turns,
                              max_head_offpolicyness=config.rollout.max_head_offpolicyness,
                              policy_endpoint=not config.model_base_url)
@@ -157,6 +188,7 @@ class Trainer(PPOTrainer):
         """AReaL's ``stats_logger.commit`` with the health checks before it and their verdict after it."""
         findings = self.health.observe(global_step + 1, stats)
         self._commit(epoch, epoch_step, global_step, stats)
+        self.report_update(global_step + 1, stats, findings)
         for finding in findings:
             print(finding.line(), flush=True)
         stops = [f for f in findings if f.action == "stop"]

@@ -125,6 +125,11 @@ class Finding:
     action: str
     note: str = ""       # what the value is made of, when it says more than the value
 
+    def as_dict(self) -> dict:
+        """For the Training Monitor's run page (``cua_rl.monitor.records.update_record``)."""
+        return {"name": self.invariant.name, "value": self.value, "threshold": self.threshold,
+                "action": self.action, "line": self.line()}
+
     def line(self) -> str:
         inv = self.invariant
         return (f"[cua-rl] health step {self.step}: {inv.name} {self.value:.3g} "
@@ -213,7 +218,8 @@ class StallWatch:
 
     def __init__(self, logs: Path, health: Health, *, episodes_per_step: int, stall_s: float | None = None,
                  interval_s: float = 5.0, on_stop: Callable[[], None] | None = None,
-                 read: Callable[[Path], dict[str, int]] | None = None) -> None:
+                 read: Callable[[Path], dict[str, int]] | None = None,
+                 on_finding: Callable[[Finding], None] | None = None) -> None:
         from cua_rl.workflow import tally
 
         self.logs, self.health = Path(logs), health
@@ -221,6 +227,7 @@ class StallWatch:
         self.stall_s = health.config.stall_seconds if stall_s is None else stall_s
         self.interval_s = interval_s
         self.on_stop = on_stop or (lambda: os.kill(os.getpid(), signal.SIGTERM))
+        self.on_finding = on_finding or (lambda finding: None)   # the run page hears of it too
         self._read = read or (lambda logs: tally.read(logs, "train"))
         self.step = 1
         self._since = self._counts()
@@ -275,6 +282,7 @@ class StallWatch:
                 continue
             self._told = True
             print(finding.line(), flush=True)
+            self.on_finding(finding)
             if finding.action == "stop":
                 log_stop(self.step - 1, [finding])
                 _STOP_REQUESTED.set()

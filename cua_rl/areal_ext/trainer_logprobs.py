@@ -27,11 +27,8 @@ computes logprobs too; those are left alone):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import queue
-import threading
 from typing import Any
 
 import torch
@@ -39,12 +36,10 @@ import torch
 from cua_rl.areal_ext.health import SAMPLER_GAP_KEY
 from cua_rl.monitor.client import MonitorClient, token_from_env
 from cua_rl.monitor.records import Record, trainer_logprobs_record
+from cua_rl.monitor.sender import RecordSender
 from cua_rl.trajectory.rows import TURN_KEY_ROW, turn_of_key
 
 logger = logging.getLogger(__name__)
-
-_QUEUE_BATCHES = 64          # compute_logp calls waiting to be sent; more are dropped and counted
-_RECORDS_PER_POST = 200      # records per ingest request (the monitor refuses batches over 5000 rows)
 
 
 def turn_logprobs(data: list[dict[str, Any]], logps: list[torch.Tensor] | None) -> dict[int, list[float]]:
@@ -89,60 +84,10 @@ def records_of(by_turn: dict[int, list[float]], version: int | None = None) -> l
     return [trainer_logprobs_record(*turn_of_key(key), values, version) for key, values in by_turn.items()]
 
 
-class TrainerLogprobSender:
-    """One daemon thread posting queued records; ``sent``, ``failures`` and ``dropped`` count batches."""
-
-    def __init__(self, client_factory, timeout_s: float = 10.0) -> None:
-        self._client_factory = client_factory
-        self.timeout_s = timeout_s
-        self._queue: queue.Queue[list[Record] | None] = queue.Queue(maxsize=_QUEUE_BATCHES)
-        self.sent = self.failures = self.dropped = 0
-        self._thread = threading.Thread(target=self._run, name="monitor-trainer-logprobs", daemon=True)
-        self._thread.start()
-
-    def submit(self, records: list[Record]) -> None:
-        if not records:
-            return
-        try:
-            self._queue.put_nowait(records)
-        except queue.Full:
-            self.dropped += 1
-            if self.dropped == 1:
-                logger.warning("training monitor: trainer logprobs queue full; dropping batches (training is "
-                               "not affected)")
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Send what is queued (bounded by ``timeout_s``) and stop the thread."""
-        try:
-            self._queue.put(None, timeout=timeout_s)
-        except queue.Full:
-            return
-        self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while True:
-            records = self._queue.get()
-            if records is None:
-                return
-            try:
-                asyncio.run(self._post(records))
-                self.sent += 1
-            except Exception as exc:  # noqa: BLE001 - the monitor only observes
-                self.failures += 1
-                log = logger.warning if self.failures == 1 else logger.debug
-                log("training monitor: trainer logprobs not sent (%d failures): %s: %s", self.failures,
-                    type(exc).__name__, exc)
-
-    async def _post(self, records: list[Record]) -> None:
-        async with self._client_factory() as client:
-            for i in range(0, len(records), _RECORDS_PER_POST):
-                await asyncio.wait_for(client.upsert(*records[i:i + _RECORDS_PER_POST]), 3 * self.timeout_s)
+_sender: RecordSender | None = None
 
 
-_sender: TrainerLogprobSender | None = None
-
-
-def wrap_compute_logp(compute_logp, sender: TrainerLogprobSender | None):
+def wrap_compute_logp(compute_logp, sender: RecordSender | None):
     """``compute_logp`` that also records the sampler gap and submits each result's per-turn values to
     ``sender`` (None: the monitor is off)."""
 
@@ -184,7 +129,7 @@ def enable() -> bool:
     from areal.trainer.ppo.actor import PPOActor
 
     if os.environ.get("MONITOR_BASE_URL") and token_from_env():
-        _sender = TrainerLogprobSender(lambda: MonitorClient.from_env(raise_errors=True))
+        _sender = RecordSender(lambda: MonitorClient.from_env(raise_errors=True), what="trainer logprobs")
         logger.info("training monitor: the trainer's recomputed logprobs are sent per turn")
     PPOActor.compute_logp = wrap_compute_logp(PPOActor.compute_logp, _sender)
     _enabled = True

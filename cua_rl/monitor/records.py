@@ -8,6 +8,7 @@ JSON *strings*, not objects. ``None`` fields are dropped so a partial update nev
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -65,6 +66,27 @@ def step_record(training_id: int, step: int, batch: int = 0, *, status: str = "r
     return Record("steps", f"step-{training_id}-{step}-{batch}",
                   {"training_id": training_id, "step": step, "batch": batch, "status": status,
                    "current_phase": current_phase, "start_time": start_time or now_iso(), **extra})
+
+
+# The trainer's statistics the run page draws per update (AReaL's names; sampler_logprob_gap is ours).
+UPDATE_STATS = {"loss": "ppo_actor/update/actor_loss/avg", "entropy": "ppo_actor/update/entropy/avg",
+                "approx_kl": "ppo_actor/update/approx_kl/avg", "clip_ratio": "ppo_actor/update/clip_ratio/avg",
+                "grad_norm": "ppo_actor/update/grad_norm", "sampler_logprob_gap": "sampler_logprob_gap"}
+
+
+def update_record(training_id: int, step: int, *, train_step: int, stats: dict[str, float],
+                  health: dict[str, float], anomalies: list[dict]) -> Record:
+    """What the trainer did with the rollouts sampled at policy version ``step`` (the monitor's step row):
+    training step ``train_step`` (AReaL's 1-based count, which makes version ``train_step``), its statistics
+    (``UPDATE_STATS``, those present), every health value and the checks it tripped (``anomalies``: name,
+    value, threshold, action, line). Kept in the step row's ``extra`` as ``update``."""
+    picked = {name: float(stats[key]) for name, key in UPDATE_STATS.items()
+              if isinstance(stats.get(key), (int, float)) and math.isfinite(stats[key])}
+    return Record("steps", f"step-{training_id}-{step}-0", {
+        "training_id": training_id, "step": step, "batch": 0,
+        "update": {"train_step": train_step, "stats": picked,
+                   "health": {k: float(v) for k, v in health.items() if math.isfinite(v)},
+                   "anomalies": anomalies}})
 
 
 def rollout_record(rollout_uuid: str, *, status: str = "running", current_phase: str | None = None,

@@ -86,6 +86,12 @@ def training(store: Store, training_id: int) -> dict[str, Any] | None:
                      "success_rate": s["summary"]["success_rate"]} for s in run["steps"]
                     if s["summary"]["completed"]]
     run["recent_rollouts"] = sorted(rollouts, key=lambda x: x["id"], reverse=True)[:20]
+    # what the trainer sent after each update (cua_rl.monitor.records.update_record), in the step rows' extra
+    updates = [(s["step"], s["update"]) for s in run["steps"] if isinstance(s.get("update"), dict)]
+    run["update_curve"] = [{"step": step, "train_step": u.get("train_step"), **(u.get("stats") or {})}
+                           for step, u in updates]
+    run["anomalies"] = [{"step": step, "train_step": u.get("train_step"), **a}
+                        for step, u in updates for a in u.get("anomalies") or []]
     return run
 
 

@@ -54,6 +54,23 @@ def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_pat
     assert re.search(r"episodes: +0 evaluated, \d+ lost .*policy unreached \d+", out), out[-3000:]
     rollout_log = next((tmp_path / "fileroot" / "logs").glob("*/*/unreached/rollout.log")).read_text(errors="replace")
     assert "could not reach the policy endpoint at http://127.0.0.2:" in rollout_log
+    _assert_the_run_page_names_the_stop(next((tmp_path / "fileroot" / "logs").glob("*/*/unreached/monitor/monitor.db")))
     time.sleep(2)
     assert not (_pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
     assert not (_pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
+
+
+def _assert_the_run_page_names_the_stop(db: Path) -> None:
+    """The embedded Training Monitor's run page lists the check that stopped the run, on the step it stopped."""
+    from cua_rl.monitor import views
+    from cua_rl.monitor.store import Store, sqlite_url
+
+    store = Store.open(sqlite_url(db))
+    try:
+        [run] = views.trainings(store)
+        [found] = views.training(store, run["id"])["anomalies"]
+        assert (found["name"], found["action"], found["train_step"], found["step"]) == \
+            ("infra_lost_share", "stop", 1, 0), found
+        assert "policy unreached" in found["line"]
+    finally:
+        store.close()

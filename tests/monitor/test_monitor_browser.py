@@ -10,7 +10,8 @@ import pytest
 from sample_run import SCREEN, send_sample_run
 
 from cua_rl.monitor import training_run
-from cua_rl.monitor.records import trainer_logprobs_record
+from cua_rl.areal_ext.health import BY_NAME, Finding
+from cua_rl.monitor.records import trainer_logprobs_record, update_record
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
@@ -60,6 +61,12 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
     # the trainer's logprobs of the best rollout's turn 2 (sampled at version 0), recomputed at version 1
     uuid = httpx.get(f"{monitor.url}/api/rollouts/{best['id']}").json()["client_id"]
     _trainer_sends(monitor.url, token, trainer_logprobs_record(uuid, 2, [-0.1, -0.3, -0.9, -2.0], version=1))
+    # the trainer's update of those rollouts: its statistics (AReaL's names) and a tripped check
+    gap = Finding(1, BY_NAME["sampler_logprob_gap"], 0.31, 0.05, "warn")
+    _trainer_sends(monitor.url, token, update_record(
+        tid, 0, train_step=1, stats={"ppo_actor/update/actor_loss/avg": -0.02, "ppo_actor/update/entropy/avg": 1.7,
+                                     "ppo_actor/update/grad_norm": float("nan"), "sampler_logprob_gap": 0.31},
+        health={"sampler_logprob_gap": 0.31, "staleness": 0.0}, anomalies=[gap.as_dict()]))
 
     browser.get(f"{monitor.url}/")
     wait_for(browser, lambda d: css(d, "[data-testid=run-row]"))
@@ -67,6 +74,13 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
 
     browser.get(f"{monitor.url}/{tid}?project_id=p1")                     # the client's UI link
     wait_for(browser, lambda d: css(d, "[data-testid=chart-reward_mean] circle.point"))
+    # the update's statistics are drawn (a NaN is left out) and its tripped check is named twice
+    assert len(css(browser, "[data-testid=chart-loss] circle.point")) == 1
+    assert len(css(browser, "[data-testid=chart-entropy] circle.point")) == 1
+    assert not css(browser, "[data-testid=chart-grad_norm] circle.point")
+    assert css(browser, "[data-testid=health-anomaly]")[0].text == "sampler_logprob_gap 0.310 (warn)"
+    [finding] = css(browser, "[data-testid=health-finding]")
+    assert finding.text.startswith("warn · training step 1: [cua-rl] health step 1: sampler_logprob_gap 0.31")
     assert css(browser, "[data-testid=steps-table]") and "completed" in browser.find_element("tag name", "h1").text + \
         " ".join(e.text for e in css(browser, "[data-testid=status]"))
 
@@ -111,10 +125,12 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
 
 
 def _trainer_sends(url: str, token: str, record) -> None:
-    from cua_rl.areal_ext.trainer_logprobs import TrainerLogprobSender
+    """What the training side sends (trainer logprobs, update statistics), through its sender."""
+    from cua_rl.monitor.sender import RecordSender
     from cua_rl.monitor.client import MonitorClient
 
-    sender = TrainerLogprobSender(lambda: MonitorClient.from_settings(url, token, "p1", raise_errors=True))
+    sender = RecordSender(lambda: MonitorClient.from_settings(url, token, "p1", raise_errors=True),
+                          what="test records")
     sender.submit([record])
     sender.close()
     assert sender.sent == 1 and sender.failures == 0

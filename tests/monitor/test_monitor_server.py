@@ -215,7 +215,8 @@ def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our
     import asyncio
 
     from cua_rl.trajectory.rows import new_rollout_uuid, turn_key
-    from cua_rl.areal_ext.trainer_logprobs import TrainerLogprobSender, records_of
+    from cua_rl.areal_ext.trainer_logprobs import records_of
+    from cua_rl.monitor.sender import RecordSender
 
     monitor, token = our_monitor
     api = httpx.Client(base_url=monitor.url)
@@ -224,8 +225,8 @@ def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our
     turns = [make_turn(shots[0]), make_turn(shots[1], 4)]
 
     def trainer_sends(by_key: dict, version: int | None = None) -> None:
-        sender = TrainerLogprobSender(lambda: MonitorClient.from_settings(monitor.url, token, "p1",
-                                                                          raise_errors=True))
+        sender = RecordSender(lambda: MonitorClient.from_settings(monitor.url, token, "p1", raise_errors=True),
+                              what="trainer logprobs")
         sender.submit(records_of(by_key, version))
         sender.close()
         assert sender.sent == 1 and sender.failures == 0 and sender.dropped == 0

@@ -202,6 +202,11 @@ def _assert_monitor_has_the_trainer_logprobs(db: Path) -> None:
                     diffs += turn_diffs
         print(f"monitor: {trained} on-policy turns with the trainer's logprobs, {off_policy} sampled at an "
               f"older version")
+        # every update's statistics and health reached the run page, on the row of the rollouts it trained
+        curve = training["update_curve"]
+        assert sorted(u["train_step"] for u in curve) == list(range(1, STEPS + 1)), curve
+        assert all({"loss", "entropy", "grad_norm"} <= set(u) for u in curve), curve[:2]
+        assert all(s["update"]["health"] for s in training["steps"] if "update" in s)
         assert trained >= 4, trained   # at least one group of 4 episodes
         assert statistics.median(diffs) < 1e-3 and statistics.fmean(diffs) < 1e-3, \
             (statistics.median(diffs), statistics.fmean(diffs))

@@ -111,10 +111,28 @@ function summaryCells(sm) {
 
 function parentTable(rows, kind, stepLabel) {
   if (!rows.length) return h("p", { class: "muted" }, `No ${kind} yet.`);
+  const health = kind === "steps";   // the trainer's verdict on the update that trained the step's rollouts
   return h("table", { "data-testid": `${kind}-table` },
-    h("tr", {}, ...[stepLabel, "status", "started", "rollouts", "completed", "mean reward", "success"].map((c) => h("th", {}, c))),
+    h("tr", {}, ...[stepLabel, "status", "started", "rollouts", "completed", "mean reward", "success",
+      ...(health ? ["health"] : [])].map((c) => h("th", {}, c))),
     rows.map((r) => h("tr", {}, h("td", {}, link(`/${kind}/${r.id}`, `${r.step}${r.batch ? "/" + r.batch : ""}`)),
-      h("td", {}, badge(r.status)), h("td", {}, when(r.start_time)), ...summaryCells(r.summary))));
+      h("td", {}, badge(r.status)), h("td", {}, when(r.start_time)), ...summaryCells(r.summary),
+      ...(health ? [h("td", {}, healthCell(r.update))] : []))));
+}
+
+function healthCell(update) {
+  if (!update) return h("span", { class: "muted" }, "–");
+  const values = Object.entries(update.health || {}).map(([k, v]) => `${k} ${num(v, 4)}`).join("\n");
+  const found = update.anomalies || [];
+  if (!found.length) return h("span", { class: "ok", title: values, "data-testid": "health-ok" }, "ok");
+  return h("span", { class: "anomaly", title: found.map((a) => a.line).join("\n\n") + "\n\n" + values,
+    "data-testid": "health-anomaly" }, found.map((a) => `${a.name} ${num(a.value, 3)} (${a.action})`).join(", "));
+}
+
+function anomalyList(anomalies) {
+  if (!anomalies.length) return h("p", { class: "muted", "data-testid": "health-none" }, "No health check tripped.");
+  return h("ul", { class: "anomalies" }, anomalies.map((a) => h("li", { "data-testid": "health-finding" },
+    h("b", {}, `${a.action === "stop" ? "STOP" : "warn"} · training step ${a.train_step}: `), a.line)));
 }
 
 function renderRun(run) {
@@ -135,6 +153,12 @@ function renderRun(run) {
     h("h2", {}, "Curves (training rollouts per step)"),
     h("div", { class: "cards" }, chart(run.curve, "reward_mean", "mean reward", "#1463b8"),
       chart(run.curve, "success_rate", "success rate", "#3c9a5f", { yMax: 1 })),
+    h("h2", {}, "Training (the trainer's statistics per update)"),
+    h("div", { class: "cards" }, ...[["loss", "loss", "#8a4fd0"], ["entropy", "entropy", "#c07a14"],
+      ["approx_kl", "approx. KL (update)", "#b83a3a"], ["grad_norm", "grad norm", "#2f7f8a"],
+      ["sampler_logprob_gap", "|trainer − engine| logprob", "#6a7683"]]
+      .map(([key, label, colour]) => chart(run.update_curve || [], key, label, colour))),
+    h("h2", {}, "Health"), anomalyList(run.anomalies || []),
     h("h2", {}, "Steps"), parentTable(run.steps, "steps", "step"),
     h("h2", {}, "Baseline (base model before training)"), parentTable(run.baselines, "baselines", "step"),
     h("h2", {}, "Evaluations"), parentTable(run.evals, "evals", "step"),
