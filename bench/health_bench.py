@@ -10,7 +10,10 @@ steps, exit code 3, naming the invariant; the healthy run must finish with no st
 - ``gym_down``: the gym as its own process (``--gym``), killed after the first step and not restarted;
 - ``stale_weights``: vLLM acknowledges every weight update and keeps its first weights (a test double of the
   worker extension, tests/doubles/stale_vllm.py): ``sampler_logprob_gap`` warns once the drift shows (it
-  does not stop this run yet: docs/health.md).
+  does not stop this run yet: docs/health.md);
+- ``model_hung``: after the first step the vLLM engine process is stopped (SIGSTOP; its front end still answers
+  ``/health``), as vLLM's multimodal cache desync once hung it in CI: nothing fails and nothing ends, and
+  ``idle_seconds`` (set to 40 s here) must stop the run.
 
 Turns recorded on vLLM without the prompt proof (``unproved_vllm_turns``) need a vLLM on which the proof
 cannot be installed (``policy.require_prompt_proof=false`` alone changes nothing while it can be): that case
@@ -19,7 +22,8 @@ is tests/e2e/test_workflow_episode.py's, on the real stack with the proof's inst
 Prints JSON: per case the exit code, the first step a check stopped at, the console's ``[cua-rl] health``
 lines, the summary's cause and the wall time.
 
-Usage: python bench/health_bench.py [--cases healthy,policy_unreached,gym_down,stale_weights] [--steps 3] [--out F]
+Usage: python bench/health_bench.py [--cases healthy,policy_unreached,gym_down,stale_weights,model_hung] [--steps 3]
+       [--out F]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,9 +91,49 @@ def _gym_down(work: Path, env: dict, steps: int) -> dict:
     return _result("gym_down", rc, log.read_text(errors="replace"), time.monotonic() - started)
 
 
+def _descendants(pid: int) -> list[int]:
+    children = [int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                                text=True).stdout.split()]
+    return children + [d for c in children for d in _descendants(c)]
+
+
+def _model_hung(work: Path, env: dict) -> dict:
+    log = work / "model_hung.log"
+    started = time.monotonic()
+    servers_before = set(_pgrep("areal_vllm_server"))
+    trainer = subprocess.Popen([*TRAIN, "trial_name=model_hung", "total_train_steps=6", *SMALL,
+                                "health.thresholds={idle_seconds: 40}"], cwd=ROOT, env=env, stdout=open(log, "w"),
+                               stderr=subprocess.STDOUT)
+    frozen: list[int] = []
+    try:
+        while trainer.poll() is None and not re.search(r"\[cua-rl\] step 1/", log.read_text(errors="replace")):
+            time.sleep(0.5)
+        for server in set(_pgrep("areal_vllm_server")) - servers_before:
+            frozen += _descendants(server)   # the engine core (and its workers); the front end keeps answering
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        print(f"[health-bench] model_hung: stopped vLLM's engine processes {frozen}", file=sys.stderr, flush=True)
+        rc = trainer.wait(900)
+    finally:
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if trainer.poll() is None:
+            trainer.kill()
+    result = _result("model_hung", rc, log.read_text(errors="replace"), time.monotonic() - started)
+    result["engine_processes_stopped"] = len(frozen)
+    return result
+
+
+def _pgrep(pattern: str) -> list[int]:
+    return [int(p) for p in subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()]
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", default="healthy,policy_unreached,gym_down,stale_weights")
+    parser.add_argument("--cases", default="healthy,policy_unreached,gym_down,stale_weights,model_hung")
     parser.add_argument("--steps", type=int, default=3, help="steps of the healthy run")
     parser.add_argument("--workdir", default="")
     parser.add_argument("--out", default="")
@@ -103,6 +148,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                                                 "policy.advertised_host=127.0.0.2"], work, env),
         "gym_down": lambda: _gym_down(work, env, args.steps),
         "stale_weights": lambda: _train("stale_weights", ["total_train_steps=8", *STALE_WEIGHTS], work, env),
+        "model_hung": lambda: _model_hung(work, env),
     }
     results = []
     for name in args.cases.split(","):

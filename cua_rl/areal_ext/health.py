@@ -10,10 +10,14 @@ step from AReaL's exported statistics (the workflow records per-episode and per-
   already written (AReaL saves it before the statistics), so ``train.sh --resume`` continues after the fix.
 - ``warn``: one ``[cua-rl] health`` line on the console, the values in the statistics as ``health/<name>``.
 
-Between steps, ``StallWatch`` covers the case no step statistics can show: every episode lost, so every group
-is rejected and AReaL waits for a batch that never comes (an agent that cannot reach the policy endpoint does
-exactly this). It reads the workflows' running counts (``cua_rl.workflow.tally``) and, when two steps' worth
-of episodes were lost and none evaluated for ``health.stall_seconds``, acts as ``infra_lost_share`` does.
+Between steps, ``StallWatch`` covers the cases no step statistics can show. It reads the workflows' running
+counts (``cua_rl.workflow.tally``):
+- every episode lost, so every group is rejected and AReaL waits for a batch that never comes (an agent that
+  cannot reach the policy endpoint does exactly this): when two steps' worth of episodes were lost and none
+  evaluated for ``health.stall_seconds``, it acts as ``infra_lost_share`` does;
+- nothing ends at all (a model server that hangs: no request fails, no episode ends, and AReaL's own
+  timeouts wait 600 s or for ever): when no group ended since the last one or the last step for
+  ``idle_seconds`` (30 minutes), it acts as that invariant says.
 
 ``health.on_anomaly`` (``--on-anomaly``): ``default`` (each invariant's own action, the table in
 docs/health.md), ``stop`` or ``warn`` for all. ``health.thresholds`` overrides any threshold by name.
@@ -88,6 +92,15 @@ INVARIANTS: tuple[Invariant, ...] = (
               "share of evaluated episodes that ended at max_turns",
               "the agent never finishes: max_turns too small, or the policy never answers 'done'",
               "a few episodes in the Training Monitor; max_turns", at_least=True, steps=3),
+    Invariant("idle_seconds", "stop", 1800.0,
+              "seconds in which no group of episodes ended (evaluated or lost, training or evaluation) since the "
+              "last one or the last step (checked between steps by the stall watch)",
+              "a service that hangs without failing: a model server that stopped answering (vLLM's multimodal "
+              "cache desync once hung its engine), a gym whose creates never return, an agent that never ends "
+              "an episode",
+              "rollout.log for the last finished group; the model server's log for its last request; py-spy "
+              "dump of the rollout worker; a step that trains longer than this needs a larger "
+              "health.thresholds.idle_seconds"),
     Invariant("success_stuck_steps", "warn", 10.0,
               "consecutive steps whose rollout success was exactly 0 or exactly 1",
               "the task set gives no contrast (all solved or none), so GRPO has nothing to learn from",
@@ -219,7 +232,8 @@ class StallWatch:
     def __init__(self, logs: Path, health: Health, *, episodes_per_step: int, stall_s: float | None = None,
                  interval_s: float = 5.0, on_stop: Callable[[], None] | None = None,
                  read: Callable[[Path], dict[str, int]] | None = None,
-                 on_finding: Callable[[Finding], None] | None = None) -> None:
+                 on_finding: Callable[[Finding], None] | None = None,
+                 read_all: Callable[[Path], dict[str, int]] | None = None) -> None:
         from cua_rl.workflow import tally
 
         self.logs, self.health = Path(logs), health
@@ -229,9 +243,11 @@ class StallWatch:
         self.on_stop = on_stop or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.on_finding = on_finding or (lambda finding: None)   # the run page hears of it too
         self._read = read or (lambda logs: tally.read(logs, "train"))
+        self._read_all = read_all or (lambda logs: tally.read(logs))   # training and evaluation groups
         self.step = 1
         self._since = self._counts()
         self._last_evaluated_at = time.monotonic()
+        self._ended, self._last_ended_at = self._groups_ended(), time.monotonic()
         self._told = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="health-stall-watch", daemon=True)
@@ -249,14 +265,35 @@ class StallWatch:
         self._stop.set()
         self._thread.join(10)
 
+    def _groups_ended(self) -> int:
+        totals = self._read_all(self.logs)
+        return sum(totals.get(k, 0) for k in ("episodes_evaluated", "episodes_lost"))
+
     def step_done(self, step: int) -> None:
         self.step = step + 1
         self._since = self._counts()
         self._last_evaluated_at = time.monotonic()
+        self._ended, self._last_ended_at = self._groups_ended(), time.monotonic()
         self._told = False
 
     def check(self) -> Finding | None:
-        """One look: a finding when the run has stalled on lost episodes (see the module docstring)."""
+        """One look: a finding when the run has stalled on lost episodes or on nothing ending at all (see the
+        module docstring)."""
+        return self._lost_check() or self._idle_check()
+
+    def _idle_check(self) -> Finding | None:
+        ended = self._groups_ended()
+        if ended != self._ended:
+            self._ended, self._last_ended_at = ended, time.monotonic()
+            return None
+        inv, idle = BY_NAME["idle_seconds"], time.monotonic() - self._last_ended_at
+        if idle <= self.health.thresholds[inv.name]:
+            return None
+        return Finding(self.step, inv, idle, self.health.thresholds[inv.name], self.health.action(inv),
+                       note=f"no episode evaluated or lost for {idle:.0f} s: step {self.step} waits for rollouts "
+                            f"that neither finish nor fail")
+
+    def _lost_check(self) -> Finding | None:
         evaluated, lost, causes = self._counts()
         if evaluated > self._since[0]:
             self._since, self._last_evaluated_at = (evaluated, lost, causes), time.monotonic()

@@ -142,6 +142,29 @@ def test_the_watch_between_steps_stops_a_run_whose_every_episode_is_lost():
     assert slow.check() is None                        # lost, but not for long: a dead vLLM is the model watch's
 
 
+def test_the_watch_between_steps_stops_a_run_in_which_nothing_ends():
+    """A model server that hangs (vLLM's multimodal cache desync once hung its engine in CI: no request failed,
+    no episode ended, and AReaL's pause for the weight update waited 600 s): no group ends at all. Evaluation
+    groups count as progress too (``read_all``: every kind)."""
+    train = {"episodes_evaluated": 16, "episodes_lost": 2}
+    every = dict(train)
+    watch = StallWatch("/nonexistent", _health(thresholds={"idle_seconds": 0.3}), episodes_per_step=4,
+                       read=lambda _logs: dict(train), read_all=lambda _logs: dict(every))
+    watch.step_done(5)
+    assert watch.check() is None
+    time.sleep(0.4)
+    finding = watch.check()
+    assert finding is not None and (finding.invariant.name, finding.action, finding.step) == ("idle_seconds", "stop", 6)
+    assert finding.value > 0.3 and "no episode evaluated or lost for" in finding.note
+    every["episodes_evaluated"] += 8                   # an evaluation group ended: the run moves
+    assert watch.check() is None
+    time.sleep(0.4)
+    assert watch.check() is not None
+    watch.step_done(6)                                 # a step ended: the clock starts again
+    assert watch.check() is None
+    assert _health().thresholds["idle_seconds"] == 1800.0
+
+
 def test_the_summary_names_a_health_stop_as_the_cause(tmp_path, caplog):
     from cua_rl.run.summary import failure_cause
 
