@@ -23,7 +23,8 @@ from areal.utils import logging
 
 from cua_rl.config import CUAConfig, resolve_project_token
 from cua_rl.areal_ext.health import Health, StallWatch, UnhealthyRun, log_stop, stop_requested
-from cua_rl.areal_ext.model_watch import watch_model_servers
+from cua_rl.areal_ext.model_watch import server_addrs, watch_model_servers
+from cua_rl.areal_ext.weight_probe import WeightProbe, real_update
 from cua_rl.monitor import training_run
 from cua_rl.areal_ext.resume import install, resume_point
 from cua_rl.runs import RunPaths
@@ -123,7 +124,12 @@ def update_reporter(config, token: str, training_id: int | None):
     sender = RecordSender(lambda: MonitorClient.from_settings(config.monitor_base_url, token, config.project_id,
                                                               raise_errors=True), what="update statistics")
 
+    last: dict = {}
+
     def report(train_step: int, stats: dict, findings: list) -> None:
+        if last.get("step") == train_step:   # a check after the commit (the weight probe): keep what was sent
+            stats, findings = {**last["stats"], **stats}, [*last["findings"], *findings]
+        last.update(step=train_step, stats=stats, findings=findings)
         health = {k.removeprefix("health/"): v for k, v in stats.items()
                   if k.startswith("health/") and k != "health/anomalies"}
         # step k turns version k-1 into k: mostly the rollouts sampled at version k-1 (the monitor's step row)
@@ -164,6 +170,46 @@ class Trainer(PPOTrainer):
                              policy_endpoint=not config.model_base_url)
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset, **kwargs)
         self._commit, self.stats_logger.commit = self.stats_logger.commit, self._commit_with_health
+        # after each update, whether the servers took it (cua_rl/areal_ext/weight_probe.py): probed once the
+        # inference side resumes, since AReaL keeps the engines paused through the update and the commit. Not
+        # with LoRA (the canary reads the base model, which the update leaves alone) or another model's server.
+        self.weight_probe = (WeightProbe(lambda: server_addrs(self))
+                             if not (config.model_base_url or config.actor.use_lora) else None)
+        self._probe_due: tuple[int, bool] | None = None
+        if self.weight_probe is not None and getattr(self, "rollout", None) is not None:
+            resume = self.rollout.resume
+
+            def resume_and_probe(*args, **kwargs):
+                out = resume(*args, **kwargs)
+                self._check_weights()
+                return out
+
+            self.rollout.resume = resume_and_probe
+
+    def train(self, *args, **kwargs):
+        if self.weight_probe is not None:
+            self.weight_probe.baseline()
+        return super().train(*args, **kwargs)
+
+    def _check_weights(self) -> None:
+        """The ``weights_unchanged`` check of the update committed last (see ``__init__``)."""
+        if self._probe_due is None:
+            return
+        step, real = self._probe_due
+        self._probe_due = None
+        measured = self.weight_probe.after_update(real)
+        if measured is None:
+            return
+        unchanged, compared = measured
+        finding = self.health.judge(step, "weights_unchanged", float(unchanged),
+                                    note=f"{unchanged} of {compared} servers after the update to version {step}")
+        if finding is None:
+            return
+        print(finding.line(), flush=True)
+        self.report_update(step, {}, [finding])
+        if finding.action == "stop":
+            log_stop(step, [finding])
+            raise UnhealthyRun([finding])
 
     def __exit__(self, exc_type, exc_value, traceback):
         """AReaL's close, bounded after a failure. Its close pauses and stops the inference engines; when the
@@ -189,6 +235,7 @@ class Trainer(PPOTrainer):
         findings = self.health.observe(global_step + 1, stats)
         self._commit(epoch, epoch_step, global_step, stats)
         self.report_update(global_step + 1, stats, findings)
+        self._probe_due = (global_step + 1, real_update(stats))
         for finding in findings:
             print(finding.line(), flush=True)
         stops = [f for f in findings if f.action == "stop"]

@@ -76,6 +76,13 @@ INVARIANTS: tuple[Invariant, ...] = (
               "another model) or scores other inputs (an image or prompt the trainer does not see)",
               "rollout.log for the weight loads of every step; that vLLM and the actor load the same model "
               "(actor.path); the Training Monitor colours each token by this gap"),
+    Invariant("weights_unchanged", "stop", 0.0,
+              "model servers serving the same prompt logprobs of a fixed canary after a weight update whose "
+              "optimizer step was real as before it (probed after the update: cua_rl/areal_ext/weight_probe.py)",
+              "the model server acknowledged the update but serves its old weights: every later output is "
+              "sampled from the old policy under the new version's label",
+              "rollout.log for the server's weight loads; the server's log around the update; "
+              "vllm.worker_extension_cls; with LoRA, that the engine applies the adapter"),
     Invariant("zero_variance_group_share", "warn", 1.0,
               "share of GRPO groups whose episodes all got the same reward (no learning signal)",
               "tasks too easy or too hard for the policy, or a reward that does not depend on the episode",
@@ -195,6 +202,12 @@ class Health:
             self._stuck = self._stuck + 1 if success in (0.0, 1.0) else 0
             out["success_stuck_steps"] = float(self._stuck)
         return out
+
+    def judge(self, step: int, name: str, value: float, note: str = "") -> Finding | None:
+        """One value measured outside the step's statistics (the weight probe's, after the commit)."""
+        inv, limit = BY_NAME[name], self.thresholds[name]
+        tripped = value >= limit if inv.at_least else value > limit
+        return Finding(step, inv, value, limit, self.action(inv), note=note) if tripped else None
 
     def observe(self, step: int, stats: dict[str, float]) -> list[Finding]:
         """Checks one step (1-based); adds ``health/<name>`` for each value to ``stats``."""

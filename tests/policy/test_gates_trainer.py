@@ -30,6 +30,7 @@ from areal.engine.vllm_remote import RemotevLLMEngine
 from cua_rl.areal_ext.health import BY_NAME, SAMPLER_GAP_KEY
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
+from cua_rl.areal_ext.weight_probe import WeightProbe
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 from cua_rl.trajectory.rows import new_rollout_uuid
@@ -118,11 +119,18 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
         print(f"GATE PPO step changed {changed}/{len(before)} parameter tensors")
         assert changed > 0
 
+        # the health check weights_unchanged's probe: the same weights give the same canary logprobs twice, the
+        # update changes them (cua_rl/areal_ext/weight_probe.py; a server that ignores updates: bench/health_bench.py)
+        probe = WeightProbe(lambda: [vllm_server.addr])
+        probe.baseline()
+        assert probe.after_update(real=True) == (1, 1)       # nothing was updated yet: unchanged, as it must be
+
         meta = WeightUpdateMeta.from_disk(exp, trial, file_root=str(tmp_path / "fileroot"))
         actor.connect_engine(rollout, meta)
         actor.update_weights(meta.with_version(1))
         actor.set_version(1)
         rollout.set_version(1)
+        assert probe.after_update(real=True) == (0, 1)       # the server took the update
         for temp in TEMPERATURES:
             outcomes1 = asyncio.run(_episodes(rollout, processor, temp))
             assert all(t.versions == {1} for o in outcomes1 for t in o.turns)
