@@ -102,7 +102,7 @@ def _model_hung(work: Path, env: dict) -> dict:
     started = time.monotonic()
     servers_before = set(_pgrep("areal_vllm_server"))
     trainer = subprocess.Popen([*TRAIN, "trial_name=model_hung", "total_train_steps=6", *SMALL,
-                                "health.thresholds={idle_seconds: 40}"], cwd=ROOT, env=env, stdout=open(log, "w"),
+                                "+health.thresholds.idle_seconds=40"], cwd=ROOT, env=env, stdout=open(log, "w"),
                                stderr=subprocess.STDOUT)
     frozen: list[int] = []
     try:

@@ -107,7 +107,7 @@ INVARIANTS: tuple[Invariant, ...] = (
               "an episode",
               "rollout.log for the last finished group; the model server's log for its last request; py-spy "
               "dump of the rollout worker; a step that trains longer than this needs a larger "
-              "health.thresholds.idle_seconds"),
+              "health.thresholds.idle_seconds (+health.thresholds.idle_seconds=N)"),
     Invariant("success_stuck_steps", "warn", 10.0,
               "consecutive steps whose rollout success was exactly 0 or exactly 1",
               "the task set gives no contrast (all solved or none), so GRPO has nothing to learn from",

@@ -237,3 +237,13 @@ def test_number_ranges():
     for bad in ("", "a-b", "5-1", "1-2-3"):
         with pytest.raises(ValueError):
             parse_number_ranges(bad)
+
+
+def test_a_health_threshold_is_set_as_the_docs_say_and_a_misspelt_one_refused():
+    """docs/health.md's command: ``config.yaml`` names no threshold, so one is added with Hydra's ``+``."""
+    from cua_rl.run.launch import load_config
+
+    config = load_config(str(EXAMPLE / "config.yaml"), ["+health.thresholds.idle_seconds=600", "health.on_anomaly=warn"])
+    assert config.health.thresholds == {"idle_seconds": 600.0} and config.health.on_anomaly == "warn"
+    with pytest.raises(BaseException, match="unknown invariants"):
+        load_config(str(EXAMPLE / "config.yaml"), ["+health.thresholds.idle_second=600"])
