@@ -9,8 +9,8 @@ steps, exit code 3, naming the invariant; the healthy run must finish with no st
   (``policy.advertised_host`` on an address nobody listens on; tests/e2e/test_health_stop.py is this case in CI);
 - ``gym_down``: the gym as its own process (``--gym``), killed after the first step and not restarted;
 - ``stale_weights``: vLLM acknowledges every weight update and keeps its first weights (a test double of the
-  worker extension, tests/doubles/stale_vllm.py): ``sampler_logprob_gap`` warns once the drift shows (it
-  does not stop this run yet: docs/health.md);
+  worker extension, tests/doubles/stale_vllm.py): ``weights_unchanged`` must stop the run after the first
+  update with a learning rate above 0 (step 2 here: step 1's is 0, warm-up);
 - ``model_hung``: after the first step the vLLM engine process is stopped (SIGSTOP; its front end still answers
   ``/health``), as vLLM's multimodal cache desync once hung it in CI: nothing fails and nothing ends, and
   ``idle_seconds`` (set to 40 s here) must stop the run.
