@@ -1,4 +1,5 @@
-"""A run that cannot reach its policy endpoint stops itself, naming the cause (cua_rl/areal_ext/health.py).
+"""Runs that stop themselves on garbage, naming the cause (cua_rl/areal_ext/health.py): an agent that cannot
+reach the policy endpoint, and weight updates that never reach vLLM (the second test, below).
 
 The agent service is given a policy URL that does not route to the endpoint (``policy.advertised_host`` on an
 address nobody listens on: what an agent on another host gets when the endpoint binds or advertises the wrong
@@ -12,6 +13,7 @@ is; the check is the same at the default 60 s. The other provoked stops and a he
 
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -30,20 +32,34 @@ def _pids(pattern: str) -> set[int]:
     return {int(p) for p in out.split()}
 
 
+# the one-turn recipe, small and without a warm start (the policy section is part of its key, and a run that
+# stops in its first step needs no trained model)
+SMALL_UNTRAINED = ["--config", str(LEARN), "train_dataset.batch_size=1", "gconfig.n_samples=2", "sft.warm_start=false"]
+
+
+def _train(tmp_path: Path, env: dict, args: list[str]) -> tuple[int, str]:
+    """``train.sh`` with ``args``, in its own process group: a timeout ends the whole run."""
+    log = tmp_path / "train_sh.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(["bash", str(ROOT / "examples/cua_agent/train.sh"), "total_train_steps=4", *args],
+                                cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(800)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            rc = proc.wait(120)
+    return rc, log.read_text(errors="replace")
+
+
 def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_path):
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
     xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
     started = time.monotonic()
-    # no warm start: the policy section is part of its key, and this run needs no trained model
-    proc = subprocess.run(["bash", str(ROOT / "examples/cua_agent/train.sh"), "--config", str(LEARN), "total_train_steps=4", "train_dataset.batch_size=1", "gconfig.n_samples=2",
-                           "trial_name=unreached", "sft.warm_start=false", "policy.advertised_host=127.0.0.2",
-                           "health.stall_seconds=10"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=800)
-    out = proc.stdout + proc.stderr
-    (tmp_path / "train_sh.log").write_text(out)
-    print(f"health stop e2e: exit code {proc.returncode} after {time.monotonic() - started:.0f} s")
-    assert proc.returncode == 3, out[-5000:]
+    rc, out = _train(tmp_path, env, [*SMALL_UNTRAINED, "trial_name=unreached", "policy.advertised_host=127.0.0.2",
+                                     "health.stall_seconds=10"])
+    print(f"health stop e2e: exit code {rc} after {time.monotonic() - started:.0f} s")
+    assert rc == 3, out[-5000:]
     health = re.search(r"^\[cua-rl\] health step 1: infra_lost_share 1 \(> 0.5; stop\): .*$", out, re.M)
     assert health and "policy unreached" in health.group(0) and "Check:" in health.group(0), out[-5000:]
     assert "[cua-rl] training STOPPED by a health check (exit code 3)" in out
@@ -74,3 +90,24 @@ def _assert_the_run_page_names_the_stop(db: Path) -> None:
         assert "policy unreached" in found["line"]
     finally:
         store.close()
+
+
+def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
+    """vLLM acknowledges every weight update and keeps its first weights (tests/doubles/stale_vllm.py, a test
+    double of AReaL's worker extension): AReaL labels every output with the new version, and only the
+    weight probe sees it (cua_rl/areal_ext/weight_probe.py). The run must stop after the first update that
+    changed the trainer's weights, naming ``weights_unchanged``: step 2 when its groups' rewards differ (step
+    1's learning rate is 0, warm-up), else the next. The README's recipe (its warm start, which CI's learning
+    gate reuses), so the groups' rewards differ and the updates are real."""
+    env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
+    env.pop("GYM_BASE_URL", None)
+    vllm_before = _pids("areal_vllm_server")
+    rc, out = _train(tmp_path, env, ["trial_name=stale",
+                                     "vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates"])
+    assert rc == 3, out[-5000:]
+    line = re.search(r"^\[cua-rl\] health step (\d): weights_unchanged 1 \(> 0; stop\): .*$", out, re.M)
+    assert line and int(line.group(1)) <= 3 and "1 of 1 servers" in line.group(0), out[-5000:]
+    print(f"stale weights: stopped at step {line.group(1)}")
+    assert re.search(r"^\[cua-rl\] cause: +a health check stopped the run: weights_unchanged 1", out, re.M), out[-3000:]
+    time.sleep(2)
+    assert not (_pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
