@@ -59,9 +59,13 @@ async def _solve(client: GenvClient, gym, task: str, seed: int) -> dict:
                 break
             await asyncio.sleep(0.05)
         details = after.raw["result"]["miniwob"]
-        return {"task": task, "seed": seed, "utterance": ex.instruction, "untouched": untouched.reward,
-                "reward": after.reward, "raw_reward": details["raw_reward"], "reason": details["reason"],
-                "warm": ex.raw.get("warm"), "seconds": round(time.monotonic() - t0, 2)}
+        row = {"task": task, "seed": seed, "utterance": ex.instruction, "untouched": untouched.reward,
+               "reward": after.reward, "raw_reward": details["raw_reward"], "reason": details["reason"],
+               "warm": ex.raw.get("warm"), "seconds": round(time.monotonic() - t0, 2)}
+        if after.reward < 1:   # what the page's fields hold: where typed text went (a flake's evidence)
+            row["fields"] = await _desktop(gym, ex.execution_id).aevaluate(
+                "[...document.querySelectorAll('input, textarea')].map(e => [e.id || e.name, e.value])")
+        return row
 
 
 async def test_scripted_solutions_reach_reward_one_and_untouched_executions_do_not(mw):
