@@ -173,8 +173,8 @@ class Trainer(PPOTrainer):
         # after each update, whether the servers took it (cua_rl/areal_ext/weight_probe.py): probed once the
         # inference side resumes, since AReaL keeps the engines paused through the update and the commit. Not
         # with LoRA (the canary reads the base model, which the update leaves alone) or another model's server.
-        self.weight_probe = (WeightProbe(lambda: server_addrs(self))
-                             if not (config.model_base_url or config.actor.use_lora) else None)
+        self.weight_probe = (WeightProbe(lambda: server_addrs(self)) if config.health.weight_probe
+                             and not (config.model_base_url or config.actor.use_lora) else None)
         self._probe_due: tuple[int, bool] | None = None
         if self.weight_probe is not None and getattr(self, "rollout", None) is not None:
             resume = self.rollout.resume

@@ -125,6 +125,8 @@ class HealthConfig:
     # StallWatch: how long no episode may be evaluated while two steps' worth are lost before it acts (longer
     # than the model-server watch's 15 s grace, which names a dead vLLM more precisely)
     stall_seconds: float = 60.0
+    # weights_unchanged: probe each server after every update (cua_rl/areal_ext/weight_probe.py); false skips it
+    weight_probe: bool = True
 
     def __post_init__(self):
         if self.on_anomaly not in ACTIONS:
