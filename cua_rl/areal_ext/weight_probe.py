@@ -10,11 +10,12 @@ recipe: docs/health.md). This asks each server directly: the prompt logprobs of 
 old weights is reused), before training and after every update. A real optimizer step changes them; values
 equal within ``UNCHANGED`` after an update whose step was real mean the server did not take the weights.
 The check can miss (a GPU's batch-dependent bf16 arithmetic moves the values by itself, so an ignored update
-may look changed), never stop a run whose weights did change.
+may look changed). It also trips when an update is too small to survive the cast to the server's dtype: the
+served policy then truly did not change (docs/health.md).
 
 Not with LoRA: the canary asks for the base model, which an adapter's update leaves as it was (an adapter
-probe would name the versioned adapter). The trainer (``cua_rl.train``) probes once before training and after the inference side resumes from each
-update (AReaL pauses the engines for the update, the save and the statistics; a probe while paused would
+probe would name the versioned adapter). The trainer (``cua_rl.train``) probes once before training and after
+the inference side resumes from each update (AReaL pauses the engines for the update, the save and the statistics; a probe while paused would
 wait for the resume). The verdict is the ``weights_unchanged`` health check.
 """
 
@@ -30,7 +31,7 @@ from cua_rl.http.retry import error_detail
 
 logger = logging.getLogger(__name__)
 
-CANARY = tuple(range(100, 133))   # 33 token ids, valid in any vocabulary we serve (the tiny test model has ~1k): 32 logprobs
+CANARY = tuple(range(100, 133))     # 33 token ids, valid in any vocabulary we serve (the tiny model's: ~1k)
 UNCHANGED = 1e-6                    # largest |difference| still read as the same weights (float32 reruns: 0)
 PROBE_TIMEOUT_S = 60.0
 
