@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 
 _INSTALLED_FLAG = "_cua_keeps_stdlib_root"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -61,6 +62,28 @@ def setup_logging(level: int = logging.INFO, *, areal: bool = True) -> None:
     # transformers logs every file it saves or loads at INFO (processor configs, chat templates).
     logging.getLogger("transformers").setLevel(logging.WARNING)
 
+
+def worker_logging(level: int = logging.INFO) -> None:
+    """Our INFO lines in a process nobody configured logging in: AReaL's rollout worker, whose output is
+    the run's rollout.log (where the policy endpoint says where it listens and each episode's gym, agent
+    and reward lines belong). Does nothing where the root logger has handlers (our entry points, pytest).
+
+    The worker imports our modules in no order of ours (unpickling the workflow's arguments imports
+    ``cua_rl.policy`` before anything could call ``keep_stdlib_logging``), so module loggers made while AReaL's
+    detached root was in place are made again here, on the mended tree."""
+    keep_stdlib_logging()
+    ours = logging.getLogger("cua_rl")
+    if logging.getLogger().handlers or ours.handlers:
+        return
+    for name, module in list(sys.modules.items()):
+        found = getattr(module, "logger", None) if name.split(".")[0] == "cua_rl" else None
+        if isinstance(found, logging.Logger) and found.manager is not logging.Logger.manager:
+            module.logger = logging.getLogger(found.name)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(FORMAT))
+    ours.addHandler(handler)
+    ours.setLevel(level)
+    ours.propagate = False
 
 
 def _console_worthy(record: logging.LogRecord) -> bool:

@@ -38,9 +38,11 @@ from areal.utils import stats_tracker
 from cua_rl.areal_ext.resume import STREAM_KEY, record_dropped
 from cua_rl.config import TrajectoryConfig
 from cua_rl.genv import GenvClient, GenvError
+from cua_rl.logs import worker_logging
 from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
+from cua_rl.policy.endpoint import endpoint_hosts
 from cua_rl.runs import RunPaths
 from cua_rl.trajectory.mutations import mutate
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, group_batch, normalise_group, rows_of, shuffle_rewards
@@ -96,6 +98,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                  stats_dir: str = "", seed: int = 1):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
+        worker_logging()   # on AReaL's rollout worker: our lines go to rollout.log
         self.gconfig = gconfig
         self.model, self.gym, self.agent = _section(ModelTarget, model), _section(GymTarget, gym), \
             _section(AgentTarget, agent)
@@ -108,6 +111,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         t = self.trajectory
         self.min_group_size = t.min_group_size if t.min_group_size is not None else min(2, group_size)
         self._endpoint: PolicyEndpoint | None = None
+        self._announced: set[str] = set()   # endpoint URLs whose address this worker has logged
         self._endpoint_engine = None
         self._reporter: EpisodeReporter | None = None
         self._reporter_loop = None
@@ -321,6 +325,10 @@ class CUAAgentWorkflow(RolloutWorkflow):
         told ``instruction`` (the execution's concrete instance) when there is one, else the row's; each
         recorded turn goes to the monitor as it happens (``report``)."""
         episode = await endpoint.open_episode(self.agent.base_url) if endpoint else None
+        if episode is not None and episode.base_url not in self._announced:   # what a multi-host run must know
+            self._announced.add(episode.base_url)
+            logger.info("policy endpoint on %s; the agent service at %s is told to call %s",
+                        endpoint_hosts(self.settings, self.agent.base_url)[0], self.agent.base_url, episode.base_url)
         if episode is not None and report is not None:
             tokenizer = getattr(endpoint, "tokenizer", None)
             episode.on_turn = lambda number, turn: report.turn(number, turn, tokenizer)
