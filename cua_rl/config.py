@@ -235,6 +235,10 @@ class CUAConfig(GRPOConfig):
 
     # --- agent service (gbox-mini-agent API)
     gbox_mini_agent_base_url: str = "http://127.0.0.1:3000"
+    # "external": the agent service at gbox_mini_agent_base_url. "embedded": train.sh starts ours on this machine
+    # (beside the policy endpoint) to play your gym's tasks: for a gym of your own and no agent service. The
+    # embedded stack (no gym_base_url) always starts ours.
+    agent_service: str = "external"
     # "qwen3-vl" matches the default model (Qwen3-VL); use "mai-ui" for MAI-UI checkpoints.
     gbox_mini_agent_agent: str = "qwen3-vl"
     # "pc" for the embedded X11 desktops; "mobile" for phone gyms (the original's default).
@@ -304,6 +308,8 @@ class CUAConfig(GRPOConfig):
                 raise ValueError(f"gym_eval_number_range: {exc}") from None
         self._check_sampling()
         self._check_lengths()
+        if self.agent_service not in ("external", "embedded"):
+            raise ValueError(f"agent_service must be external or embedded, got {self.agent_service!r}")
         if self.embedded_enabled and self.gym_id and self.gym_id not in EMBEDDED_GYM_IDS:
             raise ValueError(f"gym_id {self.gym_id!r}: the embedded gym serves {' or '.join(EMBEDDED_GYM_IDS)}; "
                              f"another gym id needs its gym's URL (--gym URL)")

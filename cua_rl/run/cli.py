@@ -38,6 +38,9 @@ FLAGS: tuple[Flag, ...] = (
          "gym id on that server (without --gym: the embedded gym's, desktop or miniwob)", metavar="ID"),
     Flag("--gbox-mini-url", "GBOX_MINI_AGENT_BASE_URL", ("gbox_mini_agent_base_url",),
          "agent service URL (gbox-mini-agent API)", aliases=("--gbox-mini-agent-base-url",), metavar="URL"),
+    Flag("--agent", "CUA_AGENT", ("agent_service",),
+         "external: the agent service at --gbox-mini-url | embedded: ours, started here to play your gym's tasks "
+         "(a gym of your own and no agent service)", metavar="KIND"),
     Flag("--gbox-agent", "GBOX_AGENT", ("gbox_mini_agent_agent",), "agent prompt format: qwen3-vl | mai-ui",
          metavar="NAME"),
     Flag("--standard-action-space", "STANDARD_ACTION_SPACE", ("gbox_mini_agent_standard_action_space",),

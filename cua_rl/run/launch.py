@@ -127,6 +127,17 @@ def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
     return [f"gym_base_url={gym.url}", f"gym_id={gym.gym_id}", f"gbox_mini_agent_base_url={agent.url}"]
 
 
+def _start_embedded_agent(config, stack: contextlib.ExitStack) -> list[str]:
+    """``--agent embedded`` with a gym of the user's: our agent service in this process (beside the policy
+    endpoint, so on loopback), playing the tasks of the gym at ``gym_base_url``."""
+    from cua_rl.local_agent.server import start_agent_server
+
+    agent = start_agent_server(config.embedded.host, config.embedded.agent_port)
+    stack.callback(agent.stop)
+    logger.info("embedded agent service at %s, playing the tasks of the gym at %s", agent.url, config.gym_base_url)
+    return [f"gbox_mini_agent_base_url={agent.url}"]
+
+
 def _prepare_cpu(config) -> dict[str, str]:
     """No GPU: the tiny model (built offline when ``actor.path`` has none) and vLLM's CPU environment."""
     from cua_rl.local_model.tiny import ensure_embedded_model
@@ -352,6 +363,8 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
             if config.embedded_enabled:
                 overrides += _start_embedded(config, stack)
                 overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
+            elif config.agent_service == "embedded":
+                overrides += _start_embedded_agent(config, stack)
             cmd = [sys.executable, "-m", "cua_rl.train", "--config", config_file, *overrides]
             logger.info("starting the trainer: python -m cua_rl.train --config %s ...", config_file)
             rc, stopped_by = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps, early)
