@@ -18,74 +18,23 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from cua_rl.http.serve import free_port
+from tests.hosts import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(1500)]
 STEPS = 12   # more than the faults need: the run must still be going when vLLM is killed
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _pids(pattern: str) -> set[int]:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
-
-
-class Service:
-    """One of our servers as its own process, killed and restarted on the same port."""
-
-    def __init__(self, argv: list[str], port: int, logs: Path, name: str) -> None:
-        self.argv, self.port, self.logs, self.name = argv, port, logs, name
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def log(self) -> Path:
-        return self.logs / f"{self.name}-{self.starts}.log"
-
-    def start(self) -> None:
-        self.starts += 1
-        self.proc = subprocess.Popen([sys.executable, "-m", *self.argv, "--port", str(self.port)], cwd=ROOT,
-                                     stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-2000:]
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"{self.name} did not start: {self.log.read_text()[-2000:]}")
-
-    def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def _wait(cond, what: str, trainer: subprocess.Popen, out: Path, timeout_s: float = 600.0):
@@ -114,9 +63,9 @@ def _episode_counts(fileroot: Path) -> dict[str, int]:
 def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_clearly(tmp_path):
     fileroot = tmp_path / "fileroot"
     xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
-    gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], _free_port(), tmp_path,
+    gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), tmp_path,
                   "gym")
-    agent = Service(["cua_rl.local_agent", "serve"], _free_port(), tmp_path, "agent")
+    agent = Service(["cua_rl.local_agent", "serve"], free_port(), tmp_path, "agent")
     out = tmp_path / "train.out"
     trainer = None
     try:

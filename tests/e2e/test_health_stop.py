@@ -20,10 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from cua_rl.http.serve import free_port
+from tests.hosts import Service
+
 ROOT = Path(__file__).resolve().parents[2]
 # the one-turn recipe: the quickest run of the embedded stack (this test needs no learning, and the
 # multi-turn default runs episodes of up to 6 turns)
 LEARN = ROOT / "examples" / "cua_agent" / "config.learn.yaml"
+MULTITURN = ROOT / "examples" / "cua_agent" / "config.multiturn.yaml"   # the README's recipe
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(900)]
 
 
@@ -98,12 +102,26 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     weight probe sees it (cua_rl/areal_ext/weight_probe.py). The run must stop after the first update that
     changed the trainer's weights, naming ``weights_unchanged``: step 2 when its groups' rewards differ (step
     1's learning rate is 0, warm-up), else the next. The README's recipe (its warm start, which CI's learning
-    gate reuses), so the groups' rewards differ and the updates are real."""
+    gate reuses), so the groups' rewards differ and the updates are real.
+
+    The run takes the path of a user with a gym of their own and no agent service: the gym is a process of
+    its own (``cua-gym serve``) given with ``--gym``, and ``--agent embedded`` starts our agent service beside
+    the trainer; the updates being real shows its episodes were played and scored."""
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
-    env.pop("GYM_BASE_URL", None)
+    for name in ("GYM_BASE_URL", "GYM_ID", "GBOX_MINI_AGENT_BASE_URL", "CUA_AGENT"):
+        env.pop(name, None)
     vllm_before = _pids("areal_vllm_server")
-    rc, out = _train(tmp_path, env, ["trial_name=stale",
-                                     "vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates"])
+    gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), tmp_path,
+                  "gym")
+    gym.start()
+    try:
+        rc, out = _train(tmp_path, env, ["--config", str(MULTITURN), "--gym", gym.url, "--gym-id", "desktop",
+                                         "--agent", "embedded", "trial_name=stale",
+                                         "vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates"])
+    finally:
+        gym.stop()
+    assert re.search(r"embedded agent service at http://127\.0\.0\.1:\d+, playing the tasks of the gym at "
+                     + re.escape(gym.url), out), out[-5000:]
     assert rc == 3, out[-5000:]
     line = re.search(r"^\[cua-rl\] health step (\d): weights_unchanged 1 \(> 0; stop\): .*$", out, re.M)
     assert line and int(line.group(1)) <= 3 and "1 of 1 servers" in line.group(0), out[-5000:]

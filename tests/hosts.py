@@ -1,0 +1,173 @@
+"""Hosts for a test: Linux network namespaces on one bridge, made by the test and removed after it; and
+``Service``, one of our servers as its own process on this host's loopback.
+
+A multi-host run (the gym, the agent service and the trainer on different machines) is what users run and
+what a loopback-only test cannot see: an address that works on 127.0.0.1 and nowhere else. Each host here
+is a network namespace with its own loopback, one interface on a private bridge (``10.77.N.0/24``) and a
+default route to an address nobody holds, so every program finds "its" address the way it would on a
+cluster node (AReaL's ``gethostip`` asks the kernel for the route out) while no packet leaves the test's
+hosts. The bridge lives in a namespace of its own; nothing is changed in the machine's own network.
+Needs root (``ip netns``). Processes are started with ``ip netns exec`` in their own process group and
+ended, with the namespaces, when the ``with`` block exits, even on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+_GATEWAY = 254   # the default route's next hop: an address on the bridge that nobody holds
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+class Hosts:
+    """``with Hosts(["trainer", "gym"]) as hosts: hosts.ip("gym"); hosts.start("gym", argv, log)``."""
+
+    def __init__(self, names: list[str], subnet: int = 77):
+        self.tag = f"cua{os.getpid() % 100000}"
+        self.names = list(names)
+        self.subnet = subnet
+        self._procs: list[subprocess.Popen] = []
+        self._made: list[str] = []
+
+    def ns(self, name: str) -> str:
+        return f"{self.tag}-{name}"
+
+    def ip(self, name: str) -> str:
+        return f"10.{self.subnet}.0.{self.names.index(name) + 1}"
+
+    def __enter__(self) -> "Hosts":
+        try:
+            bridge = self.ns("bridge")
+            _ip("netns", "add", bridge)
+            self._made.append(bridge)
+            _ip("-n", bridge, "link", "add", "br0", "type", "bridge")
+            _ip("-n", bridge, "link", "set", "br0", "up")
+            for i, name in enumerate(self.names):
+                ns, port = self.ns(name), f"{self.tag}p{i}"[-15:]
+                _ip("netns", "add", ns)
+                self._made.append(ns)
+                _ip("link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                _ip("link", "set", port, "netns", bridge)
+                _ip("-n", bridge, "link", "set", port, "master", "br0", "up")
+                _ip("-n", ns, "addr", "add", f"{self.ip(name)}/24", "dev", "eth0")
+                _ip("-n", ns, "link", "set", "lo", "up")
+                _ip("-n", ns, "link", "set", "eth0", "up")
+                _ip("-n", ns, "route", "add", "default", "via", f"10.{self.subnet}.0.{_GATEWAY}")
+        except subprocess.CalledProcessError as exc:
+            self.__exit__(None, None, None)
+            raise RuntimeError(f"could not make the test's hosts ({' '.join(exc.cmd)}): {exc.stderr.strip()}; "
+                               "network namespaces need root") from exc
+        return self
+
+    def start(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
+              cwd: str | Path | None = None) -> subprocess.Popen:
+        """``argv`` on host ``name``, in its own process group, stdout and stderr into ``log``."""
+        with open(log, "w") as sink:
+            proc = subprocess.Popen(["ip", "netns", "exec", self.ns(name), *argv], stdout=sink,
+                                    stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        self._procs.append(proc)
+        return proc
+
+    def run(self, name: str, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", "netns", "exec", self.ns(name), *argv], capture_output=True, text=True,
+                              timeout=timeout)
+
+    def http_status(self, name: str, url: str, data: bytes | None = None, timeout: float = 5) -> int | str:
+        """The HTTP status of ``url`` asked from host ``name`` (a POST when ``data``), or the connection error."""
+        code = ("import sys, urllib.request, urllib.error\n"
+                "req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode() or None, "
+                "headers={'Content-Type': 'application/json'})\n"
+                "try:\n    print(urllib.request.urlopen(req, timeout=float(sys.argv[3])).status)\n"
+                "except urllib.error.HTTPError as e:\n    print(e.code)\n"
+                "except OSError as e:\n    print(type(e).__name__, e)\n")
+        out = self.run(name, ["python3", "-c", code, url, (data or b"").decode(), str(timeout)], timeout=timeout + 10)
+        text = out.stdout.strip() or out.stderr.strip()
+        return int(text) if text.isdigit() else text
+
+    def wait_http(self, name: str, url: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while (status := self.http_status(name, url)) != 200:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not answer 200 from host {name} within {timeout:.0f} s: {status}")
+            time.sleep(1)
+
+    def stop(self, proc: subprocess.Popen, timeout: float = 60) -> int | None:
+        """SIGTERM to ``proc``'s process group, SIGKILL after ``timeout``; its exit code."""
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                return proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return proc.wait()
+
+    def __exit__(self, *exc) -> None:
+        for proc in reversed(self._procs):
+            self.stop(proc)
+        for ns in reversed(self._made):
+            left = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in left:   # anything a stopped process left behind on that host
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self._made.clear()
+
+
+class Service:
+    """One of our servers as its own process, killed and restarted on the same port."""
+
+    def __init__(self, argv: list[str], port: int, logs: Path, name: str) -> None:
+        self.argv, self.port, self.logs, self.name = argv, port, logs, name
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.logs / f"{self.name}-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        self.proc = subprocess.Popen([sys.executable, "-m", *self.argv, "--port", str(self.port)], cwd=ROOT,
+                                     stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"{self.name} did not start: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
