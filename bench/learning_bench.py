@@ -52,6 +52,7 @@ EXAMPLE = ROOT / "examples" / "cua_agent"
 # --recipe: the config each names, and how its checkpoints are decoded in evaluation
 RECIPES = {"onestep": (EXAMPLE / "config.learn.yaml", ("sampled",)),
            "multiturn": (EXAMPLE / "config.multiturn.yaml", ("sampled", "greedy"))}
+REUSE_RUNS = False                # --reuse-runs
 BOOTSTRAP = 2000                  # resamples of the held-out instances for rise_ci95
 # --recipe multiturn: the negative controls, each a GRPO run from the same warm start with one override
 CONTROLS = {"shuffled_rewards": "trajectory.shuffle_rewards=true",          # which episode succeeded is lost
@@ -131,9 +132,16 @@ def _rl(label: str, config: str, warm: Path | None, steps: int, work: Path, env:
     start = [f"actor.path={warm}", "sft.warm_start=false"] if warm is not None else []
     cmd = ["bash", str(EXAMPLE / "train.sh"), "--config", config, *start,
            f"total_train_steps={steps}", f"trial_name={label}", "existing_run=overwrite", *extra]
-    seconds = _run(cmd, work / f"{label}.log", env)
     user = os.environ.get("USER") or __import__("getpass").getuser()
-    ckpts = step_checkpoints(work / "fileroot" / "checkpoints" / user / _experiment(config, extra) / label)
+    where = work / "fileroot" / "checkpoints" / user / _experiment(config, extra) / label
+    done = re.search(r"training finished in (\d+) s", (work / f"{label}.log").read_text(errors="replace")) \
+        if REUSE_RUNS and (work / f"{label}.log").is_file() else None
+    if done and len(step_checkpoints(where)) >= steps:
+        print(f"[learning-bench] {label}: reusing the finished run in {where}", file=sys.stderr, flush=True)
+        seconds = float(done.group(1))
+    else:
+        seconds = _run(cmd, work / f"{label}.log", env)
+    ckpts = step_checkpoints(where)
     if len(ckpts) < steps:
         raise SystemExit(f"{label}: {len(ckpts)} step checkpoints written, {steps} expected")
     return seconds, ckpts
@@ -290,10 +298,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--baseline-only", action="store_true",
                         help="only measure (or show the kept) held-out score of the warm start, and keep it")
     parser.add_argument("--workdir", default="", help="where runs and logs go (default: a new temp dir)")
+    parser.add_argument("--reuse-runs", action="store_true",
+                        help="a run of the same name that finished in --workdir is kept, not run again (a bench "
+                             "cut short goes on where it stopped)")
     parser.add_argument("--out", default="", help="also write the JSON here")
     parser.add_argument("--plot", default="", help="PNG of the curves (default: <workdir>/learning.png)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage")
     args = parser.parse_args(argv)
+    global REUSE_RUNS
+    REUSE_RUNS = args.reuse_runs
     # SIGTERM ends the bench like Ctrl-C, so the running stage is stopped rather than left training.
     signal.signal(signal.SIGTERM, _interrupt)
     recipe_config, decodings = RECIPES[args.recipe]
