@@ -53,6 +53,8 @@ from . import seeding, tally
 from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 
 logger = logging.getLogger(__name__)
+# Endpoint URLs whose address this process has logged (AReaL builds a workflow per submitted task).
+_ANNOUNCED: set[str] = set()
 
 # Why an episode was dropped (``Dropped.cause``); the summary counts each (``episodes_lost_<cause>``).
 # policy_unreached: the agent's model calls failed and not one of them reached the policy endpoint (the URL
@@ -111,7 +113,6 @@ class CUAAgentWorkflow(RolloutWorkflow):
         t = self.trajectory
         self.min_group_size = t.min_group_size if t.min_group_size is not None else min(2, group_size)
         self._endpoint: PolicyEndpoint | None = None
-        self._announced: set[str] = set()   # endpoint URLs whose address this worker has logged
         self._endpoint_engine = None
         self._reporter: EpisodeReporter | None = None
         self._reporter_loop = None
@@ -325,8 +326,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         told ``instruction`` (the execution's concrete instance) when there is one, else the row's; each
         recorded turn goes to the monitor as it happens (``report``)."""
         episode = await endpoint.open_episode(self.agent.base_url) if endpoint else None
-        if episode is not None and episode.base_url not in self._announced:   # what a multi-host run must know
-            self._announced.add(episode.base_url)
+        if episode is not None and episode.base_url not in _ANNOUNCED:   # what a multi-host run must know
+            _ANNOUNCED.add(episode.base_url)
             logger.info("policy endpoint on %s; the agent service at %s is told to call %s",
                         endpoint_hosts(self.settings, self.agent.base_url)[0], self.agent.base_url, episode.base_url)
         if episode is not None and report is not None:

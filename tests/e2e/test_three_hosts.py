@@ -62,8 +62,10 @@ def test_gym_agent_and_trainer_on_three_hosts_train_with_no_episode_lost(tmp_pat
     turns = re.search(r"policy endpoint: (\d+) turns with prompt ids verified .* (\d+) turns recorded", out)
     assert turns and int(turns.group(1)) == int(turns.group(2)) >= int(episodes.group(1)), out[-3000:]
     scalars = read_scalars(next((tmp_path / "fileroot" / "logs").glob("*/*/hosts/tensorboard")))
+    # the share of episodes without a policy turn, over every step's episodes (a step's statistics may hold
+    # the episodes read ahead for the next): 0 = every episode had one
     no_turn = scalars["rollout/no_policy_turn"]
-    assert len(no_turn) == 2 and all(v == 0 for _, v in no_turn), no_turn   # every episode had a policy turn
+    assert no_turn and all(v == 0 for _, v in no_turn), no_turn
 
 
 def _stranger_while_running(hosts: Hosts, train, fileroot: Path) -> dict:
