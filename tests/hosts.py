@@ -1,5 +1,5 @@
-"""Hosts for a test: Linux network namespaces on one bridge, made by the test and removed after it; and
-``Service``, one of our servers as its own process on this host's loopback.
+"""Hosts for a test: Linux network namespaces on one bridge, made by the test and removed after it;
+``Service``, one of our servers as its own process on this host's loopback; ``pids``, what runs here.
 
 A multi-host run (the gym, the agent service and the trainer on different machines) is what users run and
 what a loopback-only test cannot see: an address that works on 127.0.0.1 and nowhere else. Each host here
@@ -24,6 +24,13 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 _GATEWAY = 254   # the default route's next hop: an address on the bridge that nobody holds
+
+
+def pids(pattern: str) -> set[int]:
+    """Processes on this host whose command line matches ``pattern`` (``pgrep -f``): what a test compares
+    before and after a run to show nothing was left running."""
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
 
 
 def _ip(*args: str) -> None:

@@ -25,16 +25,11 @@ from pathlib import Path
 import pytest
 
 from cua_rl.http.serve import free_port
-from tests.hosts import Service
+from tests.hosts import Service, pids
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(1500)]
 STEPS = 12   # more than the faults need: the run must still be going when vLLM is killed
-
-
-def _pids(pattern: str) -> set[int]:
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
 
 
 def _wait(cond, what: str, trainer: subprocess.Popen, out: Path, timeout_s: float = 600.0):
@@ -62,7 +57,7 @@ def _episode_counts(fileroot: Path) -> dict[str, int]:
 
 def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_clearly(tmp_path):
     fileroot = tmp_path / "fileroot"
-    xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
+    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
     gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), tmp_path,
                   "gym")
     agent = Service(["cua_rl.local_agent", "serve"], free_port(), tmp_path, "agent")
@@ -96,10 +91,10 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
         runs_seen = runs_started()
         _wait(lambda: runs_started() > runs_seen, "an agent run on the gym", trainer, out)
         before = _episode_counts(fileroot).get("episodes_lost", 0)
-        gym_desktops = _pids("^Xvfb") - xvfb_before
+        gym_desktops = pids("^Xvfb") - xvfb_before
         gym.kill()
         time.sleep(3)
-        assert not (_pids("^Xvfb") & gym_desktops), "the killed gym left its desktops running"
+        assert not (pids("^Xvfb") & gym_desktops), "the killed gym left its desktops running"
         gym.start()
         step = _steps_done(out)
         _wait(lambda: _steps_done(out) > step + 1, "two steps after the gym came back", trainer, out)
@@ -107,7 +102,7 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
 
         # 3. the model server: the run cannot go on and must say why
         before = _episode_counts(fileroot).get("episodes_lost", 0)
-        vllm = _pids("areal_vllm_server") - vllm_before
+        vllm = pids("areal_vllm_server") - vllm_before
         assert vllm, "no vLLM process found"
         for pid in vllm:
             os.kill(pid, signal.SIGKILL)
@@ -133,5 +128,5 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
         agent.stop()
         gym.stop()
     time.sleep(2)
-    assert not (_pids("^Xvfb") - xvfb_before), "desktops left behind"
-    assert not (_pids("areal_vllm_server") - vllm_before), "vLLM left behind"
+    assert not (pids("^Xvfb") - xvfb_before), "desktops left behind"
+    assert not (pids("areal_vllm_server") - vllm_before), "vLLM left behind"

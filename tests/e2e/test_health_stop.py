@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cua_rl.http.serve import free_port
-from tests.hosts import Service
+from tests.hosts import Service, pids
 
 ROOT = Path(__file__).resolve().parents[2]
 # the one-turn recipe: the quickest run of the embedded stack (this test needs no learning, and the
@@ -29,11 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LEARN = ROOT / "examples" / "cua_agent" / "config.learn.yaml"
 MULTITURN = ROOT / "examples" / "cua_agent" / "config.multiturn.yaml"   # the README's recipe
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(900)]
-
-
-def _pids(pattern: str) -> set[int]:
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
 
 
 # the one-turn recipe, small and without a warm start (the policy section is part of its key, and a run that
@@ -58,7 +53,7 @@ def _train(tmp_path: Path, env: dict, args: list[str]) -> tuple[int, str]:
 def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_path):
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
-    xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
+    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
     started = time.monotonic()
     rc, out = _train(tmp_path, env, [*SMALL_UNTRAINED, "trial_name=unreached", "policy.advertised_host=127.0.0.2",
                                      "health.stall_seconds=10"])
@@ -76,8 +71,8 @@ def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_pat
     assert "could not reach the policy endpoint at http://127.0.0.2:" in rollout_log
     _assert_the_run_page_names_the_stop(next((tmp_path / "fileroot" / "logs").glob("*/*/unreached/monitor/monitor.db")))
     time.sleep(2)
-    assert not (_pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
-    assert not (_pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
+    assert not (pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
+    assert not (pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
 
 
 def _assert_the_run_page_names_the_stop(db: Path) -> None:
@@ -110,7 +105,7 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     for name in ("GYM_BASE_URL", "GYM_ID", "GBOX_MINI_AGENT_BASE_URL", "CUA_AGENT"):
         env.pop(name, None)
-    vllm_before = _pids("areal_vllm_server")
+    vllm_before = pids("areal_vllm_server")
     gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), tmp_path,
                   "gym")
     gym.start()
@@ -128,4 +123,4 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     print(f"stale weights: stopped at step {line.group(1)}")
     assert re.search(r"^\[cua-rl\] cause: +a health check stopped the run: weights_unchanged 1", out, re.M), out[-3000:]
     time.sleep(2)
-    assert not (_pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
+    assert not (pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"

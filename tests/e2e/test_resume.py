@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from cua_rl.areal_ext.resume import settle
+from tests.hosts import pids
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
@@ -36,15 +37,10 @@ ARGS = ["--config", str(ROOT / "examples" / "cua_agent" / "config.learn.yaml"), 
         "train_dataset.batch_size=1", "gconfig.n_samples=2", "task_source.repeat=2", "trial_name=resume"]
 
 
-def _pids(pattern: str) -> set[int]:
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
-
-
 def _trainer_pid(marker: str) -> int | None:
     """The run's ``python -m cua_rl.train`` (started early by the launcher, its arguments came later through
     its stdin: cua_rl/run/prewarm.py), found by the run's file root in its environment."""
-    for pid in _pids(r"python3? -m cua_rl\.train( |$)"):
+    for pid in pids(r"python3? -m cua_rl\.train( |$)"):
         try:
             if marker in Path(f"/proc/{pid}/environ").read_text(errors="replace"):
                 return pid
@@ -62,7 +58,7 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
     fileroot = tmp_path / "fileroot"
     env = {**os.environ, "CUA_RL_FILEROOT": str(fileroot), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
-    xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
+    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
     ckpts = fileroot / "checkpoints" / getpass.getuser()
     started = time.monotonic()
 
@@ -92,7 +88,7 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
     killed_after = settle(next(ckpts.glob("cua-learn/resume")))["global_step"]
     assert first.returncode != 0 and "training FAILED" in out1, out1[-4000:]
     time.sleep(2)
-    assert not (_pids("^Xvfb") - xvfb_before) and not (_pids("areal_vllm_server") - vllm_before), \
+    assert not (pids("^Xvfb") - xvfb_before) and not (pids("areal_vllm_server") - vllm_before), \
         "the killed run left desktops or vLLM running"
 
     second = _run(env, "--resume")
@@ -130,5 +126,5 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
     # resumed steps only: the console counts from the committed step on
     assert "step 1/" not in out2 and re.search(rf"step {killed_after + 2}/{STEPS}", out2), out2[-3000:]
     time.sleep(2)
-    assert not (_pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
-    assert not (_pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
+    assert not (pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
+    assert not (pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"

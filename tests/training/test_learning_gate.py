@@ -53,6 +53,7 @@ from pathlib import Path
 import pytest
 
 from cua_rl.areal_ext.health import BY_NAME
+from tests.hosts import pids
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 16                    # the recipe's (config.multiturn.yaml says why 16)
@@ -71,18 +72,13 @@ def _bench():
     return module
 
 
-def _pids(pattern: str) -> set[int]:
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
-
-
 @pytest.fixture(scope="module")
 def gate_run(tmp_path_factory):
     """The bench's one run: (its JSON, the GRPO run's console output, its log dir, its checkpoint dir)."""
     tmp = tmp_path_factory.mktemp("learning-gate")
     env = {**os.environ, "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
-    xvfb_before, vllm_before = _pids("^Xvfb"), _pids("areal_vllm_server")
+    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
     out = tmp / "learning.json"
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -108,7 +104,7 @@ def gate_run(tmp_path_factory):
     logs = next(fileroot.glob("logs/*/cua-learn-multiturn/grpo-s1"))
     ckpts = next(fileroot.glob("checkpoints/*/cua-learn-multiturn/grpo-s1"))
     time.sleep(2)
-    left = {"Xvfb": _pids("^Xvfb") - xvfb_before, "vLLM": _pids("areal_vllm_server") - vllm_before}
+    left = {"Xvfb": pids("^Xvfb") - xvfb_before, "vLLM": pids("areal_vllm_server") - vllm_before}
     return json.loads(out.read_text()), (tmp / "work" / "grpo-s1.log").read_text(errors="replace"), logs, ckpts, left
 
 
