@@ -23,7 +23,7 @@ itself is kept: the key hashes everything that decides that score (the warm star
 them measures it again; ``--fresh-baseline`` always does.
 
 Usage: python bench/learning_bench.py [--recipe onestep|multiturn] [--config CFG] [--steps N]
-       [--rl-seeds N] [--samples K] [--greedy-only] [--controls A,B] [--mutations A,B|all] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
+       [--rl-seeds N] [--samples K] [--greedy-only] [--controls A,B] [--control-seeds N] [--mutations A,B|all] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
        [--fresh-baseline] [--workdir DIR] [--out JSON]
        [--plot PNG]
        [key=value ...]   (Hydra overrides for every stage, e.g. actor.optimizer.lr=3e-4)
@@ -181,6 +181,20 @@ def paired_rise(before: list[list], afters: list[list[list]], resamples: int = B
             "ci95": [round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)]}
 
 
+# Student's t, two-sided 95%, for 1..9 degrees of freedom
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
+
+
+def across_seeds(rises: list[float]) -> list[float]:
+    """The 95% t-interval of the mean rise over training seeds: the spread from training itself (each seed's
+    random walk), which the paired bootstrap over held-out instances does not see."""
+    n = len(rises)
+    mean = sum(rises) / n
+    sd = (sum((r - mean) ** 2 for r in rises) / (n - 1)) ** 0.5
+    half = T95[min(n - 2, len(T95) - 1)] * sd / n ** 0.5
+    return [round(mean - half, 4), round(mean + half, 4)]
+
+
 def eval_steps(steps: int, every: int) -> list[int]:
     """Steps whose checkpoint is evaluated: every ``every``-th and always the last."""
     picked = [s for s in range(every, steps + 1, every)]
@@ -284,6 +298,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-control", action="store_true", help="skip the control runs")
     parser.add_argument("--controls", default=",".join(CONTROLS),
                         help=f"multiturn: which controls to run, comma-separated (of {', '.join(CONTROLS)})")
+    parser.add_argument("--control-seeds", type=int, default=1,
+                        help="multiturn: each control from the same warm start with seed=1..N (the rise of their "
+                             "mean, with its interval, beside seed 1's own)")
     parser.add_argument("--mutations", default="",
                         help=f"multiturn: known defects to switch on, one GRPO run each, comma-separated or all "
                              f"(of {', '.join(MUTATIONS)}); the gate must fail each")
@@ -431,9 +448,14 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         label = f"grpo-s{seed}"
         wall[label], ckpts = _rl(label, config, run_warm, steps, work, env, [*extra, f"seed={seed}"])
         runs[label] = ckpts[steps]
+    control_labels: dict[str, list[str]] = {}   # control -> its runs' labels, seed 1 first
     for name in ([] if args.no_control else _picked("--controls", args.controls, CONTROLS)):
-        wall[name], ckpts = _rl(name, config, run_warm, steps, work, env, [*extra, "seed=1", CONTROLS[name]])
-        runs[name] = ckpts[steps]
+        for seed in range(1, args.control_seeds + 1):
+            label = name if seed == 1 else f"{name}-s{seed}"
+            wall[label], ckpts = _rl(label, config, run_warm, steps, work, env,
+                                     [*extra, f"seed={seed}", CONTROLS[name]])
+            runs[label] = ckpts[steps]
+            control_labels.setdefault(name, []).append(label)
     stopped: dict[str, str] = {}   # mutation -> why its run ended early (a health check's stop, a crash)
     for name in _picked("--mutations", args.mutations, MUTATIONS):
         try:
@@ -478,6 +500,21 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         entry = {**figures(label), "greedy_rise": rise([label]), **run_record(work, experiment, label, steps)}
         return {**entry, "gate_failures": gate_failures(before, entry, steps, lag)}
 
+    def controlled(name: str, labels: list[str]) -> dict:
+        """A control's seed-1 run as judged alone and, with ``--control-seeds`` > 1, every seed's figures and
+        the rise of their mean with its paired interval: one run's interval covers the held-out instances
+        drawn, not where another training seed's random walk would have gone."""
+        entry = judged(labels[0])
+        if len(labels) > 1:
+            entry["seeds"] = [{"seed": i + 1, "greedy": figures(label)["greedy"],
+                               "greedy_slip": figures(label)["greedy_slip"], "greedy_rise": rise([label])}
+                              for i, label in enumerate(labels)]
+            entry["greedy_over_seeds"] = round(sum(s["greedy"] for s in entry["seeds"]) / len(labels), 4)
+            entry["greedy_rise_over_seeds"] = rise(labels)
+            entry["greedy_rise_over_seeds"]["t95_across_seeds"] = across_seeds([s["greedy_rise"]["rise"]
+                                                                                for s in entry["seeds"]])
+        return entry
+
     result = {
         "recipe": "multiturn", "config": os.path.relpath(config, ROOT), "overrides": extra, "steps": steps,
         "decodings": list(decodings),
@@ -490,7 +527,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         "turns_per_episode": {"before": before["turns"], "after": mean("turns")},
         "rise_ci95": rise(grpo)["ci95"] if grpo else None,
         "seeds": [{"seed": int(label.rsplit("s", 1)[1]), **judged(label)} for label in grpo],
-        "controls": {name: judged(name) for name in CONTROLS if name in per},
+        "controls": {name: controlled(name, labels) for name, labels in control_labels.items()},
         "mutations": {name: judged(name) for name in MUTATIONS if name in per or name in stopped},
         "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "wrong_demonstrations", "rows", "steps",
                                         "loss_before", "loss_after")},
