@@ -44,6 +44,7 @@ SLOW_TESTS = {
     "tests/local_gym/test_curriculum.py::test_scripted_solutions": "every curriculum family solved, 13 s",
     "tests/config/test_cli.py::test_train_sh_dry_run_end_to_end": "train.sh with set-up and the launcher, 58 s",
     "tests/logs/test_keep_stdlib_logging.py": "launcher and AReaL subprocesses, 26 s",
+    "tests/config/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s",
 }
 
 

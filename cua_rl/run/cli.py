@@ -76,8 +76,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--on-anomaly", "ON_ANOMALY", ("health.on_anomaly",),
          "what a failed health check does: default (stop on garbage, warn otherwise; docs/health.md) | stop | "
          "warn", metavar="ACTION"),
-    Flag("--config", "CUA_CONFIG", (), "config file (default: config.yaml with a GPU; without one "
-         "config.learn.yaml for the embedded stack, config.cpu.yaml for your gym)", metavar="FILE"),
+    Flag("--config", "CUA_CONFIG", (), "config file (default, from cua_rl/recipes: config.yaml with a GPU; "
+         "without one config.multiturn.yaml for the embedded stack, config.cpu.yaml for your gym)", metavar="FILE"),
 )
 
 EPILOG = """\
@@ -85,8 +85,9 @@ EPILOG = """\
 Other arguments are Hydra overrides passed through unchanged, after the flags' own, e.g.
 actor.optimizer.lr=1e-6 or task_source.kind=file task_source.task_file=/path/tasks.jsonl (keys missing from
 the config file need a leading '+'). `--` ends the flags. Every flag falls back to its environment variable
-(in brackets), also read from examples/cua_agent/.env and <repo>/.env (data, never executed).
-Precedence: flags > environment > <repo>/.env > examples/cua_agent/.env > config file."""
+(in brackets), also read from examples/cua_agent/.env and <repo>/.env (data, never executed); installed
+from the wheel (cua-train), from ./.env. Precedence: flags > environment > <repo>/.env (or ./.env) >
+examples/cua_agent/.env > config file."""
 
 # Keys whose values are secrets: shown as **** wherever a command line or an override is printed.
 _SECRET_KEY = re.compile(r"(^|_)(token|api_key|apikey|secret|password)$")
@@ -264,6 +265,9 @@ def print_help() -> None:
     build_parser().print_help(sys.stdout)
 
 
-def default_env_files(repo_root: Path) -> list[Path]:
-    """The .env files the launcher reads, lowest precedence first."""
-    return [repo_root / "examples" / "cua_agent" / ".env", repo_root / ".env"]
+def default_env_files(clone: Path | None) -> list[Path]:
+    """The .env files the launcher reads, lowest precedence first: a clone's two, or (installed from the
+    wheel, ``clone`` None) the one in the current directory."""
+    if clone is None:
+        return [Path.cwd() / ".env"]
+    return [clone / "examples" / "cua_agent" / ".env", clone / ".env"]

@@ -39,8 +39,19 @@ from cua_rl.run.summary import print_summary, show_tail
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
 
 logger = logging.getLogger("cua_rl.run.launch")
-REPO_ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE_DIR = REPO_ROOT / "examples" / "cua_agent"   # the recipes (config*.yaml) and .env
+PACKAGE = Path(__file__).resolve().parents[1]            # cua_rl, in a clone or installed from the wheel
+RECIPES = PACKAGE / "recipes"   # config*.yaml and .env.example: package data (examples/cua_agent links to them)
+CLONE = PACKAGE.parent if (PACKAGE.parent / "pyproject.toml").is_file() else None   # None: installed
+# Set for every process of the run unless the user set them: no cost-map download when AReaL imports litellm
+# (offline nodes would wait on it), no tokenizer thread pools forked into workers. scripts/env.sh sets the
+# same two for the clone's other commands.
+PROCESS_DEFAULTS = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def trainer_cwd() -> Path:
+    """Where the trainer starts: the clone (its sources first on the path, whatever clone the environment links)
+    or, installed, the user's directory."""
+    return CLONE or Path.cwd()
 
 
 def has_gpu() -> bool:
@@ -157,7 +168,7 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
     ``early``: the trainer process started at the launcher's first line (``prewarm.py``), used when it can be."""
     proc = early.hand_over(cmd[3:], env) if early is not None else None
     if proc is None:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=trainer_cwd(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     console = None if os.environ.get("CUA_RL_CONSOLE") == "full" else \
         TrainerConsole(total_steps, str(log_file), quiet=True)
@@ -224,17 +235,18 @@ def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
     names a gym: the embedded question is answered by the loaded config itself (``embedded_enabled``)."""
     overrides, keys = request.overrides, request.flag_keys
     if request.config_file:
-        path = str(Path(request.config_file).expanduser().resolve())   # relative to the caller's directory
+        # relative to the caller's directory; a link (examples/cua_agent/config*.yaml) keeps the name it was given
+        path = os.path.abspath(Path(request.config_file).expanduser())
         return path, "given", load_config(path, overrides, keys)
     if gpu:
-        path = str(EXAMPLE_DIR / "config.yaml")
+        path = str(RECIPES / "config.yaml")
         return path, "default: a GPU is present", load_config(path, overrides, keys)
-    path = str(EXAMPLE_DIR / "config.multiturn.yaml")
+    path = str(RECIPES / "config.multiturn.yaml")
     config = load_config(path, overrides, keys)
     if config.embedded_enabled:
         return path, "default: no GPU found, embedded stack: the learning recipe", config
     _drop_saved_config(config)   # loaded only to ask; its experiment's log directory must not stay behind
-    path = str(EXAMPLE_DIR / "config.cpu.yaml")
+    path = str(RECIPES / "config.cpu.yaml")
     return path, "default: no GPU found, your gym", load_config(path, overrides, keys)
 
 
@@ -284,7 +296,7 @@ def _hub_access(config, gpu: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         request = cli.parse(sys.argv[1:] if argv is None else argv, dict(os.environ),
-                            cli.default_env_files(REPO_ROOT))
+                            cli.default_env_files(CLONE))
     except cli.UsageError as exc:
         print(f"train.sh: {exc}", file=sys.stderr)
         return 2
@@ -292,9 +304,11 @@ def main(argv: list[str] | None = None) -> int:
         cli.print_help()
         return 0
     os.environ.update(request.environ)   # .env values and the token reach every child through it
+    for name, value in PROCESS_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     gpu = has_gpu()
     # the trainer's process imports AReaL while this one does the same to load the config (prewarm.py)
-    early = None if request.dry_run else Prewarmed.start(predicted_env(dict(os.environ), gpu), REPO_ROOT)
+    early = None if request.dry_run else Prewarmed.start(predicted_env(dict(os.environ), gpu), trainer_cwd())
     try:
         try:
             before = dict(os.environ)

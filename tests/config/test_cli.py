@@ -10,6 +10,8 @@ import pytest
 from cli_cases import ALL_FLAGS, ALL_OVERRIDES, ENV_FOR_FLAGS, EXAMPLE, ROOT
 from cua_rl.run import cli, launch
 
+RECIPES = launch.RECIPES   # the recipes the launcher picks from (package data; examples/cua_agent links them)
+
 ISSUE_ARGS = ["--gym", "http://gym.example:5010", "--gym-id", "g1", "--batch-size", "8", "--project-token", "SECRET",
               "actor.optimizer.lr=1e-6"]
 
@@ -150,18 +152,18 @@ def test_issue_example_prints_overrides_and_never_the_token(launcher):
     rc, report, overrides, out = launcher(ISSUE_ARGS)
     assert rc == 0, out.err
     assert report["mode"] == "external gym http://gym.example:5010"
-    assert report["config"].startswith(str(EXAMPLE / "config.cpu.yaml"))
+    assert report["config"].startswith(str(RECIPES / "config.cpu.yaml"))
     assert overrides == ["gym_base_url=http://gym.example:5010", "gym_id=g1", "train_dataset.batch_size=8",
                          "valid_dataset.batch_size=8", "actor.optimizer.lr=1e-6"]
     assert "SECRET" not in out.out + out.err and "PROJECT_TOKEN=****" in out.out
 
 
 def test_config_choice_is_made_once_from_the_loaded_config(launcher):
-    assert launcher([])[1]["config"] == f"{EXAMPLE / 'config.multiturn.yaml'} (default: no GPU found, embedded " \
+    assert launcher([])[1]["config"] == f"{RECIPES / 'config.multiturn.yaml'} (default: no GPU found, embedded " \
                                         "stack: the learning recipe)"
     assert launcher([])[1]["mode"] == "embedded stack (gym id desktop)"
-    assert launcher(["gym_base_url=http://127.0.0.1:7"])[1]["config"].startswith(str(EXAMPLE / "config.cpu.yaml"))
-    assert launcher([], device="gpu")[1]["config"].startswith(str(EXAMPLE / "config.yaml"))
+    assert launcher(["gym_base_url=http://127.0.0.1:7"])[1]["config"].startswith(str(RECIPES / "config.cpu.yaml"))
+    assert launcher([], device="gpu")[1]["config"].startswith(str(RECIPES / "config.yaml"))
     # a gym URL and embedded.enabled=true: the config decides, the embedded stack runs
     assert launcher(["gym_base_url=http://127.0.0.1:7", "embedded.enabled=true"])[1]["mode"] == "embedded stack (gym id desktop)"
 

@@ -1,0 +1,116 @@
+"""Issue 35 item 3: the project as a library. The wheel is built from this checkout, installed (no
+dependencies) into a fresh venv layered on the project's environment (a .pth line: AReaL, vLLM and the rest come
+from there, the wheel's ``cua_rl`` from its own site-packages), and ``cua-train`` runs from an empty directory:
+no clone on the path, the recipes and ``.env.example`` read as package data, ``./.env`` read as the user's.
+
+The environment layering is the one set-up step a user on an existing AReaL environment does differently
+(``pip install cua_rl-*.whl`` there); nothing else is stood in for."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from cua_rl import cua_rl_home
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sources(dest: Path) -> None:
+    """This checkout's files as git sees them (tracked and new, not ignored), links kept: what a wheel is
+    built from, without the clone's build outputs or egg-info."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if not src.exists() and not src.is_symlink():
+            continue   # deleted in the work tree, not yet in the index
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel, follow_symlinks=False)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
+    _sources(src)
+    # the project's environment has setuptools and build: no download, no isolated build environment
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(src)],
+                   check=True, capture_output=True, timeout=300)
+    [whl] = out.glob("cua_rl-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel in it, layered on the project's environment."""
+    venv = tmp_path_factory.mktemp("venv")
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    uv = Path(cua_rl_home()) / "tools" / "bin" / "uv"   # what scripts/setup.sh installs packages with
+    subprocess.run([str(uv), "pip", "install", "-q", "--offline", "--no-deps", "--python", str(venv / "bin" / "python"),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "zz_project_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
+
+
+def _run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", CUA_RL_DEVICE="cpu", HF_HUB_OFFLINE="1")
+    for name in ("GYM_BASE_URL", "GYM_ID", "CUA_CONFIG"):   # the caller's own settings are not this test's
+        env.pop(name, None)
+    return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_wheel_carries_every_file_of_the_package(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "cua_rl"], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.split()
+    missing = [f for f in tracked if (ROOT / f).exists() and f not in names]
+    assert not missing, f"package files the wheel leaves out: {missing}"
+    assert {"cua_rl/recipes/config.yaml", "cua_rl/recipes/config.multiturn.yaml", "cua_rl/recipes/.env.example",
+            "cua_rl/local_gym/board.tcl"} <= names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "cua-train = cua_rl.run.launch:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_cua_train_dry_run_outside_a_clone(installed, tmp_path):
+    empty = tmp_path / "work"
+    empty.mkdir()
+    where = _run(installed, empty, str(installed / "bin" / "python"), "-c", "import cua_rl; print(cua_rl.__file__)")
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip().startswith(str(installed)), f"cua_rl imported from {where.stdout}: not the wheel's"
+
+    proc = _run(installed, empty, "cua-train", "--dry-run", "--gym", "http://10.77.9.9:5010", "--gym-id", "desktop")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mode: external gym http://10.77.9.9:5010" in proc.stdout
+    recipes = f"{installed}/lib/python3.11/site-packages/cua_rl/recipes/config.cpu.yaml"
+    assert f"config: {recipes} (default: no GPU found, your gym)" in proc.stdout, proc.stdout
+    assert "gym_id=desktop" in proc.stdout
+    assert list(empty.iterdir()) == [], "a dry run wrote into the user's directory"
+
+    # without --gym: the embedded stack's recipe, from the package too
+    proc = _run(installed, empty, "cua-train", "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mode: embedded stack" in proc.stdout and "/cua_rl/recipes/config.multiturn.yaml" in proc.stdout
+
+    # the user's ./.env is read (installed, it is the one place: no clone's examples/cua_agent/.env)
+    (empty / ".env").write_text("GYM_BASE_URL=http://10.77.9.8:5010\nGYM_ID=from-dotenv\n")
+    proc = _run(installed, empty, "cua-train", "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mode: external gym http://10.77.9.8:5010" in proc.stdout and "gym_id=from-dotenv" in proc.stdout
+
+    # a config of the user's own, relative to their directory, that starts from a packaged recipe
+    (empty / "mine.yaml").write_text("defaults:\n  - config.cpu\n  - _self_\nhydra:\n  searchpath:\n"
+                                     "    - pkg://cua_rl.recipes\nmax_turns: 7\n")
+    proc = _run(installed, empty, "cua-train", "--dry-run", "--config", "mine.yaml", "--gym", "http://10.77.9.9:1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"config: {empty / 'mine.yaml'} (given)" in proc.stdout
