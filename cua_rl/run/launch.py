@@ -250,6 +250,24 @@ def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
     return path, "default: no GPU found, your gym", load_config(path, overrides, keys)
 
 
+def _check_agent_choice(config) -> None:
+    """A run that starts our agent service (the embedded stack, ``--agent embedded``) has no use for an agent
+    URL: one given (``--gbox-mini-url``, GBOX_MINI_AGENT_BASE_URL, the config) is refused, not replaced."""
+    from cua_rl.config import CUAConfig
+
+    given = config.gbox_mini_agent_base_url
+    if (config.embedded_enabled or config.agent_service == "embedded") and given != CUAConfig.gbox_mini_agent_base_url:
+        which = "the embedded stack starts" if config.embedded_enabled else "--agent embedded starts"
+        raise ConfigError(f"{which} our agent service, so the agent URL {given} would be ignored: drop "
+                          "--gbox-mini-url (GBOX_MINI_AGENT_BASE_URL), or use --agent external to train with that agent")
+
+
+def _agent_line(config) -> str:
+    if config.embedded_enabled or config.agent_service == "embedded":
+        return "ours, started beside the trainer (the policy endpoint on loopback)"
+    return f"the service at {config.gbox_mini_agent_base_url} (it calls the policy endpoint)"
+
+
 def _warn_secret_overrides(overrides: list[str]) -> None:
     for arg in overrides:
         if cli.is_secret_override(arg):
@@ -262,6 +280,7 @@ def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> 
     print(f"mode: embedded stack (gym id {config.embedded_gym_id})" if config.embedded_enabled
           else f"mode: external gym {config.gym_base_url}")
     print(f"config: {config_file} ({why})")
+    print(f"agent: {_agent_line(config)}")
     trial = "a new timestamped trial at start" if config.trial_name == AUTO_TRIAL else config.trial_name
     if config.existing_run == "resume":
         trial = ("resume " + ("the newest run with a committed recover point" if config.trial_name == AUTO_TRIAL
@@ -315,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             setup_logging()
             _warn_secret_overrides(request.overrides)
             config_file, why, config = choose_config(request, gpu)
+            _check_agent_choice(config)
             if early is not None:   # what AReaL's imports (swanlab, ...) put there: they do the same there
                 early.set_by_imports = frozenset(k for k, v in os.environ.items() if before.get(k) != v)
             _hub_access(config, gpu)

@@ -199,6 +199,16 @@ def test_bad_values_are_refused_by_the_config_classes_naming_the_flag(launcher, 
     assert "Traceback" not in out.err
 
 
+def test_an_agent_url_is_refused_where_our_agent_runs(launcher):
+    rc, report, _, _ = launcher(["--gym", "http://10.1.1.2:5010", "--gbox-mini-url", "http://10.1.1.3:3000"])
+    assert rc == 0 and report["agent"].startswith("the service at http://10.1.1.3:3000")
+    rc, report, _, _ = launcher(["--gym", "http://10.1.1.2:5010", "--agent", "embedded"])
+    assert rc == 0 and report["agent"].startswith("ours")
+    for args in (["--gym", "http://10.1.1.2:5010", "--agent", "embedded"], []):   # --agent embedded; embedded stack
+        rc, _, _, out = launcher([*args, "--gbox-mini-url", "http://10.1.1.3:3000"])
+        assert rc == 2 and "agent URL http://10.1.1.3:3000 would be ignored" in out.err, out.err
+
+
 def test_secret_overrides_are_masked_and_warned_about(launcher):
     rc, _, overrides, out = launcher(["project_token=hunter2"])
     assert rc == 0, out.err
