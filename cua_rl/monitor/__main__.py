@@ -6,12 +6,17 @@
 The store is ``--database-url``, else ``DATABASE_URL`` (or ``POSTGRES_HOST/PORT/DB/USER/PASSWORD``), else
 a SQLite file in ``--data-dir``; screenshots always go to ``<data-dir>/blobs``. Binds 127.0.0.1 unless
 ``--host`` says otherwise. A token is printed once, when made; only its hash is stored.
+
+Reads (pages, JSON, screenshots) are open to whoever reaches the bound address unless ``MONITOR_READ_TOKEN``
+is set in the server's environment: then every read needs it (open a page once with ``?token=...``; it
+becomes a cookie). Set it on a team server bound beyond 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 DEFAULT_PORT = 8700
@@ -83,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.project:
             print(f"token for project {args.project!r} (shown once): {store.create_token(args.project)}", flush=True)
-        app = build_app(store, BlobStore(data_dir / "blobs"), refresh_s=args.refresh)
-        print(f"Training Monitor: http://{args.host}:{args.port}/  (store: {describe_url(url)})", flush=True)
+        read_token = os.environ.get("MONITOR_READ_TOKEN") or None
+        app = build_app(store, BlobStore(data_dir / "blobs"), refresh_s=args.refresh, read_token=read_token)
+        reads = "reads need MONITOR_READ_TOKEN" if read_token else "reads open to whoever reaches this address"
+        print(f"Training Monitor: http://{args.host}:{args.port}/  (store: {describe_url(url)}; {reads})", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
     finally:
         store.close()

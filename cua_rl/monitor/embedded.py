@@ -54,15 +54,16 @@ def describe_url(url: str) -> str:
 
 
 def start_monitor(data_dir: str | Path, *, database_url: str | None = None, host: str = "127.0.0.1",
-                  port: int = 0, refresh_s: float = 3.0) -> RunningMonitor:
-    """Serve a store (``database_url``, else ``<data_dir>/monitor.db``) with screenshots in ``<data_dir>/blobs``."""
+                  port: int = 0, refresh_s: float = 3.0, read_token: str | None = None) -> RunningMonitor:
+    """Serve a store (``database_url``, else ``<data_dir>/monitor.db``) with screenshots in ``<data_dir>/blobs``;
+    ``read_token``: every read needs it (``server._read_guard``)."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     url = database_url or sqlite_url(data_dir / "monitor.db")
     store = Store.open(url)
     blobs = BlobStore(data_dir / "blobs")
     try:
-        served = serve_app_in_thread(build_app(store, blobs, refresh_s=refresh_s), host, port)
+        served = serve_app_in_thread(build_app(store, blobs, refresh_s=refresh_s, read_token=read_token), host, port)
     except BaseException:
         store.close()
         raise

@@ -71,7 +71,8 @@ def step_record(training_id: int, step: int, batch: int = 0, *, status: str = "r
 # The trainer's statistics the run page draws per update (AReaL's names; sampler_logprob_gap is ours).
 UPDATE_STATS = {"loss": "ppo_actor/update/actor_loss/avg", "entropy": "ppo_actor/update/entropy/avg",
                 "approx_kl": "ppo_actor/update/approx_kl/avg", "clip_ratio": "ppo_actor/update/clip_ratio/avg",
-                "grad_norm": "ppo_actor/update/grad_norm", "sampler_logprob_gap": "sampler_logprob_gap"}
+                "grad_norm": "ppo_actor/update/grad_norm", "lr": "ppo_actor/update/lr",
+                "sampler_logprob_gap": "sampler_logprob_gap"}
 
 
 def update_record(training_id: int, step: int, *, train_step: int, stats: dict[str, float],

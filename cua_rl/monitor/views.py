@@ -1,8 +1,10 @@
 """Read side of the run store: the JSON the viewer pages render (runs, steps, GRPO groups, rollouts).
 
-Why aggregate in Python: a run has hundreds to a few thousand rollouts; fetching their few numeric columns
-and summarising here keeps the SQL portable (SQLite and PostgreSQL differ in JSON and window functions)
-and the numbers identical on both.
+Why the run page aggregates in SQL: a long run has tens of thousands of rollouts, and the page refreshes every
+few seconds; counts and sums per step, eval and baseline (GROUP BY, CASE: the same on SQLite and PostgreSQL)
+keep it at a few rows per step however many rollouts there are, and the rollouts themselves come a page at a
+time (``rollouts_page``, filtered by task, status, source and reward) or all at once as CSV/JSONL
+(``rollouts_export``). A step's GRPO groups (a few dozen rollouts) are still summarised in Python.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from collections import defaultdict
 from typing import Any, Iterable
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, or_, select, true
 
 from .schema import TABLES
 from .store import Store
@@ -53,6 +55,31 @@ def summarise(rollouts: Iterable[dict]) -> dict[str, Any]:
             "success_rate": sum(bool(r.get("task_success")) for r in done) / len(done) if done else None}
 
 
+def _summary_sql(conn, link, where) -> dict[Any, dict[str, Any]]:
+    """``summarise`` in SQL: per value of ``link`` (a step, eval or baseline id), over the rollouts ``where``."""
+    r = T["rollouts"]
+    done = (r.c.status == "completed") & r.c.reward.is_not(None)
+    rows = conn.execute(select(link, r.c.status, func.count(), func.sum(case((done, 1), else_=0)),
+                               func.sum(case((done, r.c.reward), else_=0.0)),
+                               func.sum(case((done & (r.c.task_success == true()), 1), else_=0)))
+                        .where(where).group_by(link, r.c.status)).all()
+    parts: dict[Any, list] = defaultdict(list)
+    for key, status, n, completed, reward, success in rows:
+        parts[key].append((status, n, completed or 0, reward or 0.0, success or 0))
+    return {key: _summary_of(counts) for key, counts in parts.items()}
+
+
+def _summary_of(counts: list[tuple]) -> dict[str, Any]:
+    """(status, rollouts, completed, reward sum, successes) rows -> ``summarise``'s dict."""
+    by_status: dict[str, int] = defaultdict(int)
+    for status, n, *_ in counts:
+        by_status[status or "unknown"] += n
+    done = sum(c[2] for c in counts)
+    reward, success = sum(c[3] for c in counts), sum(c[4] for c in counts)
+    return {"rollouts": sum(c[1] for c in counts), "by_status": dict(by_status), "completed": done,
+            "reward_mean": reward / done if done else None, "success_rate": success / done if done else None}
+
+
 def trainings(store: Store) -> list[dict[str, Any]]:
     t, r = T["trainings"], T["rollouts"]
     names = store.project_names()
@@ -75,17 +102,23 @@ def training(store: Store, training_id: int) -> dict[str, Any] | None:
         run = _row(found)
         run["config"] = _loads(run.pop("config_json", None))
         run["project"] = store.project_names().get(run["project_id"])
-        rollouts = _rows(conn, select(*(r.c[c] for c in _ROLLOUT_COLUMNS)).where(r.c.training_id == training_id))
+        mine = r.c.training_id == training_id
         parts = {kind: _rows(conn, select(T[kind]).where(T[kind].c.training_id == training_id)
                              .order_by(T[kind].c.step, T[kind].c.id)) for kind in ("steps", "evals", "baselines")}
-    run.update({kind: _with_summaries(rows, rollouts, f"{kind[:-1]}_id", run.get("status"))
-                for kind, rows in parts.items()})
-    train = [x for x in rollouts if x.get("step_id") is not None]
-    run["summary"] = summarise(train)
+        sums = {kind: _summary_sql(conn, r.c[f"{kind[:-1]}_id"], mine & r.c[f"{kind[:-1]}_id"].is_not(None))
+                for kind in parts}
+        train = _summary_sql(conn, r.c.training_id, mine & r.c.step_id.is_not(None))
+        run["recent_rollouts"] = _rows(conn, select(*(r.c[c] for c in _ROLLOUT_COLUMNS)).where(mine)
+                                       .order_by(r.c.id.desc()).limit(20))
+    run.update({kind: _with_summaries(rows, sums[kind], run.get("status")) for kind, rows in parts.items()})
+    run["summary"] = train.get(training_id) or _summary_of([])
     run["curve"] = [{"step": s["step"], "reward_mean": s["summary"]["reward_mean"],
                      "success_rate": s["summary"]["success_rate"]} for s in run["steps"]
                     if s["summary"]["completed"]]
-    run["recent_rollouts"] = sorted(rollouts, key=lambda x: x["id"], reverse=True)[:20]
+    # held-out success: the evaluations during training and the baseline before it, by step
+    run["heldout_curve"] = [{"step": p["step"], "kind": kind[:-1], "success_rate": p["summary"]["success_rate"],
+                             "reward_mean": p["summary"]["reward_mean"], "completed": p["summary"]["completed"]}
+                            for kind in ("baselines", "evals") for p in run[kind] if p["summary"]["completed"]]
     # what the trainer sent after each update (cua_rl.monitor.records.update_record), in the step rows' extra
     updates = [(s["step"], s["update"]) for s in run["steps"] if isinstance(s.get("update"), dict)]
     run["update_curve"] = [{"step": step, "train_step": u.get("train_step"), **(u.get("stats") or {})}
@@ -95,13 +128,9 @@ def training(store: Store, training_id: int) -> dict[str, Any] | None:
     return run
 
 
-def _with_summaries(parents: list[dict], rollouts: list[dict], link: str, run_status: str | None) -> list[dict]:
-    by_parent: dict[int, list[dict]] = defaultdict(list)
-    for x in rollouts:
-        if x.get(link) is not None:
-            by_parent[x[link]].append(x)
+def _with_summaries(parents: list[dict], sums: dict[int, dict], run_status: str | None) -> list[dict]:
     for i, p in enumerate(parents):
-        p["summary"] = summarise(by_parent.get(p["id"], []))
+        p["summary"] = sums.get(p["id"]) or _summary_of([])
         p["status"] = parent_status(p.get("status"), p["summary"], run_status, latest=i == len(parents) - 1)
     return parents
 
@@ -178,3 +207,70 @@ def rollout(store: Store, rollout_id: int) -> dict[str, Any] | None:
         t["actions"] = by_turn.get(t["id"], [])
     out["turns"] = turn_rows
     return out
+
+
+# ---- a run's rollouts, a page at a time or all at once -------------------------------------------------
+PAGE_MAX = 500
+EXPORT_COLUMNS = (*_ROLLOUT_COLUMNS, "task_key", "task_name")
+
+
+def _filtered(training_id: int, *, task: str | None = None, status: str | None = None, source: str | None = None,
+              min_reward: float | None = None, max_reward: float | None = None):
+    """The rollouts of a run with their task's key and name, filtered: ``task`` (its key or name), ``status``,
+    ``source`` (step, eval, baseline), reward bounds (inclusive; a rollout without a reward is left out by any
+    bound)."""
+    r, tasks = T["rollouts"], T["tasks"]
+    query = (select(*(r.c[c] for c in _ROLLOUT_COLUMNS), tasks.c.task_id.label("task_key"),
+                    tasks.c.name.label("task_name"))
+             .join(tasks, tasks.c.id == r.c.task_id, isouter=True).where(r.c.training_id == training_id))
+    if task:
+        query = query.where(or_(tasks.c.task_id == task, tasks.c.name == task))
+    if status:
+        query = query.where(r.c.status == status)
+    if source:
+        query = query.where(r.c.source_type == source)
+    if min_reward is not None:
+        query = query.where(r.c.reward >= min_reward)
+    if max_reward is not None:
+        query = query.where(r.c.reward <= max_reward)
+    return query
+
+
+def training_exists(store: Store, training_id: int) -> bool:
+    t = T["trainings"]
+    with store.engine.connect() as conn:
+        return conn.execute(select(t.c.id).where(t.c.id == training_id)).first() is not None
+
+
+def rollouts_page(store: Store, training_id: int, *, offset: int = 0, limit: int = 50,
+                  **filters: Any) -> dict[str, Any] | None:
+    """One page of a run's rollouts, newest first, with the total that matched and what the filters can take
+    (the run's tasks, statuses and sources)."""
+    t, r, tasks = T["trainings"], T["rollouts"], T["tasks"]
+    if not 1 <= limit <= PAGE_MAX or offset < 0:
+        raise ValueError(f"limit must be 1..{PAGE_MAX} and offset >= 0")
+    query = _filtered(training_id, **filters)
+    with store.engine.connect() as conn:
+        if conn.execute(select(t.c.id).where(t.c.id == training_id)).first() is None:
+            return None
+        total = conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+        rows = _rows(conn, query.order_by(r.c.id.desc()).offset(offset).limit(limit))
+        mine = r.c.training_id == training_id
+        task_names = conn.execute(select(tasks.c.task_id, tasks.c.name).where(
+            tasks.c.id.in_(select(r.c.task_id).where(mine).distinct())).order_by(tasks.c.task_id)).all()
+        statuses = conn.execute(select(r.c.status).where(mine).distinct()).scalars().all()
+        sources = conn.execute(select(r.c.source_type).where(mine).distinct()).scalars().all()
+    return {"total": total, "offset": offset, "limit": limit, "filters": {k: v for k, v in filters.items()
+                                                                          if v not in (None, "")},
+            "rollouts": rows, "tasks": [{"key": k, "name": n} for k, n in task_names],
+            "statuses": sorted(x for x in statuses if x), "sources": sorted(x for x in sources if x)}
+
+
+def rollouts_export(store: Store, training_id: int, **filters: Any) -> Iterable[dict[str, Any]]:
+    """Every rollout of a run that the filters keep, oldest first, ``EXPORT_COLUMNS`` each, read in chunks."""
+    r = T["rollouts"]
+    with store.engine.connect() as conn:
+        result = conn.execution_options(yield_per=1000).execute(_filtered(training_id, **filters).order_by(r.c.id))
+        for row in result:
+            d = dict(row._mapping)
+            yield {c: d.get(c) for c in EXPORT_COLUMNS}

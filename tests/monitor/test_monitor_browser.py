@@ -148,3 +148,50 @@ def test_a_run_in_progress_updates_live(our_monitor, browser):
         wait_for(browser, lambda d: len(css(d, "[data-testid=chart-reward_mean] circle.point")) == 2)
         assert len(css(browser, "[data-testid=steps-table] tr")) == 3
     wait_for(browser, lambda d: "completed" in " ".join(e.text for e in css(d, "[data-testid=status]")))
+
+
+def info(driver) -> str | None:
+    """The pager's text, read in the page (the list is redrawn under Selenium's element handles)."""
+    return driver.execute_script("const e = document.querySelector('[data-testid=page-info]'); "
+                                 "return e && e.textContent")
+
+
+def test_the_run_page_shows_held_out_success_and_pages_and_filters_rollouts(our_monitor, browser, tmp_path):
+    """Issue 37 item 5 in the browser: the held-out curve with its baseline, the learning-rate chart, and the
+    rollouts a page of 50 at a time, filtered by status, task and reward, the filter kept in the address."""
+    monitor, token = our_monitor
+    with training_run(monitor.url, "p1", "cua", "pages", token=token) as tid:
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=0, rewards=(0.0, 0.0), is_eval=True))
+        for step in range(1, 20):
+            asyncio.run(send_sample_run(monitor.url, token, tid, step=step, rewards=(1.0, 0.0, 0.0)))
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=10, rewards=(1.0, 0.0), is_eval=True,
+                                    task_id="task-2"))
+        _trainer_sends(monitor.url, token, update_record(tid, 1, train_step=1, stats={"ppo_actor/update/lr": 2e-5},
+                                                         health={}, anomalies=[]))
+    browser.get(f"{monitor.url}/{tid}")
+    wait_for(browser, lambda d: css(d, "[data-testid=page-info]"))
+    assert len(css(browser, "[data-testid=chart-heldout] circle.point")) == 2        # the eval and the baseline
+    assert len(css(browser, "[data-testid=chart-heldout] circle.also")) == 1
+    assert len(css(browser, "[data-testid=chart-lr] circle.point")) == 1
+    assert css(browser, "[data-testid=page-info]")[0].text == "1–50 of 61"
+    assert len(css(browser, "[data-testid=rollout-row]")) == 50
+    css(browser, "[data-testid=page-next]")[0].click()
+    wait_for(browser, lambda d: info(d) == "51–61 of 61")
+    assert len(css(browser, "[data-testid=rollout-row]")) == 11 and "offset=50" in browser.current_url
+
+    from selenium.webdriver.support.ui import Select
+
+    Select(css(browser, "[data-testid=filter-task]")[0]).select_by_value("task-2")   # back to page 1, filtered
+    wait_for(browser, lambda d: info(d) == "1–2 of 2")
+    reward = css(browser, "[data-testid=filter-min_reward]")[0]
+    reward.send_keys("0.5\n")
+    wait_for(browser, lambda d: info(d) == "1–1 of 1")
+    assert [e.text for e in css(browser, "[data-testid=row-reward]")] == ["1.000"]
+    assert "task=task-2" in browser.current_url and "min_reward=0.5" in browser.current_url
+    csv_link = next(a for a in css(browser, "#rollouts a") if a.text == "CSV").get_attribute("href")
+    assert "task=task-2" in csv_link and "min_reward=0.5" in csv_link
+    assert httpx.get(csv_link).text.count("\n") == 2                              # header and the one rollout
+    browser.refresh()                                                             # the filter survives a reload
+    wait_for(browser, lambda d: info(d) == "1–1 of 1")
+    browser.set_window_size(1400, 2300)                                           # the whole page (docs/img)
+    browser.save_screenshot(str(tmp_path / "run-page.png"))

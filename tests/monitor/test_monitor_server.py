@@ -173,6 +173,81 @@ def test_eval_and_baseline_rollouts_are_recorded_and_summarised(our_monitor):
     assert {m["source_type"] for g in page["groups"] for m in g["members"]} == {"baseline"}
 
 
+def test_held_out_curve_filters_pages_and_export(our_monitor):
+    """Issue 37 item 5: the run page's held-out curve (evaluations, baseline), its rollouts a filtered page at a
+    time, and the same filters exporting every match as CSV and JSONL."""
+    import asyncio
+    import csv
+    import io
+    import json
+
+    monitor, token = our_monitor
+    with training_run(monitor.url, "p1", "cua", "pages", token=token) as tid:
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=0, rewards=(0.0, 0.0), is_eval=True))
+        for step in (1, 2, 3):
+            asyncio.run(send_sample_run(monitor.url, token, tid, step=step, rewards=(1.0, 0.0, 0.0)))
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=2, rewards=(1.0, 0.0), is_eval=True,
+                                    task_id="task-2"))
+    api = httpx.Client(base_url=monitor.url)
+    run = api.get(f"/api/trainings/{tid}").json()
+    assert [(p["kind"], p["step"], p["success_rate"]) for p in run["heldout_curve"]] == [("baseline", 0, 0.0),
+                                                                                          ("eval", 2, 0.5)]
+    assert run["summary"]["rollouts"] == 9 and run["summary"]["success_rate"] == pytest.approx(1 / 3)
+    assert [s["summary"]["by_status"] for s in run["steps"]] == [{"completed": 3}] * 3
+
+    page = api.get(f"/api/trainings/{tid}/rollouts", params={"limit": 4}).json()
+    assert page["total"] == 13 and len(page["rollouts"]) == 4
+    assert [r["id"] for r in page["rollouts"]] == sorted((r["id"] for r in page["rollouts"]), reverse=True)
+    assert {t["key"] for t in page["tasks"]} == {"task-1", "task-2"} and page["sources"] == ["baseline", "eval", "step"]
+    rest = api.get(f"/api/trainings/{tid}/rollouts", params={"limit": 4, "offset": 12}).json()
+    assert len(rest["rollouts"]) == 1 and rest["rollouts"][0]["id"] == min(r["id"] for r in
+                                                                             api.get(f"/api/trainings/{tid}/rollouts").json()["rollouts"])
+    won = api.get(f"/api/trainings/{tid}/rollouts", params={"min_reward": 0.5, "source": "step"}).json()
+    assert won["total"] == 3 and {r["reward"] for r in won["rollouts"]} == {1.0}
+    by_task = api.get(f"/api/trainings/{tid}/rollouts", params={"task": "task-2"}).json()
+    assert by_task["total"] == 2 and {r["task_key"] for r in by_task["rollouts"]} == {"task-2"}
+    assert api.get(f"/api/trainings/{tid}/rollouts", params={"status": "failed"}).json()["total"] == 0
+    for bad in ({"limit": 0}, {"limit": 501}, {"offset": -1}, {"min_reward": "high"}):
+        assert api.get(f"/api/trainings/{tid}/rollouts", params=bad).status_code == 422, bad
+    assert api.get("/api/trainings/999999/rollouts").status_code == 404
+
+    exported = api.get(f"/api/trainings/{tid}/rollouts.csv", params={"max_reward": 0.5})
+    assert exported.status_code == 200 and exported.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(exported.text)))
+    assert len(rows) == 9 and {float(r["reward"]) for r in rows} == {0.0} and rows[0]["task_name"] == "Open the editor"
+    lines = api.get(f"/api/trainings/{tid}/rollouts.jsonl").text.splitlines()
+    assert len(lines) == 13 and [json.loads(x)["id"] for x in lines] == sorted(json.loads(x)["id"] for x in lines)
+    assert api.get(f"/api/trainings/{tid}/rollouts.xml").status_code == 404
+    assert api.get("/api/trainings/999999/rollouts.csv").status_code == 404
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_read_token_closes_every_read_and_leaves_ingest_to_project_tokens(tmp_path, store_url):
+    from cua_rl.monitor.embedded import start_monitor
+
+    monitor = start_monitor(tmp_path / "m", read_token="team-read-secret")
+    try:
+        token = monitor.store.create_token("p1")
+        with training_run(monitor.url, "p1", "cua", "closed", token=token) as tid:   # ingest: project token only
+            pass
+        for path in ("/", f"/{tid}", "/api/trainings", f"/api/trainings/{tid}/rollouts.csv", "/static/app.js"):
+            denied = httpx.get(monitor.url + path)
+            assert denied.status_code == 401 and "read token" in denied.json()["detail"], path
+        assert httpx.get(monitor.url + "/healthz").status_code == 200
+        assert httpx.get(monitor.url + "/api/trainings", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+        ok = httpx.get(monitor.url + "/api/trainings", headers={"Authorization": "Bearer team-read-secret"})
+        assert ok.status_code == 200 and [r["id"] for r in ok.json()] == [tid]
+        browser = httpx.Client(base_url=monitor.url)   # a browser: ?token= once, then the cookie
+        first = browser.get(f"/{tid}?project_id=p1&token=team-read-secret")
+        assert first.status_code == 303 and first.headers["location"] == f"/{tid}?project_id=p1"
+        assert "httponly" in first.headers["set-cookie"].lower()
+        assert browser.get(f"/{tid}?project_id=p1").status_code == 200
+        assert browser.get(f"/api/trainings/{tid}/rollouts").status_code == 200
+        assert httpx.get(monitor.url + "/?token=wrong").status_code == 401
+    finally:
+        monitor.stop()
+
+
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 async def test_a_down_or_hung_monitor_costs_the_run_nothing(our_monitor, monkeypatch):
     """Refused connections are counted failures; a monitor that accepts and never answers fills at most

@@ -12,7 +12,7 @@ function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === null || v === undefined || v === false) continue;
-    if (k === "onclick" || k === "oninput") el[k] = v; else el.setAttribute(k, v === true ? "" : String(v));
+    if (k.startsWith("on")) el[k] = v; else el.setAttribute(k, v === true ? "" : String(v));
   }
   for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
@@ -55,7 +55,7 @@ async function refresh() {
   try {
     const text = await getJson(r.api);
     document.getElementById("live").textContent = "updated " + new Date().toLocaleTimeString();
-    if (text === state.lastJson) return;
+    if (text === state.lastJson) { if (r.render === renderRun) loadRollouts(); return; }
     state.lastJson = text;
     r.render(JSON.parse(text));
   } catch (err) {
@@ -75,31 +75,41 @@ function renderRuns(runs) {
 }
 
 // ---- one run ------------------------------------------------------------------------------------
-function chart(points, key, label, color, { yMax = null } = {}) {
+function chart(points, key, label, color, { yMax = null, id = key, also = null } = {}) {
+  // also: { points, color, label } drawn on the same axes as dots (e.g. the baseline beside the evaluations)
   const W = 420, H = 160, P = 32;
-  const svg = s("svg", { class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-testid": `chart-${key}` });
+  const svg = s("svg", { class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-testid": `chart-${id}` });
   const pts = points.filter((p) => p[key] !== null && p[key] !== undefined);
+  const more = also ? also.points.filter((p) => p[key] !== null && p[key] !== undefined) : [];
   const title = s("text", { x: P, y: 16, "font-size": 12, fill: "#1d232b" });
   title.textContent = label;
   svg.append(title);
-  if (!pts.length) return svg;
-  const xs = pts.map((p) => p.step), ys = pts.map((p) => p[key]);
+  if (!pts.length && !more.length) return svg;
+  const xs = [...pts, ...more].map((p) => p.step), ys = [...pts, ...more].map((p) => p[key]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
   const y0 = Math.min(0, ...ys), y1 = yMax !== null ? yMax : Math.max(1e-9, ...ys);
   const X = (x) => P + ((x - x0) / (x1 - x0)) * (W - 2 * P);
   const Y = (y) => H - P + 6 - ((y - y0) / (y1 - y0 || 1)) * (H - 2 * P);
   svg.append(s("line", { x1: P, y1: Y(y0), x2: W - P, y2: Y(y0), stroke: "#bbb" }));
   const axis = s("text", { x: 2, y: Y(y1) + 4, "font-size": 10, fill: "#6a7683" });
-  axis.textContent = num(y1, 2);
+  axis.textContent = y1 !== 0 && Math.abs(y1) < 0.01 ? Number(y1).toExponential(1) : num(y1, 2);   // e.g. a learning rate
   svg.append(axis);
   svg.append(s("polyline", { points: pts.map((p) => `${X(p.step)},${Y(p[key])}`).join(" "), fill: "none",
     stroke: color, "stroke-width": 2 }));
-  for (const p of pts) {
-    const dot = s("circle", { cx: X(p.step), cy: Y(p[key]), r: 3.5, fill: color, class: "point" });
-    const tip = s("title", {});
-    tip.textContent = `step ${p.step}: ${num(p[key])}`;
-    dot.append(tip);
-    svg.append(dot);
+  for (const [series, colour, cls, name] of [[pts, color, "point", ""], [more, also && also.color, "point also",
+    also ? also.label + " " : ""]]) {
+    for (const p of series) {
+      const dot = s("circle", { cx: X(p.step), cy: Y(p[key]), r: cls === "point" ? 3.5 : 5, fill: colour, class: cls });
+      const tip = s("title", {});
+      tip.textContent = `${name}step ${p.step}: ${num(p[key])}`;
+      dot.append(tip);
+      svg.append(dot);
+    }
+  }
+  if (also && more.length) {
+    const key_ = s("text", { x: W - P, y: 16, "font-size": 11, fill: also.color, "text-anchor": "end" });
+    key_.textContent = "● " + also.label;
+    svg.append(key_);
   }
   return svg;
 }
@@ -142,32 +152,97 @@ function renderRun(run) {
       ["completed", sm.completed], ["mean reward", num(sm.reward_mean)], ["success", pct(sm.success_rate)],
       ["started", when(run.start_time)], ["ended", when(run.end_time)]]
       .map(([k, v]) => h("div", { class: "card stat" }, h("span", { class: "muted" }, k), h("b", {}, v))));
-  const recent = run.recent_rollouts.map((r) => h("tr", { "data-testid": "rollout-row" },
-    h("td", {}, link(`/rollouts/${r.id}`, `#${r.id}`)), h("td", {}, r.source_type || ""), h("td", {}, badge(r.status)),
-    h("td", {}, r.group_id || ""), h("td", {}, r.env_index ?? ""), h("td", {}, num(r.reward)),
-    h("td", {}, num(r.advantage)), h("td", {}, r.num_turns ?? "")));
   app.replaceChildren(
     h("h1", {}, `Run #${run.id} ${run.run_name || ""}`),
     h("p", { class: "muted" }, `${run.experiment_name || ""} / ${run.trial_name || ""} · project ${run.project || "?"}`),
     stats,
-    h("h2", {}, "Curves (training rollouts per step)"),
+    h("h2", {}, "Curves (training rollouts per step; held-out: the evaluations and the baseline)"),
     h("div", { class: "cards" }, chart(run.curve, "reward_mean", "mean reward", "#1463b8"),
-      chart(run.curve, "success_rate", "success rate", "#3c9a5f", { yMax: 1 })),
+      chart(run.curve, "success_rate", "success rate", "#3c9a5f", { yMax: 1 }),
+      chart((run.heldout_curve || []).filter((p) => p.kind === "eval"), "success_rate", "held-out success",
+        "#b8541c", { yMax: 1, id: "heldout", also: { points: (run.heldout_curve || []).filter((p) => p.kind === "baseline"),
+          color: "#6a7683", label: "baseline" } })),
     h("h2", {}, "Training (the trainer's statistics per update)"),
     h("div", { class: "cards" }, ...[["loss", "loss", "#8a4fd0"], ["entropy", "entropy", "#c07a14"],
       ["approx_kl", "approx. KL (update)", "#b83a3a"], ["grad_norm", "grad norm", "#2f7f8a"],
-      ["sampler_logprob_gap", "|trainer − engine| logprob", "#6a7683"]]
+      ["lr", "learning rate", "#1463b8"], ["sampler_logprob_gap", "|trainer − engine| logprob", "#6a7683"]]
       .map(([key, label, colour]) => chart(run.update_curve || [], key, label, colour))),
     h("h2", {}, "Health"), anomalyList(run.anomalies || []),
     h("h2", {}, "Steps"), parentTable(run.steps, "steps", "step"),
     h("h2", {}, "Baseline (base model before training)"), parentTable(run.baselines, "baselines", "step"),
     h("h2", {}, "Evaluations"), parentTable(run.evals, "evals", "step"),
-    h("h2", {}, "Latest rollouts"),
-    recent.length ? h("table", {}, h("tr", {}, ...["rollout", "source", "status", "group", "member", "reward",
-      "advantage", "turns"].map((c) => h("th", {}, c))), recent) : h("p", { class: "muted" }, "No rollouts yet."),
+    h("h2", {}, "Rollouts"), rolloutsBox(run.id),
     h("h2", {}, "Configuration"),
     run.config ? h("details", {}, h("summary", {}, "resolved config"), h("pre", {}, JSON.stringify(run.config, null, 2)))
       : h("p", { class: "muted" }, "Not recorded."));
+}
+
+// ---- a run's rollouts: filtered, a page at a time, exported --------------------------------------
+// The filters and the page live in the address (?task=&status=&source=&min_reward=&max_reward=&offset=), so a
+// filtered view can be shared and survives a reload; the list is fetched apart from the run's JSON.
+const FILTERS = ["task", "status", "source", "min_reward", "max_reward"];
+const PAGE = 50;
+function rolloutQuery(extra = {}) {
+  const q = new URLSearchParams(location.search);
+  for (const [k, v] of Object.entries(extra)) { if (v === "" || v === null) q.delete(k); else q.set(k, v); }
+  return q;
+}
+
+function rolloutsBox(runId) {
+  const box = h("div", { id: "rollouts", "data-run": runId });
+  state.rolloutsJson = null;
+  loadRollouts();
+  return box;
+}
+
+async function loadRollouts() {
+  const box = document.getElementById("rollouts");
+  if (!box) return;
+  const q = rolloutQuery();
+  q.set("limit", PAGE);
+  const text = await getJson(`/api/trainings/${box.dataset.run}/rollouts?${q}`).catch((err) => {
+    box.replaceChildren(h("p", { class: "anomaly" }, err.message)); return null; });
+  if (text === null || text === state.rolloutsJson) return;
+  state.rolloutsJson = text;
+  renderRolloutList(box, JSON.parse(text));
+}
+
+function go(extra) {   // a new filter or page: into the address, then fetched
+  history.replaceState(null, "", location.pathname + "?" + rolloutQuery(extra));
+  loadRollouts();
+}
+
+function renderRolloutList(box, page) {
+  const f = page.filters || {};
+  const pick = (name, values, label) => h("label", {}, label + " ",
+    h("select", { "data-testid": `filter-${name}`, onchange: (e) => go({ [name]: e.target.value, offset: "" }) },
+      h("option", { value: "" }, "all"),
+      values.map((v) => { const o = h("option", { value: v.value ?? v }, v.label ?? v); o.selected = String(f[name] ?? "") === String(v.value ?? v); return o; })));
+  const bound = (name, label) => h("label", {}, label + " ", h("input", { type: "number", step: "any", size: 5,
+    value: f[name] ?? "", "data-testid": `filter-${name}`, onchange: (e) => go({ [name]: e.target.value, offset: "" }) }));
+  const exportQ = rolloutQuery({ offset: "" });
+  const form = h("div", { class: "controls filters" },
+    pick("task", page.tasks.map((t) => ({ value: t.key, label: t.name && t.name !== t.key ? `${t.name} · ${t.key}` : t.key })), "task"),
+    pick("status", page.statuses, "status"), pick("source", page.sources, "source"),
+    bound("min_reward", "reward ≥"), bound("max_reward", "≤"),
+    h("span", { class: "muted" }, "export:"),
+    link(`/api/trainings/${box.dataset.run}/rollouts.csv?${exportQ}`, "CSV"),
+    link(`/api/trainings/${box.dataset.run}/rollouts.jsonl?${exportQ}`, "JSONL"));
+  const first = page.total ? page.offset + 1 : 0, last = page.offset + page.rollouts.length;
+  const pager = h("div", { class: "controls" },
+    h("button", { disabled: page.offset === 0, "data-testid": "page-prev",
+      onclick: () => go({ offset: Math.max(0, page.offset - page.limit) || "" }) }, "← newer"),
+    h("span", { "data-testid": "page-info" }, `${first}–${last} of ${page.total}`),
+    h("button", { disabled: last >= page.total, "data-testid": "page-next",
+      onclick: () => go({ offset: page.offset + page.limit }) }, "older →"));
+  const rows = page.rollouts.map((r) => h("tr", { "data-testid": "rollout-row" },
+    h("td", {}, link(`/rollouts/${r.id}`, `#${r.id}`)), h("td", {}, r.task_name || r.task_key || ""),
+    h("td", {}, r.source_type || ""), h("td", {}, badge(r.status)), h("td", {}, r.group_id || ""),
+    h("td", {}, r.env_index ?? ""), h("td", { "data-testid": "row-reward" }, num(r.reward)),
+    h("td", {}, num(r.advantage)), h("td", {}, r.num_turns ?? "")));
+  box.replaceChildren(form, pager, rows.length ? h("table", {}, h("tr", {}, ...["rollout", "task", "source",
+    "status", "group", "member", "reward", "advantage", "turns"].map((c) => h("th", {}, c))), rows)
+    : h("p", { class: "muted" }, page.total === 0 && !Object.keys(f).length ? "No rollouts yet." : "No rollout matches."));
 }
 
 // ---- GRPO groups of a step / eval / baseline ---------------------------------------------------
