@@ -1,8 +1,22 @@
-"""Held-out success of model checkpoints on the seeded curriculum, through the same stack training uses.
+"""Held-out success of model checkpoints, through the same stack training uses: on the seeded curriculum
+(the learning bench and gate), or on your own gym (``cua-eval``).
 
     python -m cua_rl.evaluate --config examples/cua_agent/config.cpu.yaml \
         --checkpoints SFT_DIR STEP1_DIR ... [--seeds-per-task 16] [--concurrency 4] [--samples K]
         [--greedy | --both] [key=value ...]
+    cua-eval --gym URL --gym-id ID --checkpoint DIR [--checkpoint DIR ...] [--split eval|train|all]
+        [--episodes-per-task N] [--samples K] [--greedy | --both] [--gbox-mini-url URL | --agent embedded]
+        [--model-url URL] [--concurrency N] [--config FILE] [--out FILE] [key=value ...]
+
+``cua-eval`` (``evaluate_on_gym``) plays the tasks of the configured task source on the gym at ``--gym``
+(``--split``: the eval split, the default, as ``gym_eval_number_range``/``gym_train_ratio`` make it; the train
+split; or all), ``--episodes-per-task`` instances of each (instance seeds the curriculum's held-out list gives;
+a gym that draws no instances by seed plays the task again), with the agent service at ``--gbox-mini-url`` or
+ours (``--agent embedded``), and prints one JSON object per checkpoint and decoding: success over every
+episode, per task, pass@K with ``--samples``, mean policy turns, dropped episodes and model errors
+(``--out`` writes the list). The model: AReaL's vLLM server on the CPU for the first checkpoint, or, with
+``--model-url``, a running AReaL vLLM server (``areal_vllm_server``, e.g. on a GPU node; each checkpoint is
+loaded into it through ``/areal_update_weights``, and it keeps the last one).
 
 Why a separate path from AReaL's evaluator: the learning gate compares checkpoints written by different runs
 (the SFT warm start, every RL step, the negative control) on one fixed set of held-out instances, so one
@@ -27,8 +41,10 @@ instead of sampling as in training; ``--both`` does both, a JSON line each (samp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -61,7 +77,7 @@ class CheckpointResult:
 @dataclass
 class Episode:
     task_id: str
-    family: str
+    family: str | None              # the curriculum family; None for a gym's own task (no slices)
     seed: int
     success: bool
     turns: int
@@ -84,7 +100,8 @@ def summarize(checkpoint: str, episodes: list[Episode], dropped: int, model_erro
     by_instance: dict[tuple[str, int], list[Episode]] = {}
     for e in episodes:
         by_task.setdefault(e.task_id, []).append(e)
-        by_slice.setdefault(_slice(e.family, e.seed), []).append(e)
+        if e.family:
+            by_slice.setdefault(_slice(e.family, e.seed), []).append(e)
         by_instance.setdefault((e.task_id, e.seed), []).append(e)
     solved = [any(e.success for e in group) for group in by_instance.values()]
     return CheckpointResult(
@@ -133,7 +150,7 @@ async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int
                            outcome.info["reason"])
         else:
             success, turns = bool(outcome.info.get("success")), len(outcome.turns)
-        episodes.append(Episode(row["task_id"], row["family"], seed, success, turns))
+        episodes.append(Episode(row["task_id"], row.get("family"), seed, success, turns))
 
     await asyncio.gather(*(one(row, i, seed) for row in rows for i, seed in enumerate(seeds)
                            for _ in range(samples)))
@@ -192,40 +209,91 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
     flight, and AReaL's weight-update route clears the cache. Off by default: with it on, the learning gate
     failed twice in a row on 2026-11-26 (docs/learning.md) and its held-out scores had not been compared with
     it off on the same checkpoints beyond 2 x 64 episodes (on 0.78/0.81, off 0.72/0.75)."""
-    from areal.api.cli_args import InferenceEngineConfig
-    from areal.engine.vllm_remote import RemotevLLMEngine
-
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.local_gym.curriculum import seeds
     from cua_rl.local_gym.server import start_gym_server
-    from cua_rl.local_model.vllm_server import VLLMServer
-    from cua_rl.workflow import AgentTarget, CUAAgentWorkflow, EpisodeLimits, GymTarget, ModelTarget
 
     if not checkpoints:
         raise ValueError("no checkpoints to evaluate")
     rows = _curriculum_rows(list(config.sft.tasks))
-    heldout = seeds("heldout", seeds_per_task)
-    log_path = Path(log_dir) / "evaluate-vllm.log" if log_dir else None
     with start_gym_server(gym_id="desktop", pool_size=concurrency, max_executions=concurrency) as gym, \
-            start_agent_server() as agent, VLLMServer(checkpoints[0], log_path=log_path, prefix_caching=prefix_caching) as model:
+            start_agent_server() as agent:
+        return _run(config, checkpoints, rows, seeds("heldout", seeds_per_task), gym=(gym.url, gym.gym_id),
+                    agent_url=agent.url, concurrency=concurrency, samples=samples, decodings=decodings,
+                    log_dir=log_dir, prefix_caching=prefix_caching)
+
+
+def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", episodes_per_task: int = 1,
+                    concurrency: int = 4, samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
+                    model_url: str | None = None, log_dir: str | Path | None = None) -> list[CheckpointResult]:
+    """``cua-eval``: each checkpoint on the tasks of ``config``'s task source on the gym at
+    ``config.gym_base_url`` (module docstring)."""
+    from cua_rl.local_agent.server import start_agent_server
+    from cua_rl.local_gym.curriculum import seeds
+
+    if not checkpoints:
+        raise ValueError("no checkpoints to evaluate")
+    rows = _gym_rows(config, split)
+    logger.info("evaluating %d checkpoint(s) on %d task(s) of gym %s at %s (%s split), %d episode(s) each",
+                len(checkpoints), len(rows), config.gym_id, config.gym_base_url, split, episodes_per_task * samples)
+    with contextlib.ExitStack() as stack:
+        agent_url = config.gbox_mini_agent_base_url
+        if config.agent_service == "embedded":
+            agent_url = stack.enter_context(start_agent_server()).url
+        return _run(config, checkpoints, rows, seeds("heldout", episodes_per_task),
+                    gym=(config.gym_base_url, config.gym_id), agent_url=agent_url, concurrency=concurrency,
+                    samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url)
+
+
+def _gym_rows(config, split: str) -> list[dict]:
+    from cua_rl.dataset import aload_tasks, choose_splits, task_row
+
+    if split not in ("eval", "train", "all"):
+        raise SystemExit(f"--split must be eval, train or all, got {split!r}")
+    tasks = asyncio.run(aload_tasks(config))
+    train, evaluation = choose_splits(tasks, config)
+    picked = {"eval": evaluation, "train": train, "all": train + evaluation}[split]
+    if not picked:
+        raise SystemExit(f"the {split} split of gym {config.gym_id!r} is empty ({len(tasks)} task(s); "
+                         f"gym_eval_number_range={config.gym_eval_number_range!r}, "
+                         f"gym_train_ratio={config.gym_train_ratio}): pick another --split or range")
+    return [task_row(t, config.gym_base_url, config.gym_id) for t in picked]
+
+
+def _run(config, checkpoints: list[str], rows: list[dict], heldout: list[int], *, gym: tuple[str, str],
+         agent_url: str, concurrency: int, samples: int, decodings, log_dir, prefix_caching: bool = False,
+         model_url: str | None = None) -> list[CheckpointResult]:
+    """The model (a CPU vLLM server for the first checkpoint, or the one at ``model_url``), AReaL's engine on it,
+    the workflow pointed at ``gym`` and ``agent_url``, and every checkpoint evaluated in turn."""
+    from areal.api.cli_args import InferenceEngineConfig
+    from areal.engine.vllm_remote import RemotevLLMEngine
+
+    from cua_rl.local_model.vllm_server import VLLMServer
+    from cua_rl.workflow import AgentTarget, CUAAgentWorkflow, EpisodeLimits, GymTarget, ModelTarget
+
+    with contextlib.ExitStack() as stack:
+        if model_url:
+            url = model_url.rstrip("/")
+        else:
+            log_path = Path(log_dir) / "evaluate-vllm.log" if log_dir else None
+            url = stack.enter_context(VLLMServer(checkpoints[0], log_path=log_path, prefix_caching=prefix_caching)).url
         engine = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", max_concurrent_rollouts=concurrency,
                                                         request_timeout=300, setup_timeout=60))
-        engine.initialize(addr=model.addr)
+        engine.initialize(addr=url.split("://", 1)[-1])
         try:
             workflow = CUAAgentWorkflow(
                 gconfig=config.gconfig, model=ModelTarget(path=checkpoints[0]),
-                gym=GymTarget(base_url=gym.url, gym_id=gym.gym_id),
-                agent=AgentTarget(base_url=agent.url, agent=config.gbox_mini_agent_agent,
+                gym=GymTarget(base_url=gym[0], gym_id=gym[1]),
+                agent=AgentTarget(base_url=agent_url, agent=config.gbox_mini_agent_agent,
                                   action_space=config.gbox_mini_agent_standard_action_space, poll_interval_s=0.25,
                                   extra=dict(config.gbox_mini_agent_extra)),
                 limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
                                      max_turn_time_seconds=config.max_turn_time_seconds),
                 policy=config.policy, group_size=1, is_eval=True)
-            results = asyncio.run(_evaluate_all(workflow, engine, model.url, checkpoints, rows, heldout, concurrency,
-                                                samples, tuple(decodings)))
+            return asyncio.run(_evaluate_all(workflow, engine, url, checkpoints, rows, heldout, concurrency,
+                                             samples, tuple(decodings)))
         finally:
             engine.destroy()
-    return results
 
 
 def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
@@ -260,7 +328,62 @@ def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
     return checkpoints, options, config_args
 
 
-def main(argv: list[str]) -> None:
+def _gym_parser():
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="cua-eval", description="Held-out success of checkpoints on your gym "
+                                 "(JSON per checkpoint). Other arguments are Hydra overrides of the config.")
+    ap.add_argument("--gym", required=True, help="gym server base URL (genv API)")
+    ap.add_argument("--gym-id", required=True)
+    ap.add_argument("--checkpoint", action="append", required=True, help="a model directory (repeatable)")
+    ap.add_argument("--config", default="", help="recipe (default: config.yaml with a GPU, config.cpu.yaml without)")
+    ap.add_argument("--split", default="eval", choices=("eval", "train", "all"))
+    ap.add_argument("--episodes-per-task", type=int, default=4)
+    ap.add_argument("--samples", type=int, default=1, help="sampled episodes per instance (pass@K)")
+    decoding = ap.add_mutually_exclusive_group()
+    decoding.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
+    decoding.add_argument("--both", action="store_true", help="sampled, then greedy")
+    ap.add_argument("--gbox-mini-url", default=None, help="the agent service (default: the config's)")
+    ap.add_argument("--agent", choices=("external", "embedded"), default=None,
+                    help="embedded: start our agent service here")
+    ap.add_argument("--model-url", default=None, help="a running AReaL vLLM server (default: start one on the CPU)")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--out", default="", help="also write the results (a JSON list) here")
+    return ap
+
+
+def gym_main(argv: list[str]) -> int:
+    """``cua-eval``: parse, load the config as the launcher does, evaluate, print and write the JSON."""
+    from cua_rl.run.launch import PROCESS_DEFAULTS, RECIPES, has_gpu, load_config
+
+    args, overrides = _gym_parser().parse_known_args(argv)
+    if any(o.startswith("-") for o in overrides):
+        _gym_parser().error(f"unknown option(s): {[o for o in overrides if o.startswith('-')]}")
+    for name, value in PROCESS_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    setup_logging()
+    config_file = args.config or str(RECIPES / ("config.yaml" if has_gpu() else "config.cpu.yaml"))
+    overrides = [f"gym_base_url={args.gym}", f"gym_id={args.gym_id}", *overrides]
+    if args.gbox_mini_url:
+        overrides.append(f"gbox_mini_agent_base_url={args.gbox_mini_url}")
+    if args.agent:
+        overrides.append(f"agent_service={args.agent}")
+    config = load_config(config_file, overrides)
+    decodings = ("greedy",) if args.greedy else ("sampled", "greedy") if args.both else ("sampled",)
+    results = evaluate_on_gym(config, args.checkpoint, split=args.split, episodes_per_task=args.episodes_per_task,
+                              concurrency=args.concurrency, samples=args.samples, decodings=decodings,
+                              model_url=args.model_url)
+    if args.out:
+        Path(args.out).write_text(json.dumps([r.__dict__ for r in results], indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int | None:
+    """``python -m cua_rl.evaluate --config ... --checkpoints ...`` (the curriculum), or with ``--gym`` (and as
+    ``cua-eval``) a gym's own tasks."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--gym" in argv or "-h" in argv or "--help" in argv:
+        return gym_main(argv)
     from areal.api.cli_args import load_expr_config
 
     from cua_rl.config import CUAConfig
@@ -269,7 +392,8 @@ def main(argv: list[str]) -> None:
     checkpoints, options, config_args = _split_argv(argv)
     config, _ = load_expr_config(config_args, CUAConfig)
     evaluate_checkpoints(config, checkpoints, **options)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main())
