@@ -5,6 +5,11 @@
 #   scripts/setup.sh            # install what is missing, print nothing else when all is there
 #   source scripts/env.sh       # (what train.sh and the test command do) activate it afterwards
 #
+# CUA_RL_APT picks the Debian packages: embedded (the default: the embedded stack's, scripts/apt-packages.txt),
+# test (those and the tests' own, scripts/apt-packages-test.txt: what scripts/test.sh asks for) or none
+# (what train.sh asks for: a run against your own gym needs no Debian package, and the launcher installs the
+# embedded stack's when the run turns out to be embedded: cua_rl/run/preflight.py).
+#
 # CUA_RL_HOME (default ~/.cache/cua-rl) holds the environments and the package cache.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +36,14 @@ exec 9>"$CUA_RL_HOME/.setup.lock"
 flock 9
 
 # --- Debian packages -------------------------------------------------------------------------
-mapfile -t pkgs < <(grep -v '^\s*#' "$ROOT/scripts/apt-packages.txt" | awk 'NF{print $1}')
+case "${CUA_RL_APT:-embedded}" in
+  none) lists=() ;;
+  embedded) lists=("$ROOT/scripts/apt-packages.txt") ;;
+  test) lists=("$ROOT/scripts/apt-packages.txt" "$ROOT/scripts/apt-packages-test.txt") ;;
+  *) log "CUA_RL_APT must be none, embedded or test, got '$CUA_RL_APT'"; exit 2 ;;
+esac
+pkgs=()
+((${#lists[@]} == 0)) || mapfile -t pkgs < <(cat "${lists[@]}" | grep -v '^\s*#' | awk 'NF{print $1}')
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

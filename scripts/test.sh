@@ -11,6 +11,7 @@ args=()
 for a in "$@"; do
   if [ "$a" = "--quick" ]; then args+=(-m "not slow"); else args+=("$a"); fi
 done
+export CUA_RL_APT="${CUA_RL_APT:-test}"   # the embedded stack's Debian packages and the tests' own
 source scripts/env.sh
 # The tests never reach a model hub or a telemetry endpoint (the machines that run them may have no route).
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled

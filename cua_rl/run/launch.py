@@ -34,6 +34,7 @@ from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 from cua_rl.run import cli
 from cua_rl.run.console import TrainerConsole
+from cua_rl.run.preflight import PreflightError, check_embedded, missing_binaries, user_namespace_error
 from cua_rl.run.prewarm import Prewarmed, predicted_env
 from cua_rl.run.summary import print_summary, show_tail
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
@@ -262,6 +263,17 @@ def _check_agent_choice(config) -> None:
                           "--gbox-mini-url (GBOX_MINI_AGENT_BASE_URL), or use --agent external to train with that agent")
 
 
+def _preflight_line(config) -> str:
+    """What the embedded stack's preflight (``preflight.py``) finds, for ``--dry-run`` (which installs nothing)."""
+    missing = missing_binaries(config.embedded_gym_id)
+    userns = user_namespace_error()
+    if not missing and userns is None:
+        return "ok (the gym's binaries found, user namespaces available)"
+    found = [f"missing {', '.join(sorted(missing))} (Debian: {' '.join(sorted(set(missing.values())))}; a run "
+             f"installs them in a clone)"] if missing else []
+    return "; ".join(found + ([f"no user namespaces ({userns})"] if userns else []))
+
+
 def _agent_line(config) -> str:
     if config.embedded_enabled or config.agent_service == "embedded":
         return "ours, started beside the trainer (the policy endpoint on loopback)"
@@ -291,6 +303,8 @@ def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> 
         print(f"  {cli.mask(arg)}")
     if "PROJECT_TOKEN" in request.environ:
         print("environment: PROJECT_TOKEN=**** (the monitor token; never an override)")
+    if config.embedded_enabled:
+        print(f"preflight: {_preflight_line(config)}")
     print(f"trainer: python -m cua_rl.train --config {config_file} <overrides above> plus the run's own "
           "(trial name, statistics path" + (", the embedded services' URLs" if config.embedded_enabled else "")
           + (", the warm start" if config.sft.warm_start else "") + ")")
@@ -335,10 +349,13 @@ def main(argv: list[str] | None = None) -> int:
             _warn_secret_overrides(request.overrides)
             config_file, why, config = choose_config(request, gpu)
             _check_agent_choice(config)
+            if config.embedded_enabled and not request.dry_run:
+                for line in check_embedded(config.embedded_gym_id, CLONE):
+                    logger.info("preflight: %s", line)
             if early is not None:   # what AReaL's imports (swanlab, ...) put there: they do the same there
                 early.set_by_imports = frozenset(k for k, v in os.environ.items() if before.get(k) != v)
             _hub_access(config, gpu)
-        except (cli.UsageError, ConfigError) as exc:
+        except (cli.UsageError, ConfigError, PreflightError) as exc:
             print(f"train.sh: {exc}", file=sys.stderr)
             return 2
         if request.dry_run:

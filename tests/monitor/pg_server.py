@@ -26,7 +26,7 @@ def pg_bin() -> Path:
     """The newest ``/usr/lib/postgresql/<version>/bin`` (Debian's layout)."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
     if not found:
-        raise RuntimeError("PostgreSQL is not installed (scripts/apt-packages.txt lists 'postgresql'; "
+        raise RuntimeError("PostgreSQL is not installed (scripts/apt-packages-test.txt lists 'postgresql'; "
                            "run scripts/setup.sh)")
     return Path(found[-1]).parent
 

@@ -23,7 +23,7 @@ def browser(tmp_path, monkeypatch):
     from selenium.webdriver.chrome.service import Service
 
     if not (shutil.which(CHROMIUM) and shutil.which(DRIVER)):
-        pytest.fail("chromium and chromium-driver are missing (scripts/apt-packages.txt; run scripts/setup.sh)")
+        pytest.fail("chromium and chromium-driver are missing (scripts/apt-packages.txt, apt-packages-test.txt; run CUA_RL_APT=test scripts/setup.sh)")
     monkeypatch.setenv("SE_OFFLINE", "true")        # never let Selenium Manager look for downloads
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
