@@ -37,6 +37,14 @@ CLOSE_AFTER_FAILURE_S = 120
 CLOSE_ABANDONED = threading.Event()
 
 
+def wandb_environment(config) -> None:
+    """W&B follows ``stats_logger.wandb.mode``. AReaL's StatsLogger calls ``wandb.login()`` for any mode but
+    "disabled", which fails without an API key even for an offline run; W&B's own offline mode
+    (``WANDB_MODE=offline``) makes that login a no-op, so an offline run needs no account (``wandb sync`` later)."""
+    if config.stats_logger.wandb.mode == "offline":
+        os.environ["WANDB_MODE"] = "offline"
+
+
 def main(args: list[str]) -> None:
     # The launcher stops a run with SIGTERM: unwind like Ctrl-C, so the trainer closes and the monitor run
     # is marked failed instead of staying "running".
@@ -44,6 +52,7 @@ def main(args: list[str]) -> None:
     signal.signal(signal.SIGTERM,
                   lambda signum, _frame: sys.exit(UnhealthyRun.CODE if stop_requested() else 128 + signum))
     config, _ = load_expr_config(args, CUAConfig)
+    wandb_environment(config)
     # Before the trainer is built: its recover handler loads whatever recover_info it finds, so the
     # directories must be back at the last committed point (or the run refused) first.
     point = resume_point(config) if config.existing_run == "resume" else None
