@@ -232,8 +232,9 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
 
 def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
     """(config file, why it was chosen, its loaded config). Given: that file. Else with a GPU config.yaml;
-    without one config.multiturn.yaml when the run is embedded (the learning recipe), config.cpu.yaml when it
-    names a gym: the embedded question is answered by the loaded config itself (``embedded_enabled``)."""
+    without one config.multiturn.yaml when the run is embedded on the desktop gym (the learning recipe, whose
+    curriculum lives there), config.cpu.yaml when it names a gym or the embedded MiniWoB++ gym: the embedded
+    question is answered by the loaded config itself (``embedded_enabled``)."""
     overrides, keys = request.overrides, request.flag_keys
     if request.config_file:
         # relative to the caller's directory; a link (examples/cua_agent/config*.yaml) keeps the name it was given
@@ -244,11 +245,13 @@ def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
         return path, "default: a GPU is present", load_config(path, overrides, keys)
     path = str(RECIPES / "config.multiturn.yaml")
     config = load_config(path, overrides, keys)
-    if config.embedded_enabled:
+    if config.embedded_enabled and config.embedded_gym_id == "desktop":
         return path, "default: no GPU found, embedded stack: the learning recipe", config
     _drop_saved_config(config)   # loaded only to ask; its experiment's log directory must not stay behind
     path = str(RECIPES / "config.cpu.yaml")
-    return path, "default: no GPU found, your gym", load_config(path, overrides, keys)
+    why = (f"default: no GPU found, the embedded {config.embedded_gym_id} gym: the plain CPU stack (the learning "
+           "recipe is the desktop curriculum's)" if config.embedded_enabled else "default: no GPU found, your gym")
+    return path, why, load_config(path, overrides, keys)
 
 
 def _check_agent_choice(config) -> None:

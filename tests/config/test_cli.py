@@ -164,6 +164,10 @@ def test_config_choice_is_made_once_from_the_loaded_config(launcher):
     assert launcher([])[1]["mode"] == "embedded stack (gym id desktop)"
     assert launcher(["gym_base_url=http://127.0.0.1:7"])[1]["config"].startswith(str(RECIPES / "config.cpu.yaml"))
     assert launcher([], device="gpu")[1]["config"].startswith(str(RECIPES / "config.yaml"))
+    # the embedded MiniWoB++ gym: the plain CPU stack (the learning recipe's curriculum is the desktop gym's)
+    rc, report, _, _ = launcher(["--gym-id", "miniwob"])
+    assert rc == 0 and report["mode"] == "embedded stack (gym id miniwob)"
+    assert report["config"].startswith(f"{RECIPES / 'config.cpu.yaml'} (default: no GPU found, the embedded miniwob gym")
     # a gym URL and embedded.enabled=true: the config decides, the embedded stack runs
     assert launcher(["gym_base_url=http://127.0.0.1:7", "embedded.enabled=true"])[1]["mode"] == "embedded stack (gym id desktop)"
 
