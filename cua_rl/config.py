@@ -107,10 +107,16 @@ class TaskSourceConfig:
     # Each training task this many times per epoch: several GRPO groups of one task in a step, each on its
     # own instance seed (for gyms that draw instances by seed, like the curriculum and MiniWoB++).
     repeat: int = 1
+    # Keep tasks of these difficulties (easy, normal, hard; "medium" is normal), from the tasks' tags or their
+    # difficulty field; a task with none is left out by the filter. Categories are tags: gym_tags.
+    difficulty: list[str] | None = None
 
     def __post_init__(self):
         if self.repeat < 1:
             raise ValueError(f"task_source.repeat must be >= 1, got {self.repeat}")
+        levels = {"easy", "normal", "medium", "hard"}
+        if self.difficulty and not {str(d).lower() for d in self.difficulty} <= levels:
+            raise ValueError(f"task_source.difficulty: each of easy, normal (medium), hard; got {self.difficulty}")
         if self.kind not in TASK_SOURCE_KINDS:
             raise ValueError(f"task_source.kind must be one of {TASK_SOURCE_KINDS}, got {self.kind!r}")
         if self.kind == "file" and not self.task_file:

@@ -4,7 +4,8 @@ Sources (`task_source.kind`): the gym's task list, a local task file (JSONL, or 
 or explicit ids looked up on the gym. Every task is parsed by `cua_rl.genv.Task.from_raw`, so a
 file accepts the same task shapes as a gym (docs/protocols.md §1.2). Then, for every source:
 
-1. keep tasks having any tag of `gym_tags` (case-insensitive);
+1. keep tasks having any tag of `gym_tags` (case-insensitive: a category is a tag), and of the difficulties in
+   `task_source.difficulty`;
 2. split: tasks numbered inside `gym_eval_number_range` ("001-032") are eval, the rest train;
    without a range, a seeded shuffle puts `gym_train_ratio` of the tasks into train;
 3. `gym_split_type` picks what trains: the train split, the eval split, or all tasks;
@@ -161,6 +162,17 @@ def filter_by_tags(tasks: list[Task], tags: Iterable[str] | None) -> list[Task]:
     return kept
 
 
+def filter_by_difficulty(tasks: list[Task], levels: Iterable[str] | None) -> list[Task]:
+    wanted = {"normal" if lv.lower() == "medium" else lv.lower() for lv in (levels or [])}
+    if not wanted:
+        return list(tasks)
+    kept = [t for t in tasks if t.difficulty in wanted]
+    if not kept:
+        seen = sorted({str(t.difficulty) for t in tasks})
+        raise TaskSourceError(f"no task has difficulty {sorted(wanted)}; difficulties present: {seen}")
+    return kept
+
+
 def split_tasks(tasks: list[Task], *, eval_number_range: str | None, train_ratio: float,
                 seed: int) -> tuple[list[Task], list[Task]]:
     """(train, eval). A number range wins over the ratio; tasks without a number then train."""
@@ -193,7 +205,7 @@ def apply_limit(tasks: list[Task], limit: int | None, seed: int) -> list[Task]:
 
 def choose_splits(tasks: list[Task], config: CUAConfig) -> tuple[list[Task], list[Task]]:
     """Steps 1-4 of the module docstring: (train tasks, eval tasks)."""
-    tasks = filter_by_tags(tasks, config.gym_tags)
+    tasks = filter_by_difficulty(filter_by_tags(tasks, config.gym_tags), config.task_source.difficulty)
     train, evaluation = split_tasks(tasks, eval_number_range=config.gym_eval_number_range,
                                     train_ratio=config.gym_train_ratio, seed=config.gym_seed)
     if config.gym_split_type == "eval":
