@@ -48,7 +48,7 @@ def test_the_documented_command_loads(monkeypatch, tmp_path, capsys):
     rc = launch.main(["--dry-run", "--gym", "http://10.9.9.9:5010", "--gym-id", "android", "--gbox-mini-url",
                       "http://10.9.9.8:3000", "--standard-action-space", "mobile", "--gbox-agent", "mai-ui",
                       "task_source.kind=file", f"task_source.task_file={TASKS}", "--gym-tags", "settings,navigation",
-                      "+task_source.difficulty=[easy]"])
+                      "task_source.difficulty=[easy]"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "mode: external gym http://10.9.9.9:5010" in out.out and "gbox_mini_agent_agent=mai-ui" in out.out
