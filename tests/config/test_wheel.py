@@ -97,20 +97,12 @@ def test_cua_train_dry_run_outside_a_clone(installed, tmp_path):
     assert "gym_id=desktop" in proc.stdout
     assert list(empty.iterdir()) == [], "a dry run wrote into the user's directory"
 
-    # without --gym: the embedded stack's recipe, from the package too
-    proc = _run(installed, empty, "cua-train", "--dry-run")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "mode: embedded stack" in proc.stdout and "/cua_rl/recipes/config.multiturn.yaml" in proc.stdout
-
-    # the user's ./.env is read (installed, it is the one place: no clone's examples/cua_agent/.env)
+    # the user's ./.env is read (installed, it is the one place: no clone's examples/cua_agent/.env), and a config
+    # of their own, relative to their directory, starts from a packaged recipe (Hydra's pkg:// search path)
     (empty / ".env").write_text("GYM_BASE_URL=http://10.77.9.8:5010\nGYM_ID=from-dotenv\n")
-    proc = _run(installed, empty, "cua-train", "--dry-run")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "mode: external gym http://10.77.9.8:5010" in proc.stdout and "gym_id=from-dotenv" in proc.stdout
-
-    # a config of the user's own, relative to their directory, that starts from a packaged recipe
     (empty / "mine.yaml").write_text("defaults:\n  - config.cpu\n  - _self_\nhydra:\n  searchpath:\n"
                                      "    - pkg://cua_rl.recipes\nmax_turns: 7\n")
-    proc = _run(installed, empty, "cua-train", "--dry-run", "--config", "mine.yaml", "--gym", "http://10.77.9.9:1")
+    proc = _run(installed, empty, "cua-train", "--dry-run", "--config", "mine.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mode: external gym http://10.77.9.8:5010" in proc.stdout and "gym_id=from-dotenv" in proc.stdout
     assert f"config: {empty / 'mine.yaml'} (given)" in proc.stdout
