@@ -110,10 +110,23 @@ class TaskSourceConfig:
     # Keep tasks of these difficulties (easy, normal, hard; "medium" is normal), from the tasks' tags or their
     # difficulty field; a task with none is left out by the filter. Categories are tags: gym_tags.
     difficulty: list[str] | None = None
+    # In a list of sources (task_sources) or as the eval source (eval_task_source); null = the run's setting:
+    tags: list[str] | None = None      # this source's tag filter instead of gym_tags
+    limit: int | None = None           # at most N tasks of this source per split instead of gym_limit
+    seed: int | None = None            # this source's split and sampling seed instead of gym_seed
+    gym_base_url: str = ""             # this source's gym instead of the run's (rows carry their gym)
+    gym_id: str = ""
+    # Share of the training rows per epoch among task_sources (relative; the number of rows stays what the
+    # sources give with repeat: each source's tasks cycle to fill its share)
+    weight: float = 1.0
 
     def __post_init__(self):
         if self.repeat < 1:
             raise ValueError(f"task_source.repeat must be >= 1, got {self.repeat}")
+        if not self.weight > 0:
+            raise ValueError(f"task_source weight must be > 0, got {self.weight}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"task_source limit must be >= 1 or null, got {self.limit}")
         levels = {"easy", "normal", "medium", "hard"}
         if self.difficulty and not {str(d).lower() for d in self.difficulty} <= levels:
             raise ValueError(f"task_source.difficulty: each of easy, normal (medium), hard; got {self.difficulty}")
@@ -278,6 +291,11 @@ class CUAConfig(GRPOConfig):
     policy: EndpointSettings = field(default_factory=EndpointSettings)  # cua_rl/policy/endpoint.py
     embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig)
     task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig)
+    # Several training sources combined (each with its own filters, limit, seed, gym and weight); when set,
+    # task_source is not used. eval_task_source: the eval tasks from a source of their own (every task it
+    # gives, after its filters and limit), and the training sources are then not split (all of theirs train).
+    task_sources: list[TaskSourceConfig] = field(default_factory=list)
+    eval_task_source: TaskSourceConfig | None = None
     trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     # per-step health checks: what an anomaly does (--on-anomaly) and thresholds (cua_rl/areal_ext/health.py)

@@ -2,7 +2,9 @@
 
 Sources (`task_source.kind`): the gym's task list, a local task file (JSONL, or YAML/JSON list),
 or explicit ids looked up on the gym. Every task is parsed by `cua_rl.genv.Task.from_raw`, so a
-file accepts the same task shapes as a gym (docs/protocols.md §1.2). Then, for every source:
+file accepts the same task shapes as a gym (docs/protocols.md §1.2). Several sources (`task_sources`, each
+with its own gym, filters, limit, seed and weight) share the training rows by weight; `eval_task_source`
+gives the eval tasks instead of the split. Then, for every source (its own setting first, else the run's):
 
 1. keep tasks having any tag of `gym_tags` (case-insensitive: a category is a tag), and of the difficulties in
    `task_source.difficulty`;
@@ -27,7 +29,7 @@ from typing import Iterable
 import yaml
 from datasets import Dataset, Features, Sequence, Value
 
-from cua_rl.config import CUAConfig, parse_number_ranges
+from cua_rl.config import CUAConfig, TaskSourceConfig, parse_number_ranges
 from cua_rl.genv import GenvClient, GenvError, Task
 
 logger = logging.getLogger(__name__)
@@ -203,23 +205,47 @@ def apply_limit(tasks: list[Task], limit: int | None, seed: int) -> list[Task]:
     return [t for i, t in enumerate(tasks) if i in keep]
 
 
-def choose_splits(tasks: list[Task], config: CUAConfig) -> tuple[list[Task], list[Task]]:
-    """Steps 1-4 of the module docstring: (train tasks, eval tasks)."""
-    tasks = filter_by_difficulty(filter_by_tags(tasks, config.gym_tags), config.task_source.difficulty)
+def choose_splits(tasks: list[Task], config: CUAConfig, source: TaskSourceConfig | None = None, *,
+                  whole: bool = False) -> tuple[list[Task], list[Task]]:
+    """Steps 1-4 of the module docstring: (train tasks, eval tasks), with ``source``'s own tags, limit and seed
+    where it sets them. ``whole``: no split (a source beside a separate eval source): (every task, [])."""
+    source = source or config.task_source
+    tags = source.tags if source.tags is not None else config.gym_tags
+    limit = source.limit if source.limit is not None else config.gym_limit
+    seed = source.seed if source.seed is not None else config.gym_seed
+    tasks = filter_by_difficulty(filter_by_tags(tasks, tags), source.difficulty)
+    if whole:
+        return apply_limit(tasks, limit, seed), []
     train, evaluation = split_tasks(tasks, eval_number_range=config.gym_eval_number_range,
-                                    train_ratio=config.gym_train_ratio, seed=config.gym_seed)
+                                    train_ratio=config.gym_train_ratio, seed=seed)
     if config.gym_split_type == "eval":
         train = evaluation
     elif config.gym_split_type == "all":
         train = list(tasks)
-    train = apply_limit(train, config.gym_limit, config.gym_seed)
-    evaluation = apply_limit(evaluation, config.gym_limit, config.gym_seed)
+    train = apply_limit(train, limit, seed)
+    evaluation = apply_limit(evaluation, limit, seed)
     if not train:
         raise TaskSourceError(
             f"the training split is empty ({len(tasks)} task(s) after the tag filter; "
             f"gym_eval_number_range={config.gym_eval_number_range!r}, gym_train_ratio={config.gym_train_ratio}, "
             f"gym_split_type={config.gym_split_type!r})")
     return train, evaluation
+
+
+def weighted(parts: list[tuple[float, int, list[dict]]]) -> list[dict]:
+    """Training rows of several sources, (weight, repeat, rows) each: as many rows in all as the sources give
+    with their repeat, shared in proportion to the weights, each source's rows cycling to fill its share (at
+    least one). One source: its rows ``repeat`` times, in order."""
+    if len(parts) == 1:
+        _, repeat, rows = parts[0]
+        return rows * repeat
+    total = sum(len(rows) * repeat for _, repeat, rows in parts)
+    weights = sum(w for w, _, _ in parts)
+    out = []
+    for w, _, rows in parts:
+        share = max(1, round(total * w / weights))
+        out += (rows * -(-share // len(rows)))[:share]
+    return out
 
 
 # --- rows and datasets ---------------------------------------------------------------------------
@@ -229,35 +255,50 @@ def task_row(task: Task, gym_base_url: str, gym_id: str) -> dict:
             "gym_base_url": gym_base_url, "gym_id": gym_id}
 
 
-def tasks_to_dataset(tasks: list[Task], gym_base_url: str, gym_id: str) -> Dataset:
-    return Dataset.from_list([task_row(t, gym_base_url, gym_id) for t in tasks], features=ROW_FEATURES)
+def gym_of(config: CUAConfig, source: TaskSourceConfig) -> tuple[str, str]:
+    """The gym a source's tasks run on: its own, else the run's."""
+    return source.gym_base_url or config.gym_base_url, source.gym_id or config.gym_id
 
 
-async def aload_tasks(config: CUAConfig) -> list[Task]:
-    """Every task of the configured source, before filtering and splitting."""
-    source = config.task_source
+async def aload_tasks(config: CUAConfig, source: TaskSourceConfig | None = None) -> list[Task]:
+    """Every task of ``source`` (default: ``task_source``), before filtering and splitting."""
+    source = source or config.task_source
     if source.kind == "file":
         return read_task_file(source.task_file)
-    if not config.gym_base_url or not config.gym_id:
+    url, gym_id = gym_of(config, source)
+    if not url or not gym_id:
         raise TaskSourceError(
-            f"task_source.kind={source.kind} needs gym_base_url and gym_id (got {config.gym_base_url!r}, "
-            f"{config.gym_id!r}): pass --gym/--gym-id, or let launch.py start the embedded gym")
-    async with GenvClient(config.gym_base_url, config.gym_id) as gym:
+            f"task_source.kind={source.kind} needs gym_base_url and gym_id (got {url!r}, {gym_id!r}): pass "
+            f"--gym/--gym-id, let launch.py start the embedded gym, or set the source's own gym_base_url/gym_id")
+    async with GenvClient(url, gym_id) as gym:
         try:
             tasks = await fetch_gym_tasks(gym)
         except GenvError as exc:
-            raise TaskSourceError(f"cannot list the tasks of gym {config.gym_id!r}: {exc}") from exc
+            raise TaskSourceError(f"cannot list the tasks of gym {gym_id!r}: {exc}") from exc
     return select_ids(tasks, source.task_ids) if source.kind == "ids" else tasks
 
 
 async def aload_task_datasets(config: CUAConfig) -> tuple[Dataset, Dataset | None]:
-    """(train dataset, eval dataset or None when the eval split is empty)."""
-    train, evaluation = choose_splits(await aload_tasks(config), config)
-    logger.info("task source %s: %d train task(s)%s, %d eval task(s)", config.task_source.kind, len(train),
-                f" x {config.task_source.repeat}" if config.task_source.repeat > 1 else "", len(evaluation))
-    train = train * config.task_source.repeat   # rows of one task get different seeds (cua_rl/workflow/seeding.py)
-    train_ds = tasks_to_dataset(train, config.gym_base_url, config.gym_id)
-    eval_ds = tasks_to_dataset(evaluation, config.gym_base_url, config.gym_id) if evaluation else None
+    """(train dataset, eval dataset or None when there are no eval tasks): ``task_source``, or every source of
+    ``task_sources`` combined by weight; the eval tasks from the split, or from ``eval_task_source``."""
+    sources, eval_source = list(config.task_sources) or [config.task_source], config.eval_task_source
+    parts, evaluation = [], []
+    for source in sources:
+        url, gym_id = gym_of(config, source)
+        train, ev = choose_splits(await aload_tasks(config, source), config, source, whole=eval_source is not None)
+        logger.info("task source %s%s: %d train task(s)%s, %d eval task(s)", source.kind,
+                    f" ({url} {gym_id})" if len(sources) > 1 else "", len(train),
+                    f" x {source.repeat}" if source.repeat > 1 else "", len(ev))
+        # rows of one task get different seeds (cua_rl/workflow/seeding.py)
+        parts.append((source.weight, source.repeat, [task_row(t, url, gym_id) for t in train]))
+        evaluation += [task_row(t, url, gym_id) for t in ev]
+    if eval_source is not None:
+        url, gym_id = gym_of(config, eval_source)
+        ev, _ = choose_splits(await aload_tasks(config, eval_source), config, eval_source, whole=True)
+        logger.info("eval task source %s: %d eval task(s)", eval_source.kind, len(ev))
+        evaluation = [task_row(t, url, gym_id) for t in ev]
+    train_ds = Dataset.from_list(weighted(parts), features=ROW_FEATURES)
+    eval_ds = Dataset.from_list(evaluation, features=ROW_FEATURES) if evaluation else None
     return train_ds, eval_ds
 
 

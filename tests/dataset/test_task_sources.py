@@ -222,3 +222,22 @@ def test_malformed_files_name_file_and_line(tmp_path, name, text, message):
 def test_missing_file(tmp_path):
     with pytest.raises(TaskSourceError, match="cannot read task file"):
         read_task_file(tmp_path / "absent.jsonl")
+
+
+def test_a_list_of_sources_and_an_eval_source_load_from_a_users_config(tmp_path):
+    """task_sources / eval_task_source as a user writes them: YAML in a config of their own, or an override."""
+    from cua_rl.run.launch import ConfigError, RECIPES, load_config
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("defaults:\n  - config.cpu\n  - _self_\nhydra:\n  searchpath:\n    - pkg://cua_rl.recipes\n"
+                    "task_sources:\n  - {difficulty: [easy], limit: 4, seed: 3}\n"
+                    "  - {kind: file, task_file: tasks.yaml, weight: 2.0, gym_base_url: 'http://phone:5010', gym_id: android}\n"
+                    "eval_task_source: {kind: ids, task_ids: ['001']}\n")
+    config = load_config(str(mine), ["gym_base_url=http://127.0.0.1:9", f"cluster.fileroot={tmp_path}"])
+    first, second = config.task_sources
+    assert (first.difficulty, first.limit, first.seed, first.weight) == (["easy"], 4, 3, 1.0)
+    assert (second.kind, second.weight, second.gym_id) == ("file", 2.0, "android")
+    assert config.eval_task_source.task_ids == ["001"]
+    with pytest.raises(ConfigError, match="weight must be > 0"):
+        load_config(str(RECIPES / "config.cpu.yaml"), ["gym_base_url=http://127.0.0.1:9", f"cluster.fileroot={tmp_path}",
+                                                       "task_sources=[{kind:gym,weight:0}]"])
