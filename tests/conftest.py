@@ -133,3 +133,29 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"{s:8.1f} s  {folder}")
     tr.write_line(f"{sum(_folder_s.values()):8.1f} s  in tests; pytest's wall time "
                   f"{time.monotonic() - _started:.0f} s")
+
+
+# ---- the launcher's --dry-run, in process (tests/config, tests/dataset) ----------------------------------
+@pytest.fixture
+def launcher(monkeypatch, tmp_path, capsys):
+    """``launch.main(["--dry-run", ...])`` in process with a clean environment (no flag variables, no .env files,
+    CUA_RL_FILEROOT in tmp_path): ``run(args, device)`` -> (exit code, the report's "key: value" lines, the
+    overrides listed, captured output)."""
+    from cua_rl.run import cli, launch
+
+    for flag in cli.FLAGS:
+        monkeypatch.delenv(flag.env, raising=False)
+    monkeypatch.delenv("MONITOR_PROJECT_TOKEN", raising=False)
+    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
+    monkeypatch.setattr(cli, "default_env_files", lambda _root: [])
+
+    def run(args, device="cpu"):
+        monkeypatch.setenv("CUA_RL_DEVICE", device)
+        rc = launch.main(["--dry-run", *args])
+        out = capsys.readouterr()
+        lines = out.out.splitlines()
+        report = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines if ": " in line
+                  and not line.startswith("  ")}
+        overrides = [line.strip() for line in lines if line.startswith("  ")]
+        return rc, report, overrides, out
+    return run

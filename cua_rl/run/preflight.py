@@ -43,7 +43,8 @@ def user_namespace_error(path: str | None = None) -> str | None:
     if bwrap is None:
         return "bwrap is not installed"
     try:
-        proc = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+        proc = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
+                               shutil.which("true") or "/bin/true"],
                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{type(exc).__name__}: {exc}"

@@ -127,25 +127,7 @@ def test_env_example_documents_every_variable_and_holds_no_values():
 
 
 # --- the launcher's decisions (in process; --dry-run loads and checks the config, starts nothing) --------
-@pytest.fixture
-def launcher(monkeypatch, tmp_path, capsys):
-    """launch.main with a clean environment, no .env files and CUA_RL_FILEROOT in tmp_path."""
-    for flag in cli.FLAGS:
-        monkeypatch.delenv(flag.env, raising=False)
-    monkeypatch.delenv("MONITOR_PROJECT_TOKEN", raising=False)
-    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
-    monkeypatch.setattr(cli, "default_env_files", lambda _root: [])
-
-    def run(args, device="cpu"):
-        monkeypatch.setenv("CUA_RL_DEVICE", device)
-        rc = launch.main(["--dry-run", *args])
-        out = capsys.readouterr()
-        lines = out.out.splitlines()
-        report = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines if ": " in line
-                  and not line.startswith("  ")}
-        overrides = [line.strip() for line in lines if line.startswith("  ")]
-        return rc, report, overrides, out
-    return run
+# (the `launcher` fixture: tests/conftest.py)
 
 
 def test_issue_example_prints_overrides_and_never_the_token(launcher):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cua_rl.run import launch, preflight
+from cua_rl.run import preflight
 
 
 def _path_without(tmp_path: Path, *left_out: str) -> str:
@@ -50,21 +50,14 @@ def test_installed_without_a_clone_a_missing_binary_names_the_apt_command(tmp_pa
         preflight.check_embedded("desktop", None)
 
 
-def test_dry_run_reports_the_preflight_of_an_embedded_run(tmp_path, monkeypatch, capsys):
-    from cua_rl.run import cli
-
-    for flag in cli.FLAGS:
-        monkeypatch.delenv(flag.env, raising=False)
-    monkeypatch.setattr(cli, "default_env_files", lambda _root: [])
-    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
-    monkeypatch.setenv("CUA_RL_DEVICE", "cpu")
-    assert launch.main(["--dry-run"]) == 0
-    assert "preflight: ok" in capsys.readouterr().out
+def test_dry_run_reports_the_preflight_of_an_embedded_run(launcher, tmp_path, monkeypatch):
+    rc, report, _, _ = launcher([])
+    assert rc == 0 and report["preflight"].startswith("ok")
     monkeypatch.setenv("PATH", _path_without(tmp_path, "wish"))
-    assert launch.main(["--dry-run"]) == 0
-    assert "preflight: missing wish (Debian: tk; a run installs them in a clone)" in capsys.readouterr().out
-    assert launch.main(["--dry-run", "--gym", "http://10.1.1.2:5010"]) == 0    # your gym: no preflight
-    assert "preflight" not in capsys.readouterr().out
+    rc, report, _, _ = launcher([])
+    assert rc == 0 and report["preflight"] == "missing wish (Debian: tk; a run installs them in a clone)"
+    rc, report, _, _ = launcher(["--gym", "http://10.1.1.2:5010"])    # your gym: no preflight
+    assert rc == 0 and "preflight" not in report
 
 
 def test_train_sh_asks_set_up_for_no_debian_package_and_the_tests_for_theirs():

@@ -11,7 +11,6 @@ import pytest
 
 from cua_rl.config import CUAConfig, TaskSourceConfig
 from cua_rl.dataset import TaskSourceError, choose_splits, read_task_file
-from cua_rl.run import cli, launch
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "android" / "tasks.yaml"
 
@@ -39,16 +38,10 @@ def test_category_and_difficulty_filters():
         TaskSourceConfig(difficulty=["trivial"])
 
 
-def test_the_documented_command_loads(monkeypatch, tmp_path, capsys):
-    for flag in cli.FLAGS:
-        monkeypatch.delenv(flag.env, raising=False)
-    monkeypatch.setattr(cli, "default_env_files", lambda _root: [])
-    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
-    monkeypatch.setenv("CUA_RL_DEVICE", "cpu")
-    rc = launch.main(["--dry-run", "--gym", "http://10.9.9.9:5010", "--gym-id", "android", "--gbox-mini-url",
-                      "http://10.9.9.8:3000", "--standard-action-space", "mobile", "--gbox-agent", "mai-ui",
-                      "task_source.kind=file", f"task_source.task_file={TASKS}", "--gym-tags", "settings,navigation",
-                      "task_source.difficulty=[easy]"])
-    out = capsys.readouterr()
+def test_the_documented_command_loads(launcher):
+    rc, report, overrides, out = launcher([
+        "--gym", "http://10.9.9.9:5010", "--gym-id", "android", "--gbox-mini-url", "http://10.9.9.8:3000",
+        "--standard-action-space", "mobile", "--gbox-agent", "mai-ui", "task_source.kind=file",
+        f"task_source.task_file={TASKS}", "--gym-tags", "settings,navigation", "task_source.difficulty=[easy]"])
     assert rc == 0, out.err
-    assert "mode: external gym http://10.9.9.9:5010" in out.out and "gbox_mini_agent_agent=mai-ui" in out.out
+    assert report["mode"] == "external gym http://10.9.9.9:5010" and "gbox_mini_agent_agent=mai-ui" in overrides
