@@ -44,7 +44,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -354,13 +353,12 @@ def _gym_parser():
 
 def gym_main(argv: list[str]) -> int:
     """``cua-eval``: parse, load the config as the launcher does, evaluate, print and write the JSON."""
-    from cua_rl.run.launch import PROCESS_DEFAULTS, RECIPES, has_gpu, load_config
+    from cua_rl.run.launch import RECIPES, apply_process_defaults, has_gpu, load_config
 
     args, overrides = _gym_parser().parse_known_args(argv)
     if any(o.startswith("-") for o in overrides):
         _gym_parser().error(f"unknown option(s): {[o for o in overrides if o.startswith('-')]}")
-    for name, value in PROCESS_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+    apply_process_defaults()
     setup_logging()
     config_file = args.config or str(RECIPES / ("config.yaml" if has_gpu() else "config.cpu.yaml"))
     overrides = [f"gym_base_url={args.gym}", f"gym_id={args.gym_id}", *overrides]

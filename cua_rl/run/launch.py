@@ -49,6 +49,12 @@ CLONE = PACKAGE.parent if (PACKAGE.parent / "pyproject.toml").is_file() else Non
 PROCESS_DEFAULTS = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
 
 
+def apply_process_defaults() -> None:
+    """``PROCESS_DEFAULTS`` into this process's environment (and so its children's), where the user set none."""
+    for name, value in PROCESS_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
 def trainer_cwd() -> Path:
     """Where the trainer starts: the clone (its sources first on the path, whatever clone the environment links)
     or, installed, the user's directory."""
@@ -260,7 +266,7 @@ def _check_agent_choice(config) -> None:
     from cua_rl.config import CUAConfig
 
     given = config.gbox_mini_agent_base_url
-    if (config.embedded_enabled or config.agent_service == "embedded") and given != CUAConfig.gbox_mini_agent_base_url:
+    if _starts_our_agent(config) and given != CUAConfig.gbox_mini_agent_base_url:
         which = "the embedded stack starts" if config.embedded_enabled else "--agent embedded starts"
         raise ConfigError(f"{which} our agent service, so the agent URL {given} would be ignored: drop "
                           "--gbox-mini-url (GBOX_MINI_AGENT_BASE_URL), or use --agent external to train with that agent")
@@ -277,8 +283,12 @@ def _preflight_line(config) -> str:
     return "; ".join(found + ([f"no user namespaces ({userns})"] if userns else []))
 
 
+def _starts_our_agent(config) -> bool:
+    return config.embedded_enabled or config.agent_service == "embedded"
+
+
 def _agent_line(config) -> str:
-    if config.embedded_enabled or config.agent_service == "embedded":
+    if _starts_our_agent(config):
         return "ours, started beside the trainer (the policy endpoint on loopback)"
     return f"the service at {config.gbox_mini_agent_base_url} (it calls the policy endpoint)"
 
@@ -340,8 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         cli.print_help()
         return 0
     os.environ.update(request.environ)   # .env values and the token reach every child through it
-    for name, value in PROCESS_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+    apply_process_defaults()
     gpu = has_gpu()
     # the trainer's process imports AReaL while this one does the same to load the config (prewarm.py)
     early = None if request.dry_run else Prewarmed.start(predicted_env(dict(os.environ), gpu), trainer_cwd())
