@@ -44,7 +44,9 @@ def summary(values: list[float]) -> dict:
 
 
 def tree_cpu_s(root: int, *, only_root: bool = False) -> float:
-    """utime+stime (s) of ``root`` and every live descendant (``only_root``: of ``root`` alone)."""
+    """CPU seconds of ``root`` and its descendants (``only_root``: of ``root`` alone, without its children):
+    utime+stime of each live process plus cutime+cstime, the CPU of the children it reaped, so processes that
+    ended in between (a terminated desktop's browser) still count, each once."""
     children: dict[int, list[int]] = {}
     stats: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
@@ -62,7 +64,8 @@ def tree_cpu_s(root: int, *, only_root: bool = False) -> float:
         if pid in seen or pid not in stats:
             continue
         seen.add(pid)
-        total += (int(stats[pid][11]) + int(stats[pid][12])) / CLK
+        fields = stats[pid]
+        total += (int(fields[11]) + int(fields[12]) + (0 if only_root else int(fields[13]) + int(fields[14]))) / CLK
         todo.extend(children.get(pid, []) if not only_root else [])
     return total
 

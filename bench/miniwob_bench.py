@@ -10,6 +10,13 @@ Over real HTTP against a ``cua-gym serve --gym-id miniwob`` subprocess (Chromium
 
   python bench/miniwob_bench.py                       # ~3 minutes on 2 cores
   python bench/miniwob_bench.py --levels 4,8,16,24 --duration 20
+
+With ``--against-reference``, the ``miniwob`` package's own Gymnasium environment and this gym play the same
+recorded episodes side by side (bench/miniwob_reference.py says how): reset and step p50/p90, episodes per
+hour at 1, 4 and 16 concurrent, CPU per step, the same reward for the same actions, and ``speedup``.
+
+  python bench/miniwob_bench.py --against-reference               # ~6 minutes on 2 cores
+  python bench/miniwob_bench.py --against-reference --levels 1,4 --duration 20
 """
 
 from __future__ import annotations
@@ -149,12 +156,28 @@ def _mem_available_kib() -> int:
 
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--levels", default="4,8,16", help="concurrent browser desktops to step")
-    p.add_argument("--duration", type=float, default=8.0, help="seconds of stepping per level")
+    p.add_argument("--levels", default=None, help="concurrent browser desktops to step (default 4,8,16; "
+                   "with --against-reference 1,4,16)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds of stepping per level (default 8; with --against-reference 20 per side)")
+    p.add_argument("--against-reference", action="store_true",
+                   help="side by side with the miniwob package's own environment (bench/miniwob_reference.py)")
+    p.add_argument("--seeds", type=int, default=3, help="--against-reference: seeds per task")
+    p.add_argument("--sides", default="reference,ours,ours_fresh",
+                   help="--against-reference: which sides to time (ours_fresh: the gym with --reuse-browsers 0)")
     p.add_argument("--period", type=float, default=1.0, help="seconds between steps of one execution")
     p.add_argument("--creates", type=int, default=8, help="warm create samples (cold: half as many)")
     args = p.parse_args()
-    args.levels = [int(x) for x in args.levels.split(",") if x]
+    reference = args.against_reference
+    args.levels = [int(x) for x in (args.levels or ("1,4,16" if reference else "4,8,16")).split(",") if x]
+    args.duration = args.duration or (20.0 if reference else 8.0)
+    if reference:
+        import miniwob_reference
+
+        args.ref_levels, args.sides = args.levels, [s for s in args.sides.split(",") if s]
+        # its own event loops and worker processes: off this loop
+        print(json.dumps(await asyncio.to_thread(miniwob_reference.main, args), indent=2))
+        return
     t = time.monotonic()
     result = {"bench": "miniwob_gym", "machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]},
               "task": TASK, "screen": "480x630 (zoom 3)"}

@@ -36,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--ttl", type=float, default=1800.0, help="seconds of inactivity before an execution is reaped")
     s.add_argument("--tasks-dir", default=None, help="folder of task YAML files (default: the built-in tasks)")
     s.add_argument("--display-base", type=int, default=300)
+    s.add_argument("--reuse-browsers", type=int, default=None,
+                   help="executions one browser desktop serves, its page loaded again between them (a reload "
+                        "instead of a browser start per episode); 0 = every execution a new browser "
+                        "(default: miniwob 50)")
     s.add_argument("--miniwob-time-limit", type=float, default=3600.0,
                    help="seconds a MiniWoB++ episode may last (replaces the pages' own 7-30 s timers)")
     s.add_argument("--log-level", default="info")
@@ -65,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                       max_executions=args.max_executions, pool_size=args.pool_size, max_spares=args.max_spares,
                       x_spares=args.x_spares,
                       prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,
-                      display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit)
+                      display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit,
+                      reuse_browsers=args.reuse_browsers)
     try:
         app = create_app(opts)
     except ValueError as exc:

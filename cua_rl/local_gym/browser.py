@@ -129,6 +129,7 @@ class BrowserDesktop(Desktop):
     cdp: CDPPipe | None = dataclasses.field(default=None, repr=False)
     session: str | None = None
     loaded_page: str = ""
+    episodes: int = 0            # executions served (more than one only with GymOptions.reuse_browsers)
 
     # -- start (hooks of Desktop.start) --------------------------------------------------------------
     def _start_sandbox(self, limits: SandboxLimits) -> None:
@@ -273,6 +274,19 @@ class BrowserDesktop(Desktop):
                 raise RuntimeError(f"{self.display}: {url} did not load within {timeout_s:.0f} s")
             time.sleep(0.003)
         self.loaded_page = page
+
+    def recycle(self, timeout_s: float = 10.0) -> None:
+        """Blocking: ready this used browser for another episode (``GymOptions.reuse_browsers``). Its page is
+        loaded again, a new document: the last episode's DOM, scripts, timers and the suite's patches are gone.
+        The site's storage (cookies, local storage, caches of the origin) is cleared and the keyboard's
+        modifiers released (the pointer: each MiniWoB++ episode puts it in the corner, ``MiniwobSuite.begin``).
+        A reload keeps the X clipboard and what is loaded (the same page, from cache)."""
+        assert self.cdp is not None
+        self.cdp.call("Storage.clearDataForOrigin", {"origin": SITE_ORIGIN, "storageTypes": "all"},
+                      self.session, timeout_s)
+        if self.xinput is not None:
+            self.xinput.reset_modifiers()
+        self.navigate(self.loaded_page, timeout_s=timeout_s)
 
     # -- input ordering -----------------------------------------------------------------------------
     # Chromium can hand keys to the page before a click that preceded them on the X server has moved the

@@ -22,15 +22,15 @@ import time
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
 from .manager import CapacityError, Execution, GymManager, GymOptions
+from .screen import settle
 from .suite import OptionsError, create_options, make_suite
 from .tasks import TaskDef, TaskSet
 
 logger = logging.getLogger(__name__)
 
-# Settling after an action: wait up to CHANGE_WAIT for the first changed pixels, then until the screen is
-# unchanged for STABLE, at most MAX_SETTLE in all. Keys and clicks may open dialogs, whose first pixels come
-# 80-300 ms later; typed characters show within ~10-20 ms.
-POLL_S, STABLE_S, MAX_SETTLE_S = 0.006, 0.012, 2.0
+# Settling after an action (screen.settle): wait up to CHANGE_WAIT for the first changed pixels, then until the
+# screen is unchanged for a moment. Keys and clicks may open dialogs, whose first pixels come 80-300 ms later;
+# typed characters show within ~10-20 ms.
 CHANGE_WAIT_S = {"key": 0.3, "click": 0.3, "press": 0.3, "type": 0.12, "scroll": 0.12, "drag": 0.12}
 SCREENSHOT_FORMATS = ("png", "jpeg")
 
@@ -41,44 +41,6 @@ class GymError(Exception):
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail)
         self.status, self.detail = status, detail
-
-
-async def settle(ex: Execution, before: bytearray, change_wait_s: float) -> tuple[bool, bytearray]:
-    """Whether the action changed the screen, and the settled frame: the first change within
-    ``change_wait_s``, then no change for ``STABLE_S`` (at most ``MAX_SETTLE_S`` in all). With X DAMAGE
-    (``screen.damage``, armed before ``before`` was grabbed) the waits cost nothing and the frame one grab."""
-    screen = ex.desktop.screen
-    if screen.damage is not None:
-        t0 = time.monotonic()
-        if not await screen.damage.changed_within(change_wait_s):
-            return False, before
-        while time.monotonic() - t0 < MAX_SETTLE_S and await screen.damage.changed_within(STABLE_S):
-            pass
-        frame = screen.grab()
-        return frame != before, frame
-    return await _settle_by_polling(screen, before, change_wait_s)
-
-
-async def _settle_by_polling(screen, before: bytearray, change_wait_s: float) -> tuple[bool, bytearray]:
-    """Grabs run inline: one is well under a millisecond with MIT-SHM, cheaper than a thread hop. A screen
-    may set its own ``poll_s``/``stable_s`` (a VM's frames take milliseconds and its guest draws slower)."""
-    poll_s, stable_s = getattr(screen, "poll_s", POLL_S), getattr(screen, "stable_s", STABLE_S)
-    t0 = time.monotonic()
-    last, last_change, changed = before, t0, False
-    while True:
-        await asyncio.sleep(poll_s)
-        cur = screen.grab()
-        now = time.monotonic()
-        if cur != last:
-            last, last_change = cur, now
-            changed = changed or cur != before
-        elif changed and now - last_change >= stable_s:
-            break
-        elif not changed and now - t0 >= change_wait_s:
-            break
-        if now - t0 >= MAX_SETTLE_S:
-            break
-    return last != before, last
 
 
 class LocalGym:
@@ -178,7 +140,7 @@ class LocalGym:
         kind = getattr(d, "device_type", "browser" if self.suite.kind == "miniwob" else "desktop")
         return {"execution_id": ex.execution_id, "task_id": task.task_id, "status": "running",
                 "device": {"type": kind, "display": d.display, "width": d.spec.width, "height": d.spec.height},
-                "warm": ex.from_pool, **extra}
+                "warm": ex.from_pool, "reused": ex.reused, **extra}
 
     async def screenshot(self, eid: str, fmt: str = "png", quality: int = 85) -> tuple[bytes, str]:
         """(image bytes, format) of the execution's screen now; the format is remembered, so the frame after
@@ -229,7 +191,7 @@ class LocalGym:
                     d.xinput.reset_modifiers()
                 return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "screen_changed": False}
             try:
-                changed, frame = await settle(ex, before, CHANGE_WAIT_S.get(action.type, 0.0))
+                changed, frame = await settle(d.screen, before, CHANGE_WAIT_S.get(action.type, 0.0))
             except Exception as exc:  # noqa: BLE001
                 raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
             ex.last_used = time.monotonic()

@@ -5,7 +5,11 @@ Why a pool per desktop profile: a desktop (display + WM + the task's apps on the
 create-execution just hands one out. A profile is the spec's ``pool_key`` (the full ``DesktopSpec`` for app
 desktops, so tasks with equal setups share spares; a browser's size and zoom for browser desktops, whose
 spares are built showing the most recently asked-for page and load another one when handed out for it).
-Spares never serve twice: every execution gets a never-used desktop.
+App desktops never serve twice: every execution gets a never-used desktop. A browser desktop serves up to
+``reuse_browsers`` executions (MiniWoB++: 50 by default, ``SUITE_REUSE``), its page loaded again and the site's
+storage cleared between them (``BrowserDesktop.recycle``), as the MiniWoB++ package's own environment restarts
+episodes in one page: a browser start costs about 1.4 s of CPU, a reload about 50 ms
+(bench/miniwob_bench.py --against-reference).
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ SUITES = ("desktop", "miniwob")
 # Per suite: screen size and warm spares per profile. MiniWoB++'s 160x210 task area fills 480x630 at 3x;
 # all its tasks share one browser profile, so its pool holds more spares.
 SUITE_DEFAULTS = {"desktop": (1280, 800, 1), "miniwob": (480, 630, 4)}
+# Per suite: executions one browser desktop serves (GymOptions.reuse_browsers). MiniWoB++ pages restart their
+# own episodes (the package's environment plays every episode in one page); a browser start costs ~1.4 s of
+# CPU, a reload ~50 ms (docs/bench/miniwob_reference_bench.json). Desktop tasks change files: never reused.
+SUITE_REUSE = {"desktop": 0, "miniwob": 50}
 
 
 @dataclass
@@ -57,12 +65,18 @@ class GymOptions:
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     start_timeout_s: float = 30.0
     miniwob_time_limit_s: float = 3600.0   # replaces each MiniWoB++ page's own 7-30 s episode timer
+    reuse_browsers: int | None = None   # executions one browser desktop serves (reloaded between them); 0 or 1:
+    #                                     one each; None = the suite's default (SUITE_REUSE)
 
     def __post_init__(self) -> None:
         if not self.suite:
             self.suite = "miniwob" if self.gym_id == "miniwob" else "desktop"
         if self.suite not in SUITES:
             raise ValueError(f"suite must be one of {SUITES}, got {self.suite!r}")
+        if self.reuse_browsers is None:
+            self.reuse_browsers = SUITE_REUSE[self.suite]
+        if self.reuse_browsers < 0:
+            raise ValueError(f"reuse_browsers must be 0 (never) or more, got {self.reuse_browsers}")
         width, height, pool = SUITE_DEFAULTS[self.suite]
         self.width = width if self.width is None else self.width
         self.height = height if self.height is None else self.height
@@ -148,6 +162,7 @@ class Execution:
     created: float
     last_used: float
     from_pool: bool
+    reused: bool = False           # the desktop served an execution before (GymOptions.reuse_browsers)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     state: dict = field(default_factory=dict)
 
@@ -319,7 +334,11 @@ class GymManager:
             return
         total = sum(len(d) for d in self._spares.values()) + sum(self._building.values())
         for key in reversed(self._recent):
-            while len(self._spares[key]) + self._building[key] < self.opt.pool_size and total < self.opt.max_spares:
+            # running desktops that come back to this profile's spares when their executions end
+            returning = sum(1 for ex in self.executions.values()
+                            if pool_key(ex.desktop.spec) == key and self._reusable(ex.desktop))
+            while (len(self._spares[key]) + self._building[key] + returning < self.opt.pool_size
+                   and total < self.opt.max_spares):
                 self._building[key] += 1
                 total += 1
                 self._spawn_bg(self._build_spare(key, self._recent[key]))
@@ -339,12 +358,14 @@ class GymManager:
             self._spares[key].append(desk)
 
     def _take_spare(self, spec: DesktopSpec) -> Desktop | None:
-        """A spare for ``spec``: one built exactly for it if there is one, else any of its pool key."""
+        """A spare for ``spec``: one built exactly for it (or a reused browser showing its page) if there is
+        one, else any of its pool key."""
         spares = self._spares.get(pool_key(spec))
         if not spares:
             return None
+        page = getattr(spec, "page", None)
         for desk in spares:
-            if desk.spec == spec:
+            if desk.spec == spec or (page and getattr(desk, "loaded_page", None) == page):
                 spares.remove(desk)
                 return desk
         return spares.popleft()
@@ -376,13 +397,16 @@ class GymManager:
                 desk = await asyncio.wrap_future(self._create_spawner.submit(self._build, spec))
                 if desk.uses_x:
                     self.refill_x()
-            self._refill()
             now = time.monotonic()
-            ex = Execution(uuid.uuid4().hex, task, desk, now, now, from_pool)
+            served = getattr(desk, "episodes", 0)
+            if hasattr(desk, "episodes"):
+                desk.episodes = served + 1
+            ex = Execution(uuid.uuid4().hex, task, desk, now, now, from_pool, reused=served > 0)
             if self._closed:
                 await self._destroy_async(desk)
                 raise CapacityError("the gym is shutting down")
             self.executions[ex.execution_id] = ex
+            self._refill()
         finally:
             self._reserved -= 1
         logger.info("execution %s of task %s on %s (%s)", ex.execution_id, task.task_id, desk.display,
@@ -400,8 +424,30 @@ class GymManager:
         if ex is None:
             return False
         async with ex.lock:  # let an action in flight finish first
-            await self._destroy_async(ex.desktop)
+            if not await self._recycle(ex.desktop):
+                await self._destroy_async(ex.desktop)
         logger.info("terminated execution %s", execution_id)
+        return True
+
+    def _reusable(self, desk: Desktop) -> bool:
+        """Whether ``desk`` serves another execution when this one ends (``reuse_browsers``)."""
+        return hasattr(desk, "recycle") and getattr(desk, "episodes", 0) < self.opt.reuse_browsers
+
+    async def _recycle(self, desk: Desktop) -> bool:
+        """A used browser desktop back among its profile's spares, its page loaded again; False when it is not
+        to be reused (reuse off or used up, the gym closing, its profile gone or full, the reload failed)."""
+        key = pool_key(desk.spec)
+        if (self._closed or not self._reusable(desk) or key not in self._recent
+                or len(self._spares[key]) + self._building[key] >= self.opt.pool_size):
+            return False
+        try:
+            await asyncio.to_thread(desk.recycle)
+        except Exception as exc:  # noqa: BLE001 - a browser that cannot reload is rebuilt instead
+            logger.warning("could not reuse the browser on %s (%s): building a new one", desk.display, exc)
+            return False
+        if self._closed or key not in self._recent:
+            return False
+        self._spares[key].append(desk)
         return True
 
     async def reap_forever(self) -> None:

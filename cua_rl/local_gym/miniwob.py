@@ -39,11 +39,13 @@ from pathlib import Path
 
 from .browser import BrowserDesktop, BrowserSpec
 from .cdp import CDPError
+from .screen import settle
 
 logger = logging.getLogger(__name__)
 
 TASK_CSS_SIZE = (160, 210)          # the MiniWoB++ task area in CSS pixels (#wrap)
 DEFAULT_BUDGET_MS = 10_000          # core.js's own EPISODE_MAX_TIME
+BEGIN_CHANGE_WAIT_S = 0.3           # the task replaces the START cover: its first pixels within this, as a click's
 MAX_TIME_LIMIT_S = 2_000_000        # setTimeout takes at most 2^31-1 ms
 # First matching (prefix or exact name) wins; order matters.
 CATEGORY_RULES: tuple[tuple[str, str], ...] = (
@@ -232,7 +234,7 @@ _BEGIN_JS = """(() => {
   const style = document.createElement('style');
   style.textContent = '#reward-display, #click-canvas { display: none !important; }';
   document.head.appendChild(style);
-  Math.seedrandom(%(seed)s);
+  Math.seedrandom(%(seed)d);   /* a number, as the package's driver passes it: seedrandom(7) != seedrandom('7') */
   core.startEpisodeReal();
   core.startEpisodeReal = function () {};   /* one episode per execution: the end cover starts nothing */
   if (core.cover_div) { core.cover_div.innerHTML = 'DONE'; core.cover_div.style.cursor = 'default'; }
@@ -275,8 +277,15 @@ class MiniwobSuite:
         t0 = time.monotonic()
         if desk.loaded_page != task.page:
             await asyncio.to_thread(desk.navigate, task.page, _PAGE_READY_JS)
+        # The pointer starts in the top-left corner, over the utterance (where Selenium's starts in the package's
+        # environment): the first screen never depends on what it happened to hover before (the centre of a new
+        # X screen, or where the last episode of a reused browser left it), nor on when the hover repaints.
+        await asyncio.to_thread(desk.xinput.move, 0, 0)
+        if desk.screen.damage is not None:
+            desk.screen.damage.arm()
+        before = desk.screen.grab()         # the START cover: the episode's first frame differs from it
         token = secrets.token_hex(8)
-        await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": json.dumps(str(seed)),
+        await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": int(seed),
                                           "token": json.dumps(token)})
         instance = await self._wait_ready(desk)
         # Back/forward could leave the task page; the history before this episode is dropped.
@@ -284,7 +293,8 @@ class MiniwobSuite:
         # The window has the X focus, but Chromium only gives the page keyboard focus once it is activated
         # (a first click would otherwise be spent on that, racing the keys typed right after it).
         await desk.cdp.acall("Page.bringToFront", session=desk.session)
-        await asyncio.to_thread(desk.screen.wait_stable, 0.04, 1.0, 0.005)
+        # Settled as after an action (X DAMAGE: no polling), at most 1 s for pages that never stop moving.
+        await settle(desk.screen, before, BEGIN_CHANGE_WAIT_S, max_s=1.0)
         ex.state["miniwob"] = {"seed": seed, "token": token, "started": time.monotonic(), **instance}
         logger.debug("miniwob %s seed %d ready in %.0f ms: %s", task.name, seed, (time.monotonic() - t0) * 1e3,
                      instance["utterance"])

@@ -112,6 +112,81 @@ async def test_a_task_and_a_seed_are_one_instance(mw, task):
     assert any(o != first for o in others), "three seeds all gave the same instance"
 
 
+@pytest.mark.skipif(shutil.which("chromedriver") is None, reason="chromedriver missing; CUA_RL_APT=test setup.sh")
+async def test_a_seed_is_the_package_environments_own_instance(mw):
+    """The ``miniwob`` package's Gymnasium environment (Selenium, headless Chromium) and the gym give the same
+    utterance for the same task and seed: results on published seeds compare. (The gym once passed the seed
+    as a string, and ``Math.seedrandom('7')`` is another instance than ``Math.seedrandom(7)``.)"""
+    import gymnasium
+    import miniwob
+
+    os.environ.setdefault("MINIWOB_CHROME_BINARY", shutil.which("chromium"))
+    os.environ.setdefault("MINIWOB_CHROMEDRIVER", shutil.which("chromedriver"))
+    gymnasium.register_envs(miniwob)
+    seeds = (0, 7, 12345)
+    for task in ("click-button", "enter-text", "click-checkboxes"):
+        env = gymnasium.make(f"miniwob/{task}-v1")
+        try:
+            reference = [(await asyncio.to_thread(env.reset, seed=s))[0]["utterance"] for s in seeds]
+        finally:
+            env.close()
+        async with GenvClient(mw.url, mw.gym_id) as client:
+            ours = [(await _instance(client, mw, task, s))[0] for s in seeds]
+        assert ours == reference, task
+        assert len(set(ours)) > 1, f"{task}: three seeds gave one utterance"
+
+
+async def test_a_reused_browser_starts_each_episode_clean():
+    """``reuse_browsers``: a browser serves up to N executions, its page loaded again between them. The next
+    episode starts as in a never-used browser: the same screens as the default gym shows for that task, seed
+    and first actions (nothing typed, submitted, focused, hovered or stored survives; no autocomplete of an
+    earlier answer), with the episode's own seeded instance; after N episodes the browser is replaced."""
+    from cua_rl.local_gym import start_gym_server
+
+    field, first_letter = {"type": "click", "x": 0.5, "y": 0.336}, {"type": "type", "text": "l"}
+
+    async def screens(client, ex) -> list[bytes]:
+        shots = [await client.screenshot(ex.execution_id)]
+        for action in (field, first_letter):
+            await client.act(ex.execution_id, action)
+            shots.append(await client.screenshot(ex.execution_id))
+        return shots
+
+    async def play_and_leave_traces(client, gym, seed: int) -> str:
+        async with client.execution("enter-text", {"seed": seed}) as ex:
+            desk = _desktop(gym, ex.execution_id)
+            await desk.aevaluate("localStorage.setItem('left', 'over'), document.cookie = 'left=over', true")
+            await client.act(ex.execution_id, field)
+            await client.act(ex.execution_id, {"type": "type", "text": "left over"})
+            await client.act(ex.execution_id, {"type": "click", "x": 0.42, "y": 0.516})   # Submit
+            assert (await client.evaluate(ex.execution_id)).raw["result"]["miniwob"]["done"]
+            return ex.raw["device"]["display"]
+
+    with start_gym_server(port=0, gym_id="miniwob", pool_size=1, max_spares=1, reuse_browsers=0) as never:
+        async with GenvClient(never.url, never.gym_id) as client, \
+                client.execution("enter-text", {"seed": 5}) as ex:
+            assert ex.raw["reused"] is False
+            fresh, fresh_instruction = await screens(client, ex), ex.instruction
+    with start_gym_server(port=0, gym_id="miniwob", pool_size=1, max_spares=1, reuse_browsers=3,
+                          miniwob_time_limit_s=LIMIT_S) as gym:
+        async with GenvClient(gym.url, gym.gym_id) as client:
+            first = await play_and_leave_traces(client, gym, seed=4)
+            async with client.execution("enter-text", {"seed": 5}) as ex:
+                assert ex.raw["reused"] is True and ex.raw["device"]["display"] == first
+                assert ex.instruction == fresh_instruction
+                assert await _desktop(gym, ex.execution_id).aevaluate(
+                    "[localStorage.length, document.cookie, document.getElementById('tt').value]") == [0, "", ""]
+                reused = await screens(client, ex)
+            for i, (a, b) in enumerate(zip(fresh, reused)):
+                if os.environ.get("CUA_DEBUG_SHOTS"):
+                    open(f"/tmp/fresh{i}.png", "wb").write(a), open(f"/tmp/reused{i}.png", "wb").write(b)
+                assert a == b, f"screen {i} of the reused browser differs from a new browser's"
+            await play_and_leave_traces(client, gym, seed=6)             # its third and last episode
+            async with client.execution("enter-text", {"seed": 7}) as ex:
+                assert ex.raw["reused"] is False
+        assert gym.manager.executions == {}
+
+
 @pytest.mark.parametrize("body, fragment", [
     ({"options": {"seed": "7"}}, "integer"), ({"options": {"seed": -1}}, "within"),
     ({"options": {"seed": 1.5}}, "integer"), ({"options": {"seed": True}}, "integer"),

@@ -152,7 +152,7 @@ class VMScreen(Screen):
     """Frames from QMP ``screendump`` (PPM: a header, then RGB), with ``Screen``'s encoding cache. No DAMAGE:
     the settle wait polls, slower than on X (a dump is milliseconds, not a quarter of one)."""
 
-    # the settle wait's polling (env.settle): a dump takes ~7 ms (1280x800); the test guest's console echoes a
+    # the settle wait's polling (screen.settle): a dump takes ~7 ms (1280x800); the test guest's console echoes a
     # key within ~11 ms, a desktop guest may redraw in several steps
     poll_s, stable_s = 0.015, 0.05
 
