@@ -24,6 +24,7 @@ from areal.utils import logging
 from cua_rl.config import CUAConfig, resolve_project_token
 from cua_rl.areal_ext.health import Health, StallWatch, UnhealthyRun, log_stop, stop_requested
 from cua_rl.areal_ext.model_watch import server_addrs, watch_model_servers
+from cua_rl.areal_ext.warm_up import warm_up
 from cua_rl.areal_ext.weight_probe import WeightProbe, real_update
 from cua_rl.monitor import training_run
 from cua_rl.areal_ext.resume import install, resume_point
@@ -194,6 +195,9 @@ class Trainer(PPOTrainer):
                 return out
 
             self.rollout.resume = resume_and_probe
+        # the servers' first image request now, not in the first step's episodes (cua_rl/areal_ext/warm_up.py)
+        if not config.model_base_url:
+            warm_up(server_addrs(self))
 
     def train(self, *args, **kwargs):
         if self.weight_probe is not None:
