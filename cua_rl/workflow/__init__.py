@@ -3,7 +3,8 @@
 - ``group``: ``CUAAgentWorkflow``, one GRPO group of episodes per task row -> training rows;
 - ``sections``: the typed sections it is built from (gym, agent service, model, episode limits, monitor);
 - ``seeding``: which instance of a task each group plays;
-- ``tally``: this process's counts of episodes and policy turns, for the run's summary.
+- ``worker``: what a rollout worker process keeps across groups (the policy endpoint, the counts, the seeds);
+- ``tally``: those counts on disk, for the run's summary and health checks.
 """
 
 from .group import CAUSES, CUAAgentWorkflow, Dropped, has_reward_variance

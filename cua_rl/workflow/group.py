@@ -13,8 +13,10 @@ keeps its real, possibly zero, reward. A group keeps only its evaluated episodes
 shifts another group's boundaries. AReaL gets ``None`` for a rejected group.
 
 Built from typed sections (``cua_rl.workflow.sections``, the policy endpoint's ``EndpointSettings`` and
-``TrajectoryConfig``): plain values AReaL can ship to each rollout worker. Instance seeds:
-``cua_rl.workflow.seeding``; counts for the run's summary: ``cua_rl.workflow.tally``.
+``TrajectoryConfig``): plain values AReaL can ship to each rollout worker. AReaL builds one of these per
+submitted task; what outlives a group (the policy endpoint, the counts, the seeds' counter) is the rollout
+worker's (``cua_rl.workflow.worker``). Instance seeds: ``cua_rl.workflow.seeding``; counts on disk for the
+run's summary: ``cua_rl.workflow.tally``.
 
 Training Monitor (optional): with ``monitor.base_url`` and a token in the environment (PROJECT_TOKEN or
 MONITOR_PROJECT_TOKEN; never a kwarg, kwargs are logged and saved) each episode posts its rollout (running,
@@ -50,11 +52,10 @@ from cua_rl.trajectory.rows import new_rollout_uuid
 from cua_rl.trajectory.shaping import shaped_reward
 
 from . import seeding, tally
+from .worker import worker_state
 from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 
 logger = logging.getLogger(__name__)
-# Endpoint URLs whose address this process has logged (AReaL builds a workflow per submitted task).
-_ANNOUNCED: set[str] = set()
 
 # Why an episode was dropped (``Dropped.cause``); the summary counts each (``episodes_lost_<cause>``).
 # policy_unreached: the agent's model calls failed and not one of them reached the policy endpoint (the URL
@@ -112,8 +113,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         # One evaluated episode has no sibling to compare with: its GRPO advantage would be 0.
         t = self.trajectory
         self.min_group_size = t.min_group_size if t.min_group_size is not None else min(2, group_size)
-        self._endpoint: PolicyEndpoint | None = None
-        self._endpoint_engine = None
+        self._worker = worker_state(self._kind)
         self._reporter: EpisodeReporter | None = None
         self._reporter_loop = None
 
@@ -121,16 +121,14 @@ class CUAAgentWorkflow(RolloutWorkflow):
     def _kind(self) -> str:
         return "eval" if self.is_eval else "train"
 
-    # ---- the policy endpoint, built lazily on the rollout worker -------------------------------------
+    # ---- the policy endpoint: the rollout worker's, built by the first group that needs it ------------
     def _policy(self, engine) -> PolicyEndpoint:
-        if self._endpoint is None or self._endpoint_engine is not engine:
+        def build() -> PolicyEndpoint:
             from areal.utils.hf_utils import load_hf_processor_and_tokenizer
 
             processor, tokenizer = load_hf_processor_and_tokenizer(self.model.path)
-            self._endpoint = PolicyEndpoint(engine, processor, tokenizer, self.gconfig, self.settings)
-            self._endpoint_engine = engine
-            tally.register_endpoint(self._kind, self._endpoint.totals)
-        return self._endpoint
+            return PolicyEndpoint(engine, processor, tokenizer, self.gconfig, self.settings)
+        return self._worker.endpoint(engine, (self.model.path, repr(self.gconfig), repr(self.settings)), build)
 
     # ---- the monitor reporter, one per event loop (its HTTP client belongs to the loop) ------------------
     def _monitor(self) -> EpisodeReporter | None:
@@ -187,7 +185,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
             else:
                 outcomes.append(res)
         rejected = endpoint is not None and len(outcomes) < self.min_group_size
-        tally.count_group(self._kind, len(outcomes), lost, rejected)
+        self._worker.count_group(len(outcomes), lost, rejected)
         tally.write(self._kind, self.stats_dir)
         self._record_stats(endpoint, outcomes, lost)
         if endpoint is None:
@@ -257,7 +255,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         """The one instance seed of this group (``cua_rl.workflow.seeding``); None when seeding is off."""
         if not self.gym.seed_instances:
             return None
-        return seeding.group_seed(self.seed, engine, data, is_eval=self.is_eval)
+        return seeding.group_seed(self.seed, engine, data, is_eval=self.is_eval, groups_run=self._worker.groups_run)
 
     async def _reported_episode(self, engine, endpoint, data: dict, index: int,
                                 seed: int | None = None) -> EpisodeOutcome | Dropped:
@@ -326,8 +324,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         told ``instruction`` (the execution's concrete instance) when there is one, else the row's; each
         recorded turn goes to the monitor as it happens (``report``)."""
         episode = await endpoint.open_episode(self.agent.base_url) if endpoint else None
-        if episode is not None and episode.base_url not in _ANNOUNCED:   # what a multi-host run must know
-            _ANNOUNCED.add(episode.base_url)
+        if episode is not None and episode.base_url not in self._worker.announced:   # what a multi-host run must know
+            self._worker.announced.add(episode.base_url)
             logger.info("policy endpoint on %s; the agent service at %s is told to call %s",
                         endpoint_hosts(self.settings, self.agent.base_url)[0], self.agent.base_url, episode.base_url)
         if episode is not None and report is not None:

@@ -6,8 +6,8 @@ like; different groups get different seeds. Seeds are derived, never drawn: from
 task and the row's stream index (``cua_stream_index``: the position the trainer's loader gave it, unique
 across the run and every rollout worker, and the same again on resume; AReaL deals rows to its workers
 round-robin, so a count kept per process would give groups of one task on different workers the same
-instance). Rows without one (a workflow driven outside the trainer) fall back to this process's count of
-groups per task and policy version. Eval groups: the task alone, so every evaluation sees the same
+instance). Rows without one (a workflow driven outside the trainer) fall back to the rollout worker's count of
+groups per task and policy version (``WorkerState.groups_run``). Eval groups: the task alone, so every evaluation sees the same
 instances. A row's own integer ``seed`` wins. Gyms that ignore the seed are unaffected.
 """
 
@@ -19,13 +19,10 @@ from typing import Any
 
 from cua_rl.areal_ext.resume import STREAM_KEY
 
-# Training groups started in this process per (task, policy version): the ``nth`` of their seeds, for rows
-# that carry no stream index.
-_GROUPS_RUN: collections.Counter[tuple[str, int]] = collections.Counter()
-
-
-def group_seed(base: int, engine: Any, data: dict[str, Any], *, is_eval: bool) -> int:
-    """The one instance seed of the group for task row ``data`` (see the module docstring)."""
+def group_seed(base: int, engine: Any, data: dict[str, Any], *, is_eval: bool,
+               groups_run: collections.Counter[tuple[str, int]]) -> int:
+    """The one instance seed of the group for task row ``data`` (see the module docstring); ``groups_run``:
+    the worker's training groups started per (task, policy version), for rows without a stream index."""
     if isinstance(data.get("seed"), int) and not isinstance(data.get("seed"), bool):
         return data["seed"]
     task_id = str(data["task_id"])
@@ -34,8 +31,8 @@ def group_seed(base: int, engine: Any, data: dict[str, Any], *, is_eval: bool) -
     if isinstance(data.get(STREAM_KEY), int):
         return instance_seed(base, "stream", task_id, 0, data[STREAM_KEY])
     version = engine.get_version() if hasattr(engine, "get_version") else 0
-    nth = _GROUPS_RUN[(task_id, version)]
-    _GROUPS_RUN[(task_id, version)] += 1
+    nth = groups_run[(task_id, version)]
+    groups_run[(task_id, version)] += 1
     return instance_seed(base, "train", task_id, version, nth)
 
 
@@ -43,8 +40,3 @@ def instance_seed(base: int, phase: str, task_id: str, version: int, nth: int) -
     """A reproducible 31-bit seed for one group (31 bits: safe for any gym's integer type)."""
     digest = hashlib.sha256(f"{base}:{phase}:{task_id}:{version}:{nth}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-def forget_groups_run() -> None:
-    """Forget this process's counts of groups run, as a fresh process would start (tests)."""
-    _GROUPS_RUN.clear()

@@ -68,7 +68,8 @@ def test_reward_variance_filter():
 def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
     from areal.api.cli_args import GenerationHyperparameters
 
-    from cua_rl.workflow import CUAAgentWorkflow, seeding
+    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow.worker import forget_workers
 
     class Engine:
         version = 3
@@ -82,13 +83,13 @@ def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
                                 agent={"base_url": "http://a"}, group_size=4, seed=5, **kw)
 
     engine, row = Engine(), {"task_id": "click-test", "instruction": "x"}
-    seeding.forget_groups_run()                     # a fresh process
+    forget_workers()                     # a fresh process
     a = workflow()
     first = [a._group_seed(engine, row) for _ in range(3)]
     assert len(set(first)) == 3, "groups of one task at one version need different instances"
     # AReaL builds a new workflow object per submitted task: the next one continues the process's count
     assert workflow()._group_seed(engine, row) not in first, "a new workflow object repeated an instance"
-    seeding.forget_groups_run()                     # another run of the same experiment
+    forget_workers()                     # another run of the same experiment
     assert first == [workflow()._group_seed(engine, row) for _ in range(3)], "seeds must reproduce across runs"
     engine.version = 4
     assert a._group_seed(engine, row) not in first
@@ -107,7 +108,8 @@ def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instanc
     from areal.api.cli_args import GenerationHyperparameters
 
     from cua_rl.areal_ext.resume import STREAM_KEY
-    from cua_rl.workflow import CUAAgentWorkflow, seeding
+    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow.worker import forget_workers
 
     class Engine:
         def get_version(self):
@@ -117,14 +119,47 @@ def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instanc
               for i, task in enumerate(["a", "b"] * 8)]            # 2 tasks, each 8 times, one step's read-ahead
     seeds = {}
     for worker in range(4):
-        seeding.forget_groups_run()                          # a rollout worker is a fresh process
+        forget_workers()                          # a rollout worker is a fresh process
         wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
                               gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
                               group_size=4, seed=5)
         seeds.update({row[STREAM_KEY]: wf._group_seed(Engine(), row) for row in stream[worker::4]})
     assert len(set(seeds.values())) == len(stream), "two groups of one task got the same instance"
-    seeding.forget_groups_run()                              # a resumed run, on another worker
+    forget_workers()                              # a resumed run, on another worker
     again = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
                              gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
                              group_size=4, seed=5)
     assert again._group_seed(Engine(), stream[5]) == seeds[5], "a resumed row must get its instance again"
+
+
+def test_the_workflows_of_one_rollout_worker_share_its_policy_endpoint(tiny_model_dir):
+    """AReaL builds a workflow object per submitted task (``RemoteInfEngine._resolve_workflow``); they share
+    the rollout worker's policy endpoint (one per engine, kind and settings, built once) and its counts."""
+    from areal.api.cli_args import GenerationHyperparameters
+
+    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow.worker import forget_workers, worker_state
+
+    class Engine:
+        def get_version(self):
+            return 0
+
+    def workflow(**kw):
+        return CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": tiny_model_dir},
+                                gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
+                                group_size=2, **kw)
+
+    forget_workers()
+    engine = Engine()
+    first = workflow()._policy(engine)
+    assert workflow()._policy(engine) is first, "a new workflow object built another endpoint"
+    first.totals["recorded_turns"] += 3
+    replaced = Engine()                                  # the engine was rebuilt: a new endpoint, counts kept
+    second = workflow()._policy(replaced)
+    assert second is not first and second.engine is replaced
+    second.totals["recorded_turns"] += 2
+    assert worker_state("train").totals()["recorded_turns"] == 5
+    assert workflow(is_eval=True)._policy(replaced) is not second, "evaluation has its own endpoint and counts"
+    assert worker_state("eval").totals()["recorded_turns"] == 0
+    assert workflow(policy={"model_name": "other"})._policy(replaced) is not second, "other settings, same endpoint"
+    forget_workers()

@@ -16,7 +16,8 @@ from cua_rl.mini_agent import MiniAgentClient
 from cua_rl.policy import close_loop_servers, tensor_sha256
 from cua_rl.policy.images import DecodedImage, fit_pixels
 from cua_rl.trajectory import group_batch
-from cua_rl.workflow import Dropped, tally
+from cua_rl.workflow import Dropped
+from cua_rl.workflow.worker import worker_state
 from tests.doubles.embedded_stack import POLICY, first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
 
 pytestmark = [pytest.mark.desktop]
@@ -36,7 +37,7 @@ async def test_group_of_real_episodes_becomes_exact_rows(stack):
             calls = [e for e in events if e.get("type") == "model_call"]
             outputs = [e for e in events if e.get("type") == "model_output"]
             assert len(calls) >= len(o.turns)
-            proc = wf._endpoint.processor
+            proc = wf._policy(stack["engine"]).processor
             for turn, call, out in zip(o.turns, calls, outputs):
                 body = call.get("modelSpecificInput") or call.get("request") or {}
                 urls = [p["image_url"]["url"] for m in body["messages"] if isinstance(m.get("content"), list)
@@ -55,7 +56,7 @@ async def test_group_of_real_episodes_becomes_exact_rows(stack):
 
 
 def _more(before: dict, key: str) -> int:
-    return tally.totals("train").get(key, 0) - before.get(key, 0)
+    return worker_state("train").totals().get(key, 0) - before.get(key, 0)
 
 
 async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
@@ -68,12 +69,12 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         # an unreachable gym is an infrastructure failure: the group is rejected, nothing raises. The wait for a
         # gym or agent service that is down is bounded by max_task_time_seconds: a short one keeps this test short
         broken = make_workflow(stack, gym_base_url="http://127.0.0.1:9", max_task_time_seconds=4)
-        lost = tally.totals("train")
+        lost = worker_state("train").totals()
         assert await broken.arun_episode(stack["engine"], await first_task(stack)) is None
         assert _more(lost, "episodes_lost_gym") == 2, "both episodes dropped, named as the gym's"
         # an unreachable agent service: also None, and the executions created for it were terminated
         no_agent = make_workflow(stack, agent_base_url="http://127.0.0.1:9", max_task_time_seconds=4)
-        lost = tally.totals("train")
+        lost = worker_state("train").totals()
         assert await no_agent.arun_episode(stack["engine"], await first_task(stack)) is None
         assert _more(lost, "episodes_lost_agent_service") == 2, "both episodes dropped, named as the agent service's"
         assert not stack["gym"].manager.executions, "an execution was left running"
@@ -82,10 +83,10 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         from areal.utils import stats_tracker
 
         unreached = make_workflow(stack, policy={**POLICY, "advertised_host": "127.0.0.2"})
-        lost = tally.totals("train")
+        lost = worker_state("train").totals()
         stats_tracker.get("rollout").export(reset=True)
         assert await unreached.arun_episode(stack["engine"], await first_task(stack)) is None
-        assert _more(lost, "episodes_lost_policy_unreached") == 2, tally.totals("train")
+        assert _more(lost, "episodes_lost_policy_unreached") == 2, worker_state("train").totals()
         assert stats_tracker.get("rollout").export(reset=True)["rollout/episode_lost"] == 1.0
         assert await wf.arun_episode(stack["engine"], {"instruction": "no id"}) is None
     finally:

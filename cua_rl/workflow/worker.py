@@ -1,0 +1,82 @@
+"""What one rollout worker process keeps for the workflows it runs, per kind ("train" or "eval").
+
+Why: AReaL builds a new ``CUAAgentWorkflow`` for every submitted task (``RemoteInfEngine._resolve_workflow``
+calls the class with the config's kwargs), so a workflow object lives for one group. What must outlive a
+group lives here, once per process and kind, and the workflow objects stay cheap shells:
+
+- the policy endpoint: one per engine and settings, with the processor and tokenizer it was built with (it
+  was one per group: a new endpoint object, its checks and their warnings every group);
+- the counts the launcher's summary reads: episodes evaluated and lost, groups rejected, and the endpoint's
+  turn counts (they were a process-wide list that grew by one endpoint per group);
+- the groups started per task and policy version (instance seeds of rows without a stream index,
+  ``cua_rl.workflow.seeding``) and the endpoint URLs already logged.
+
+``forget_workers`` drops it all, as a fresh process starts (tests that play several processes in one).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerState:
+    kind: str
+    # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected
+    episodes: collections.Counter[str] = field(default_factory=collections.Counter)
+    # training groups started per (task, policy version): the nth of their seeds (rows without a stream index)
+    groups_run: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
+    announced: set[str] = field(default_factory=set)      # endpoint URLs logged (what a multi-host run must know)
+    _endpoints: dict[tuple, tuple[Any, Any]] = field(default_factory=dict)   # key -> (engine, endpoint)
+    _retired: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def endpoint(self, engine, key: tuple, build: Callable[[], Any]):
+        """The endpoint for ``engine`` and ``key`` (its model and settings), built by ``build`` the first time;
+        one whose engine was replaced is rebuilt (its turn counts stay in the totals)."""
+        entry = self._endpoints.get(key)
+        if entry is not None and entry[0] is engine:
+            return entry[1]
+        if entry is not None:
+            self._retired.update(entry[1].totals)
+        endpoint = build()
+        self._endpoints[key] = (engine, endpoint)
+        logger.info("%s workflow: policy endpoint built for %s (%d in this process)", self.kind,
+                    type(engine).__name__, len(self._endpoints))
+        return endpoint
+
+    def count_group(self, evaluated: int, lost_causes: list[str], rejected: bool) -> None:
+        """One group's episodes: how many were evaluated, the cause of each one lost, whether it was rejected."""
+        self.episodes["episodes_evaluated"] += evaluated
+        self.episodes["episodes_lost"] += len(lost_causes)
+        for cause in lost_causes:
+            self.episodes[f"episodes_lost_{cause}"] += 1
+        self.episodes["groups_rejected"] += rejected
+
+    def totals(self) -> dict[str, int]:
+        """This worker's episode counts and its endpoints' turn counts, summed."""
+        out = collections.Counter(self.episodes)
+        out.update(self._retired)
+        for _, endpoint in self._endpoints.values():
+            out.update(endpoint.totals)
+        return dict(out)
+
+
+_WORKERS: dict[str, WorkerState] = {}
+
+
+def worker_state(kind: str) -> WorkerState:
+    """This process's state for workflows of ``kind`` ("train" or "eval")."""
+    state = _WORKERS.get(kind)
+    if state is None:
+        state = _WORKERS[kind] = WorkerState(kind)
+    return state
+
+
+def forget_workers() -> None:
+    """Drop every kind's state, as a fresh process starts (tests)."""
+    _WORKERS.clear()
