@@ -304,6 +304,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mutations", default="",
                         help=f"multiturn: known defects to switch on, one GRPO run each, comma-separated or all "
                              f"(of {', '.join(MUTATIONS)}); the gate must fail each")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=OVERRIDE",
+                        help="multiturn: one more GRPO run (seed 1) from the same warm start with one Hydra override "
+                             "of its own, judged beside the others (repeatable; e.g. bench/async_bench.py's "
+                             "ofp0=rollout.max_head_offpolicyness=0)")
     parser.add_argument("--eval-concurrency", type=int, default=16,
                         help="held-out episodes at once (one-turn episodes mostly wait; on 2 cores 48 episodes "
                              "took 34.0 s at 8, 31.4 s at 16)")
@@ -464,6 +468,10 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         except SystemExit as failed:
             stopped[name] = _why_stopped(work / f"{name}.log", failed)
             print(f"[learning-bench] {name}: the run ended early: {stopped[name]}", file=sys.stderr, flush=True)
+    variants = _variants(args.variant)
+    for name, override in variants.items():
+        wall[name], ckpts = _rl(name, config, run_warm, steps, work, env, [*extra, "seed=1", override])
+        runs[name] = ckpts[steps]
     todo = ([] if baseline else [warm]) + list(runs.values())
     wall["evaluate"], scores = _evaluate(todo, config, extra, args, work, env, decodings, samples)
     per = {}   # checkpoint label -> {"sampled": score, "greedy": score}
@@ -493,12 +501,13 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     experiment = _experiment(config, extra)
     lag = load_config(config, extra).rollout.max_head_offpolicyness
 
-    def judged(label: str) -> dict:
+    def judged(label: str, overrides: tuple[str, ...] = ()) -> dict:
         """One run's figures, its paired rise and its own records, with the learning gate's verdict."""
         if label in stopped:
             return {"stopped": stopped[label], "gate_failures": [f"the run ended early: {stopped[label]}"]}
         entry = {**figures(label), "greedy_rise": rise([label]), **run_record(work, experiment, label, steps)}
-        return {**entry, "gate_failures": gate_failures(before, entry, steps, lag)}
+        own_lag = load_config(config, [*extra, *overrides]).rollout.max_head_offpolicyness if overrides else lag
+        return {**entry, "gate_failures": gate_failures(before, entry, steps, own_lag)}
 
     def controlled(name: str, labels: list[str]) -> dict:
         """A control's seed-1 run as judged alone and, with ``--control-seeds`` > 1, every seed's figures and
@@ -529,6 +538,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         "seeds": [{"seed": int(label.rsplit("s", 1)[1]), **judged(label)} for label in grpo],
         "controls": {name: controlled(name, labels) for name, labels in control_labels.items()},
         "mutations": {name: judged(name) for name in MUTATIONS if name in per or name in stopped},
+        "variants": {name: {"override": override, **judged(name, (override,))} for name, override in variants.items()},
         "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "wrong_demonstrations", "rows", "steps",
                                         "loss_before", "loss_after")},
         "baseline": {"kept": str(kept), "reused": baseline is not None},
@@ -541,6 +551,19 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     png = Path(args.plot) if args.plot else work / "learning.png"
     plot_multiturn(result, png)
     return _report(result, png, args)
+
+
+def _variants(given: list[str]) -> dict[str, str]:
+    """``--variant NAME=OVERRIDE`` values: {name: override}; a bad one stops the bench before any run."""
+    out: dict[str, str] = {}
+    for item in given:
+        name, _, override = item.partition("=")
+        if not name or "=" not in override or name in out or name in CONTROLS or name in MUTATIONS \
+                or name.startswith("grpo"):
+            raise SystemExit(f"--variant {item!r}: give NAME=KEY=VALUE with a new name (not grpo*, a control's "
+                             f"or a mutation's)")
+        out[name] = override
+    return out
 
 
 def _picked(flag: str, names: str, known: dict) -> list[str]:
