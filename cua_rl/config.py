@@ -26,7 +26,7 @@ from cua_rl.areal_ext.health import HealthConfig
 from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 from cua_rl.policy import EndpointSettings
 
-TASK_SOURCE_KINDS = ("gym", "file", "ids")
+TASK_SOURCE_KINDS = ("gym", "file", "ids", "custom")
 SPLIT_TYPES = ("train", "eval", "all")
 # The gym ids the embedded gym serves: its suites (cua_rl/local_gym/manager.py SUITES; a test keeps them equal).
 EMBEDDED_GYM_IDS = ("desktop", "miniwob")
@@ -95,15 +95,26 @@ class EmbeddedStackConfig:
             raise ValueError(f"embedded.tasks_dir {self.tasks_dir!r} is not a folder (of task YAML files)")
 
 
+def _plain(value):
+    """A config value as plain Python (OmegaConf hands lists and mappings over as its own containers)."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
 @dataclass
 class TaskSourceConfig:
     """Where training tasks come from (dataset.py). Tag filter, split and limit (the gym_* keys)
     apply to every kind."""
 
-    # gym: list the gym's tasks; file: a local JSONL/YAML task file; ids: these ids on the gym.
+    # gym: list the gym's tasks; file: a local JSONL/YAML task file; ids: these ids on the gym; custom: the tasks
+    # written below, served by the embedded gym (a genv gym evaluates only the tasks it defines).
     kind: str = "gym"
     task_file: str = ""
     task_ids: list[str] = field(default_factory=list)
+    # kind custom: tasks in the embedded gym's task-file schema (number, name, category, difficulty,
+    # instruction, setup, validators; docs/local_gym.md), checked when the config loads
+    tasks: list[Any] = field(default_factory=list)
     # Each training task this many times per epoch: several GRPO groups of one task in a step, each on its
     # own instance seed (for gyms that draw instances by seed, like the curriculum and MiniWoB++).
     repeat: int = 1
@@ -136,6 +147,17 @@ class TaskSourceConfig:
             raise ValueError("task_source.kind=file needs task_source.task_file")
         if self.kind == "ids" and not self.task_ids:
             raise ValueError("task_source.kind=ids needs task_source.task_ids")
+        if (self.kind == "custom") != bool(self.tasks):
+            raise ValueError("task_source.kind=custom needs its tasks (a list of task mappings), and tasks are "
+                             "given with kind=custom only")
+        if self.tasks:
+            from cua_rl.local_gym.tasks import inline_tasks   # only now: the gym's task schema checks them
+
+            self.tasks = [_plain(t) for t in self.tasks]
+            self.task_ids = [t.task_id for t in inline_tasks(self.tasks, "task_source.tasks")]
+
+    def custom_tasks(self) -> list[dict]:
+        return list(self.tasks) if self.kind == "custom" else []
 
 
 @dataclass
@@ -395,6 +417,19 @@ class CUAConfig(GRPOConfig):
         """The embedded gym's id: ``gym_id`` when given (``--gym-id miniwob`` without ``--gym``), else
         ``embedded.gym_id``."""
         return self.gym_id or self.embedded.gym_id
+
+    def custom_tasks(self) -> list[dict]:
+        """Every task written in the config (sources of kind custom: task_source, task_sources, eval_task_source),
+        for the embedded gym to serve (the launcher refuses them with any other gym)."""
+        sources = [self.task_source, *self.task_sources, *([self.eval_task_source] if self.eval_task_source else [])]
+        seen, out = set(), []
+        for source in sources:
+            for task in source.custom_tasks():
+                key = (str(task.get("number")), task.get("name"))
+                if key not in seen:
+                    seen.add(key)
+                    out.append(task)
+        return out
 
     @property
     def embedded_enabled(self) -> bool:

@@ -1,7 +1,7 @@
 """Task sources -> Hugging Face datasets (train, eval) of task rows.
 
 Sources (`task_source.kind`): the gym's task list, a local task file (JSONL, or YAML/JSON list),
-or explicit ids looked up on the gym. Every task is parsed by `cua_rl.genv.Task.from_raw`, so a
+explicit ids looked up on the gym, or tasks written in the config (`custom`: the embedded gym serves them). Every task is parsed by `cua_rl.genv.Task.from_raw`, so a
 file accepts the same task shapes as a gym (docs/protocols.md §1.2). Several sources (`task_sources`, each
 with its own gym, filters, limit, seed and weight) share the training rows by weight; `eval_task_source`
 gives the eval tasks instead of the split. Then, for every source (its own setting first, else the run's):
@@ -275,7 +275,8 @@ async def aload_tasks(config: CUAConfig, source: TaskSourceConfig | None = None)
             tasks = await fetch_gym_tasks(gym)
         except GenvError as exc:
             raise TaskSourceError(f"cannot list the tasks of gym {gym_id!r}: {exc}") from exc
-    return select_ids(tasks, source.task_ids) if source.kind == "ids" else tasks
+    # custom: the tasks written in the config, which the embedded gym serves (task_ids holds their ids)
+    return select_ids(tasks, source.task_ids) if source.kind in ("ids", "custom") else tasks
 
 
 async def aload_task_datasets(config: CUAConfig) -> tuple[Dataset, Dataset | None]:

@@ -62,6 +62,9 @@ class GymOptions:
     uid_base: int = 20000          # sandbox uid = uid_base + slot (only when the server runs as root)
     workdir: str | None = None
     tasks_dir: str | None = None
+    # tasks written inline (a task file's schema, e.g. a training config's custom task source), served beside
+    # the built-in ones (or tasks_dir's)
+    extra_tasks: list = field(default_factory=list)
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     start_timeout_s: float = 30.0
     miniwob_time_limit_s: float = 3600.0   # replaces each MiniWoB++ page's own 7-30 s episode timer

@@ -54,8 +54,8 @@ class DesktopSuite:
 
     kind = "desktop"
 
-    def __init__(self, tasks_dir: str | None = None, tasks=None) -> None:
-        self.tasks = tasks if tasks is not None else load_tasks(tasks_dir or TASKS_DIR)
+    def __init__(self, tasks_dir: str | None = None, tasks=None, extra_tasks: list | None = None) -> None:
+        self.tasks = tasks if tasks is not None else load_tasks(tasks_dir or TASKS_DIR, extra_tasks)
 
     async def begin(self, ex, seed: int | None) -> dict:
         setup = ex.task.setup
@@ -81,5 +81,7 @@ def make_suite(options, tasks=None):
     if options.suite == "miniwob":
         from .miniwob import MiniwobSuite
 
+        if options.extra_tasks:
+            raise ValueError("tasks written inline are desktop tasks: the miniwob gym serves the package's pages only")
         return MiniwobSuite(tasks, time_limit_s=options.miniwob_time_limit_s)
-    return DesktopSuite(options.tasks_dir, tasks)
+    return DesktopSuite(options.tasks_dir, tasks, options.extra_tasks)

@@ -223,12 +223,29 @@ class TaskSet:
         return len(self.tasks)
 
 
-def load_tasks(directory: Path | str = TASKS_DIR) -> TaskSet:
-    """Load and validate every ``*.yaml`` in ``directory``; a bad file is an error naming the file."""
+def inline_tasks(entries: list, where: str = "custom task") -> list[TaskDef]:
+    """Tasks written inline (a training config's ``task_source.kind: custom``), each in a task file's schema and
+    validated as one is; a bad entry is an error naming it (``where`` [i] and its id when it has one)."""
+    tasks = []
+    for i, entry in enumerate(entries):
+        name = f"{where} [{i}]" + (f" ({entry.get('number')}-{entry.get('name')})" if isinstance(entry, dict) else "")
+        if not isinstance(entry, dict):
+            raise ValueError(f"{name}: a task is a mapping (number, name, category, difficulty, instruction, setup, "
+                             f"validators), got {type(entry).__name__}")
+        try:
+            tasks.append(TaskDef.model_validate(entry))
+        except Exception as exc:
+            raise ValueError(f"{name}: {exc}") from exc
+    return tasks
+
+
+def load_tasks(directory: Path | str = TASKS_DIR, extra: list | None = None) -> TaskSet:
+    """Load and validate every ``*.yaml`` in ``directory``, and the tasks written inline in ``extra``
+    (``inline_tasks``); a bad file is an error naming the file, a number or name used twice one naming the key."""
     tasks = []
     for path in sorted(Path(directory).glob("*.yaml")):
         try:
             tasks.append(TaskDef.model_validate(yaml.safe_load(path.read_text())))
         except Exception as exc:
             raise ValueError(f"bad task file {path.name}: {exc}") from exc
-    return TaskSet(tasks)
+    return TaskSet(tasks + inline_tasks(extra or []))

@@ -136,7 +136,7 @@ def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
     t0 = time.monotonic()
     tasks_dir = os.path.abspath(os.path.expanduser(emb.tasks_dir)) if emb.tasks_dir else None
     gym = start_gym_server(emb.host, emb.gym_port, gym_id=config.embedded_gym_id, pool_size=emb.num_desktops,
-                           tasks_dir=tasks_dir)
+                           tasks_dir=tasks_dir, extra_tasks=config.custom_tasks())
     stack.callback(gym.stop)
     agent = start_agent_server(emb.host, emb.agent_port)
     stack.callback(agent.stop)
@@ -272,6 +272,16 @@ def _check_agent_choice(config) -> None:
                           "--gbox-mini-url (GBOX_MINI_AGENT_BASE_URL), or use --agent external to train with that agent")
 
 
+def _check_custom_tasks(config) -> None:
+    """Tasks written in the config (``task_source.kind: custom``) are served by the embedded desktop gym, which
+    the launcher starts with them; a gym of the user's evaluates only the tasks it defines."""
+    if config.custom_tasks() and not (config.embedded_enabled and config.embedded_gym_id == "desktop"):
+        where = "the miniwob gym" if config.embedded_enabled else f"the gym at {config.gym_base_url}"
+        raise ConfigError(f"task_source kind=custom: tasks written in the config run on the embedded desktop gym "
+                          f"only, not on {where} (a genv gym evaluates only the tasks it defines): add them to "
+                          f"your gym and name them with kind=ids, or train without --gym")
+
+
 def _preflight_line(config) -> str:
     """What the embedded stack's preflight (``preflight.py``) finds, for ``--dry-run`` (which installs nothing)."""
     missing = missing_binaries(config.embedded_gym_id)
@@ -361,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             _warn_secret_overrides(request.overrides)
             config_file, why, config = choose_config(request, gpu)
             _check_agent_choice(config)
+            _check_custom_tasks(config)
             if config.embedded_enabled and not request.dry_run:
                 for line in check_embedded(config.embedded_gym_id, CLONE):
                     logger.info("preflight: %s", line)

@@ -71,3 +71,58 @@ async def test_sources_combined_by_weight_with_their_own_filters_limits_and_gyms
         tasks = await aload_tasks(config, easy_desktop)
         assert [t.id for t in choose_splits(tasks, config, easy_desktop, whole=True)[0]] != \
             [t.id for t in choose_splits(tasks, config, other, whole=True)[0]]
+
+
+# A task written in a training config (issue 37 item 1): the embedded gym's task-file schema, inline.
+CUSTOM = {"number": "950", "name": "editor-write-hello", "category": "text_editor", "difficulty": "easy",
+          "instruction": "The file notes.txt is open in the text editor. Make it read exactly hello and save it.",
+          "setup": {"files": {"notes.txt": ""}, "apps": [{"app": "mousepad", "args": ["notes.txt"]}]},
+          "validators": [{"id": "hello", "type": "file_equals", "path": "notes.txt", "text": "hello"}],
+          "solution": [{"type": "type", "text": "hello"}, {"type": "key", "keys": ["ctrl", "s"]},
+                       {"type": "wait", "ms": 300}]}
+
+
+@pytest.mark.desktop
+async def test_tasks_written_in_the_config_are_served_rowed_and_scored_by_the_embedded_gym():
+    """``task_source.kind: custom``: tasks written in the config (instruction, setup, validators), combined
+    with the gym's own by weight. The embedded gym the launcher starts serves them beside its built-in tasks
+    (``extra_tasks``); rows name them; the reference solution scores 1 through the HTTP API, untouched below 1."""
+    from cua_rl.genv import GenvClient
+
+    custom = TaskSourceConfig(kind="custom", tasks=[CUSTOM], weight=1.0)
+    easy = TaskSourceConfig(difficulty=["easy"], limit=2, seed=1, weight=1.0)
+    assert custom.task_ids == ["950-editor-write-hello"]
+    served = CUAConfig(task_sources=[custom, easy]).custom_tasks()
+    with start_gym_server(extra_tasks=served, pool_size=0) as gym:
+        train, _ = await aload_task_datasets(gym_cfg(gym, task_sources=[custom, easy], gym_train_ratio=1.0))
+        rows = [r for r in train if r["task_id"] == "950-editor-write-hello"]
+        assert rows and rows[0]["instruction"] == CUSTOM["instruction"] and rows[0]["gym_id"] == "desktop"
+        assert len({r["task_id"] for r in train}) == 3, "the custom task and two of the gym's own"
+        async with GenvClient(gym.url, gym.gym_id) as client:
+            async with client.execution("950-editor-write-hello") as ex:
+                untouched = await client.evaluate(ex.execution_id)
+                for action in CUSTOM["solution"]:
+                    assert (await client.act(ex.execution_id, action))["ok"]
+                solved = await client.evaluate(ex.execution_id)
+    assert untouched.reward < 1.0 and solved.reward == 1.0
+
+
+def test_a_bad_task_in_the_config_is_named_and_a_users_gym_cannot_serve_one(tmp_path):
+    """A task written in the config is checked when the config loads (the gym's own schema), the error naming
+    it; the launcher refuses custom tasks on a gym it does not start, and a custom task may not reuse a
+    built-in task's number."""
+    from cua_rl.run.launch import ConfigError, _check_custom_tasks
+
+    named = r"(?s)task_source.tasks \[0\] \(950-editor-write-hello\).*unknown validator type .nope."
+    with pytest.raises(ValueError, match=named):
+        TaskSourceConfig(kind="custom", tasks=[{**CUSTOM, "validators": [{"id": "h", "type": "nope"}]}])
+    with pytest.raises(ValueError, match="kind=custom needs its tasks"):
+        TaskSourceConfig(kind="custom")
+    config = CUAConfig(gym_base_url="http://gym.example:8000", gym_id="desktop",
+                       task_source=TaskSourceConfig(kind="custom", tasks=[CUSTOM]))
+    with pytest.raises(ConfigError, match="embedded desktop gym only, not on the gym at http://gym.example:8000"):
+        _check_custom_tasks(config)
+    _check_custom_tasks(CUAConfig(task_source=TaskSourceConfig(kind="custom", tasks=[CUSTOM])))   # embedded: fine
+    clash = {**CUSTOM, "number": "001"}
+    with pytest.raises(ValueError, match="duplicate task key '001'"):
+        start_gym_server(extra_tasks=[clash], pool_size=0)

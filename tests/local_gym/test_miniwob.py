@@ -8,7 +8,8 @@
 - a warm create is a seeded reset of a loaded page, not a browser start;
 - leaving the page loses the episode; a SIGKILLed gym leaves no browser behind.
 
-Set CUA_MINIWOB_RESULTS=path.json to keep the per-task results of the scripted solutions.
+Set CUA_MINIWOB_RESULTS=path.json to keep the per-task results of the scripted solutions, and CUA_DEBUG_SHOTS=1
+to keep the reused-browser test's screens in /tmp (fresh*.png, reused*.png) when they differ.
 """
 
 from __future__ import annotations
