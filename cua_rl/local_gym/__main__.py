@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--display-base", type=int, default=300)
     s.add_argument("--reuse-browsers", type=int, default=None,
                    help="executions one browser desktop serves, its page loaded again between them (a reload "
-                        "instead of a browser start per episode); 0 = every execution a new browser "
-                        "(default: miniwob 50)")
+                        "instead of a browser start per episode; opt-in: docs/local_gym.md says what may carry over); "
+                        "default 0 = every execution a new browser")
     s.add_argument("--miniwob-time-limit", type=float, default=3600.0,
                    help="seconds a MiniWoB++ episode may last (replaces the pages' own 7-30 s timers)")
     s.add_argument("--log-level", default="info")

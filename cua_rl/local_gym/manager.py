@@ -5,11 +5,10 @@ Why a pool per desktop profile: a desktop (display + WM + the task's apps on the
 create-execution just hands one out. A profile is the spec's ``pool_key`` (the full ``DesktopSpec`` for app
 desktops, so tasks with equal setups share spares; a browser's size and zoom for browser desktops, whose
 spares are built showing the most recently asked-for page and load another one when handed out for it).
-App desktops never serve twice: every execution gets a never-used desktop. A browser desktop serves up to
-``reuse_browsers`` executions (MiniWoB++: 50 by default, ``SUITE_REUSE``), its page loaded again and the site's
-storage cleared between them (``BrowserDesktop.recycle``), as the MiniWoB++ package's own environment restarts
-episodes in one page: a browser start costs about 1.4 s of CPU, a reload about 50 ms
-(bench/miniwob_bench.py --against-reference).
+By default every execution gets a never-used desktop. With ``reuse_browsers`` N > 1 (opt-in, ``SUITE_REUSE``) a
+browser desktop serves up to N executions, its page loaded again and the site's storage cleared between them
+(``BrowserDesktop.recycle``), as the MiniWoB++ package's own environment restarts episodes in one page: a
+browser start costs about 1.4 s of CPU, a reload about 50 ms (bench/miniwob_bench.py --against-reference).
 """
 
 from __future__ import annotations
@@ -39,10 +38,11 @@ SUITES = ("desktop", "miniwob")
 # Per suite: screen size and warm spares per profile. MiniWoB++'s 160x210 task area fills 480x630 at 3x;
 # all its tasks share one browser profile, so its pool holds more spares.
 SUITE_DEFAULTS = {"desktop": (1280, 800, 1), "miniwob": (480, 630, 4)}
-# Per suite: executions one browser desktop serves (GymOptions.reuse_browsers). MiniWoB++ pages restart their
-# own episodes (the package's environment plays every episode in one page); a browser start costs ~1.4 s of
-# CPU, a reload ~50 ms (docs/bench/miniwob_reference_bench.json). Desktop tasks change files: never reused.
-SUITE_REUSE = {"desktop": 0, "miniwob": 50}
+# Per suite: executions one browser desktop serves (GymOptions.reuse_browsers). A browser start costs ~1.4 s of
+# CPU, a reload ~50 ms (docs/bench/miniwob_reference_bench.json), but reuse is opt-in: once in CI the screen
+# after clicking a field in a reused browser differed from a new browser's (cause not found; Chromium's
+# autocomplete of an earlier episode's answer is the likely one), and that would leak across episodes.
+SUITE_REUSE = {"desktop": 0, "miniwob": 0}
 
 
 @dataclass
