@@ -153,11 +153,12 @@ def update_reporter(config, token: str, training_id: int | None):
 
 
 class Trainer(PPOTrainer):
-    """AReaL's PPOTrainer with two start-up changes, neither touching training itself:
+    """AReaL's PPOTrainer with start-up changes, none touching training itself:
 
     - The run's health after every step (cua_rl/areal_ext/health.py): ``health/*`` values join the step's
       statistics, a tripped check prints one line, and one that means garbage stops the run once the step's
       statistics are committed (its recover point is already written).
+    - Under Ray, the cluster joined with our workers' patches and environment (``_init_scheduler``).
     - No evaluation rollout when there is nothing to evaluate. AReaL builds one whether or not a valid
       dataset is given: on the single controller that is one more RPC worker process (torch and AReaL
       imported again) during start-up. Every use of ``eval_rollout`` in AReaL's trainer checks it for None.
@@ -257,6 +258,14 @@ class Trainer(PPOTrainer):
             raise UnhealthyRun(stops)
         if self.stall_watch is not None:
             self.stall_watch.step_done(global_step + 1)
+
+    def _init_scheduler(self):
+        """AReaL's, except Ray: joined with our workers' set-up (cua_rl/areal_ext/ray_cluster.py)."""
+        if self.config.scheduler.type == "ray":
+            from cua_rl.areal_ext import ray_cluster
+
+            return ray_cluster.scheduler(self.config)
+        return super()._init_scheduler()
 
     def _overlap_start(self) -> bool:
         from areal.infra.scheduler.local import LocalScheduler

@@ -21,6 +21,10 @@ before any model is built there:
   nothing (eager, TorchDynamo off), so it keeps vLLM's own default directory and reads the class from there.
 
 Everything else (arguments, behaviour, exit code) is AReaL's worker unchanged.
+
+Under AReaL's Ray scheduler (``scheduler.type=ray``) there is no command: every worker is AReaL's own Ray
+actor. ``ray_setup`` applies the same patches there, as the job's ``worker_process_setup_hook``
+(cua_rl/areal_ext/ray_cluster.py), in every worker process before its actor is built.
 """
 
 from __future__ import annotations
@@ -38,12 +42,23 @@ def share_vllm_cache() -> None:
         os.environ.pop("VLLM_CACHE_ROOT", None)
 
 
-def main() -> None:
+def apply_patches(*, http_shards: bool = True) -> None:
+    """The module docstring's patches, in this process; ``http_shards``: AReaL moves batch shards over its RPC
+    workers' HTTP servers (not under Ray, whose object store carries them)."""
     share_vllm_cache()
     enable_packed_sdpa()
     trainer_logprobs.enable()
-    if os.environ.get("CUA_RL_AREAL_LOCAL_SHARDS", "1") != "0":   # "0": AReaL's own fetch (bench/trainer_bench.py)
+    if http_shards and os.environ.get("CUA_RL_AREAL_LOCAL_SHARDS", "1") != "0":   # "0": AReaL's own fetch
         local_shards.enable()
+
+
+def ray_setup() -> None:
+    """Ray's ``worker_process_setup_hook``: the patches in a Ray worker process (see the module docstring)."""
+    apply_patches(http_shards=False)
+
+
+def main() -> None:
+    apply_patches()
     runpy.run_module("areal.infra.rpc.rpc_server", run_name="__main__", alter_sys=True)
 
 

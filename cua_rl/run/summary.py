@@ -100,7 +100,9 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
                else f"STOPPED by a health check (exit code {rc})" if rc == UnhealthyRun.CODE
                else f"FAILED (exit code {rc})")
     print(f"\n[cua-rl] training {outcome} in {elapsed:.0f} s")
-    print(f"[cua-rl] logs:        {paths.logs}  (train.log; rollout.log: rollout worker and vLLM; actor.log)")
+    workers = ("rollout.log: rollout worker and vLLM; actor.log" if (paths.logs / "rollout.log").exists() else
+               "under Ray, the workers' and vLLM's output too, each line tagged with its Ray actor")
+    print(f"[cua-rl] logs:        {paths.logs}  (train.log; {workers})")
     totals = endpoint_totals(paths.logs)
     if totals:
         print(f"[cua-rl] policy endpoint: {totals.get('verified_turns', 0)} turns with prompt ids verified "

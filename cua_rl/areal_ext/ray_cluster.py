@@ -1,0 +1,90 @@
+"""Training under AReaL's Ray scheduler (``scheduler.type=ray``): attach to the cluster, equip its workers.
+
+Why: AReaL's Ray scheduler never starts or joins a cluster itself, and every worker it makes is AReaL's own
+Ray actor, started by the raylet: not our worker command (so none of cua_rl/areal_ext/worker.py's patches:
+wrong packed logprobs on the CPU, no sampler-gap statistic) and not the trainer's environment (so vLLM on a
+CPU node gets its 4 GiB default KV cache and AReaL's awex plugin, the workers no monitor token). Here the
+trainer joins the cluster the user started (``ray start --head`` on this node, or ``RAY_ADDRESS``) with a
+job-wide runtime environment: ``worker.ray_setup`` as Ray's ``worker_process_setup_hook`` (run in every
+worker process before its actor is built) and the variables below. The scheduler also gets a longer start-up
+wait than AReaL's fixed 30 s: a worker that imports torch and AReaL on a busy node takes longer.
+
+What crosses to the workers, by name: ``FORWARD_NAMES`` and everything starting with ``FORWARD_PREFIXES``
+(vLLM's and this project's settings, the Hugging Face, tokenizer and W&B variables, the monitor's). They sit
+in Ray's job record, readable by whoever can read the cluster's (docs/cluster.md). Everything else a worker
+sees is the environment of the shell that ran ``ray start`` on its node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+logger = logging.getLogger("cua-rl.ray")
+
+FORWARD_PREFIXES = ("CUA_RL_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "WANDB_", "TORCHDYNAMO_")
+FORWARD_NAMES = ("MONITOR_BASE_URL", "PROJECT_ID", "PROJECT_TOKEN")
+SETUP_HOOK = "cua_rl.areal_ext.worker.ray_setup"
+# AReaL waits this long for a placement group and each worker's first answer (its default: 30 s)
+STARTUP_TIMEOUT_S = 300.0
+CONNECT_TIMEOUT_S = 10.0
+START_HINT = ("ray start --head --num-cpus=N --num-gpus=G --memory=BYTES (with the Python environment "
+              "that trains: its `ray` command), or set RAY_ADDRESS to a running cluster; docs/cluster.md")
+
+
+def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The trainer's variables that its Ray workers get (see the module docstring)."""
+    return {name: value for name, value in environ.items()
+            if name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES)}
+
+
+def connect(environ: Mapping[str, str] = os.environ) -> None:
+    """Join the Ray cluster at ``RAY_ADDRESS`` (default: the one started on this node) as this run's job."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = environ.get("RAY_ADDRESS") or "auto"
+    _reachable(address)
+    try:
+        ray.init(address=address, runtime_env={"worker_process_setup_hook": SETUP_HOOK,
+                                               "env_vars": worker_env(environ)})
+    except ConnectionError as exc:
+        raise SystemExit(f"scheduler.type=ray: no Ray cluster at {address} ({exc}); start one first: "
+                         f"{START_HINT}") from None
+    resources = ray.cluster_resources()
+    logger.info("joined the Ray cluster at %s: %d node(s), %s CPU, %s GPU, %.1f GiB of memory", address,
+                len([n for n in ray.nodes() if n.get("Alive")]), resources.get("CPU", 0), resources.get("GPU", 0),
+                resources.get("memory", 0) / 2**30)
+
+
+def _reachable(address: str) -> None:
+    """Fail at once, naming the address, when nobody listens there: ``ray.init`` retries an unreachable
+    cluster for over ten minutes before it gives up (measured here: 13.7 min for a closed port)."""
+    import socket
+
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        resolved = canonicalize_bootstrap_address(address)   # "auto": the cluster `ray start` left on this node
+    except ConnectionError:
+        resolved = None
+    if resolved is None:
+        raise SystemExit(f"scheduler.type=ray: no Ray cluster found on this node (RAY_ADDRESS unset); start one "
+                         f"first: {START_HINT}")
+    host, _, port = resolved.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SystemExit(f"scheduler.type=ray: nothing answers at the Ray cluster's address {resolved} "
+                         f"({'RAY_ADDRESS' if address != 'auto' else 'the last `ray start` on this node'}): {exc}; "
+                         f"start one first: {START_HINT}") from None
+
+
+def scheduler(config):
+    """AReaL's RayScheduler for ``config``, on the cluster ``connect`` joined."""
+    from areal.infra.scheduler.ray import RayScheduler
+
+    connect()
+    return RayScheduler(startup_timeout=STARTUP_TIMEOUT_S, exp_config=config)

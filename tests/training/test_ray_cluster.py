@@ -1,0 +1,36 @@
+"""Joining a Ray cluster for ``scheduler.type=ray`` (cua_rl/areal_ext/ray_cluster.py), without a cluster.
+
+The run itself under Ray (two nodes, gym and agent on other hosts) is tests/e2e/test_three_hosts.py. Here:
+what of the trainer's environment its Ray workers get (the monitor token and vLLM's CPU settings yes, the
+trainer's PATH and HOME no: they belong to the worker's own node), and that a wrong cluster address fails at
+once with the address and what to do, where ``ray.init`` alone retried for 13 minutes.
+"""
+
+import subprocess
+import sys
+import time
+
+from cua_rl.areal_ext.ray_cluster import worker_env
+from cua_rl.local_model.vllm_server import CPU_ENV
+
+
+def test_the_workers_get_the_runs_settings_and_not_the_trainers_node_paths():
+    trainer = {**CPU_ENV, "PATH": "/usr/bin", "HOME": "/root", "PROJECT_TOKEN": "t0k", "MONITOR_BASE_URL": "http://m",
+               "PROJECT_ID": "p", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline",
+               "CUDA_VISIBLE_DEVICES": "0", "RAY_ADDRESS": "10.0.0.1:6379"}
+    got = worker_env(trainer)
+    assert set(got) == set(CPU_ENV) | {"PROJECT_TOKEN", "MONITOR_BASE_URL", "PROJECT_ID", "HF_HUB_OFFLINE",
+                                       "TRANSFORMERS_OFFLINE", "WANDB_MODE"}
+    assert all(got[k] == trainer[k] for k in got)
+
+
+def test_a_cluster_address_where_nobody_listens_fails_at_once_naming_it():
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", "from cua_rl.areal_ext.ray_cluster import connect; connect()"],
+                         env={"RAY_ADDRESS": "127.0.0.1:9", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    assert "nothing answers at the Ray cluster's address" in out.stderr and ":9 (RAY_ADDRESS)" in out.stderr, \
+        out.stderr[-2000:]
+    assert "ray start --head" in out.stderr
+    assert time.monotonic() - started < 60
