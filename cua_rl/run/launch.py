@@ -328,6 +328,10 @@ def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> 
         print("environment: PROJECT_TOKEN=**** (the monitor token; never an override)")
     if config.embedded_enabled:
         print(f"preflight: {_preflight_line(config)}")
+    from cua_rl.run.estimate import of_config
+
+    for line in of_config(config):
+        print(line)
     print(f"trainer: python -m cua_rl.train --config {config_file} <overrides above> plus the run's own "
           "(trial name, statistics path" + (", the embedded services' URLs" if config.embedded_enabled else "")
           + (", the warm start" if config.sft.warm_start else "") + ")")
