@@ -66,19 +66,13 @@ case "${CUA_RL_DEVICE:-auto}" in
   *) log "CUA_RL_DEVICE must be cpu, gpu or auto, got '$CUA_RL_DEVICE'"; exit 2 ;;
 esac
 
-# --- Python environment, keyed by what decides its contents ----------------------------------
-# Bump ENV_REVISION when the way the environment is built changes; pyproject.toml, the overrides and
-# the device cover the rest.
-ENV_REVISION=2
-OVERRIDES="$ROOT/scripts/uv-overrides.txt"
-# Only what decides the environment's contents counts, so edits to tool settings reuse it.
-deps="$("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
-import json, sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print(json.dumps([project.get(k) for k in ("requires-python", "dependencies", "optional-dependencies")], sort_keys=True))
-PY
-)"
-key="$( (echo "$ENV_REVISION $DEVICE"; echo "$deps"; grep -v '^#' "$OVERRIDES") | sha256sum | cut -c1-16)"
+# --- Python environment: exactly the lock file's packages, keyed by it --------------------------
+# scripts/requirements-$DEVICE.lock pins every package (scripts/lock.sh makes it from pyproject.toml and
+# scripts/uv-overrides.txt); it is installed as it is, without resolving, so machines set up months apart
+# get the same environment. Bump ENV_REVISION when the way the environment is built changes.
+ENV_REVISION=3
+LOCK="$ROOT/scripts/requirements-$DEVICE.lock"
+key="$( (echo "$ENV_REVISION $DEVICE"; grep -v '^#' "$LOCK") | sha256sum | cut -c1-16)"
 VENV="$CUA_RL_HOME/venv-$key"
 TOOLS="$CUA_RL_HOME/tools"
 export UV_CACHE_DIR="$CUA_RL_HOME/uv-cache" UV_PYTHON_DOWNLOADS=never
@@ -91,9 +85,8 @@ if [ ! -f "$VENV/.complete" ]; then
   rm -rf "$VENV"
   step "creating $VENV for the $DEVICE" "$UV" venv -q --python "$(command -v "$PYTHON")" "$VENV"
   # Dependencies first, from the cache when it is warm; the package itself is linked per clone below.
-  step "installing areal, vllm and the rest (several GB the first time; later from the cache)" \
-    "$UV" pip install --python "$VENV/bin/python" -r "$ROOT/pyproject.toml" --extra test --extra "vllm-$DEVICE" \
-    --override "$OVERRIDES"
+  step "installing areal, vllm and the rest from $(basename "$LOCK") (several GB the first time; later from the cache)" \
+    "$UV" pip install --python "$VENV/bin/python" --no-deps -r "$LOCK"
   touch "$VENV/.complete"
 fi
 # Bytecode for every installed module, once: uv (unlike pip) installs none, and where PYTHONDONTWRITEBYTECODE
