@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -32,3 +33,29 @@ def gym():
     workers = int(os.environ.get("CUA_GYM_TEST_CONCURRENCY", "4"))
     with start_gym_server(port=0, max_executions=max(6, workers + 2), pool_size=0) as server:
         yield server
+
+
+@pytest.fixture
+def x_display():
+    """A bare Xvfb (320x200) of its own: its display name."""
+    r, w = os.pipe()
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "320x200x24", "-nolisten", "tcp"],
+                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(w)
+    try:
+        with os.fdopen(r) as f:
+            yield ":" + f.readline().strip()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def paint(name: str, colour: int, x: int = 10, y: int = 10, width: int = 50, height: int = 40) -> None:
+    """A filled rectangle on the root window of display ``name``, from a connection of its own (as an app)."""
+    from Xlib import display as xdisplay
+
+    d = xdisplay.Display(name)
+    root = d.screen().root
+    root.fill_rectangle(root.create_gc(foreground=colour), x, y, width, height)
+    d.sync()
+    d.close()

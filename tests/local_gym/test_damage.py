@@ -5,37 +5,12 @@ The gym-level behaviour (``screen_changed`` true for typing, false for a key tha
 test_api.py."""
 
 import asyncio
-import os
-import subprocess
 
 import pytest
-from Xlib import display as xdisplay
-
 from cua_rl.local_gym.screen import DamageWatch
+from tests.local_gym.conftest import paint as _paint
 
 pytestmark = pytest.mark.desktop
-
-
-@pytest.fixture
-def x_display():
-    r, w = os.pipe()
-    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "320x200x24", "-nolisten", "tcp"],
-                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(w)
-    try:
-        with os.fdopen(r) as f:
-            yield ":" + f.readline().strip()
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def _paint(name: str, colour: int) -> None:
-    d = xdisplay.Display(name)
-    root = d.screen().root
-    root.fill_rectangle(root.create_gc(foreground=colour), 10, 10, 50, 40)
-    d.sync()
-    d.close()
 
 
 async def test_still_screen_reports_nothing_and_each_change_reports_once(x_display):

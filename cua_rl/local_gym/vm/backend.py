@@ -176,6 +176,15 @@ class VMScreen(Screen):
     def image(self, raw: bytearray) -> Image.Image:
         return Image.open(io.BytesIO(bytes(raw)))
 
+    def _encode_now(self, raw: bytearray, fmt: str, quality: int) -> bytes:
+        """QEMU's screendump is a PPM, not an X frame: through Pillow."""
+        out = io.BytesIO()
+        if fmt == "jpeg":
+            self.image(raw).save(out, "JPEG", quality=quality)
+        else:
+            self.image(raw).save(out, "PNG", compress_level=1)
+        return out.getvalue()
+
 
 class VMInput:
     """``XInput``'s calls (what ``actions.perform`` plays) as QMP input events: a USB tablet (absolute
