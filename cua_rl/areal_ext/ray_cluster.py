@@ -84,7 +84,36 @@ def _reachable(address: str) -> None:
 
 def scheduler(config):
     """AReaL's RayScheduler for ``config``, on the cluster ``connect`` joined."""
+    import ray
     from areal.infra.scheduler.ray import RayScheduler
 
     connect()
+    check_addresses(config, len([n for n in ray.nodes() if n.get("Alive")]))
     return RayScheduler(startup_timeout=STARTUP_TIMEOUT_S, exp_config=config)
+
+
+def check_addresses(config, nodes: int) -> None:
+    """On a cluster of several nodes the rollout workers may run on any of them, and a loopback URL there is
+    that node's own: the embedded gym and agent (started beside the launcher on 127.0.0.1) or a gym or agent
+    given as localhost would be unreachable and every episode lost. Refused before any worker starts; a
+    loopback monitor only loses the workers' records, so it is a warning."""
+    if nodes < 2:
+        return
+    from urllib.parse import urlsplit
+
+    from cua_rl.policy.endpoint import _is_loopback   # the endpoint's own rule for "this machine only"
+
+    local = {name: url for name, url in (("gym_base_url", config.gym_base_url),
+                                         ("gbox_mini_agent_base_url", config.gbox_mini_agent_base_url))
+             if url and _is_loopback(urlsplit(url).hostname or "")}
+    if local:
+        raise SystemExit(
+            f"scheduler.type=ray on {nodes} nodes: {', '.join(f'{k}={v}' for k, v in local.items())} is this "
+            "node's loopback, which rollout workers on the other nodes cannot reach (the embedded stack and "
+            "--agent embedded serve there). Give routable URLs (--gym, --gbox-mini-url) with services of your "
+            "own, or run on one node; docs/cluster.md")
+    monitor = config.monitor_base_url
+    if monitor and _is_loopback(urlsplit(monitor).hostname or ""):
+        logger.warning("scheduler.type=ray on %d nodes: the Training Monitor at %s is this node's loopback; "
+                       "rollout workers on other nodes cannot send it their records (docs/cluster.md)",
+                       nodes, monitor)

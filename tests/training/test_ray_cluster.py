@@ -3,7 +3,8 @@
 The run itself under Ray (two nodes, gym and agent on other hosts) is tests/e2e/test_three_hosts.py. Here:
 what of the trainer's environment its Ray workers get (the monitor token and vLLM's CPU settings yes, the
 trainer's PATH and HOME no: they belong to the worker's own node), and that a wrong cluster address fails at
-once with the address and what to do, where ``ray.init`` alone retried for 13 minutes.
+once with the address and what to do, where ``ray.init`` alone retried for 13 minutes; a loopback gym or
+agent on a cluster of several nodes is refused before any worker starts.
 """
 
 import subprocess
@@ -34,3 +35,24 @@ def test_a_cluster_address_where_nobody_listens_fails_at_once_naming_it():
         out.stderr[-2000:]
     assert "ray start --head" in out.stderr
     assert time.monotonic() - started < 60
+
+
+def test_loopback_services_are_refused_on_a_cluster_of_several_nodes(caplog):
+    from types import SimpleNamespace
+
+    from cua_rl.areal_ext.ray_cluster import check_addresses
+
+    embedded = SimpleNamespace(gym_base_url="http://127.0.0.1:5010", gbox_mini_agent_base_url="http://10.0.0.3:3000",
+                               monitor_base_url="")
+    check_addresses(embedded, 1)   # one node: loopback is where the workers run
+    try:
+        check_addresses(embedded, 2)
+    except SystemExit as exc:
+        assert "gym_base_url=http://127.0.0.1:5010 is this node's loopback" in str(exc)
+        assert "gbox_mini_agent_base_url" not in str(exc)
+    else:
+        raise AssertionError("a loopback gym on two nodes was accepted")
+    routable = SimpleNamespace(gym_base_url="http://10.0.0.2:5010", gbox_mini_agent_base_url="http://10.0.0.3:3000",
+                               monitor_base_url="http://localhost:8700")
+    check_addresses(routable, 2)   # the three-host test's set-up; the monitor only warned about
+    assert "Training Monitor at http://localhost:8700 is this node's loopback" in caplog.text
