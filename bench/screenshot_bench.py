@@ -17,12 +17,12 @@ import argparse
 import asyncio
 import io
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
 def _pillow_before(screen, raw: bytearray, fmt: str) -> bytes:
@@ -49,12 +49,12 @@ def _ways(screen) -> dict:
 
 
 def _stats(ms: list[float]) -> dict:
-    ordered = sorted(ms)
-    return {"p50_ms": round(statistics.median(ordered), 3), "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 3)}
+    from bench.gym_bench import pct
+
+    return {"p50_ms": pct(ms, 50), "p90_ms": pct(ms, 90)}
 
 
 async def run(samples: int) -> dict:
-    sys.path.insert(0, str(ROOT))
     from cua_rl.local_gym.env import LocalGym
     from cua_rl.local_gym.server import make_options
 

@@ -39,12 +39,13 @@ def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
             if name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES)}
 
 
-def connect(environ: Mapping[str, str] = os.environ) -> None:
-    """Join the Ray cluster at ``RAY_ADDRESS`` (default: the one started on this node) as this run's job."""
+def connect(environ: Mapping[str, str] = os.environ) -> int:
+    """Join the Ray cluster at ``RAY_ADDRESS`` (default: the one started on this node) as this run's job;
+    the number of its live nodes."""
     import ray
 
     if ray.is_initialized():
-        return
+        return _live_nodes()
     address = environ.get("RAY_ADDRESS") or "auto"
     _reachable(address)
     try:
@@ -53,10 +54,16 @@ def connect(environ: Mapping[str, str] = os.environ) -> None:
     except ConnectionError as exc:
         raise SystemExit(f"scheduler.type=ray: no Ray cluster at {address} ({exc}); start one first: "
                          f"{START_HINT}") from None
-    resources = ray.cluster_resources()
-    logger.info("joined the Ray cluster at %s: %d node(s), %s CPU, %s GPU, %.1f GiB of memory", address,
-                len([n for n in ray.nodes() if n.get("Alive")]), resources.get("CPU", 0), resources.get("GPU", 0),
-                resources.get("memory", 0) / 2**30)
+    resources, nodes = ray.cluster_resources(), _live_nodes()
+    logger.info("joined the Ray cluster at %s: %d node(s), %s CPU, %s GPU, %.1f GiB of memory", address, nodes,
+                resources.get("CPU", 0), resources.get("GPU", 0), resources.get("memory", 0) / 2**30)
+    return nodes
+
+
+def _live_nodes() -> int:
+    import ray
+
+    return len([n for n in ray.nodes() if n.get("Alive")])
 
 
 def _reachable(address: str) -> None:
@@ -84,11 +91,9 @@ def _reachable(address: str) -> None:
 
 def scheduler(config):
     """AReaL's RayScheduler for ``config``, on the cluster ``connect`` joined."""
-    import ray
     from areal.infra.scheduler.ray import RayScheduler
 
-    connect()
-    check_addresses(config, len([n for n in ray.nodes() if n.get("Alive")]))
+    check_addresses(config, connect())
     return RayScheduler(startup_timeout=STARTUP_TIMEOUT_S, exp_config=config)
 
 
