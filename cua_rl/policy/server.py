@@ -141,12 +141,16 @@ def _tell(answer: Answer, delivered: bool, resp):
 
 async def _stream(resp: web.StreamResponse, completion: dict[str, Any]) -> None:
     """Answer ``stream: true`` with the finished completion as one SSE chunk (generation is not
-    incremental here; the agent still gets a well-formed stream)."""
+    incremental here; the agent still gets a well-formed stream). Tool calls come whole in that chunk, each
+    with its ``index``, as OpenAI's stream deltas carry them (a client joins argument fragments by index)."""
     choice = completion["choices"][0]
+    message = choice["message"]
     chunk = {k: completion[k] for k in ("id", "created", "model")}
     chunk["object"] = "chat.completion.chunk"
-    first = {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                        "content": choice["message"]["content"]},
+    delta = {"role": "assistant", "content": message["content"]}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    first = {**chunk, "choices": [{"index": 0, "delta": delta,
                                    "logprobs": choice.get("logprobs"), "finish_reason": None}]}
     last = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
             "usage": completion.get("usage")}

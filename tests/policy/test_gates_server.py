@@ -17,8 +17,7 @@ import time
 
 import httpx
 import pytest
-from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
-from areal.engine.vllm_remote import RemotevLLMEngine
+from areal.api.cli_args import GenerationHyperparameters
 from PIL import Image
 
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
@@ -28,15 +27,6 @@ from tests.doubles.policy_helpers import png_data_url
 TOOLS = [{"type": "function", "function": {
     "name": "computer_use", "description": "Use the mouse and keyboard.",
     "parameters": {"type": "object", "properties": {"action": {"type": "string"}}, "required": ["action"]}}}]
-
-
-@pytest.fixture(scope="module")
-def engine(vllm_server):
-    eng = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", max_concurrent_rollouts=4, request_timeout=300,
-                                                 setup_timeout=60, pause_grace_period=0.5))
-    eng.initialize(addr=vllm_server.addr)
-    yield eng
-    eng.destroy()
 
 
 def _messages(urls, text="Open the text editor."):
