@@ -94,6 +94,15 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
 
 
 
+@pytest.fixture
+def browser(tmp_path):
+    """Real headless Chromium driven by Selenium (tests/chromium.py), one per test."""
+    from tests.chromium import driver
+
+    with driver(tmp_path / "chromium") as chrome:
+        yield chrome
+
+
 # ---- the test budget: a time per test folder, the slowest tests, and a stop before CI's limit -------------
 # CI must finish within 90 minutes (the suite's budget is 35, docs/testing.md); a suite that runs long says
 # so itself, naming what ran long, instead of being cut off with nothing printed.

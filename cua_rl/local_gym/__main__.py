@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                         "default 0 = every execution a new browser")
     s.add_argument("--miniwob-time-limit", type=float, default=3600.0,
                    help="seconds a MiniWoB++ episode may last (replaces the pages' own 7-30 s timers)")
+    s.add_argument("--live-view-host", default="127.0.0.1",
+                   help="address live views listen on (GET .../executions/ID/live); they have no password, so "
+                        "anyone who reaches it sees the screen (default: this machine only)")
     s.add_argument("--log-level", default="info")
     l = sub.add_parser("list", help="print the tasks and exit")
     l.add_argument("--tasks-dir", default=None)
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                       x_spares=args.x_spares,
                       prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,
                       display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit,
-                      reuse_browsers=args.reuse_browsers)
+                      reuse_browsers=args.reuse_browsers, live_view_host=args.live_view_host)
     try:
         app = create_app(opts)
     except ValueError as exc:

@@ -21,6 +21,7 @@ import time
 
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
+from .live import LiveViewError
 from .manager import CapacityError, Execution, GymManager, GymOptions
 from .screen import settle
 from .suite import OptionsError, create_options, make_suite
@@ -140,7 +141,11 @@ class LocalGym:
         kind = getattr(d, "device_type", "browser" if self.suite.kind == "miniwob" else "desktop")
         return {"execution_id": ex.execution_id, "task_id": task.task_id, "status": "running",
                 "device": {"type": kind, "display": d.display, "width": d.spec.width, "height": d.spec.height},
-                "warm": ex.from_pool, "reused": ex.reused, **extra}
+                "warm": ex.from_pool, "reused": ex.reused,
+                # our extension: where to watch it (started on first request; VM desktops have none yet)
+                **({"live_view": f"/api/v1/{self.gym_id}/executions/{ex.execution_id}/live"}
+                   if getattr(d, "display_num", -1) >= 0 else {}),
+                **extra}
 
     async def screenshot(self, eid: str, fmt: str = "png", quality: int = 85) -> tuple[bytes, str]:
         """(image bytes, format) of the execution's screen now; the format is remembered, so the frame after
@@ -210,6 +215,20 @@ class LocalGym:
             logger.error("evaluating execution %s failed: %s", eid, exc)
             raise GymError(503, f"could not evaluate execution {eid}: {exc}") from exc
         return {**result, "execution_id": eid, "task_id": ex.task.task_id}
+
+    async def live_view(self, eid: str, viewer_host: str | None = None) -> str:
+        """The address of a view-only live view of the execution's screen (live.py), started on first use;
+        ``viewer_host``: the host name the viewer used to reach the gym, put into the address when the view
+        listens on every interface."""
+        self.execution(eid)
+        try:
+            view = await self.manager.live_view(eid)
+        except KeyError:
+            raise GymError(404, f"unknown execution {eid!r}") from None
+        except LiveViewError as exc:
+            raise GymError(501, str(exc)) from exc
+        wildcard = view.host in ("0.0.0.0", "::", "")
+        return view.url(viewer_host if wildcard and viewer_host else None)
 
     async def terminate(self, eid: str) -> dict:
         if not await self.manager.terminate(eid):

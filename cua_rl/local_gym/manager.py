@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import mounts, procs
 from .desktop import Desktop, DesktopSpec, SandboxLimits
+from .live import LiveView, LiveViewError
 from .tasks import TaskDef
 from .vm.backend import forget_templates
 
@@ -70,6 +71,7 @@ class GymOptions:
     miniwob_time_limit_s: float = 3600.0   # replaces each MiniWoB++ page's own 7-30 s episode timer
     reuse_browsers: int | None = None   # executions one browser desktop serves (reloaded between them); 0 or 1:
     #                                     one each; None = the suite's default (SUITE_REUSE)
+    live_view_host: str = "127.0.0.1"   # where live views (live.py) listen; they have no password
 
     def __post_init__(self) -> None:
         if not self.suite:
@@ -168,6 +170,7 @@ class Execution:
     reused: bool = False           # the desktop served an execution before (GymOptions.reuse_browsers)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     state: dict = field(default_factory=dict)
+    live: LiveView | None = None   # started on first request (LocalGym.live_view), ended with the execution
 
 
 class GymManager:
@@ -427,10 +430,27 @@ class GymManager:
         if ex is None:
             return False
         async with ex.lock:  # let an action in flight finish first
+            if ex.live is not None:
+                await asyncio.wrap_future(self._create_spawner.submit(ex.live.stop))
+                ex.live = None
             if not await self._recycle(ex.desktop):
                 await self._destroy_async(ex.desktop)
         logger.info("terminated execution %s", execution_id)
         return True
+
+    async def live_view(self, execution_id: str) -> LiveView:
+        """The execution's live view, started now if it is not running (KeyError: no such execution)."""
+        ex = self.executions[execution_id]
+        async with ex.lock:
+            if ex.live is None or not ex.live.alive:
+                if ex.live is not None:   # x11vnc or websockify died: start both again
+                    await asyncio.wrap_future(self._create_spawner.submit(ex.live.stop))
+                if getattr(ex.desktop, "display_num", -1) < 0:
+                    raise LiveViewError("this desktop has no X display to watch (VM desktops have no live view yet)")
+                ex.live = await asyncio.wrap_future(self._create_spawner.submit(
+                    LiveView.start, ex.desktop.display, self.opt.live_view_host, ex.desktop.root))
+            ex.last_used = time.monotonic()
+            return ex.live
 
     def _reusable(self, desk: Desktop) -> bool:
         """Whether ``desk`` serves another execution when this one ends (``reuse_browsers``)."""

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field, fields
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from ..http.serve import ServedApp, serve_app_in_thread
 from ..http.input import MiB, BadJSON, limit_body, parse_json
@@ -108,6 +108,16 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         if not isinstance(body, dict):
             raise HTTPException(422, f"evaluate body must be a JSON object (or empty), got {type(body).__name__}")
         return await gym.evaluate(eid, body)
+
+    @app.get("/api/v1/{gym_id}/executions/{eid}/live")
+    async def live(gym_id: str, eid: str, request: Request) -> Response:
+        """Our extension of genv: a view-only live view of the execution's screen (noVNC), started on first
+        use and ended with the execution; redirects to it (``?redirect=0``: its address as JSON)."""
+        check_gym(gym_id)
+        url = await gym.live_view(eid, request.url.hostname)
+        if request.query_params.get("redirect") == "0":
+            return JSONResponse({"execution_id": eid, "url": url})
+        return RedirectResponse(url, status_code=303)
 
     @app.post("/api/v1/{gym_id}/executions/{eid}/terminate")
     async def terminate(gym_id: str, eid: str) -> dict:

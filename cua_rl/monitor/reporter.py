@@ -243,6 +243,15 @@ class RolloutReport:
                     *turn_view_records(self.uuid, rid, views[0])]
         self.reporter._chain(self.uuid, build)
 
+    def execution(self, execution_id: str, live_view: str | None = None) -> None:
+        """The gym's execution of this rollout and, when the gym offers one (ours), the address of its live
+        view: the rollout page links to it while the rollout runs. Returns at once."""
+        if self.closed or not self.reporter.enabled:
+            return
+        fields = {"execution_id": execution_id, **({"live_view": live_view} if live_view else {})}
+        self.reporter._chain(self.uuid, _async(lambda: [rollout_record(self.uuid, status=None, **fields,
+                                                                       **self.identity)]))
+
     def finished(self, *, reward: float, task_success: bool, num_turns: int, summary: dict,
                  num_validators: int = 0, evaluation: dict | None = None, turns: list | None = None,
                  steps: list[dict] | None = None, tokenizer: Any = None, discount: float = 1.0) -> None:

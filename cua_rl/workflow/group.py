@@ -287,6 +287,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
             # time limit: nothing was created, so no data position is spent on a service's gap
             async with GenvClient(gym_url, gym_id) as gym, \
                     gym.execution(task_id, options, busy_wait_s=limits.max_task_time_seconds) as execution:
+                if report is not None:
+                    live = execution.raw.get("live_view")
+                    report.execution(execution.execution_id,
+                                     gym_url.rstrip("/") + live if isinstance(live, str) and live.startswith("/")
+                                     else None)
                 played = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id,
                                                execution.instruction, report)
                 if isinstance(played, Dropped):

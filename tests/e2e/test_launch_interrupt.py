@@ -105,5 +105,10 @@ def _assert_monitor_has_the_baseline(db: Path) -> None:
         [run] = views.trainings(store)
         [baseline] = views.training(store, run["id"])["baselines"]
         assert baseline["step"] == 0 and baseline["summary"]["completed"] >= 2, baseline
+        # each rollout names the embedded gym's execution and its live view (the rollout page's link)
+        members = [m for g in views.groups(store, "baselines", baseline["id"])["groups"] for m in g["members"]]
+        for member in members:
+            rollout = views.rollout(store, member["id"])
+            assert rollout["live_view"].endswith(f"/executions/{rollout['execution_id']}/live"), rollout
     finally:
         store.close()

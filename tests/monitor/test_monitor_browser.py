@@ -3,7 +3,6 @@ Selenium): pages load, the screenshot and the action overlay render where the ac
 coloured, and a run in progress updates without a reload."""
 
 import asyncio
-import shutil
 
 import httpx
 import pytest
@@ -12,43 +11,9 @@ from sample_run import SCREEN, send_sample_run
 from cua_rl.monitor import training_run
 from cua_rl.areal_ext.health import BY_NAME, Finding
 from cua_rl.monitor.records import trainer_logprobs_record, update_record
+from tests.chromium import css, wait_for
 
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def browser(tmp_path, monkeypatch):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    if not (shutil.which(CHROMIUM) and shutil.which(DRIVER)):
-        pytest.fail("chromium and chromium-driver are missing (scripts/apt-packages.txt, apt-packages-test.txt; run CUA_RL_APT=test scripts/setup.sh)")
-    monkeypatch.setenv("SE_OFFLINE", "true")        # never let Selenium Manager look for downloads
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def wait_for(driver, condition, timeout=10.0):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))
-
-
-def css(driver, selector):
-    from selenium.webdriver.common.by import By
-
-    return driver.find_elements(By.CSS_SELECTOR, selector)
 
 
 def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
@@ -195,3 +160,32 @@ def test_the_run_page_shows_held_out_success_and_pages_and_filters_rollouts(our_
     wait_for(browser, lambda d: info(d) == "1–1 of 1")
     browser.set_window_size(1400, 2300)                                           # the whole page (docs/img)
     browser.save_screenshot(str(tmp_path / "run-page.png"))
+
+
+def test_a_running_rollout_links_to_its_live_view_until_it_ends(our_monitor, browser):
+    """The workflow reports the gym's execution and its live view (RolloutReport.execution); the rollout page
+    links to it while the rollout runs, and not after (tests/local_gym/test_live_view.py: the view itself)."""
+    from cua_rl.monitor import EpisodeReporter
+
+    monitor, token = our_monitor
+    live = "http://127.0.0.1:5010/api/v1/desktop/executions/ex9/live"
+    identity = dict(source_type="step", is_eval=False, env_index=0, max_turns=5, model_path="/m")
+
+    async def report(finish: bool) -> None:
+        rep = EpisodeReporter(monitor.url, "p1", tid, token=token)
+        rollout = rep.rollout("cc33", task_id="t1", step=1, **identity)
+        rollout.execution("ex9", live)
+        if finish:
+            rollout.finished(reward=1.0, task_success=True, num_turns=0, summary={"execution_id": "ex9"})
+        await rep.aclose()
+
+    with training_run(monitor.url, "p1", "cua", "live", token=token) as tid:
+        asyncio.run(report(finish=False))
+        rid = httpx.get(f"{monitor.url}/api/trainings/{tid}/rollouts").json()["rollouts"][0]["id"]
+        browser.get(f"{monitor.url}/rollouts/{rid}")
+        wait_for(browser, lambda d: css(d, "[data-testid=live-view]"))
+        assert css(browser, "[data-testid=live-view]")[0].get_attribute("href") == live
+        asyncio.run(report(finish=True))
+    browser.get(f"{monitor.url}/rollouts/{rid}")
+    wait_for(browser, lambda d: css(d, "[data-testid=rollout-reward]"))
+    assert css(browser, "[data-testid=live-view]") == []

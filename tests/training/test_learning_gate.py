@@ -183,6 +183,8 @@ def _assert_monitor_has_the_trainer_logprobs(db: Path) -> None:
             for member in (m for group in views.groups(store, "steps", step["id"])["groups"]
                            for m in group["members"]):
                 rollout = views.rollout(store, member["id"])
+                # the embedded gym's execution, and its live view for the rollout page (local_gym/live.py)
+                assert rollout["live_view"].endswith(f"/executions/{rollout['execution_id']}/live"), rollout
                 for turn in rollout["turns"]:
                     tokens = turn["tokens"]
                     if "trainer_logprobs" not in tokens:

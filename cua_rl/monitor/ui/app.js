@@ -367,7 +367,10 @@ function renderRollout(r) {
   const header = h("div", {},
     h("h1", {}, `Rollout #${r.id} `, badge(r.status)),
     h("p", {}, r.training_id ? link(`/${r.training_id}`, `run #${r.training_id}`) : "", parent ? [" · ", link(parent, "its group")] : "",
-      " · task ", h("b", {}, (r.task && (r.task.name || r.task.task_id)) || "?"), ` · source ${r.source_type || "?"}`),
+      " · task ", h("b", {}, (r.task && (r.task.name || r.task.task_id)) || "?"), ` · source ${r.source_type || "?"}`,
+      // the gym's live view of the running execution (our gym; view-only, ended with the execution)
+      r.status === "running" && r.live_view ? [" · ", h("a", { href: r.live_view, target: "_blank", rel: "noopener",
+        "data-testid": "live-view" }, "watch live")] : ""),
     h("div", { class: "cards" }, ...[["reward", num(r.reward)], ["advantage", num(r.advantage)],
       ["success", r.task_success === null || r.task_success === undefined ? "–" : String(r.task_success)],
       ["turns", r.num_turns ?? turns.length], ...(r.status === "running" ? [["phase", r.current_phase || "–"]] : [])]

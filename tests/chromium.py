@@ -1,0 +1,49 @@
+"""Real headless Chromium for the tests that look at our pages (Debian's ``chromium`` + ``chromium-driver``,
+driven by Selenium): the monitor's viewer, the gym's live view. The ``browser`` fixture (tests/conftest.py)
+is one driver per test."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@contextlib.contextmanager
+def driver(profile: Path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    if not (shutil.which(CHROMIUM) and shutil.which(DRIVER)):
+        pytest.fail("chromium and chromium-driver are missing (scripts/apt-packages.txt, apt-packages-test.txt; "
+                    "run CUA_RL_APT=test scripts/setup.sh)")
+    os.environ["SE_OFFLINE"] = "true"        # never let Selenium Manager look for downloads
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    chrome = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    chrome.set_page_load_timeout(30)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def wait_for(chrome, condition, timeout=10.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(chrome, timeout, poll_frequency=0.1).until(lambda d: condition(d))
+
+
+def css(chrome, selector):
+    from selenium.webdriver.common.by import By
+
+    return chrome.find_elements(By.CSS_SELECTOR, selector)
