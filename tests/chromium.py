@@ -47,3 +47,22 @@ def css(chrome, selector):
     from selenium.webdriver.common.by import By
 
     return chrome.find_elements(By.CSS_SELECTOR, selector)
+
+
+def canvas(chrome):
+    """What noVNC's page shows now (its canvas), as an RGB image."""
+    import io
+
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+
+    png = chrome.find_element(By.CSS_SELECTOR, "#screen canvas").screenshot_as_png
+    return Image.open(io.BytesIO(png)).convert("RGB")
+
+
+def changed_pixels(a, b, threshold: int = 24) -> int:
+    """Pixels of two same-size images that differ by more than ``threshold`` in any channel's grey level."""
+    from PIL import ImageChops
+
+    diff = ImageChops.difference(a, b).convert("L").point(lambda v: 255 if v > threshold else 0)
+    return diff.histogram()[255]

@@ -142,9 +142,8 @@ class LocalGym:
         return {"execution_id": ex.execution_id, "task_id": task.task_id, "status": "running",
                 "device": {"type": kind, "display": d.display, "width": d.spec.width, "height": d.spec.height},
                 "warm": ex.from_pool, "reused": ex.reused,
-                # our extension: where to watch it (started on first request; VM desktops have none yet)
-                **({"live_view": f"/api/v1/{self.gym_id}/executions/{ex.execution_id}/live"}
-                   if getattr(d, "display_num", -1) >= 0 else {}),
+                # our extension: where to watch it (started on first request)
+                "live_view": f"/api/v1/{self.gym_id}/executions/{ex.execution_id}/live",
                 **extra}
 
     async def screenshot(self, eid: str, fmt: str = "png", quality: int = 85) -> tuple[bytes, str]:

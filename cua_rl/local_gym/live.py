@@ -4,14 +4,17 @@ Why: watching an agent work (or stall) on its desktop tells a researcher more in
 logs. The monitor's rollout page links to ``GET /api/v1/{gym}/executions/{id}/live`` on the gym, which starts
 the view on first use and redirects to it; nothing runs for executions nobody watches.
 
-One view is two processes, both from Debian (``x11vnc``, ``websockify`` with ``novnc``'s pages):
-- ``x11vnc`` on the execution's X display, view-only (the server ignores every input event, whatever the
-  page sends), on a loopback port;
+One view is a VNC server and ``websockify`` (Debian's, with ``novnc``'s pages):
+- an X desktop or browser: ``x11vnc`` on the execution's X display, view-only (the server ignores every input
+  event, whatever the page sends), on a loopback port;
+- a VM: QEMU's own VNC server, which the machine has from its start without a listener (``-vnc none``) and opens
+  on a loopback port on request (QMP ``display-update``). QEMU has no view-only mode, so the page reaches it
+  through ``ViewOnlyRFB``, a proxy that passes the picture and drops every key, pointer and clipboard message;
 - ``websockify`` serving noVNC's page and bridging its WebSocket to that port, bound to 127.0.0.1 unless the
   gym is told another address (``GymOptions.live_view_host``, ``--live-view-host``): there is no password,
   so anyone who can reach the port sees the screen.
 Both end with the execution (``GymManager.terminate``, the reaper and the gym's close all end there), and the
-kernel kills them if the gym dies (``procs.popen``). VM desktops (no X display) have no live view yet.
+kernel kills them if the gym dies (``procs.popen``).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
+import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..http.serve import free_port
 from . import procs
@@ -61,37 +67,48 @@ def _wait_listening(host: str, port: int, proc: subprocess.Popen, what: str, tim
 
 @dataclass
 class LiveView:
-    """The running view of one X display; ``path`` is the noVNC page on ``host:port``."""
+    """The running view of one desktop; ``path`` is the noVNC page on ``host:port``."""
 
     display: str
     host: str
     port: int = 0
     procs: list[subprocess.Popen] = field(default_factory=list)
+    proxy: "ViewOnlyRFB | None" = None
 
     @classmethod
     def start(cls, display: str, host: str = "127.0.0.1", log_dir: Path | None = None,
-              timeout_s: float = 10.0) -> "LiveView":
-        lack = missing()
+              timeout_s: float = 10.0, vnc: Callable[[int], None] | None = None) -> "LiveView":
+        """A view of X display ``display``, or, with ``vnc``, of the VNC server that ``vnc(port)`` opens on a
+        loopback port (a VM's QEMU), behind ``ViewOnlyRFB``."""
+        lack = missing() if vnc is None else [p for p in missing() if p != "x11vnc"]
         if lack:
             raise LiveViewError(f"live views need the Debian packages {' '.join(lack)} (scripts/apt-packages.txt)")
         view = cls(display=display, host=host)
         try:
-            view._start(log_dir, timeout_s)
+            view._start(log_dir, timeout_s, vnc)
         except BaseException:
             view.stop()
             raise
         return view
 
-    def _start(self, log_dir: Path | None, timeout_s: float) -> None:
+    def _start(self, log_dir: Path | None, timeout_s: float, vnc_opener: Callable[[int], None] | None) -> None:
         rfb = free_port("127.0.0.1")
         log = open(log_dir / "live.log", "ab") if log_dir else subprocess.DEVNULL
         try:
-            # -noshm: the X server runs under the desktop's uid and refuses x11vnc's (root's) shared memory
-            vnc = procs.popen(["x11vnc", "-display", self.display, "-viewonly", "-shared", "-forever", "-nopw",
-                               "-localhost", "-rfbport", str(rfb), "-quiet", "-nossl", "-noipv6", "-noshm"],
-                              env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log)
-            self.procs.append(vnc)
-            _wait_listening("127.0.0.1", rfb, vnc, "x11vnc", timeout_s)
+            if vnc_opener is None:
+                # -noshm: the X server runs under the desktop's uid and refuses x11vnc's (root's) shared memory
+                vnc = procs.popen(["x11vnc", "-display", self.display, "-viewonly", "-shared", "-forever", "-nopw",
+                                   "-localhost", "-rfbport", str(rfb), "-quiet", "-nossl", "-noipv6", "-noshm"],
+                                  env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log)
+                self.procs.append(vnc)
+                _wait_listening("127.0.0.1", rfb, vnc, "x11vnc", timeout_s)
+            else:
+                try:
+                    vnc_opener(rfb)
+                except Exception as exc:  # noqa: BLE001 - e.g. QEMU refused; the route says why
+                    raise LiveViewError(f"the machine's VNC server did not open: {exc}") from exc
+                self.proxy = ViewOnlyRFB(("127.0.0.1", rfb))
+                rfb = self.proxy.port
             self.port = free_port(self.host)
             web = procs.popen(["websockify", "--web", str(NOVNC), f"{self.host}:{self.port}", f"127.0.0.1:{rfb}"],
                               env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log)
@@ -119,3 +136,145 @@ class LiveView:
         for proc in reversed(self.procs):
             procs.kill_group(proc)
         self.procs.clear()
+        if self.proxy is not None:
+            self.proxy.close()
+            self.proxy = None
+
+
+# RFB client-to-server messages (RFC 6143 §7.5 and the extensions noVNC sends): type -> its length from what
+# has arrived (None: more bytes are needed), and whether it is input that a view-only viewer must not send.
+def _fixed(n: int) -> Callable[[bytes], int | None]:
+    return lambda b: n if len(b) >= n else None
+
+
+def _counted(header: int, fmt: str, offset: int, unit: int) -> Callable[[bytes], int | None]:
+    def size(b: bytes) -> int | None:
+        if len(b) < header:
+            return None
+        return header + unit * struct.unpack_from(fmt, b, offset)[0]
+    return size
+
+
+def _qemu(b: bytes) -> int | None:   # QEMU's messages (255): extended key event (0), audio (1)
+    if len(b) < 2:
+        return None
+    if b[1] == 0:
+        return 12
+    if len(b) < 4:
+        return None
+    op = struct.unpack_from(">H", b, 2)[0]
+    return 10 if op == 2 else 4       # audio: enable/disable (4 bytes), set format (10)
+
+
+_MESSAGES: dict[int, tuple[Callable[[bytes], int | None], bool]] = {
+    0: (_fixed(20), False),                      # SetPixelFormat
+    2: (_counted(4, ">H", 2, 4), False),         # SetEncodings
+    3: (_fixed(10), False),                      # FramebufferUpdateRequest
+    4: (_fixed(8), True),                        # KeyEvent
+    5: (_fixed(6), True),                        # PointerEvent
+    6: (lambda b: None if len(b) < 8 else 8 + abs(struct.unpack_from(">i", b, 4)[0]), True),   # ClientCutText
+    #                                            (a negative length: the extended clipboard's)
+    150: (_fixed(10), False),                    # EnableContinuousUpdates
+    248: (_counted(9, ">B", 8, 1), False),       # ClientFence
+    251: (_counted(8, ">B", 6, 16), True),       # SetDesktopSize: changes the machine's screen
+    255: (_qemu, True),                          # QEMU: key events and audio
+}
+
+
+class ViewOnlyRFB:
+    """A loopback RFB proxy that passes everything the server sends and, of what the viewer sends, only the
+    handshake and picture requests: key, pointer, clipboard and resize messages are dropped (counted in
+    ``dropped``). An unknown message ends that viewer's connection. Threads: one accept loop, two per viewer."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.dropped = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name=f"rfb-view-{self.port}", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                viewer, _ = self._listener.accept()
+                server = socket.create_connection(self.target, timeout=10)
+                server.settimeout(None)
+            except OSError:
+                return   # closed (or the VNC server is gone: the viewer's connection just ends)
+            with self._lock:
+                self._conns += [viewer, server]
+            threading.Thread(target=self._pump, args=(server, viewer), daemon=True).start()
+            threading.Thread(target=self._filter, args=(viewer, server), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            self._end(src, dst)
+
+    def _filter(self, viewer: socket.socket, server: socket.socket) -> None:
+        buf = b""
+
+        def need(n: int) -> bytes:
+            nonlocal buf
+            while len(buf) < n:
+                chunk = viewer.recv(65536)
+                if not chunk:
+                    raise ConnectionError("viewer closed")
+                buf += chunk
+            out, buf = buf[:n], buf[n:]
+            return out
+
+        try:
+            version = need(12)                      # "RFB 003.008\n"
+            server.sendall(version)
+            if version[4:11] != b"003.003":
+                security = need(1)                  # the security type the viewer picked
+                server.sendall(security)
+                if security == b"\x02":
+                    server.sendall(need(16))        # VNC authentication's response
+            server.sendall(need(1))                 # ClientInit
+            while True:
+                while not buf:
+                    chunk = viewer.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                kind = _MESSAGES.get(buf[0])
+                if kind is None:
+                    logger.warning("live view: unknown RFB message %d from a viewer; connection closed", buf[0])
+                    return
+                size, is_input = kind
+                while (n := size(buf)) is None or len(buf) < n:
+                    chunk = viewer.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                message, buf = buf[:n], buf[n:]
+                if is_input:
+                    self.dropped += 1
+                else:
+                    server.sendall(message)
+        except OSError:
+            pass
+        finally:
+            self._end(viewer, server)
+
+    def _end(self, *socks: socket.socket) -> None:
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self._listener.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        self._end(*conns)

@@ -445,10 +445,14 @@ class GymManager:
             if ex.live is None or not ex.live.alive:
                 if ex.live is not None:   # x11vnc or websockify died: start both again
                     await asyncio.wrap_future(self._create_spawner.submit(ex.live.stop))
-                if getattr(ex.desktop, "display_num", -1) < 0:
-                    raise LiveViewError("this desktop has no X display to watch (VM desktops have no live view yet)")
+                desk = ex.desktop
+                machine = getattr(desk, "machine", None)          # a VM: QEMU's own VNC server
+                if machine is None and getattr(desk, "display_num", -1) < 0:
+                    raise LiveViewError("this desktop has neither an X display nor a VNC server to watch")
+                root = getattr(desk, "root", None) or getattr(machine, "root", None)
                 ex.live = await asyncio.wrap_future(self._create_spawner.submit(
-                    LiveView.start, ex.desktop.display, self.opt.live_view_host, ex.desktop.root))
+                    LiveView.start, desk.display, self.opt.live_view_host, root, 10.0,
+                    machine.open_vnc if machine is not None else None))
             ex.last_used = time.monotonic()
             return ex.live
 

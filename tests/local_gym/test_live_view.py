@@ -12,26 +12,15 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from PIL import Image, ImageChops
+from PIL import Image
 
 from cua_rl.genv import GenvClient
 from cua_rl.local_gym import live
 from cua_rl.local_gym.server import start_gym_server
-from tests.chromium import wait_for
+from tests.chromium import canvas as _canvas, changed_pixels as _changed_pixels, wait_for
 from tests.hosts import pids
 
 pytestmark = pytest.mark.desktop
-
-
-def _canvas(chrome) -> Image.Image:
-    from selenium.webdriver.common.by import By
-
-    return Image.open(io.BytesIO(chrome.find_element(By.CSS_SELECTOR, "#screen canvas").screenshot_as_png)).convert("RGB")
-
-
-def _changed_pixels(a: Image.Image, b: Image.Image) -> int:
-    diff = ImageChops.difference(a, b).convert("L").point(lambda v: 255 if v > 24 else 0)
-    return sum(diff.histogram()[255:])
 
 
 def _other_address() -> str | None:

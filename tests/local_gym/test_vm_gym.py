@@ -14,11 +14,13 @@ import hashlib
 import io
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -301,3 +303,67 @@ def test_killing_the_gym_kills_its_vms():
         if server.poll() is None:
             server.kill()
             server.wait(10)
+
+
+def _rfb_type(port: int, text: str) -> None:
+    """A minimal VNC client: the RFB 3.8 handshake without a password, then ``text`` as key presses and a
+    click, as a viewer that ignored "view only" would send them."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        def need(n: int) -> bytes:
+            out = b""
+            while len(out) < n:
+                chunk = s.recv(n - len(out))
+                assert chunk, "the VNC server closed the connection"
+                out += chunk
+            return out
+
+        s.sendall(need(12))                                   # echo the server's "RFB 003.008\n"
+        types = need(need(1)[0])
+        assert 1 in types, types                              # "None" security
+        s.sendall(b"\x01")
+        assert need(4) == b"\0\0\0\0"                         # SecurityResult: ok
+        s.sendall(b"\x01")                                    # ClientInit, shared
+        need(20)
+        need(struct.unpack(">I", need(4))[0])                 # ServerInit's name
+        for ch in text:
+            for down in (1, 0):
+                s.sendall(struct.pack(">BBxxI", 4, down, ord(ch)))
+        s.sendall(struct.pack(">BBHH", 5, 1, 100, 100) + struct.pack(">BBHH", 5, 0, 100, 100))
+        time.sleep(1.0)
+
+
+async def test_a_vm_is_watched_live_and_its_viewers_cannot_type(guest, browser):
+    """The live view of a VM (QEMU's own VNC, opened on a loopback port when asked, behind the view-only
+    proxy): the page shows the guest's screen and follows the agent's typing; key presses sent to the proxy by
+    a client that ignores "view only" reach nothing, while the same presses sent to QEMU's VNC port directly
+    do change the guest's screen (the proxy is what stops them); the view ends with the execution."""
+    from tests.chromium import canvas as _canvas, changed_pixels as _changed_pixels, wait_for
+
+    with start_gym_server(port=0, tasks_dir=str(TASKS), pool_size=0, x_spares=0) as gym:
+        async with GenvClient(gym.url, gym.gym_id) as c:
+            async with c.execution(TASK) as ex:
+                eid = ex.execution_id
+                url = httpx.get(gym.url + ex.raw["live_view"], params={"redirect": "0"}, timeout=60).json()["url"]
+                view = gym.manager.executions[eid].live
+                browser.get(url)
+                wait_for(browser, lambda d: "Connected" in d.find_element("id", "status").text, timeout=30)
+                wait_for(browser, lambda d: _canvas(d).getextrema() != ((0, 0), (0, 0), (0, 0)), timeout=30)
+                time.sleep(1.0)
+                first = _canvas(browser)
+
+                screen = Image.open(io.BytesIO(await c.screenshot(eid))).convert("RGB")
+                dropped = view.proxy.dropped
+                await asyncio.to_thread(_rfb_type, view.proxy.port, "echo viewer\n")
+                assert view.proxy.dropped - dropped >= 2 * len("echo viewer\n") + 2
+                time.sleep(1.0)
+                same = Image.open(io.BytesIO(await c.screenshot(eid))).convert("RGB")
+                assert _changed_pixels(screen, same) == 0, "a viewer's keys reached the guest"
+                await asyncio.to_thread(_rfb_type, view.proxy.target[1], "x")     # QEMU's port itself: typed
+                typed = Image.open(io.BytesIO(await c.screenshot(eid))).convert("RGB")
+                assert _changed_pixels(same, typed) > 0, "the control: direct VNC input changes the guest"
+
+                assert (await c.act(eid, {"type": "type", "text": "echo agent"}))["ok"]
+                assert wait_for(browser, lambda d: _changed_pixels(first, _canvas(d)) > 100 or None, timeout=20)
+                port = urlsplit(url).port
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -108,6 +108,8 @@ class Machine:
         argv = ["qemu-system-x86_64", "-nodefaults", "-no-user-config",
                 *(a for name in self.spec.accel for a in ("-accel", name)),
                 "-m", str(self.spec.memory_mib), "-smp", str(self.spec.cpus), "-vga", "std", "-display", "none",
+                # a VNC server without a listener: a live view opens it on a loopback port (open_vnc)
+                "-vnc", "none",
                 "-qmp", f"unix:{qmp_sock},server=on,wait=off", "-usb", "-device", "usb-tablet",
                 "-nic", "none", "-serial", f"file:{self.root / 'serial.log'}"]
         if self.overlay.exists():
@@ -120,6 +122,13 @@ class Machine:
                  f"socket,path={self.root / 'qga.sock'},server=on,wait=off,id=qga0",
                  "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0"]
         return argv
+
+    def open_vnc(self, port: int) -> None:
+        """QEMU's VNC server listening on 127.0.0.1:``port`` (the live view's; without a password: loopback only)."""
+        if self.qmp is None:
+            raise QMPError("the machine is not running")
+        self.qmp.execute("display-update", type="vnc", addresses=[{"type": "inet", "host": "127.0.0.1",
+                                                                   "port": str(port)}])
 
     def _start_qemu(self, timeout_s: float, incoming: Path | None = None) -> None:
         argv = self.argv() + (["-incoming", f"exec:cat {shlex.quote(str(incoming))}"] if incoming else [])
