@@ -66,3 +66,14 @@ def changed_pixels(a, b, threshold: int = 24) -> int:
 
     diff = ImageChops.difference(a, b).convert("L").point(lambda v: 255 if v > threshold else 0)
     return diff.histogram()[255]
+
+
+def watch(chrome, url: str, timeout: float = 30.0):
+    """Open a live view's noVNC page, wait until it is connected and shows a picture; that picture."""
+    import time
+
+    chrome.get(url)
+    wait_for(chrome, lambda d: "Connected" in d.find_element("id", "status").text, timeout=timeout)
+    wait_for(chrome, lambda d: canvas(d).getextrema() != ((0, 0), (0, 0), (0, 0)), timeout=timeout)
+    time.sleep(1.0)   # the first full frame has arrived everywhere on the canvas
+    return canvas(chrome)

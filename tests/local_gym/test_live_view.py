@@ -17,7 +17,7 @@ from PIL import Image
 from cua_rl.genv import GenvClient
 from cua_rl.local_gym import live
 from cua_rl.local_gym.server import start_gym_server
-from tests.chromium import canvas as _canvas, changed_pixels as _changed_pixels, wait_for
+from tests.chromium import canvas as _canvas, changed_pixels as _changed_pixels, wait_for, watch
 from tests.hosts import pids
 
 pytestmark = pytest.mark.desktop
@@ -54,11 +54,7 @@ async def test_the_live_view_shows_the_desktop_change_and_ends_with_its_executio
                 with pytest.raises(OSError):
                     socket.create_connection((other, port), timeout=2).close()
 
-            browser.get(url)
-            wait_for(browser, lambda d: "Connected" in d.find_element("id", "status").text, timeout=20)
-            wait_for(browser, lambda d: _canvas(d).getextrema() != ((0, 0), (0, 0), (0, 0)), timeout=20)
-            time.sleep(1.0)
-            first = _canvas(browser)
+            first = watch(browser, url)
 
             # view-only: keys typed into the page never reach the desktop
             desktop_before = Image.open(io.BytesIO(await client.screenshot(eid))).convert("RGB")

@@ -337,7 +337,7 @@ async def test_a_vm_is_watched_live_and_its_viewers_cannot_type(guest, browser):
     proxy): the page shows the guest's screen and follows the agent's typing; key presses sent to the proxy by
     a client that ignores "view only" reach nothing, while the same presses sent to QEMU's VNC port directly
     do change the guest's screen (the proxy is what stops them); the view ends with the execution."""
-    from tests.chromium import canvas as _canvas, changed_pixels as _changed_pixels, wait_for
+    from tests.chromium import canvas as _canvas, changed_pixels as _changed_pixels, wait_for, watch
 
     with start_gym_server(port=0, tasks_dir=str(TASKS), pool_size=0, x_spares=0) as gym:
         async with GenvClient(gym.url, gym.gym_id) as c:
@@ -345,11 +345,7 @@ async def test_a_vm_is_watched_live_and_its_viewers_cannot_type(guest, browser):
                 eid = ex.execution_id
                 url = httpx.get(gym.url + ex.raw["live_view"], params={"redirect": "0"}, timeout=60).json()["url"]
                 view = gym.manager.executions[eid].live
-                browser.get(url)
-                wait_for(browser, lambda d: "Connected" in d.find_element("id", "status").text, timeout=30)
-                wait_for(browser, lambda d: _canvas(d).getextrema() != ((0, 0), (0, 0), (0, 0)), timeout=30)
-                time.sleep(1.0)
-                first = _canvas(browser)
+                first = watch(browser, url)
 
                 screen = Image.open(io.BytesIO(await c.screenshot(eid))).convert("RGB")
                 dropped = view.proxy.dropped
