@@ -280,7 +280,8 @@ class CUAConfig(GRPOConfig):
     # (beside the policy endpoint) to play your gym's tasks: for a gym of your own and no agent service. The
     # embedded stack (no gym_base_url) always starts ours.
     agent_service: str = "external"
-    # "qwen3-vl" matches the default model (Qwen3-VL); use "mai-ui" for MAI-UI checkpoints.
+    # "qwen3-vl" matches the default model (Qwen3-VL); use "mai-ui" for MAI-UI checkpoints, "keyboard" for the
+    # Windows example's keyboard-only tags (docs/local_agent.md).
     gbox_mini_agent_agent: str = "qwen3-vl"
     # "pc" for the embedded X11 desktops; "mobile" for phone gyms (the original's default).
     gbox_mini_agent_standard_action_space: str = "pc"

@@ -5,7 +5,7 @@ Public surface:
   for tests and the embedded launcher;
 - :func:`create_app` (settings) -> the FastAPI app; :class:`AgentSettings` its service-wide defaults;
 - :class:`RunRequest`: the ``POST /runs`` payload (docs/protocols.md §2.2 plus ``apiKey``, ``sampling``);
-- :mod:`.formats`: the pluggable prompt formats (``qwen3-vl``, ``mai-ui``) and their registry.
+- :mod:`.formats`: the pluggable prompt formats (``qwen3-vl``, ``mai-ui``, ``keyboard``) and their registry.
 """
 
 from .formats import PromptFormat, format_names, get_format, register_format

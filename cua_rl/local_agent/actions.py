@@ -1,6 +1,6 @@
 """Actions as the agent sends them to the gym, and what the prompt formats parse model output into.
 
-Why a module of its own: both prompt formats (qwen3-vl, mai-ui) end in the same desktop action schema
+Why a module of its own: every prompt format (qwen3-vl, mai-ui, keyboard) ends in the same desktop action schema
 (docs/protocols.md §1.6, coordinates are fractions 0..1), and the `mobile` action space rewrites a few of them into
 the genv mobile aliases (tap, long_press, swipe, key home/back). Keeping the wire shapes here means a
 format only decides *what* the model asked for, never how the gym spells it.

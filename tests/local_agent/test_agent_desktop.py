@@ -72,6 +72,21 @@ async def test_qwen3_vl_run_solves_a_task_and_the_gym_scores_it_1(gym, model, ag
         assert len(trajectory["trajectory"]) == n and trajectory["finalScreenshot"]
 
 
+async def test_the_keyboard_format_solves_a_terminal_task_with_keys_alone(gym, model, agent):
+    """The Windows example's keyboard-only tags on a real desktop: the xterm task 013 typed, then <done/>."""
+    scripted, base = model
+    task = TASKS.get("013")
+    key = scripted.script("keyboard", ["<action>typeline echo 'Hello, World!' > hello.txt</action>",
+                                       "<action>wait 0.3</action>\n<done/>"])
+    async with gym_execution(gym, task.task_id) as (client, eid):
+        untouched = await client.evaluate(eid)
+        result = await run_to_end(agent, run_request(gym, eid, base, key, agent="keyboard", task=task.instruction))
+        evaluation = await client.evaluate(eid)
+    assert result.ok and result.status == "completed", result.reason
+    assert untouched.reward < 1.0 and evaluation.reward == pytest.approx(1.0), evaluation.raw
+    assert "keyboard only" in scripted.requests[key][0]["messages"][0]["content"]
+
+
 async def test_history_is_bounded_to_three_screenshots(gym, model, agent):
     scripted, base = model
     key = scripted.script("history", [qwen_call(action="wait", time=0)] * 5 + [qwen_call(action="answer", text="done")])

@@ -28,7 +28,7 @@ def parse(agent: str, content: str, space: str = "pc", pointer=None):
 
 
 def test_registry_lists_both_formats_and_rejects_unknown():
-    assert {"qwen3-vl", "mai-ui"} <= set(format_names())
+    assert {"qwen3-vl", "mai-ui", "keyboard"} <= set(format_names())
     with pytest.raises(ValueError, match="unknown agent 'nope'"):
         get_format("nope")
 
@@ -157,7 +157,33 @@ def test_mai_ui_rejects_bad_replies(content, match):
         parse("mai-ui", content)
 
 
-@pytest.mark.parametrize("agent", ["qwen3-vl", "mai-ui"])
+def test_keyboard_format_maps_the_windows_examples_tags_to_key_chords_and_text():
+    turn = parse("keyboard", "I open the Run dialog.\n<action>sendkey meta_l-r</action>\n"
+                             "<action>typeline notepad</action><action>wait 1.5</action>"
+                             "<action>type Hello</action><action>sendkey ctrl-s</action><done/>")
+    assert [a.gym_action for a in turn.actions[:-1]] == [
+        {"type": "key", "keys": ["super", "r"]}, {"type": "type", "text": "notepad\n"}, {"type": "wait", "ms": 1500},
+        {"type": "type", "text": "Hello"}, {"type": "key", "keys": ["ctrl", "s"]}]
+    assert turn.actions[-1].terminal and turn.actions[-1].status == "success"
+    assert parse("keyboard", "<action>sendkey ret</action>").actions[0].gym_action == {"type": "key", "keys": ["enter"]}
+    assert [a.name for a in parse("keyboard", "all done <done/> <action>type late</action>").actions] == ["done"]
+
+
+@pytest.mark.parametrize("content,match", [
+    ("I would press enter", "no <action>"),
+    ("<action>click 10 20</action>", "unknown action 'click'"),
+    ("<action>sendkey</action>", "sendkey needs keys"),
+    ("<action>sendkey ctrl s</action>", "sendkey needs keys"),
+    ("<action>type </action>", "non-empty 'text'"),
+    ("<action>wait soon</action>", "number of seconds"),
+    ("<action>type a</action>" * 9, "more than 8 actions"),
+])
+def test_keyboard_format_rejects_bad_replies_with_a_reason(content, match):
+    with pytest.raises(InvalidAction, match=match):
+        parse("keyboard", content)
+
+
+@pytest.mark.parametrize("agent", ["qwen3-vl", "mai-ui", "keyboard"])
 def test_history_keeps_the_last_n_screenshots_and_older_steps_as_text(agent):
     fmt = get_format(agent)
     ctx = PromptContext(instruction="Save the file", screen=(1280, 800), history_images=3)

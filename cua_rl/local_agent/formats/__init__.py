@@ -4,6 +4,6 @@ Add a format by subclassing :class:`PromptFormat` and decorating it with :func:`
 """
 
 from .base import HistoryStep, PromptContext, PromptFormat, format_names, get_format, register_format
-from . import mai_ui, qwen3_vl  # noqa: F401  (registers the built-in formats)
+from . import keyboard, mai_ui, qwen3_vl  # noqa: F401  (registers the built-in formats)
 
 __all__ = ["HistoryStep", "PromptContext", "PromptFormat", "format_names", "get_format", "register_format"]
