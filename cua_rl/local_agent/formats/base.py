@@ -61,6 +61,14 @@ def text_part(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
+def reply_text(message: dict[str, Any]) -> tuple[str, str | None]:
+    """A reply's text and its thinking (a ``<think>``/``<thinking>`` block, else ``reasoning_content``)."""
+    content = message.get("content")
+    text = content if isinstance(content, str) else ""
+    match = _THINKING.search(text)
+    return text, match.group(2).strip() if match else (message.get("reasoning_content") or None)
+
+
 class PromptFormat(ABC):
     """One agent's prompt and output format. Subclasses set ``name``, ``grid``, ``function_names``."""
 
@@ -117,12 +125,7 @@ class PromptFormat(ABC):
     def parse(self, message: dict[str, Any], ctx: PromptContext) -> ParsedTurn:
         """A chat-completion ``message`` -> thinking + actions. Raises ``InvalidAction`` when the reply
         holds no usable tool call; then nothing of the turn is executed (all or nothing)."""
-        content = message.get("content")
-        text = content if isinstance(content, str) else ""
-        thinking = message.get("reasoning_content") or None
-        match = _THINKING.search(text)
-        if match:
-            thinking = match.group(2).strip()
+        text, thinking = reply_text(message)
         calls = self._tool_calls(text, message.get("tool_calls"))
         if not calls:
             raise InvalidAction("no <tool_call> block found in the reply")

@@ -15,10 +15,9 @@ from typing import Any
 
 from .. import actions as A
 from ..actions import AgentAction, InvalidAction, ParsedTurn
-from .base import MAX_ACTIONS_PER_TURN, PromptContext, PromptFormat, register_format
+from .base import MAX_ACTIONS_PER_TURN, PromptContext, PromptFormat, register_format, reply_text
 
 _TAG = re.compile(r"<action>(.*?)</action>|<done\s*/>", re.S)
-_THINKING = re.compile(r"<(think|thinking)>(.*?)</\1>", re.S)
 # QEMU's sendkey names that differ from the gym's key names (the rest: letters, digits, f1..f12, tab, ...)
 QEMU_KEYS = {"meta_l": "super", "meta_r": "super", "ret": "enter", "kp_enter": "enter", "spc": "space",
              "esc": "escape", "ctrl_r": "ctrl", "alt_r": "alt", "shift_r": "shift", "pgup": "pageup",
@@ -56,12 +55,7 @@ class KeyboardFormat(PromptFormat):
                 f"Reply with <action>...</action> tags as described in the instructions, or <done/>.")
 
     def parse(self, message: dict[str, Any], ctx: PromptContext) -> ParsedTurn:
-        content = message.get("content")
-        text = content if isinstance(content, str) else ""
-        thinking = message.get("reasoning_content") or None
-        match = _THINKING.search(text)
-        if match:
-            thinking = match.group(2).strip()
+        text, thinking = reply_text(message)
         tags = list(_TAG.finditer(text))
         if not tags:
             raise InvalidAction("no <action>...</action> tag and no <done/> in the reply")
