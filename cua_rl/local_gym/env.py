@@ -226,8 +226,7 @@ class LocalGym:
             raise GymError(404, f"unknown execution {eid!r}") from None
         except LiveViewError as exc:
             raise GymError(501, str(exc)) from exc
-        wildcard = view.host in ("0.0.0.0", "::", "")
-        return view.url(viewer_host if wildcard and viewer_host else None)
+        return view.url(viewer_host)
 
     async def terminate(self, eid: str) -> dict:
         if not await self.manager.terminate(eid):

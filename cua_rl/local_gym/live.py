@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 NOVNC = Path("/usr/share/novnc")
 BINARIES = {"x11vnc": "x11vnc", "websockify": "websockify"}   # binary -> Debian package (novnc: the pages)
+WILDCARDS = ("0.0.0.0", "::", "")   # a view bound to one of these listens on every interface
 
 
 class LiveViewError(RuntimeError):
@@ -52,7 +53,8 @@ def missing() -> list[str]:
 
 
 def _wait_listening(host: str, port: int, proc: subprocess.Popen, what: str, timeout_s: float) -> None:
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    if host in WILDCARDS:
+        host = "::1" if host == "::" else "127.0.0.1"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -124,9 +126,11 @@ class LiveView:
         """noVNC's page, connecting at once, view-only, scaled to the window."""
         return "/vnc_lite.html?autoconnect=true&view_only=true&scale=true&path=websockify"
 
-    def url(self, host: str | None = None) -> str:
-        """The page's address (``host``: how the viewer reaches this machine; default the bound address)."""
-        return f"http://{host or self.host}:{self.port}{self.path}"
+    def url(self, viewer_host: str | None = None) -> str:
+        """The page's address: on the bound address, or, when the view listens on every interface, on
+        ``viewer_host`` (the name the viewer used to reach the gym) when given."""
+        host = viewer_host if self.host in WILDCARDS and viewer_host else self.host
+        return f"http://{host}:{self.port}{self.path}"
 
     @property
     def alive(self) -> bool:

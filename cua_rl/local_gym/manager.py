@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import os
 import shutil
@@ -450,9 +451,9 @@ class GymManager:
                 if machine is None and getattr(desk, "display_num", -1) < 0:
                     raise LiveViewError("this desktop has neither an X display nor a VNC server to watch")
                 root = getattr(desk, "root", None) or getattr(machine, "root", None)
-                ex.live = await asyncio.wrap_future(self._create_spawner.submit(
-                    LiveView.start, desk.display, self.opt.live_view_host, root, 10.0,
-                    machine.open_vnc if machine is not None else None))
+                ex.live = await asyncio.wrap_future(self._create_spawner.submit(functools.partial(
+                    LiveView.start, desk.display, host=self.opt.live_view_host, log_dir=root,
+                    vnc=machine.open_vnc if machine is not None else None)))
             ex.last_used = time.monotonic()
             return ex.live
 

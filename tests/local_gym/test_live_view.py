@@ -34,6 +34,14 @@ def _other_address() -> str | None:
     return None if addr.startswith("127.") else addr
 
 
+def test_a_view_on_every_interface_is_addressed_by_the_name_the_viewer_used():
+    """A gym on another host with ``--live-view-host 0.0.0.0``: the page's address is the gym's host name as
+    the viewer reached it; a view on one address keeps that address whatever the viewer used."""
+    assert live.LiveView(":1", "0.0.0.0", 5901).url("gym.lan").startswith("http://gym.lan:5901/vnc_lite.html?")
+    assert live.LiveView(":1", "0.0.0.0", 5901).url(None).startswith("http://0.0.0.0:5901/")
+    assert live.LiveView(":1", "127.0.0.1", 5901).url("gym.lan").startswith("http://127.0.0.1:5901/")
+
+
 async def test_the_live_view_shows_the_desktop_change_and_ends_with_its_execution(browser):
     assert live.missing() == [], "x11vnc, websockify and novnc are in scripts/apt-packages.txt"
     before = pids("^x11vnc") | pids("websockify")
