@@ -1,6 +1,8 @@
 """``cua-gym serve --host 127.0.0.1 --port 5010 --gym-id desktop`` (also ``python -m cua_rl.local_gym``).
 
 ``--gym-id miniwob`` serves the MiniWoB++ suite on browser desktops (``--suite`` names it explicitly).
+``cua-gym suite keyboard --target desktop --out DIR`` writes the keyboard suite's task files (``keyboard_suite.py``)
+for ``serve --tasks-dir DIR``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     l = sub.add_parser("list", help="print the tasks and exit")
     l.add_argument("--tasks-dir", default=None)
     l.add_argument("--suite", choices=("desktop", "miniwob"), default="desktop")
+    k = sub.add_parser("suite", help="write a generated task suite as task files, for serve --tasks-dir")
+    k.add_argument("name", choices=("keyboard",), help="keyboard: the Windows example's four levels (keyboard_suite.py)")
+    k.add_argument("--target", choices=("desktop", "vm"), default="desktop",
+                   help="desktop: mousepad and xterm; vm: vi and sh on the VM test guest ($CUA_RL_VM_TEST_GUEST)")
+    k.add_argument("--out", required=True, help="folder to write the task files into")
     args = parser.parse_args(argv)
     setup_logging(getattr(logging, args.log_level.upper(), logging.INFO) if args.cmd == "serve" else logging.WARNING,
                   areal=False)
@@ -58,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     from .server import create_app
     from .suite import make_suite
 
+    if args.cmd == "suite":
+        from .keyboard_suite import write_suite
+
+        paths = write_suite(args.target, args.out)
+        print(f"{len(paths)} task files in {args.out}; serve them with: cua-gym serve --tasks-dir {args.out}")
+        return 0
     if args.cmd == "list":
         try:
             suite = make_suite(GymOptions(suite=args.suite, tasks_dir=args.tasks_dir))

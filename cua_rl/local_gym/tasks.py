@@ -137,6 +137,7 @@ class TaskDef(BaseModel):
     validators: list[ValidatorSpec] = []
     solution: list[dict] = []
     answer: str | None = None            # the reference solution's final answer, for answer_matches tasks
+    tags: list[str] = []                 # listed after difficulty and category (a task source's tag filter)
     # A seeded family (curriculum.py): the instance, its instruction, validators and solution come from
     # create's seed; the task's own instruction describes the family and it has no fixed validators.
     family: str | None = None
@@ -152,6 +153,14 @@ class TaskDef(BaseModel):
         if self.validators or self.solution:
             raise ValueError("a family task takes its validators and solution from the seeded instance")
         return self
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        bad = [t for t in v if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", t)]
+        if bad:
+            raise ValueError(f"tags are words of letters, digits, '_', '.' and '-'; got {bad}")
+        return v
 
     @field_validator("number")
     @classmethod
@@ -194,7 +203,7 @@ class TaskDef(BaseModel):
         return {
             "task_id": self.task_id, "id": self.task_id, "task_number": self.number, "name": self.name,
             "description": self.instruction, "instruction": self.instruction,
-            "tags": [self.difficulty, self.category] + (["seeded"] if self.family else []),
+            "tags": [self.difficulty, self.category, *self.tags] + (["seeded"] if self.family else []),
             "category": self.category, "difficulty": self.difficulty,
             "env_config": ({"type": "vm", "os": self.setup.vm.os, "image": os.path.basename(self.setup.vm.image)}
                            if self.setup.vm is not None else

@@ -1,9 +1,13 @@
-"""Process helpers for the gym tests: which processes a desktop (or a whole server) consists of."""
+"""Helpers for the gym tests: which processes a desktop (or a whole server) consists of; a scripted solution
+written and parsed as the keyboard agent format's replies."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+
+from cua_rl.genv import GenvClient
 
 
 def descendants(root_pids: list[int]) -> set[int]:
@@ -47,3 +51,68 @@ def wait_gone(pids: set[int], timeout_s: float = 10.0) -> set[int]:
     while alive(pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     return alive(pids)
+
+
+async def _play(client: GenvClient, task, actions: list[dict], shots_dir) -> tuple[float, float, list]:
+    async with client.execution(task.task_id) as ex:
+        before = await client.evaluate(ex.execution_id)
+        for action in actions:
+            reply = await client.act(ex.execution_id, action)
+            assert reply["ok"], (task.task_id, action, reply)
+        after = await client.evaluate(ex.execution_id, answer_text=task.answer)
+        if after.reward != 1.0:  # keep the evidence: what the desktop looked like at the end
+            (shots_dir / f"{task.task_id}.png").write_bytes(await client.screenshot(ex.execution_id))
+        return before.reward, after.reward, after.raw["result"]["validators"]
+
+
+async def solve_all(gym, tasks, shots_dir, actions_of=lambda task: task.solution) -> list[str]:
+    """Play every task's solution (``actions_of(task)``) on ``gym``, a few at a time (CUA_GYM_TEST_CONCURRENCY,
+    default 4): what went wrong, one line per task (untouched at 1, solved below 1, an error)."""
+    sem = asyncio.Semaphore(int(os.environ.get("CUA_GYM_TEST_CONCURRENCY", "4")))
+    async with GenvClient(gym.url, gym.gym_id) as client:
+        async def one(task):
+            async with sem:
+                return task.task_id, await _play(client, task, actions_of(task), shots_dir)
+        results = await asyncio.gather(*(one(t) for t in tasks), return_exceptions=True)
+    failures = [f"{t.task_id}: {type(r).__name__}: {r}" for t, r in zip(tasks, results) if isinstance(r, BaseException)]
+    for task_id, (before, after, validators) in [r for r in results if not isinstance(r, BaseException)]:
+        if before >= 1.0:
+            failures.append(f"{task_id}: untouched task already scores {before}")
+        if after != 1.0:
+            failed = [v for v in validators if not v["pass"]]
+            failures.append(f"{task_id}: reference solution scores {after}: {failed} (screen: {shots_dir}/{task_id}.png)")
+    return failures
+
+
+# The gym's key names that the keyboard agent format spells the QEMU way (formats/keyboard.py QEMU_KEYS).
+_QEMU_NAMES = {"escape": "esc", "enter": "ret", "super": "meta_l"}
+
+
+def keyboard_replies(solution: list[dict]) -> list[str]:
+    """A scripted solution (gym type, key and wait actions) written as the keyboard agent format's replies,
+    one ``<action>`` tag each: what a keyboard-only policy would answer to play it."""
+    replies = []
+    for action in solution:
+        if action["type"] == "type":
+            text = action["text"]
+            line = text[:-1] if text.endswith("\n") else None
+            if "\n" in (line if line is not None else text):
+                raise ValueError(f"one line per type action: {text!r}")
+            tag = f"typeline {line}" if line is not None else f"type {text}"
+        elif action["type"] == "key":
+            tag = "sendkey " + "-".join(_QEMU_NAMES.get(k, k) for k in action["keys"])
+        elif action["type"] == "wait":
+            tag = f"wait {action['ms'] / 1000:g}"
+        else:
+            raise ValueError(f"no keyboard-format tag for a {action['type']} action")
+        replies.append(f"<action>{tag}</action>")
+    return replies
+
+
+def keyboard_actions(solution: list[dict]) -> list[dict]:
+    """The gym actions the keyboard agent format parses out of ``keyboard_replies(solution)``."""
+    from cua_rl.local_agent.formats import PromptContext, get_format
+
+    fmt, ctx = get_format("keyboard"), PromptContext(instruction="the task", screen=(1280, 800))
+    return [a.gym_action for reply in keyboard_replies(solution)
+            for a in fmt.parse({"role": "assistant", "content": reply}, ctx).actions]
