@@ -295,6 +295,12 @@ class CUAConfig(GRPOConfig):
     model_base_url: str = ""
     model_name: str = ""
 
+    # --- regularisers. entropy_bonus: the actor's loss minus this times the mean entropy of its trained tokens
+    # (cua_rl/areal_ext/entropy_bonus.py; 0 = off, AReaL's loss as it is). The KL penalty to a reference model is
+    # AReaL's actor.kl_ctl (per-token KL in the reward, actor.kl_estimator); with kl_ctl > 0 and no ref section
+    # the run's reference is the actor's starting weights (reference_model below).
+    entropy_bonus: float = 0.0
+
     # --- evaluation: evaluate the base model on the eval split once before the first step (the monitor
     # shows it as the run's baseline); skipped on resume and when there is no eval split
     baseline_eval: bool = False
@@ -360,6 +366,7 @@ class CUAConfig(GRPOConfig):
         if self.embedded_enabled and self.gym_id and self.gym_id not in EMBEDDED_GYM_IDS:
             raise ValueError(f"gym_id {self.gym_id!r}: the embedded gym serves {' or '.join(EMBEDDED_GYM_IDS)}; "
                              f"another gym id needs its gym's URL (--gym URL)")
+        self._check_regularisers()
         norm = self.actor.adv_norm
         if self.trajectory.mutation == "batch_recentring" and norm is not None:
             norm.mean_level = "batch"   # the learning bench's mutation: issue 33 (a) switched back on
@@ -372,6 +379,16 @@ class CUAConfig(GRPOConfig):
         for tag in self.gym_tags or []:
             if not _TAG.match(str(tag)):
                 raise ValueError(f"gym_tags: bad tag {tag!r} (letters, digits, _ . : - only)")
+
+    def _check_regularisers(self) -> None:
+        import math
+
+        if not (math.isfinite(self.entropy_bonus) and self.entropy_bonus >= 0):
+            raise ValueError(f"entropy_bonus must be a number >= 0, got {self.entropy_bonus}")
+        if not (math.isfinite(self.actor.kl_ctl) and self.actor.kl_ctl >= 0):
+            raise ValueError(f"actor.kl_ctl must be a number >= 0, got {self.actor.kl_ctl}")
+        if self.actor.kl_ctl > 0 and self.ref is None:
+            self.ref = reference_model(self.actor)
 
     def _check_sampling(self) -> None:
         """The behaviour policy is the distribution the trainer recomputes: plain sampling at the actor's
@@ -438,6 +455,18 @@ class CUAConfig(GRPOConfig):
         if self.embedded.enabled is None:
             return not self.gym_base_url
         return self.embedded.enabled
+
+
+def reference_model(actor):
+    """The KL penalty's reference when the config names none: the actor's own model (path, backend, dtype,
+    attention, micro-batches, scheduling: the same worker command, so the same patches) frozen at its starting
+    weights, with no optimizer (AReaL's ref engine only computes logprobs)."""
+    import copy
+
+    ref = copy.deepcopy(actor)
+    ref.optimizer = None
+    ref.kl_ctl = 0.0
+    return ref
 
 
 def resolve_project_token(config: CUAConfig, environ: dict | None = None) -> str:

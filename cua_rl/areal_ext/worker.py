@@ -14,6 +14,8 @@ before any model is built there:
 - ``local_shards.enable()``: a batch shard this worker holds itself is read from its memory instead of
   being serialized to base64 JSON and fetched over its own HTTP server (cua_rl/areal_ext/local_shards.py);
   ``CUA_RL_AREAL_LOCAL_SHARDS=0`` leaves AReaL's fetch as it is.
+- ``entropy_bonus.enable()``: with ``entropy_bonus`` > 0 in the config (``CUA_RL_ENTROPY_BONUS``, set by
+  ``train.py``), the actor's loss gets an entropy term (cua_rl/areal_ext/entropy_bonus.py).
 - ``share_vllm_cache()``, on the CPU stack only (``CUA_RL_SHARED_VLLM_CACHE`` in ``CPU_ENV``): AReaL gives
   every vLLM server a new cache directory (``VLLM_CACHE_ROOT``/<uuid>, so compile caches of servers on one
   GPU node cannot collide), which also empties vLLM's model-class cache: each start then inspects the model
@@ -32,7 +34,7 @@ from __future__ import annotations
 import os
 import runpy
 
-from cua_rl.areal_ext import local_shards, trainer_logprobs
+from cua_rl.areal_ext import entropy_bonus, local_shards, trainer_logprobs
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
 
@@ -48,6 +50,7 @@ def apply_patches(*, http_shards: bool = True) -> None:
     share_vllm_cache()
     enable_packed_sdpa()
     trainer_logprobs.enable()
+    entropy_bonus.enable()
     if http_shards and os.environ.get("CUA_RL_AREAL_LOCAL_SHARDS", "1") != "0":   # "0": AReaL's own fetch
         local_shards.enable()
 

@@ -68,11 +68,15 @@ def step_record(training_id: int, step: int, batch: int = 0, *, status: str = "r
                    "current_phase": current_phase, "start_time": start_time or now_iso(), **extra})
 
 
-# The trainer's statistics the run page draws per update (AReaL's names; sampler_logprob_gap is ours).
+# The trainer's statistics the run page draws per update (AReaL's names; sampler_logprob_gap and entropy_bonus are
+# ours). behave_kl: the policy that sampled the rows against the trainer's weights when they were trained (rows
+# sampled before the last update); kl_reward: the KL penalty to the reference model (actor.kl_ctl > 0);
+# entropy_bonus: the entropy term subtracted from the loss (entropy_bonus > 0).
 UPDATE_STATS = {"loss": "ppo_actor/update/actor_loss/avg", "entropy": "ppo_actor/update/entropy/avg",
                 "approx_kl": "ppo_actor/update/approx_kl/avg", "clip_ratio": "ppo_actor/update/clip_ratio/avg",
                 "grad_norm": "ppo_actor/update/grad_norm", "lr": "ppo_actor/update/lr",
-                "sampler_logprob_gap": "sampler_logprob_gap"}
+                "sampler_logprob_gap": "sampler_logprob_gap", "behave_kl": "ppo_actor/update/behave_approx_kl/avg",
+                "kl_reward": "ppo_actor/kl_rewards/avg", "entropy_bonus": "ppo_actor/update/entropy_bonus"}
 
 
 def update_record(training_id: int, step: int, *, train_step: int, stats: dict[str, float],

@@ -36,6 +36,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(900)]
 SMALL_UNTRAINED = ["--config", str(LEARN), "train_dataset.batch_size=1", "gconfig.n_samples=2", "sft.warm_start=false"]
 
 
+# The weight-update run also trains with a KL penalty to its starting weights and an entropy term (both small:
+# the run is about its weights, not what they learn), which the test then finds in its statistics.
+ENTROPY_BONUS = 0.001
+REGULARISED = ["actor.kl_ctl=0.02", f"entropy_bonus={ENTROPY_BONUS}"]
+
+
 def _train(tmp_path: Path, env: dict, args: list[str]) -> tuple[int, str]:
     """``train.sh`` with ``args``, in its own process group: a timeout ends the whole run."""
     log = tmp_path / "train_sh.log"
@@ -101,18 +107,20 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
 
     The run takes the path of a user with a gym of their own and no agent service: the gym is a process of
     its own (``cua-gym serve``) given with ``--gym``, and ``--agent embedded`` starts our agent service beside
-    the trainer; the updates being real shows its episodes were played and scored."""
+    the trainer; the updates being real shows its episodes were played and scored. It also carries the KL
+    penalty and the entropy term (``REGULARISED``), checked in its statistics."""
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     for name in ("GYM_BASE_URL", "GYM_ID", "GBOX_MINI_AGENT_BASE_URL", "CUA_AGENT"):
         env.pop(name, None)
-    vllm_before = pids("areal_vllm_server")
+    vllm_before, workers_before = pids("areal_vllm_server"), pids("cua_rl.areal_ext.worker")
     gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), tmp_path,
                   "gym")
     gym.start()
     try:
         rc, out = _train(tmp_path, env, ["--config", str(MULTITURN), "--gym", gym.url, "--gym-id", "desktop",
                                          "--agent", "embedded", "trial_name=stale",
-                                         "vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates"])
+                                         "vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates",
+                                         *REGULARISED])
     finally:
         gym.stop()
     assert re.search(r"embedded agent service at http://127\.0\.0\.1:\d+, playing the tasks of the gym at "
@@ -122,5 +130,28 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     assert line and int(line.group(1)) <= 3 and "1 of 1 servers" in line.group(0), out[-5000:]
     print(f"stale weights: stopped at step {line.group(1)}")
     assert re.search(r"^\[cua-rl\] cause: +a health check stopped the run: weights_unchanged 1", out, re.M), out[-3000:]
+    _assert_the_regularisers_trained((tmp_path / "fileroot" / "logs").glob("*/*/stale").__next__())
     time.sleep(2)
     assert not (pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
+    assert not (pids("cua_rl.areal_ext.worker") - workers_before), "training workers (actor or ref) left behind"
+
+
+def _assert_the_regularisers_trained(logs: Path) -> None:
+    """Issue 37 item 2, on the same run: the KL penalty's reference model (a second training worker at the
+    starting weights, ``reference_model``) and the entropy term both ran, and every update's statistics have
+    them on the monitor's run page: the entropy term is its coefficient times the mean entropy, the KL reward
+    is <= 0 (a penalty), and the sampler-vs-trained KL is there too."""
+    from cua_rl.monitor import views
+    from cua_rl.monitor.store import Store, sqlite_url
+
+    assert "for worker ref/0" in (logs / "ref.log").read_text(errors="replace"), "no reference worker ran"
+    store = Store.open(sqlite_url(logs / "monitor" / "monitor.db"))
+    try:
+        [run] = views.trainings(store)
+        curve = views.training(store, run["id"])["update_curve"]
+    finally:
+        store.close()
+    assert curve, "no update reached the monitor"
+    for update in curve:
+        assert update["entropy_bonus"] == pytest.approx(ENTROPY_BONUS * update["entropy"], rel=1e-3), update
+        assert update["kl_reward"] <= 0 and "behave_kl" in update, update

@@ -30,7 +30,8 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
     gap = Finding(1, BY_NAME["sampler_logprob_gap"], 0.31, 0.05, "warn")
     _trainer_sends(monitor.url, token, update_record(
         tid, 0, train_step=1, stats={"ppo_actor/update/actor_loss/avg": -0.02, "ppo_actor/update/entropy/avg": 1.7,
-                                     "ppo_actor/update/grad_norm": float("nan"), "sampler_logprob_gap": 0.31},
+                                     "ppo_actor/update/grad_norm": float("nan"), "sampler_logprob_gap": 0.31,
+                                     "ppo_actor/update/entropy_bonus": 0.0017},
         health={"sampler_logprob_gap": 0.31, "staleness": 0.0}, anomalies=[gap.as_dict()]))
 
     browser.get(f"{monitor.url}/")
@@ -43,6 +44,9 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
     assert len(css(browser, "[data-testid=chart-loss] circle.point")) == 1
     assert len(css(browser, "[data-testid=chart-entropy] circle.point")) == 1
     assert not css(browser, "[data-testid=chart-grad_norm] circle.point")
+    # the regularisers' charts only when the run has them: an entropy term here, no KL penalty
+    assert len(css(browser, "[data-testid=chart-entropy_bonus] circle.point")) == 1
+    assert not css(browser, "[data-testid=chart-kl_reward]") and css(browser, "[data-testid=chart-grad_norm]")
     assert css(browser, "[data-testid=health-anomaly]")[0].text == "sampler_logprob_gap 0.310 (warn)"
     [finding] = css(browser, "[data-testid=health-finding]")
     assert finding.text.startswith("warn · training step 1: [cua-rl] health step 1: sampler_logprob_gap 0.31")

@@ -165,7 +165,11 @@ function renderRun(run) {
     h("h2", {}, "Training (the trainer's statistics per update)"),
     h("div", { class: "cards" }, ...[["loss", "loss", "#8a4fd0"], ["entropy", "entropy", "#c07a14"],
       ["approx_kl", "approx. KL (update)", "#b83a3a"], ["grad_norm", "grad norm", "#2f7f8a"],
-      ["lr", "learning rate", "#1463b8"], ["sampler_logprob_gap", "|trainer − engine| logprob", "#6a7683"]]
+      ["lr", "learning rate", "#1463b8"], ["sampler_logprob_gap", "|trainer − engine| logprob", "#6a7683"],
+      ["behave_kl", "KL sampler → trained", "#7a5c2e", true], ["kl_reward", "KL penalty (to reference)", "#a0306a", true],
+      ["entropy_bonus", "entropy bonus", "#c07a14", true]]
+      // the last three only when the run has them (stale rows, actor.kl_ctl > 0, entropy_bonus > 0)
+      .filter(([key, , , optional]) => !optional || (run.update_curve || []).some((p) => Number.isFinite(p[key])))
       .map(([key, label, colour]) => chart(run.update_curve || [], key, label, colour))),
     h("h2", {}, "Health"), anomalyList(run.anomalies || []),
     h("h2", {}, "Steps"), parentTable(run.steps, "steps", "step"),
