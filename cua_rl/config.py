@@ -367,6 +367,7 @@ class CUAConfig(GRPOConfig):
             raise ValueError(f"gym_id {self.gym_id!r}: the embedded gym serves {' or '.join(EMBEDDED_GYM_IDS)}; "
                              f"another gym id needs its gym's URL (--gym URL)")
         self._check_regularisers()
+        self._wire_lora()
         norm = self.actor.adv_norm
         if self.trajectory.mutation == "batch_recentring" and norm is not None:
             norm.mean_level = "batch"   # the learning bench's mutation: issue 33 (a) switched back on
@@ -389,6 +390,27 @@ class CUAConfig(GRPOConfig):
             raise ValueError(f"actor.kl_ctl must be a number >= 0, got {self.actor.kl_ctl}")
         if self.actor.kl_ctl > 0 and self.ref is None:
             self.ref = reference_model(self.actor)
+
+    def _wire_lora(self) -> None:
+        """``actor.use_lora`` is the one switch: the rollout side, vLLM's adapter support, the adapter's name and
+        its modules follow from it (AReaL asks for each in its own section). Only the language model's
+        projections: vLLM leaves adapters on the vision tower unapplied unless told (its
+        enable_tower_connector_lora), which would make the sampler and the trainer disagree silently."""
+        if not self.actor.use_lora:
+            return
+        modules = list(self.actor.target_modules) or list(LORA_MODULES[:4])
+        outside = sorted(set(modules) - set(LORA_MODULES))
+        if outside:
+            raise ValueError(f"actor.target_modules {outside}: LoRA here adapts the language model's projections only "
+                             f"({', '.join(LORA_MODULES)}); vLLM would not apply adapters elsewhere (the vision tower)")
+        self.actor.target_modules = modules
+        name = self.gconfig.lora_name or "policy"
+        self.gconfig.lora_name = name
+        if self.eval_gconfig is not None:
+            self.eval_gconfig.lora_name = name
+        self.rollout.use_lora, self.rollout.lora_name = True, name
+        self.vllm.enable_lora = True
+        self.vllm.max_lora_rank = max(self.vllm.max_lora_rank, self.actor.lora_rank)
 
     def _check_sampling(self) -> None:
         """The behaviour policy is the distribution the trainer recomputes: plain sampling at the actor's
@@ -455,6 +477,11 @@ class CUAConfig(GRPOConfig):
         if self.embedded.enabled is None:
             return not self.gym_base_url
         return self.embedded.enabled
+
+
+# The modules LoRA may adapt: the language model's attention and MLP projections (Qwen-VL's names; the vision
+# tower's are qkv, proj and linear_fc*). The default is the first four.
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def reference_model(actor):

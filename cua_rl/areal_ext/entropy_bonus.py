@@ -8,8 +8,8 @@ not train on it. With a coefficient ``c`` > 0, each micro-batch's loss becomes
     loss - c * mean(entropy over its trained tokens)
 
 so the gradient also raises the entropy of the distribution each trained token was sampled from. The term is
-in every step's statistics as ``ppo_actor/update/entropy_bonus`` (``c`` times the mean entropy, what was
-subtracted). The KL penalty to a reference model is AReaL's own (``actor.kl_ctl`` with a ``ref`` model;
+in every step's statistics as ``ppo_actor/update/entropy_bonus/avg`` (``c`` times the mean entropy over the
+step's trained tokens, what was subtracted; AReaL's ``entropy/avg`` times ``c``). The KL penalty to a reference model is AReaL's own (``actor.kl_ctl`` with a ``ref`` model;
 ``CUAConfig`` gives the run one when ``kl_ctl`` > 0 and no ``ref`` is set: docs/policy-and-training.md).
 
 How: AReaL's actor calls its module-level ``grpo_loss_fn`` for every micro-batch (``PPOActor._ppo_update``),
@@ -54,7 +54,8 @@ def with_entropy_bonus(loss_fn, coef: float):
                                "path detaches it); set entropy_bonus=0 or train without tensor parallelism")
         mask = input_data["loss_mask"].bool()
         mean = (entropy.float() * mask).sum() / mask.sum().clamp(min=1)
-        stats_tracker.scalar(entropy_bonus=float(coef * mean.detach()))
+        # per token over the trained ones, as AReaL's own entropy statistic (its loss fn set that denominator)
+        stats_tracker.stat(entropy_bonus=coef * entropy.detach().float(), denominator="n_valid_tokens")
         return loss - coef * mean
 
     return loss_with_bonus

@@ -14,6 +14,8 @@ before any model is built there:
 - ``local_shards.enable()``: a batch shard this worker holds itself is read from its memory instead of
   being serialized to base64 JSON and fetched over its own HTTP server (cua_rl/areal_ext/local_shards.py);
   ``CUA_RL_AREAL_LOCAL_SHARDS=0`` leaves AReaL's fetch as it is.
+- ``lora_vlm.enable()``: with ``actor.use_lora`` on a Qwen-VL actor, AReaL's FSDP engine asks PEFT's wrapper for
+  the M-RoPE position ids where only the inner model has them (cua_rl/areal_ext/lora_vlm.py).
 - ``entropy_bonus.enable()``: with ``entropy_bonus`` > 0 in the config (``CUA_RL_ENTROPY_BONUS``, set by
   ``train.py``), the actor's loss gets an entropy term (cua_rl/areal_ext/entropy_bonus.py).
 - ``share_vllm_cache()``, on the CPU stack only (``CUA_RL_SHARED_VLLM_CACHE`` in ``CPU_ENV``): AReaL gives
@@ -34,7 +36,7 @@ from __future__ import annotations
 import os
 import runpy
 
-from cua_rl.areal_ext import entropy_bonus, local_shards, trainer_logprobs
+from cua_rl.areal_ext import entropy_bonus, local_shards, lora_vlm, trainer_logprobs
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
 
@@ -51,6 +53,7 @@ def apply_patches(*, http_shards: bool = True) -> None:
     enable_packed_sdpa()
     trainer_logprobs.enable()
     entropy_bonus.enable()
+    lora_vlm.enable()
     if http_shards and os.environ.get("CUA_RL_AREAL_LOCAL_SHARDS", "1") != "0":   # "0": AReaL's own fetch
         local_shards.enable()
 

@@ -76,7 +76,7 @@ UPDATE_STATS = {"loss": "ppo_actor/update/actor_loss/avg", "entropy": "ppo_actor
                 "approx_kl": "ppo_actor/update/approx_kl/avg", "clip_ratio": "ppo_actor/update/clip_ratio/avg",
                 "grad_norm": "ppo_actor/update/grad_norm", "lr": "ppo_actor/update/lr",
                 "sampler_logprob_gap": "sampler_logprob_gap", "behave_kl": "ppo_actor/update/behave_approx_kl/avg",
-                "kl_reward": "ppo_actor/kl_rewards/avg", "entropy_bonus": "ppo_actor/update/entropy_bonus"}
+                "kl_reward": "ppo_actor/kl_rewards/avg", "entropy_bonus": "ppo_actor/update/entropy_bonus/avg"}
 
 
 def update_record(training_id: int, step: int, *, train_step: int, stats: dict[str, float],

@@ -11,6 +11,7 @@ is; the check is the same at the default 60 s. The other provoked stops and a he
 (docs/health.md).
 """
 
+import math
 import os
 import re
 import signal
@@ -138,20 +139,17 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
 
 def _assert_the_regularisers_trained(logs: Path) -> None:
     """Issue 37 item 2, on the same run: the KL penalty's reference model (a second training worker at the
-    starting weights, ``reference_model``) and the entropy term both ran, and every update's statistics have
-    them on the monitor's run page: the entropy term is its coefficient times the mean entropy, the KL reward
-    is <= 0 (a penalty), and the sampler-vs-trained KL is there too."""
-    from cua_rl.monitor import views
-    from cua_rl.monitor.store import Store, sqlite_url
+    starting weights, ``reference_model``) and the entropy term both ran, and every update's statistics carry
+    them: the entropy term is its coefficient times the mean entropy, the KL penalty's reward and the
+    sampler-vs-trained KL are there too (the names the monitor's run page charts, records.UPDATE_STATS)."""
+    from cua_rl.monitor.records import UPDATE_STATS
+    from cua_rl.run.summary import read_scalars
 
     assert "for worker ref/0" in (logs / "ref.log").read_text(errors="replace"), "no reference worker ran"
-    store = Store.open(sqlite_url(logs / "monitor" / "monitor.db"))
-    try:
-        [run] = views.trainings(store)
-        curve = views.training(store, run["id"])["update_curve"]
-    finally:
-        store.close()
-    assert curve, "no update reached the monitor"
-    for update in curve:
-        assert update["entropy_bonus"] == pytest.approx(ENTROPY_BONUS * update["entropy"], rel=1e-3), update
-        assert update["kl_reward"] <= 0 and "behave_kl" in update, update
+    scalars = read_scalars(logs / "tensorboard")
+    steps = {name: dict(scalars.get(UPDATE_STATS[name], [])) for name in ("entropy", "entropy_bonus", "kl_reward",
+                                                                           "behave_kl")}
+    assert steps["entropy_bonus"] and steps["entropy_bonus"].keys() == steps["entropy"].keys(), steps
+    for step, bonus in steps["entropy_bonus"].items():
+        assert bonus == pytest.approx(ENTROPY_BONUS * steps["entropy"][step], rel=1e-3), (step, steps)
+        assert math.isfinite(steps["kl_reward"][step]) and step in steps["behave_kl"], (step, steps)

@@ -31,7 +31,7 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
     _trainer_sends(monitor.url, token, update_record(
         tid, 0, train_step=1, stats={"ppo_actor/update/actor_loss/avg": -0.02, "ppo_actor/update/entropy/avg": 1.7,
                                      "ppo_actor/update/grad_norm": float("nan"), "sampler_logprob_gap": 0.31,
-                                     "ppo_actor/update/entropy_bonus": 0.0017},
+                                     "ppo_actor/update/entropy_bonus/avg": 0.0017},
         health={"sampler_logprob_gap": 0.31, "staleness": 0.0}, anomalies=[gap.as_dict()]))
 
     browser.get(f"{monitor.url}/")

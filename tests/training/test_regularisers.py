@@ -43,14 +43,14 @@ def test_the_entropy_term_raises_the_entropy_of_trained_tokens_only_and_is_in_th
 
     # zero advantages: AReaL's loss alone has no gradient (the negative case)
     plain_loss, plain_after = _step(areal_actor.grpo_loss_fn, logits, labels, mask)
-    assert torch.allclose(plain_after, logits) and "update/entropy_bonus" not in stats_tracker.export()
+    assert torch.allclose(plain_after, logits) and "update/entropy_bonus/avg" not in stats_tracker.export()
 
     bonus_loss, after = _step(entropy_bonus.with_entropy_bonus(areal_actor.grpo_loss_fn, coef), logits, labels, mask)
     before = _entropy(logits, labels, mask)
     assert float(bonus_loss - plain_loss) == pytest.approx(-coef * before, rel=1e-5)
     assert _entropy(after, labels, mask) > before + 1e-3
     assert torch.allclose(after[~mask], logits[~mask]), "untrained tokens moved"
-    assert stats_tracker.export()["update/entropy_bonus"] == pytest.approx(coef * before, rel=1e-5)
+    assert stats_tracker.export()["update/entropy_bonus/avg"] == pytest.approx(coef * before, rel=1e-5)
 
 
 def test_enable_wraps_arealls_loss_once_from_the_environment_and_refuses_bad_values(monkeypatch):
@@ -82,3 +82,29 @@ def test_a_kl_penalty_gets_the_actors_starting_weights_as_its_reference(tmp_path
     for bad, match in (("entropy_bonus=-0.1", "entropy_bonus must be"), ("actor.kl_ctl=-1", "kl_ctl must be")):
         with pytest.raises(ConfigError, match=match):
             load_config(config_file, [bad])
+
+
+def test_use_lora_is_one_switch_and_keeps_adapters_off_the_vision_tower(tmp_path, monkeypatch):
+    """``actor.use_lora`` wires the rollout side, vLLM's adapter support and the adapter's name (AReaL asks for
+    each in its own section); modules vLLM would leave unadapted (the vision tower's) are refused at load. The
+    runs with LoRA on (adapters loaded into vLLM each step, the sampler gap): docs/policy-and-training.md."""
+    from cua_rl.areal_ext import lora_vlm
+
+    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
+    config_file = "examples/cua_agent/config.cpu.yaml"
+    plain = load_config(config_file, [])
+    assert not (plain.actor.use_lora or plain.rollout.use_lora or plain.vllm.enable_lora)
+    config = load_config(config_file, ["actor.use_lora=true", "actor.lora_rank=32"])
+    assert config.actor.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert config.rollout.use_lora and config.vllm.enable_lora and config.vllm.max_lora_rank == 32
+    assert config.rollout.lora_name == config.gconfig.lora_name == config.eval_gconfig.lora_name != ""
+    with pytest.raises(ConfigError, match="vision tower"):
+        load_config(config_file, ["actor.use_lora=true", "actor.target_modules=[q_proj,qkv]"])
+    # the engine's M-RoPE call through PEFT's wrapper reaches the inner model (lora_vlm.py)
+    import transformers
+
+    lora_vlm.enable()
+    outer = transformers.Qwen3VLForConditionalGeneration
+    assert outer.compute_3d_position_ids is lora_vlm._delegate
+    inner = type("Inner", (), {"compute_3d_position_ids": lambda self, **kw: ("inner", kw)})()
+    assert lora_vlm._delegate(type("Outer", (), {"model": inner})(), input_ids=1) == ("inner", {"input_ids": 1})
