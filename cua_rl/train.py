@@ -22,7 +22,7 @@ from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
 from cua_rl.config import CUAConfig, resolve_project_token
-from cua_rl.areal_ext import entropy_bonus
+from cua_rl.areal_ext import entropy_bonus, lora_vlm
 from cua_rl.areal_ext.health import Health, StallWatch, UnhealthyRun, log_stop, stop_requested
 from cua_rl.areal_ext.model_watch import server_addrs, watch_model_servers
 from cua_rl.areal_ext.warm_up import warm_up
@@ -55,8 +55,9 @@ def main(args: list[str]) -> None:
                   lambda signum, _frame: sys.exit(UnhealthyRun.CODE if stop_requested() else 128 + signum))
     config, _ = load_expr_config(args, CUAConfig)
     wandb_environment(config)
-    # the training workers read it when they start (cua_rl/areal_ext/worker.py)
+    # the training workers read these when they start (cua_rl/areal_ext/worker.py)
     os.environ[entropy_bonus.ENV] = repr(config.entropy_bonus)
+    os.environ[lora_vlm.ENV] = "1" if config.actor.use_lora else "0"
     # Before the trainer is built: its recover handler loads whatever recover_info it finds, so the
     # directories must be back at the last committed point (or the run refused) first.
     point = resume_point(config) if config.existing_run == "resume" else None

@@ -6,10 +6,15 @@ Why: for Qwen-VL models the engine computes the 3-D (M-RoPE) position ids with
 ``actor.use_lora`` ``self.model`` is PEFT's ``PeftModel``, whose ``.model`` resolves to the
 ``...ForConditionalGeneration`` itself, which has not: every ``compute_logp`` failed with "object has no
 attribute 'compute_3d_position_ids'" (found on the first LoRA run of the CPU stack). ``enable()`` gives the
-outer classes a method that hands the call to their inner model, so both paths reach the same code.
+outer classes a method that hands the call to their inner model, so both paths reach the same code. Only in a
+run with LoRA on (``CUA_RL_LORA``, set by ``cua_rl/train.py``): other workers skip importing the model classes.
 """
 
 from __future__ import annotations
+
+import os
+
+ENV = "CUA_RL_LORA"
 
 CLASSES = ("Qwen3VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration")
 
@@ -18,8 +23,10 @@ def _delegate(self, *args, **kwargs):
     return self.model.compute_3d_position_ids(*args, **kwargs)
 
 
-def enable() -> list[str]:
-    """Add the delegating method where it is missing; the class names patched."""
+def enable(environ=os.environ) -> list[str]:
+    """With ``CUA_RL_LORA=1``, add the delegating method where it is missing; the class names patched."""
+    if environ.get(ENV) != "1":
+        return []
     import transformers
 
     patched = []

@@ -14,8 +14,9 @@ before any model is built there:
 - ``local_shards.enable()``: a batch shard this worker holds itself is read from its memory instead of
   being serialized to base64 JSON and fetched over its own HTTP server (cua_rl/areal_ext/local_shards.py);
   ``CUA_RL_AREAL_LOCAL_SHARDS=0`` leaves AReaL's fetch as it is.
-- ``lora_vlm.enable()``: with ``actor.use_lora`` on a Qwen-VL actor, AReaL's FSDP engine asks PEFT's wrapper for
-  the M-RoPE position ids where only the inner model has them (cua_rl/areal_ext/lora_vlm.py).
+- ``lora_vlm.enable()``: with ``actor.use_lora`` on a Qwen-VL actor (``CUA_RL_LORA``, set by ``train.py``),
+  AReaL's FSDP engine asks PEFT's wrapper for the M-RoPE position ids where only the inner model has them
+  (cua_rl/areal_ext/lora_vlm.py).
 - ``entropy_bonus.enable()``: with ``entropy_bonus`` > 0 in the config (``CUA_RL_ENTROPY_BONUS``, set by
   ``train.py``), the actor's loss gets an entropy term (cua_rl/areal_ext/entropy_bonus.py).
 - ``share_vllm_cache()``, on the CPU stack only (``CUA_RL_SHARED_VLLM_CACHE`` in ``CPU_ENV``): AReaL gives

@@ -143,15 +143,15 @@ def _wait(ms: int) -> dict:
     return {"type": "wait", "ms": ms}
 
 
-def _editor_solution(target: str, name: str, sentence: str, where: str) -> list[dict]:
-    if target == "vm":   # busybox vi on the console: insert, type, escape, write and quit
-        return [_type(f"vi {where}{name}\n"), _wait(500), _type("i"), _type(sentence), _key("escape"),
+def _editor_solution(vm: bool, name: str, sentence: str) -> list[dict]:
+    if vm:   # busybox vi on the console (the shell starts in /): insert, type, escape, write and quit
+        return [_type(f"vi /root/{name}\n"), _wait(500), _type("i"), _type(sentence), _key("escape"),
                 _type(":wq\n"), _wait(300)]
     return [_type(sentence), _key("ctrl", "s"), _wait(1200), _key("ctrl", "a"), _type(name), _wait(600),
             _key("enter"), _wait(500)]
 
 
-def _shell(target: str, i: int, sentence: str) -> tuple[str, dict, list[dict], list[str]]:
+def _shell(i: int, sentence: str) -> tuple[str, dict, list[dict], list[str]]:
     """Level 3: (instruction, setup extras, validators, shell lines)."""
     kind = shell_kind(i)
     if kind == "echo":
@@ -194,18 +194,17 @@ def suite_task(target: str, i: int) -> dict:
     sentence, level = SENTENCES[i], level_of(i)
     vm = target == "vm"
     home = "/root" if vm else "your home folder"
-    where = "/root/" if vm else ""
     setup: dict = {"vm": dict(VM_GUEST)} if vm else {}
     if level in ("editor", "filename"):
         name = "output.txt" if level == "editor" else f"{_words(sentence)[-1]}.txt"
         editor = "the editor vi (in the shell on the screen)" if vm else "the text editor"
         instruction = f'Using {editor}, write the sentence "{sentence}" and save it as {name} in {home}.'
-        validators, solution = _text_checks(name, sentence), _editor_solution(target, name, sentence, where)
+        validators, solution = _text_checks(name, sentence), _editor_solution(vm, name, sentence)
         if not vm:
             setup["apps"] = [{"app": "mousepad"}]
     else:
         if level == "shell":
-            task, extra, validators, lines = _shell(target, i, sentence)
+            task, extra, validators, lines = _shell(i, sentence)
             setup.update(extra)
         else:
             task, validators, lines = _multi(i, sentence)

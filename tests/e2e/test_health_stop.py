@@ -131,7 +131,7 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     assert line and int(line.group(1)) <= 3 and "1 of 1 servers" in line.group(0), out[-5000:]
     print(f"stale weights: stopped at step {line.group(1)}")
     assert re.search(r"^\[cua-rl\] cause: +a health check stopped the run: weights_unchanged 1", out, re.M), out[-3000:]
-    _assert_the_regularisers_trained((tmp_path / "fileroot" / "logs").glob("*/*/stale").__next__())
+    _assert_the_regularisers_trained(next((tmp_path / "fileroot" / "logs").glob("*/*/stale")))
     time.sleep(2)
     assert not (pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
     assert not (pids("cua_rl.areal_ext.worker") - workers_before), "training workers (actor or ref) left behind"

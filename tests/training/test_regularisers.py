@@ -103,8 +103,9 @@ def test_use_lora_is_one_switch_and_keeps_adapters_off_the_vision_tower(tmp_path
     # the engine's M-RoPE call through PEFT's wrapper reaches the inner model (lora_vlm.py)
     import transformers
 
-    lora_vlm.enable()
     outer = transformers.Qwen3VLForConditionalGeneration
+    assert lora_vlm.enable({}) == [] and lora_vlm.enable({lora_vlm.ENV: "0"}) == []   # without LoRA: nothing
+    lora_vlm.enable({lora_vlm.ENV: "1"})
     assert outer.compute_3d_position_ids is lora_vlm._delegate
     inner = type("Inner", (), {"compute_3d_position_ids": lambda self, **kw: ("inner", kw)})()
     assert lora_vlm._delegate(type("Outer", (), {"model": inner})(), input_ids=1) == ("inner", {"input_ids": 1})
