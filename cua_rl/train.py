@@ -26,7 +26,7 @@ from cua_rl.areal_ext import entropy_bonus, lora_vlm
 from cua_rl.areal_ext.health import Health, StallWatch, UnhealthyRun, log_stop, stop_requested
 from cua_rl.areal_ext.model_watch import server_addrs, watch_model_servers
 from cua_rl.areal_ext.warm_up import warm_up
-from cua_rl.areal_ext.weight_probe import WeightProbe, real_update
+from cua_rl.areal_ext.weight_probe import WeightProbe, fingerprint, real_update
 from cua_rl.monitor import training_run
 from cua_rl.areal_ext.resume import install, resume_point
 from cua_rl.runs import RunPaths
@@ -186,10 +186,10 @@ class Trainer(PPOTrainer):
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset, **kwargs)
         self._commit, self.stats_logger.commit = self.stats_logger.commit, self._commit_with_health
         # after each update, whether the servers took it (cua_rl/areal_ext/weight_probe.py): probed once the
-        # inference side resumes, since AReaL keeps the engines paused through the update and the commit. Not
-        # with LoRA (the canary reads the base model, which the update leaves alone) or another model's server.
-        self.weight_probe = (WeightProbe(lambda: server_addrs(self)) if config.health.weight_probe
-                             and not (config.model_base_url or config.actor.use_lora) else None)
+        # inference side resumes, since AReaL keeps the engines paused through the update and the commit. With
+        # LoRA the probe reads the adapter of the version served; not with another model's server.
+        self.weight_probe = (WeightProbe(lambda: server_addrs(self), self._probe_of(config))
+                             if config.health.weight_probe and not config.model_base_url else None)
         self._probe_due: tuple[int, bool] | None = None
         if self.weight_probe is not None and getattr(self, "rollout", None) is not None:
             resume = self.rollout.resume
@@ -203,6 +203,15 @@ class Trainer(PPOTrainer):
         # the servers' first image request now, not in the first step's episodes (cua_rl/areal_ext/warm_up.py)
         if not config.model_base_url:
             warm_up(server_addrs(self))
+
+    def _probe_of(self, config):
+        """The weight probe's fingerprint: the base model's, or with LoRA the served version's adapter's."""
+        if not config.actor.use_lora:
+            return fingerprint
+        from areal.api.io_struct import get_versioned_lora_name
+
+        return lambda addr: fingerprint(addr, model=get_versioned_lora_name(config.gconfig.lora_name,
+                                                                            self.rollout.get_version()))
 
     def train(self, *args, **kwargs):
         if self.weight_probe is not None:

@@ -13,8 +13,8 @@ The check can miss (a GPU's batch-dependent bf16 arithmetic moves the values by 
 may look changed). It also trips when an update is too small to survive the cast to the server's dtype: the
 served policy then truly did not change (docs/health.md).
 
-Not with LoRA: the canary asks for the base model, which an adapter's update leaves as it was (an adapter
-probe would name the versioned adapter). The trainer (``cua_rl.train``) probes once before training and after
+With LoRA the canary asks for the adapter of the version being served (``name-vN``, AReaL's name for it): the
+base model, which an adapter's update leaves as it was, would always look unchanged. The trainer (``cua_rl.train``) probes once before training and after
 the inference side resumes from each update (AReaL pauses the engines for the update, the save and the statistics; a probe while paused would
 wait for the resume). The verdict is the ``weights_unchanged`` health check.
 """
@@ -36,9 +36,12 @@ UNCHANGED = 1e-6                    # largest |difference| still read as the sam
 PROBE_TIMEOUT_S = 60.0
 
 
-def fingerprint(addr: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[float, ...] | None:
-    """The canary's prompt logprobs served at ``host:port``, or None when it did not answer usefully."""
+def fingerprint(addr: str, timeout_s: float = PROBE_TIMEOUT_S, model: str | None = None) -> tuple[float, ...] | None:
+    """The canary's prompt logprobs served at ``host:port`` (``model``: a served adapter's name; None: the
+    base model), or None when it did not answer usefully."""
     payload = {"prompt": list(CANARY), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0, "logprobs": 0}
+    if model:
+        payload["model"] = model
     try:
         response = httpx.post(f"http://{addr}/v1/completions", json=payload, timeout=timeout_s)
         if response.status_code >= 400:

@@ -63,17 +63,22 @@ class VLLMServer:
     def __init__(self, model_dir: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
                  max_model_len: int = 8192, max_num_seqs: int = 16, seed: int = 1, dtype: str = "float32",
                  log_path: str | Path | None = None, start_timeout_s: float = 600.0, prefix_caching: bool = False,
-                 tool_call_parser: str | None = None):
+                 tool_call_parser: str | None = None, max_lora_rank: int | None = None,
+                 lora_modules: list[str] | None = None):
         from areal.api.cli_args import vLLMConfig
 
         self.host, self.port = host, port or free_port(host)
         cfg = cpu_vllm_config(model_dir, max_model_len=max_model_len, max_num_seqs=max_num_seqs, seed=seed,
                               dtype=dtype, prefix_caching=prefix_caching)
+        if max_lora_rank:   # serve LoRA adapters as a run with actor.use_lora does (config._wire_lora), the
+            # initial ones given as AReaL's trainer gives them ("name-v0=path")
+            cfg.enable_lora, cfg.max_lora_rank, cfg.lora_modules = True, max_lora_rank, lora_modules
         args = vLLMConfig.build_args(cfg, tp_size=1, pp_size=1, host=host, port=self.port)
         if tool_call_parser:   # vLLM's own tool-call parsing on its chat route (tests compare the endpoint's with it)
             args.update(enable_auto_tool_choice=True, tool_call_parser=tool_call_parser)
         self.cmd = vLLMConfig.build_cmd_from_args(args)
-        env = {**os.environ, **CPU_ENV}
+        # AReaL's launchers set this for every server they start: LoRA updates go through /v1/load_lora_adapter
+        env = {**os.environ, **CPU_ENV, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.started = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,

@@ -39,11 +39,13 @@ from tests.doubles.policy_helpers import png_data_url
 TEMPERATURES = (1.0, 0.7)
 
 
-async def _episodes(engine, processor, temperature: float, n_episodes=2):
+async def _episodes(engine, processor, temperature: float, n_episodes=2, lora_name: str = ""):
     """Two-turn episodes driven through the endpoint over HTTP, like an agent: screenshot, answer,
-    next screenshot with the history. Returns the outcomes (turns recorded by the endpoint)."""
+    next screenshot with the history. Returns the outcomes (turns recorded by the endpoint). ``lora_name``:
+    the adapter's name when the engine samples with LoRA (tests/policy/test_gates_lora.py)."""
+    sampling = GenerationHyperparameters(max_new_tokens=16, temperature=temperature)
     policy = PolicyEndpoint(engine, processor, processor.tokenizer,
-                            GenerationHyperparameters(max_new_tokens=16, temperature=temperature),
+                            sampling.new(lora_name=lora_name) if lora_name else sampling,
                             EndpointSettings(max_screenshots_in_history=2))
     outcomes = []
     try:

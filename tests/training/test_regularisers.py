@@ -2,6 +2,8 @@
 reference model that the config gives a run (``reference_model``). The run that trains with both and shows their
 statistics: tests/e2e/test_health_stop.py (the weight-update run)."""
 
+import types
+
 import pytest
 import torch
 from areal.trainer.ppo import actor as areal_actor
@@ -109,3 +111,12 @@ def test_use_lora_is_one_switch_and_keeps_adapters_off_the_vision_tower(tmp_path
     assert outer.compute_3d_position_ids is lora_vlm._delegate
     inner = type("Inner", (), {"compute_3d_position_ids": lambda self, **kw: ("inner", kw)})()
     assert lora_vlm._delegate(type("Outer", (), {"model": inner})(), input_ids=1) == ("inner", {"input_ids": 1})
+    # the weight probe reads the adapter of the version served, not the base model an adapter leaves alone
+    import cua_rl.train as train
+
+    asked = []
+    monkeypatch.setattr(train, "fingerprint", lambda addr, model=None: asked.append((addr, model)))
+    trainer = types.SimpleNamespace(rollout=types.SimpleNamespace(get_version=lambda: 3))
+    train.Trainer._probe_of(trainer, config)("h:1")
+    assert train.Trainer._probe_of(trainer, plain) is train.fingerprint
+    assert asked == [("h:1", f"{config.gconfig.lora_name}-v3")]
