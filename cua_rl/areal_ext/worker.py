@@ -8,6 +8,9 @@ before any model is built there:
 - ``enable_packed_sdpa()``: AReaL packs each micro-batch into one row; without flash-attention (the CPU)
   stock sdpa lets a sequence attend to the ones packed before it (cua_rl/areal_ext/packed_attention.py).
   Harmless with flash_attention_2.
+- ``compact_images.enable()``: training rows carry their ``pixel_values`` as palette codes, a quarter of the
+  floats (cua_rl/trajectory/pixels.py); the FSDP engine decodes each micro-batch's just before its forward,
+  bit-equal (cua_rl/areal_ext/compact_images.py). Rows with float pixels pass through.
 - ``trainer_logprobs.enable()``: the gap between the trainer's recomputed logprobs and the engine's goes
   into every step's statistics (a health check reads it); with the Training Monitor on (``MONITOR_BASE_URL``
   and a token in the environment, set by ``train.py``), each turn's values are sent to it for the viewer.
@@ -37,7 +40,7 @@ from __future__ import annotations
 import os
 import runpy
 
-from cua_rl.areal_ext import entropy_bonus, local_shards, lora_vlm, trainer_logprobs
+from cua_rl.areal_ext import compact_images, entropy_bonus, local_shards, lora_vlm, trainer_logprobs
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
 
@@ -52,6 +55,7 @@ def apply_patches(*, http_shards: bool = True) -> None:
     workers' HTTP servers (not under Ray, whose object store carries them)."""
     share_vllm_cache()
     enable_packed_sdpa()
+    compact_images.enable()
     trainer_logprobs.enable()
     entropy_bonus.enable()
     lora_vlm.enable()

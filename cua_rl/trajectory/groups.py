@@ -26,6 +26,7 @@ from areal.utils.data import concat_padded_tensors
 
 from cua_rl.policy.records import Turn, tensor_sha256
 
+from .pixels import pack
 from .rows import ExportStyle, episode_rows, turn_key
 
 logger = logging.getLogger(__name__)
@@ -118,9 +119,11 @@ class ScreenshotSwap:
 
 def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
                 style: ExportStyle = "individual", discount: float = 1.0,
-                equal_episode_weight: bool = True) -> dict[str, Any] | None:
+                equal_episode_weight: bool = True, compact_images: bool = True) -> dict[str, Any] | None:
     """Rows of all episodes of one group, concatenated; None when no episode produced a row. When any
-    episode is reported to the monitor, every row carries ``monitor_turn`` (rows.py)."""
+    episode is reported to the monitor, every row carries ``monitor_turn`` (rows.py). ``compact_images``: each
+    row's ``pixel_values`` as palette codes (pixels.py, bit-equal once decoded; the trainer needs
+    ``cua_rl.areal_ext.compact_images``, which the training workers enable)."""
     if not outcomes:
         return None
     raw = [o.reward for o in outcomes]
@@ -138,4 +141,7 @@ def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale
     if not rows:
         logger.warning("group of %d episodes recorded no model turns; nothing to train", len(outcomes))
         return None
-    return concat_padded_tensors(rows)
+    batch = concat_padded_tensors(rows)
+    if compact_images:
+        batch["multi_modal_input"] = [pack(mmi) for mmi in batch["multi_modal_input"]]
+    return batch

@@ -33,7 +33,7 @@ from areal.api.cli_args import (
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 
-from cua_rl.areal_ext import lora_vlm
+from cua_rl.areal_ext import compact_images, lora_vlm
 from cua_rl.areal_ext.health import BY_NAME
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
@@ -58,6 +58,7 @@ def test_lora_adapters_served_by_vllm_agree_with_the_trainer_and_a_stale_one_sho
     monkeypatch.setenv(lora_vlm.ENV, "1")
     lora_vlm.enable()      # what cua_rl.areal_ext.worker does in a run with LoRA on
     enable_packed_sdpa()
+    compact_images.enable()
     exp, trial = "cua-gates-lora", uuid.uuid4().hex[:8]
     rollout = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", experiment_name=exp, trial_name=trial,
                                                      setup_timeout=60, request_timeout=300, use_lora=True,

@@ -22,6 +22,7 @@ from PIL import Image
 
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
 from cua_rl.trajectory import EpisodeOutcome, group_batch
+from cua_rl.trajectory.pixels import unpack
 from tests.doubles.policy_helpers import png_data_url
 
 TOOLS = [{"type": "function", "function": {
@@ -78,7 +79,7 @@ async def test_ids_logprobs_and_pixels_match_vllm(engine, vllm_server, processor
         # Pixel gate: the row's image tensors are the processor's output for exactly these screenshots.
         ref = _reference(processor, urls)
         row = group_batch([EpisodeOutcome([turn], 1.0)], normalise=False)
-        mmi = row["multi_modal_input"][0]
+        mmi = unpack(row["multi_modal_input"][0])     # the row's palette codes, decoded as the trainer does
         assert tensor_sha256(mmi["pixel_values"]) == tensor_sha256(ref["pixel_values"])
         assert tensor_sha256(mmi["image_grid_thw"]) == tensor_sha256(ref["image_grid_thw"])
         n = len(turn.prompt_ids) + len(turn.output_ids)

@@ -27,6 +27,7 @@ from areal.api.cli_args import (
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 
+from cua_rl.areal_ext import compact_images
 from cua_rl.areal_ext.health import BY_NAME, SAMPLER_GAP_KEY
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
@@ -91,6 +92,7 @@ def _gate(actor, outcomes, temperature: float, label: str) -> tuple[dict, torch.
 def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny_model_dir, processor, tmp_path,
                                                                 dist_env):
     enable_packed_sdpa()  # AReaL packs the group's rows into one micro-batch; see cua_rl/areal_ext/packed_attention.py
+    compact_images.enable()   # the rows' pixels are palette codes (cua_rl/trajectory/pixels.py), as the workers read them
     exp, trial = "cua-gates", uuid.uuid4().hex[:8]
     rollout = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", experiment_name=exp, trial_name=trial,
                                                      setup_timeout=60, request_timeout=300))
@@ -109,6 +111,7 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
             stats, logp, batch = _gate(actor, outcomes, temp, f"v0, T={temp}")
             assert batch["input_ids"].shape[0] == 4
             assert stats["median_abs_diff"] < 1e-3 and stats["max_abs_diff"] < 1e-2, stats
+            _assert_codes_train_as_the_floats(actor, outcomes, batch, logp)
 
         _assert_the_monitor_gets_each_turns_trainer_logprobs(actor, outcomes)  # sampled at TEMPERATURES[-1]
         actor.config.temperature = 1.0
@@ -153,6 +156,20 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
         rollout.destroy()
         actor.destroy()
         httpx.post(vllm_server.url + "/areal_update_weights", json={"model_path": tiny_model_dir}, timeout=300)
+
+
+def _assert_codes_train_as_the_floats(actor, outcomes, batch, logp) -> None:
+    """Rows whose images are palette codes, decoded by the engine before each forward, give the trainer
+    exactly the logprobs of the same rows with float pixels, at a quarter of the images' bytes."""
+    from cua_rl.trajectory.pixels import PALETTE, nbytes
+
+    floats = group_batch(outcomes, compact_images=False)
+    assert all(PALETTE in m for m in batch["multi_modal_input"])
+    (float_logp,) = actor.compute_logp([floats])
+    assert torch.equal(float_logp, logp)
+    packed, plain = nbytes(batch["multi_modal_input"]), nbytes(floats["multi_modal_input"])
+    print(f"GATE image codes: the same logprobs bit for bit; images {packed} bytes vs {plain} as floats")
+    assert packed < 0.3 * plain
 
 
 class _Sink:
