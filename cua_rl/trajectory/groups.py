@@ -26,7 +26,7 @@ from areal.utils.data import concat_padded_tensors
 
 from cua_rl.policy.records import Turn, tensor_sha256
 
-from .pixels import pack
+from .pixels import pack_rows
 from .rows import ExportStyle, episode_rows, turn_key
 
 logger = logging.getLogger(__name__)
@@ -143,5 +143,5 @@ def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale
         return None
     batch = concat_padded_tensors(rows)
     if compact_images:
-        batch["multi_modal_input"] = [pack(mmi) for mmi in batch["multi_modal_input"]]
+        batch["multi_modal_input"] = pack_rows(batch["multi_modal_input"])
     return batch

@@ -30,18 +30,54 @@ def _code_dtype(n: int) -> torch.dtype | None:
     return torch.uint8 if n <= _U8 else torch.int16 if n <= _I16 else None
 
 
+def _unique(pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sorted distinct values as int32 bits, each value's index among them)."""
+    return torch.unique(pixels.contiguous().view(torch.int32), return_inverse=True)
+
+
 def pack(mmi: dict) -> dict:
     """``mmi`` with its float32 ``pixel_values`` as codes plus ``pixel_palette``; unchanged (a copy) when it
     has no float32 pixels, is packed already, or has too many distinct values."""
-    out = dict(mmi)
-    pixels = out.get(PIXELS)
-    if PALETTE in out or not isinstance(pixels, torch.Tensor) or pixels.dtype != torch.float32:
-        return out
-    bits, inverse = torch.unique(pixels.contiguous().view(torch.int32), return_inverse=True)
-    dtype = _code_dtype(bits.numel())
-    if dtype is None:
-        return out
-    out[PIXELS], out[PALETTE] = inverse.to(dtype), bits.view(torch.float32)
+    return pack_rows([mmi])[0]
+
+
+def pack_rows(items: list[dict]) -> list[dict]:
+    """``pack`` for each of the rows' ``multi_modal_input`` dicts, sorting each distinct screenshot once: the
+    rows of an episode repeat its history's screenshots (one row per turn), so each image block (its
+    ``image_grid_thw`` patches) is looked up among the blocks seen before (sampled values, then ``torch.equal``)
+    and its codes reused, re-indexed onto the row's palette."""
+    seen: dict[tuple, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
+
+    def block_codes(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        flat = block.reshape(-1)
+        key = (tuple(block.shape), flat[:: max(1, flat.numel() // 64)].numpy().tobytes())
+        for other, bits, inverse in seen.get(key, []):
+            if torch.equal(other, block):
+                return bits, inverse
+        bits, inverse = _unique(block)
+        inverse = inverse.to(_code_dtype(bits.numel()) or torch.int32)   # kept for the group: small codes
+        seen.setdefault(key, []).append((block, bits, inverse))
+        return bits, inverse
+
+    out = []
+    for mmi in items:
+        row = dict(mmi)
+        pixels = row.get(PIXELS)
+        if PALETTE in row or not isinstance(pixels, torch.Tensor) or pixels.dtype != torch.float32:
+            out.append(row)
+            continue
+        grids = row.get("image_grid_thw")
+        sizes = [int(torch.prod(g)) for g in grids] if isinstance(grids, torch.Tensor) else []
+        blocks = torch.split(pixels, sizes) if sizes and sum(sizes) == pixels.shape[0] else [pixels]
+        packed = [block_codes(b) for b in blocks]
+        bits = packed[0][0] if len(packed) == 1 else torch.unique(torch.cat([b for b, _ in packed]))
+        dtype = _code_dtype(bits.numel())
+        if dtype is not None:
+            # each block's codes re-indexed onto the row's palette through a lookup table of its own
+            codes = [inv.to(dtype) if b is bits else decode(inv, torch.searchsorted(bits, b).to(dtype))
+                     for b, inv in packed]
+            row[PIXELS], row[PALETTE] = torch.cat(codes) if len(codes) > 1 else codes[0], bits.view(torch.float32)
+        out.append(row)
     return out
 
 

@@ -80,3 +80,20 @@ def test_areals_micro_batch_preparation_hands_the_model_floats(processor):
     floats = torch.cat([t.multi_modal_input[PIXELS] for t in turns])
     assert torch.equal(inputs[PIXELS], floats) and PALETTE not in inputs and ctx.model_inputs is inputs
     assert padded[PIXELS].dtype != torch.float32                 # the micro-batch list still holds codes
+
+
+def test_a_screenshot_repeated_in_later_rows_is_sorted_once_and_each_row_decodes_exactly(processor, monkeypatch):
+    """Rows of one episode repeat its history's screenshots: ``pack_rows`` sorts each distinct one once and
+    re-indexes its codes onto each row's palette."""
+    from cua_rl.trajectory import pixels
+
+    shots = [_screenshot_mmi(processor, c) for c in ((250, 250, 250), (10, 120, 60), (90, 90, 200))]
+    rows = [{PIXELS: torch.cat([s[PIXELS] for s in shots[:n]]),
+             "image_grid_thw": torch.cat([s["image_grid_thw"] for s in shots[:n]])} for n in (1, 2, 3)]
+    sorted_blocks = []
+    monkeypatch.setattr(pixels, "_unique", lambda t: sorted_blocks.append(t.shape) or torch.unique(
+        t.contiguous().view(torch.int32), return_inverse=True))
+    packed = pixels.pack_rows(rows)
+    assert len(sorted_blocks) == 3                       # three distinct screenshots, six occurrences
+    for row, p in zip(rows, packed):
+        assert p[PIXELS].dtype == torch.uint8 and torch.equal(unpack(p)[PIXELS], row[PIXELS])
