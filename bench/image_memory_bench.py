@@ -82,9 +82,11 @@ outcomes = []
 for e in range(4):
     msgs, recorded = [{"role": "system", "content": "You operate a computer."}], []
     for t in range(turns):
-        msgs.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": screenshot(100 * e + t)}}]})
+        shot = {"type": "image_url", "image_url": {"url": screenshot(100 * e + t)}}
+        msgs.append({"role": "user", "content": [shot]})
         p = prompt_from_messages(processor, processor.tokenizer, settings, msgs)
-        out = processor.tokenizer(f"click({e}, {t})", add_special_tokens=False)["input_ids"] + [processor.tokenizer.eos_token_id]
+        out = processor.tokenizer(f"click({e}, {t})", add_special_tokens=False)["input_ids"]
+        out.append(processor.tokenizer.eos_token_id)
         recorded.append(Turn(prompt_ids=p.input_ids, output_ids=out, output_logprobs=[-1.0] * len(out),
                              output_versions=[0] * len(out), prompt_mm_token_type_ids=p.mm_token_type_ids,
                              multi_modal_input=p.multi_modal_input, n_images=len(p.images)))
@@ -112,7 +114,8 @@ actor.ppo_update(actor.compute_advantages([batch]))
 update_s = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 torch.save(logp, os.path.join(work, "logp.pt"))
-print(json.dumps({"rows": rows, "images": n_images, "tokens": int(batch["attention_mask"].sum()), "images_bytes": images,
+print(json.dumps({"rows": rows, "images": n_images, "tokens": int(batch["attention_mask"].sum()),
+                  "images_bytes": images,
                   "peak_over_model_gib": round((peak - base) / 2**30, 3), "group_batch_s": round(pack_s, 2),
                   "compute_logp_s": round(logp_s, 2), "ppo_update_s": round(update_s, 2)}))
 actor.destroy()

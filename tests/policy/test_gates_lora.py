@@ -84,7 +84,8 @@ def test_lora_adapters_served_by_vllm_agree_with_the_trainer_and_a_stale_one_sho
                                           lora_name=NAME, base_model_name=tiny_model_dir,
                                           clear_checkpoint_after_load=False)   # the negative case reuses v1's files
         actor.connect_engine(rollout, meta)
-        probe = WeightProbe(lambda: [server.addr], lambda addr: fingerprint(addr, model=f"{NAME}-v{rollout.get_version()}"))
+        probe = WeightProbe(lambda: [server.addr],
+                            lambda addr: fingerprint(addr, model=f"{NAME}-v{rollout.get_version()}"))
         probe.baseline()
 
         outcomes0 = asyncio.run(_lora_episodes(rollout, processor))

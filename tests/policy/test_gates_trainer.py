@@ -92,7 +92,7 @@ def _gate(actor, outcomes, temperature: float, label: str) -> tuple[dict, torch.
 def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny_model_dir, processor, tmp_path,
                                                                 dist_env):
     enable_packed_sdpa()  # AReaL packs the group's rows into one micro-batch; see cua_rl/areal_ext/packed_attention.py
-    compact_images.enable()   # the rows' pixels are palette codes (cua_rl/trajectory/pixels.py), as the workers read them
+    compact_images.enable()   # rows carry palette codes for pixels (trajectory/pixels.py), read as the workers do
     exp, trial = "cua-gates", uuid.uuid4().hex[:8]
     rollout = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", experiment_name=exp, trial_name=trial,
                                                      setup_timeout=60, request_timeout=300))
