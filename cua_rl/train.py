@@ -26,7 +26,7 @@ from cua_rl.areal_ext import entropy_bonus, lora_vlm
 from cua_rl.areal_ext.health import Health, StallWatch, UnhealthyRun, log_stop, stop_requested
 from cua_rl.areal_ext.model_watch import server_addrs, watch_model_servers
 from cua_rl.areal_ext.warm_up import warm_up
-from cua_rl.areal_ext.weight_probe import WeightProbe, fingerprint, real_update
+from cua_rl.areal_ext.weight_probe import WeightProbe, adapter_probe, fingerprint, real_update
 from cua_rl.monitor import training_run
 from cua_rl.areal_ext.resume import install, resume_point
 from cua_rl.runs import RunPaths
@@ -208,10 +208,7 @@ class Trainer(PPOTrainer):
         """The weight probe's fingerprint: the base model's, or with LoRA the served version's adapter's."""
         if not config.actor.use_lora:
             return fingerprint
-        from areal.api.io_struct import get_versioned_lora_name
-
-        return lambda addr: fingerprint(addr, model=get_versioned_lora_name(config.gconfig.lora_name,
-                                                                            self.rollout.get_version()))
+        return adapter_probe(config.gconfig.lora_name, lambda: self.rollout.get_version())
 
     def train(self, *args, **kwargs):
         if self.weight_probe is not None:

@@ -59,6 +59,13 @@ def fingerprint(addr: str, timeout_s: float = PROBE_TIMEOUT_S, model: str | None
     return tuple(values) if all(math.isfinite(v) for v in values) else None
 
 
+def adapter_probe(lora_name: str, version: Callable[[], int]) -> Callable[[str], tuple[float, ...] | None]:
+    """``fingerprint`` of the LoRA adapter serving ``version()`` (AReaL's name for it: ``<lora_name>-v<N>``)."""
+    from areal.api.io_struct import get_versioned_lora_name
+
+    return lambda addr: fingerprint(addr, model=get_versioned_lora_name(lora_name, version()))
+
+
 def real_update(stats: dict[str, float]) -> bool:
     """Whether the step's optimizer step changed the weights (AReaL's statistics of the actor's update)."""
     grad = stats.get("ppo_actor/update/grad_norm")

@@ -26,7 +26,7 @@ from areal.utils.data import concat_padded_tensors
 
 from cua_rl.policy.records import Turn, tensor_sha256
 
-from .pixels import pack_rows
+from .pixels import image_blocks, pack_rows
 from .rows import ExportStyle, episode_rows, turn_key
 
 logger = logging.getLogger(__name__)
@@ -95,10 +95,8 @@ class ScreenshotSwap:
         def swap(mmi: dict | None) -> dict | None:
             if not mmi or "pixel_values" not in mmi or "image_grid_thw" not in mmi:
                 return mmi
-            grids = [tuple(g) for g in mmi["image_grid_thw"].tolist()]
-            blocks = torch.split(mmi["pixel_values"], [math.prod(g) for g in grids])
             out = []
-            for grid, block in zip(grids, blocks):
+            for grid, block in image_blocks(mmi):
                 key = tensor_sha256(block)
                 if key not in stand_in:
                     seen.append((grid, key, block))

@@ -19,6 +19,8 @@ forward, so the step holds codes and only one micro-batch's floats at a time.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 PALETTE = "pixel_palette"   # the row's key for the palette of its ``pixel_values`` codes
@@ -33,6 +35,12 @@ def _code_dtype(n: int) -> torch.dtype | None:
 def _unique(pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sorted distinct values as int32 bits, each value's index among them)."""
     return torch.unique(pixels.contiguous().view(torch.int32), return_inverse=True)
+
+
+def image_blocks(mmi: dict) -> list[tuple[tuple[int, ...], torch.Tensor]]:
+    """Each image of ``mmi``: its ``(t, h, w)`` grid and its rows of ``pixel_values``, in order."""
+    grids = [tuple(g) for g in mmi["image_grid_thw"].tolist()]
+    return list(zip(grids, torch.split(mmi[PIXELS], [math.prod(g) for g in grids])))
 
 
 def pack(mmi: dict) -> dict:
@@ -67,8 +75,8 @@ def pack_rows(items: list[dict]) -> list[dict]:
             out.append(row)
             continue
         grids = row.get("image_grid_thw")
-        sizes = [int(torch.prod(g)) for g in grids] if isinstance(grids, torch.Tensor) else []
-        blocks = torch.split(pixels, sizes) if sizes and sum(sizes) == pixels.shape[0] else [pixels]
+        whole = not isinstance(grids, torch.Tensor) or int(grids.prod(-1).sum()) != pixels.shape[0]
+        blocks = [pixels] if whole else [b for _, b in image_blocks(row)]
         packed = [block_codes(b) for b in blocks]
         bits = packed[0][0] if len(packed) == 1 else torch.unique(torch.cat([b for b, _ in packed]))
         dtype = _code_dtype(bits.numel())

@@ -201,8 +201,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if t.shuffle_screenshots:
             outcomes = _screenshot_swap(self.seed)(outcomes)
         self._report_advantages(outcomes)
-        # in a thread: packing the rows' images (trajectory/pixels.py) is a sort per row, and this loop serves the
-        # policy endpoint of every episode in flight
+        # in a thread: packing the rows' images (trajectory/pixels.py) sorts each distinct screenshot, and this
+        # loop serves the policy endpoint of every episode in flight
         batch = await asyncio.to_thread(group_batch, outcomes, normalise=t.normalise_in_group,
                                         scale_by_std=t.scale_by_std, style=t.export_style,
                                         discount=t.turn_discount, equal_episode_weight=t.equal_episode_weight)

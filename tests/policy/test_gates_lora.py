@@ -37,7 +37,7 @@ from cua_rl.areal_ext import compact_images, lora_vlm
 from cua_rl.areal_ext.health import BY_NAME
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
-from cua_rl.areal_ext.weight_probe import WeightProbe, fingerprint
+from cua_rl.areal_ext.weight_probe import WeightProbe, adapter_probe
 from cua_rl.config import LORA_MODULES
 from cua_rl.local_model.vllm_server import VLLMServer
 from cua_rl.trajectory import group_batch
@@ -84,8 +84,7 @@ def test_lora_adapters_served_by_vllm_agree_with_the_trainer_and_a_stale_one_sho
                                           lora_name=NAME, base_model_name=tiny_model_dir,
                                           clear_checkpoint_after_load=False)   # the negative case reuses v1's files
         actor.connect_engine(rollout, meta)
-        probe = WeightProbe(lambda: [server.addr],
-                            lambda addr: fingerprint(addr, model=f"{NAME}-v{rollout.get_version()}"))
+        probe = WeightProbe(lambda: [server.addr], adapter_probe(NAME, rollout.get_version))
         probe.baseline()
 
         outcomes0 = asyncio.run(_lora_episodes(rollout, processor))

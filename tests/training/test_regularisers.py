@@ -113,9 +113,10 @@ def test_use_lora_is_one_switch_and_keeps_adapters_off_the_vision_tower(tmp_path
     assert lora_vlm._delegate(type("Outer", (), {"model": inner})(), input_ids=1) == ("inner", {"input_ids": 1})
     # the weight probe reads the adapter of the version served, not the base model an adapter leaves alone
     import cua_rl.train as train
+    from cua_rl.areal_ext import weight_probe
 
     asked = []
-    monkeypatch.setattr(train, "fingerprint", lambda addr, model=None: asked.append((addr, model)))
+    monkeypatch.setattr(weight_probe, "fingerprint", lambda addr, model=None: asked.append((addr, model)))
     trainer = types.SimpleNamespace(rollout=types.SimpleNamespace(get_version=lambda: 3))
     train.Trainer._probe_of(trainer, config)("h:1")
     assert train.Trainer._probe_of(trainer, plain) is train.fingerprint
