@@ -367,6 +367,7 @@ class CUAConfig(GRPOConfig):
             raise ValueError(f"gym_id {self.gym_id!r}: the embedded gym serves {' or '.join(EMBEDDED_GYM_IDS)}; "
                              f"another gym id needs its gym's URL (--gym URL)")
         self._check_regularisers()
+        self._check_train_engine()
         self._wire_lora()
         norm = self.actor.adv_norm
         if self.trajectory.mutation == "batch_recentring" and norm is not None:
@@ -390,6 +391,18 @@ class CUAConfig(GRPOConfig):
             raise ValueError(f"actor.kl_ctl must be a number >= 0, got {self.actor.kl_ctl}")
         if self.actor.kl_ctl > 0 and self.ref is None:
             self.ref = reference_model(self.actor)
+
+    def _check_train_engine(self) -> None:
+        """The rows carry their images as palette codes that only AReaL's FSDP engine, patched in the training
+        workers, decodes before its forward (cua_rl/areal_ext/compact_images.py); another engine would read the
+        codes as pixel values, silently."""
+        for name, engine in (("actor", self.actor), ("ref", self.ref)):
+            backend = getattr(engine, "backend", None) or ""   # ref: None without a KL penalty
+            if backend and not backend.startswith("fsdp"):
+                raise ValueError(f"{name}.backend {backend!r}: training here runs on AReaL's FSDP engine "
+                                 f"(fsdp:...); the rows' images are palette codes its patched micro-batches "
+                                 f"decode (cua_rl/areal_ext/compact_images.py), which another engine would "
+                                 f"read as pixels")
 
     def _wire_lora(self) -> None:
         """``actor.use_lora`` is the one switch: the rollout side, vLLM's adapter support, the adapter's name and

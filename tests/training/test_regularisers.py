@@ -121,3 +121,12 @@ def test_use_lora_is_one_switch_and_keeps_adapters_off_the_vision_tower(tmp_path
     train.Trainer._probe_of(trainer, config)("h:1")
     assert train.Trainer._probe_of(trainer, plain) is train.fingerprint
     assert asked == [("h:1", f"{config.gconfig.lora_name}-v3")]
+
+
+def test_a_train_engine_other_than_fsdp_is_refused(tmp_path, monkeypatch):
+    """The rows' images are palette codes that only the FSDP engine's patch decodes (compact_images.py): another
+    engine would read the codes as pixel values, so the config refuses it instead of training on them."""
+    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
+    assert load_config("examples/cua_agent/config.cpu.yaml", []).actor.backend.startswith("fsdp")
+    with pytest.raises(ConfigError, match="FSDP engine"):
+        load_config("examples/cua_agent/config.cpu.yaml", ["actor.backend=megatron:d1"])
