@@ -398,7 +398,7 @@ class CUAConfig(GRPOConfig):
         codes as pixel values, silently."""
         for name, engine in (("actor", self.actor), ("ref", self.ref)):
             backend = getattr(engine, "backend", None) or ""   # ref: None without a KL penalty
-            if backend and not backend.startswith("fsdp"):
+            if backend not in ("", "???") and not backend.startswith("fsdp"):   # "???": not set yet (MISSING)
                 raise ValueError(f"{name}.backend {backend!r}: training here runs on AReaL's FSDP engine "
                                  f"(fsdp:...); the rows' images are palette codes its patched micro-batches "
                                  f"decode (cua_rl/areal_ext/compact_images.py), which another engine would "
