@@ -39,17 +39,24 @@ from Xlib import X, display as xdisplay, error as xerror
 from . import procs
 from .cdp import CDPError, CDPPipe
 from .desktop import Desktop, DesktopSpec, SandboxLimits, SANDBOX_HOME, _rlimits
+from .xinput import char_keysym
 
 logger = logging.getLogger(__name__)
 
 SITE_ORIGIN = "http://gym.test"       # .test is reserved (RFC 2606): it can never be a real site
 WM_CLASS = "Chromium"
 MAX_SITE_FILE = 8 << 20
-# Installed in every document before its own scripts: counts the trusted input events the page receives.
-INPUT_COUNTER_JS = """(() => { let n = 0;
+# Installed in every document before its own scripts: counts the trusted input events the page receives, and
+# keeps the last 64 of them (type, key, target, focused element) for a lost input's evidence (``input_log``).
+INPUT_COUNTER_JS = """(() => { let n = 0; const log = [];
+  const name = e => e ? (e.id ? '#' + e.id : (e.tagName || e.nodeName || '?').toLowerCase()) : null;
   for (const t of ['mousedown', 'mouseup', 'keydown', 'keyup', 'wheel'])
-    addEventListener(t, e => { if (e.isTrusted) n++; }, true);
-  Object.defineProperty(window, '__cuaInputs', {get: () => n}); })()"""
+    addEventListener(t, e => { if (!e.isTrusted) return; n++;
+      log.push([t, e.key === undefined ? null : e.key, name(e.target), name(document.activeElement),
+                document.hasFocus(), Math.round(performance.now())]);
+      if (log.length > 64) log.shift(); }, true);
+  Object.defineProperty(window, '__cuaInputs', {get: () => n});
+  Object.defineProperty(window, '__cuaInputLog', {get: () => log.slice()}); })()"""
 # How long an action waits for the page to count its input. Pages count theirs within ~10-50 ms; a busy
 # machine (load ~10 on 2 cores in CI) can take longer, and a timeout there let a submit click overtake typed
 # keys (enter-text-2 scored -1 once). Only input that never reaches the page (a native popup) waits it out.
@@ -178,6 +185,9 @@ class BrowserDesktop(Desktop):
         self.session = reply["sessionId"]
         self.cdp.on("Fetch.requestPaused", self._answer_request)
         self.cdp.call("Fetch.enable", {"patterns": [{"urlPattern": "*"}]}, self.session)
+        # Without Page.enable, Chromium 156 accepts the script and never runs it (the counter was missing on
+        # every page, and each action's wait for its input silently did nothing); navigate() checks it is there.
+        self.cdp.call("Page.enable", {}, self.session)
         self.cdp.call("Page.addScriptToEvaluateOnNewDocument", {"source": INPUT_COUNTER_JS}, self.session)
 
     def _wait_mapped(self, deadline: float) -> None:
@@ -273,6 +283,9 @@ class BrowserDesktop(Desktop):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.display}: {url} did not load within {timeout_s:.0f} s")
             time.sleep(0.003)
+        if self.evaluate("typeof window.__cuaInputs") != "number":
+            raise RuntimeError(f"{self.display}: {url} loaded without the input counter (INPUT_COUNTER_JS): "
+                               "actions could not wait for the page to receive their input")
         self.loaded_page = page
 
     def recycle(self, timeout_s: float = 10.0) -> None:
@@ -303,6 +316,11 @@ class BrowserDesktop(Desktop):
             logger.info("%s: the page did not report its input count within %.0f s", self.display, INPUT_READ_S)
             return None
 
+    async def input_log(self) -> list | None:
+        """The page's last 64 trusted input events: [type, key, target, focused element, document has focus,
+        ms since the document started] each (``INPUT_COUNTER_JS``); None when the page has no counter."""
+        return await self.aevaluate("window.__cuaInputLog === undefined ? null : window.__cuaInputLog")
+
     async def wait_input(self, before: int | None, at_least: int, timeout_s: float = INPUT_WAIT_S) -> bool:
         """Wait until the page counted ``at_least`` more input events than ``before`` (False on timeout:
         e.g. the input went to a native popup, or the page is being replaced)."""
@@ -331,16 +349,18 @@ class BrowserDesktop(Desktop):
             cdp.close(join_s=2.0)   # the browser is gone: its reader thread sees EOF and ends
 
 
-def page_events(action) -> int:
-    """How many counted input events (``INPUT_COUNTER_JS``) an ``actions.Action`` gives the page at least."""
+def page_events(action, xin) -> int:
+    """How many counted input events (``INPUT_COUNTER_JS``) an ``actions.Action`` gives the page at least.
+    Keys count a press and a release each, Shift's included (``XInput.presses``): counting two per character
+    let an action on upper-case text return halfway through it, and the next input overtake the rest."""
     if action.type == "click":
         return 2 * action.count
     if action.type in ("drag", "press"):
         return 2
-    if action.type == "type":   # each character's keyup: the page has its text once they arrived
-        return 2 * len(action.text)
+    if action.type == "type":   # each key's release: the page has its text once they arrived
+        return 2 * xin.presses([char_keysym(ch) for ch in action.text])
     if action.type == "key":
-        return 2
+        return 2 * xin.presses(action.keysyms, combo=True)
     if action.type == "scroll":
         return 1 if action.dx or action.dy else 0
     return 0

@@ -188,7 +188,7 @@ class LocalGym:
             try:
                 await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
                 if inputs is not None:
-                    await d.wait_input(inputs, page_events(action))
+                    await d.wait_input(inputs, page_events(action, d.xinput))
             except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
                 logger.warning("action %s on %s failed: %s", action.type, eid, exc)
                 with contextlib.suppress(Exception):

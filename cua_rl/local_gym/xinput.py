@@ -200,11 +200,25 @@ class XInput:
         spare = [first + i for i, syms in enumerate(mapping) if not any(syms)]
         return spare[-4:]  # a few, used round-robin so a remap never races the previous key
 
-    def _keycode(self, keysym: int) -> tuple[int, bool]:
-        """(keycode, needs_shift) for a keysym, remapping a spare keycode when the keymap lacks it."""
+    def _mapped(self, keysym: int) -> tuple[int, bool] | None:
+        """(keycode, needs_shift) for a keysym in the current keymap; None when it has no key there."""
         for code, index in self._d.keysym_to_keycodes(keysym):
             if index in (0, 1):
                 return code, index == 1
+        return None
+
+    def presses(self, keysyms: list[int], combo: bool = False) -> int:
+        """How many keys ``type_text`` (or, with ``combo``, ``key_combo``) presses for ``keysyms``: a shifted
+        character adds Shift's press (a combo adds it only for a single key, as ``key_combo`` does)."""
+        shifted = [bool((m := self._mapped(sym)) and m[1]) for sym in keysyms]
+        if combo:
+            return len(keysyms) + (len(keysyms) == 1 and shifted[0])
+        return len(keysyms) + sum(shifted)
+
+    def _keycode(self, keysym: int) -> tuple[int, bool]:
+        """(keycode, needs_shift) for a keysym, remapping a spare keycode when the keymap lacks it."""
+        if (mapped := self._mapped(keysym)) is not None:
+            return mapped
         if not self._spare:
             raise ValueError(f"no key for keysym {keysym:#x} and no spare keycode")
         code = self._spare[self._spare_next % len(self._spare)]

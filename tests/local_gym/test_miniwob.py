@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from cua_rl.genv import GenvClient, GenvError
+from cua_rl.local_gym.xinput import char_keysym
 from gym_helpers import descendants, wait_gone
 from miniwob_solvers import SOLVERS, Play
 
@@ -66,6 +67,7 @@ async def _solve(client: GenvClient, gym, task: str, seed: int) -> dict:
         if after.reward < 1:   # what the page's fields hold: where typed text went (a flake's evidence)
             row["fields"] = await _desktop(gym, ex.execution_id).aevaluate(
                 "[...document.querySelectorAll('input, textarea')].map(e => [e.id || e.name, e.value])")
+            row["inputs"] = await _desktop(gym, ex.execution_id).input_log()
         return row
 
 
@@ -93,6 +95,27 @@ async def test_scripted_solutions_reach_reward_one_and_untouched_executions_do_n
     failures = [r for r in rows if "error" in r or r["reward"] != 1.0 or r["untouched"] >= 1.0]
     assert not failures, "\n".join(json.dumps(r) for r in failures)
     assert mw.manager.executions == {}
+
+
+async def test_an_action_returns_once_the_page_has_its_input(mw):
+    """Cold and warm browsers alike: every page counts its input (Chromium 156 ran the counter only after
+    ``Page.enable``; without it each action's wait did nothing, and CI lost typed text on cold browsers), and
+    a typing action returns once all its keys, Shift's included, have reached the field: read at once, the
+    field holds the whole text (the wait once counted two events per character and returned halfway)."""
+    text = "MiXeD Case TEXT, Shifted!"
+    async with GenvClient(mw.url, mw.gym_id) as client:
+        for _ in range(2):   # the first on a browser started for it (the module's pool is busy or empty)
+            async with client.execution("enter-text", {"seed": 3}) as ex:
+                desk = _desktop(mw, ex.execution_id)
+                assert isinstance(await desk.input_count(), int), "the page has no input counter"
+                assert desk.xinput.presses([char_keysym(c) for c in "aA!"]) == 5   # A and ! add Shift
+                assert desk.xinput.presses([char_keysym("A")], combo=True) == 2
+                play = Play(client, ex.execution_id, desk, ex.instruction)
+                await play.click("document.getElementById('tt')")
+                await play.type(text)
+                assert await desk.aevaluate("document.getElementById('tt').value") == text
+                log = await desk.input_log()
+                assert [e[1] for e in log if e[0] == "keyup" and e[1] != "Shift"][-1] == "!"
 
 
 async def _instance(client: GenvClient, gym, task: str, seed: int) -> tuple[str, str]:
