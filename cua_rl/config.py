@@ -396,9 +396,11 @@ class CUAConfig(GRPOConfig):
         """The rows carry their images as palette codes that only AReaL's FSDP engine, patched in the training
         workers, decodes before its forward (cua_rl/areal_ext/compact_images.py); another engine would read the
         codes as pixel values, silently."""
+        from omegaconf import MISSING   # a backend not set yet (the defaults' value) is not another engine
+
         for name, engine in (("actor", self.actor), ("ref", self.ref)):
             backend = getattr(engine, "backend", None) or ""   # ref: None without a KL penalty
-            if backend not in ("", "???") and not backend.startswith("fsdp"):   # "???": not set yet (MISSING)
+            if backend not in ("", MISSING) and not backend.startswith("fsdp"):
                 raise ValueError(f"{name}.backend {backend!r}: training here runs on AReaL's FSDP engine "
                                  f"(fsdp:...); the rows' images are palette codes its patched micro-batches "
                                  f"decode (cua_rl/areal_ext/compact_images.py), which another engine would "

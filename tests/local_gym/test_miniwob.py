@@ -98,13 +98,13 @@ async def test_scripted_solutions_reach_reward_one_and_untouched_executions_do_n
 
 
 async def test_an_action_returns_once_the_page_has_its_input(mw):
-    """Cold and warm browsers alike: every page counts its input (Chromium 156 ran the counter only after
+    """Every page counts its input (Chromium 156 ran the counter only after
     ``Page.enable``; without it each action's wait did nothing, and CI lost typed text on cold browsers), and
     a typing action returns once all its keys, Shift's included, have reached the field: read at once, the
     field holds the whole text (the wait once counted two events per character and returned halfway)."""
     text = "MiXeD Case TEXT, Shifted!"
     async with GenvClient(mw.url, mw.gym_id) as client:
-        for _ in range(2):   # the first on a browser started for it (the module's pool is busy or empty)
+        for _ in range(2):   # two browsers (reuse is off): a spare or one started for the create, as the pool has
             async with client.execution("enter-text", {"seed": 3}) as ex:
                 desk = _desktop(mw, ex.execution_id)
                 assert isinstance(await desk.input_count(), int), "the page has no input counter"
