@@ -158,7 +158,7 @@ class LocalGym:
         screen = ex.desktop.screen
         ex.state["shot_format"] = (fmt, quality)
         try:
-            raw = screen.grab()
+            raw = screen.frame_now()
             data = screen.cached(raw, fmt, quality) or await asyncio.to_thread(screen.encode, raw, fmt, quality)
         except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
             logger.error("screenshot of %s failed: %s", eid, exc)
@@ -178,9 +178,7 @@ class LocalGym:
                 raise GymError(404, f"execution {eid!r} was terminated")
             d = ex.desktop
             try:
-                if d.screen.damage is not None:
-                    d.screen.damage.arm()
-                before = d.screen.grab()
+                before = d.screen.arm_and_grab()
             except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
                 raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
             # Browser desktops: the action returns once the page has received its input (browser.py).
@@ -198,6 +196,7 @@ class LocalGym:
                 changed, frame = await settle(d.screen, before, CHANGE_WAIT_S.get(action.type, 0.0))
             except Exception as exc:  # noqa: BLE001
                 raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+            d.screen.remember(frame)
             ex.last_used = time.monotonic()
             # The agent's next call is almost always a screenshot of this very frame, in the format it
             # asked for last time: start encoding it now.

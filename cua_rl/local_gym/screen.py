@@ -8,7 +8,10 @@ frame the action's settle wait ended on, which ``prepare`` has already started e
 Why ``DamageWatch`` for the settle wait after an action: polling costs a grab and a 4 MB compare every few
 milliseconds for as long as the wait lasts (300 ms after a click that changes nothing: ~50 grabs). X's DAMAGE
 extension has the server say when pixels change, so a still screen costs nothing and a settled one costs one
-grab (gym CPU per step at 16 desktops 15.6 -> 12.4 ms, docs/bench/gym_bench_damage.json).
+grab (gym CPU per step at 16 desktops 15.6 -> 12.4 ms, docs/bench/gym_bench_damage.json). The same reports
+make a settled frame reusable: until DAMAGE says a pixel changed, it is the screen, so the screenshot after an
+action and the next action's 'before' cost a round trip instead of a 4 MB grab (``Screen.frame_now``,
+``Screen.arm_and_grab``; docs/bench/gym_bench_still_frame.json).
 
 Why the encoders are not Pillow's. JPEG: simplejpeg encodes the X server's BGRX frame as it is (libjpeg-turbo
 reads that layout) where Pillow first unpacks it into an RGB copy; quality and 4:2:0 subsampling as Pillow's,
@@ -130,6 +133,7 @@ class Screen:
         self._rows: np.ndarray | None = None
         self._png_frame: np.ndarray | None = None   # the last frame ``png`` encoded, and its stripes' segments
         self._segments: list[bytes] = []
+        self._still: tuple[bytearray, int] | None = None   # ``remember``'s frame and the damage count it holds for
 
     def close(self) -> None:
         if self.damage is not None:
@@ -144,6 +148,33 @@ class Screen:
         """One raw BGRA frame (a private copy)."""
         with self._lock:
             return self._mss.grab(self._monitor).raw
+
+    # A settled frame stays the screen until X DAMAGE reports a change: reusing it saves a 4 MB grab (and the X
+    # server's copy into shared memory) for the screenshot after an action and for the next action's 'before'.
+    # Valid only while no damage was forgotten since it was grabbed (``DamageWatch.subtracts``). On the loop.
+    def remember(self, frame: bytearray) -> None:
+        """``frame`` was grabbed after the damage was last forgotten (a settle wait's result)."""
+        if self.damage is not None:
+            self._still = (frame, self.damage.subtracts)
+
+    def _remembered(self) -> bytearray | None:
+        still = self._still
+        if still is None or self.damage is None or still[1] != self.damage.subtracts:
+            return None
+        return still[0]
+
+    def frame_now(self) -> bytearray:
+        """The screen now: the remembered frame when nothing changed since (one round trip), else a grab."""
+        frame = self._remembered()
+        return frame if frame is not None and not self.damage.dirty() else self.grab()
+
+    def arm_and_grab(self) -> bytearray:
+        """Before an action: forget the damage so far (``DamageWatch.arm``) and return the screen as it is."""
+        if self.damage is None:
+            return self.grab()
+        frame = self._remembered()
+        changed = self.damage.arm()
+        return frame if frame is not None and not changed else self.grab()
 
     def image(self, raw: bytearray) -> Image.Image:
         """A grabbed frame as a PIL image (Pillow unpacks BGRX into its own RGB copy; no copy before that)."""
@@ -253,6 +284,7 @@ class DamageWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flag: asyncio.Event | None = None
         self.notifications = 0
+        self.subtracts = 0   # how often the damage was forgotten: a frame grabbed after one is current until a change
 
     @classmethod
     def open(cls, display_name: str) -> "DamageWatch | None":
@@ -278,13 +310,25 @@ class DamageWatch:
             self.notifications += 1
             self._flag.set()
 
-    def arm(self) -> None:
-        """Forget all damage so far; the next change reports. Call on the loop right before the 'before' grab."""
+    def arm(self) -> bool:
+        """Forget all damage so far; the next change reports. Call on the loop right before the 'before' grab.
+        True when something had changed since the last arm or reported change (its events come before the
+        sync's reply, so none is lost between a caller's check and this subtract)."""
         flag = self._attach()
         self._display.damage_subtract(self._damage)
+        self.subtracts += 1
         self._display.sync()  # processed before the caller grabs: a change after it cannot be missed
         self._drain()
+        dirty = flag.is_set()
         flag.clear()
+        return dirty
+
+    def dirty(self) -> bool:
+        """Whether any pixel changed since the last arm or reported change: one round trip, no grab."""
+        flag = self._attach()
+        self._display.sync()
+        self._drain()
+        return flag.is_set()
 
     async def changed_within(self, timeout_s: float) -> bool:
         """True as soon as pixels change (and re-arm for the next change); False after ``timeout_s`` of none."""
@@ -297,6 +341,7 @@ class DamageWatch:
                 return False
         flag.clear()
         self._display.damage_subtract(self._damage)
+        self.subtracts += 1
         self._display.flush()
         return True
 
