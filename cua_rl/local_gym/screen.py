@@ -299,6 +299,7 @@ class DamageWatch:
         if self._loop is not loop:
             loop.add_reader(self._display.fileno(), self._drain)
             self._loop, self._flag = loop, asyncio.Event()
+            self.subtracts += 1   # what the old loop's flag knew is gone: no frame from before is proof now
         return self._flag
 
     def _drain(self) -> None:
@@ -314,21 +315,23 @@ class DamageWatch:
         """Forget all damage so far; the next change reports. Call on the loop right before the 'before' grab.
         True when something had changed since the last arm or reported change (its events come before the
         sync's reply, so none is lost between a caller's check and this subtract)."""
+        count = self.subtracts
         flag = self._attach()
         self._display.damage_subtract(self._damage)
         self.subtracts += 1
         self._display.sync()  # processed before the caller grabs: a change after it cannot be missed
         self._drain()
-        dirty = flag.is_set()
+        dirty = flag.is_set() or self.subtracts != count + 1   # or a new loop: what the old one saw is gone
         flag.clear()
         return dirty
 
     def dirty(self) -> bool:
         """Whether any pixel changed since the last arm or reported change: one round trip, no grab."""
+        count = self.subtracts
         flag = self._attach()
         self._display.sync()
         self._drain()
-        return flag.is_set()
+        return flag.is_set() or self.subtracts != count
 
     async def changed_within(self, timeout_s: float) -> bool:
         """True as soon as pixels change (and re-arm for the next change); False after ``timeout_s`` of none."""
