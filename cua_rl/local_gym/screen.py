@@ -203,7 +203,8 @@ class Screen:
                 self._png_frame, self._segments = None, [b""] * -(-h // PNG_STRIPE_ROWS)
             rgb = self._rows[:, 1:].reshape(h, w, 3)
             deflate = zlib_ng.compressobj(PNG_LEVEL, zlib_ng.DEFLATED, -15)   # raw deflate: the header is ours
-            for i in _changed_stripes(frame, self._png_frame, PNG_STRIPE_ROWS):
+            changed, self._png_frame = _changed_stripes(frame, self._png_frame, PNG_STRIPE_ROWS), None
+            for i in changed:   # (were one to fail, the next frame re-encodes every stripe: _png_frame is None)
                 rows = slice(i * PNG_STRIPE_ROWS, (i + 1) * PNG_STRIPE_ROWS)
                 rgb[rows, :, 0], rgb[rows, :, 1], rgb[rows, :, 2] = frame[rows, :, 2], frame[rows, :, 1], frame[rows, :, 0]
                 self._segments[i] = deflate.compress(self._rows[rows]) + deflate.flush(zlib_ng.Z_FULL_FLUSH)
