@@ -43,8 +43,9 @@ def _pillow_before(screen, raw: bytearray, fmt: str) -> bytes:
     return out.getvalue()
 
 
-def _whole_png_before(screen, raw: bytearray) -> bytes:
-    """``Screen.png`` before its stripes: every row converted and deflated in one zlib-ng call."""
+def _whole_png_before(screen, raw: bytearray, rows) -> bytes:
+    """``Screen.png`` before its stripes: every row converted into ``rows`` (one buffer, as the screen kept) and
+    deflated in one zlib-ng call."""
     import numpy as np
     from zlib_ng import zlib_ng
 
@@ -52,8 +53,6 @@ def _whole_png_before(screen, raw: bytearray) -> bytes:
 
     w, h = screen.width, screen.height
     frame = np.frombuffer(raw, np.uint8).reshape(h, w, 4)
-    rows = np.zeros((h, 1 + 3 * w), np.uint8) if getattr(screen, "_bench_rows", None) is None else screen._bench_rows
-    screen._bench_rows = rows
     rgb = rows[:, 1:].reshape(h, w, 3)
     rgb[..., 0], rgb[..., 1], rgb[..., 2] = frame[..., 2], frame[..., 1], frame[..., 0]
     return png_file(w, h, zlib_ng.compress(rows, PNG_LEVEL))
@@ -66,13 +65,16 @@ def _whole_png_now(screen, raw: bytearray) -> bytes:
 
 def _ways(screen, letter: tuple[bytearray, bytearray]) -> dict:
     """Each way: what it times. The letter ways first encode the frame before the letter, untimed."""
+    import numpy as np
+
     before_letter, after_letter = letter
+    rows = np.zeros((screen.height, 1 + 3 * screen.width), np.uint8)   # the old way's row buffer
     return {
         "grab": lambda: screen.grab(),
         "grab+png_before": lambda: _pillow_before(screen, screen.grab(), "png"),
-        "grab+png_whole_before": lambda: _whole_png_before(screen, screen.grab()),
+        "grab+png_whole_before": lambda: _whole_png_before(screen, screen.grab(), rows),
         "grab+png_now": lambda: _whole_png_now(screen, screen.grab()),
-        "png_letter_before": (lambda: None, lambda: _whole_png_before(screen, after_letter)),
+        "png_letter_before": (lambda: None, lambda: _whole_png_before(screen, after_letter, rows)),
         "png_letter_now": (lambda: screen.png(before_letter), lambda: screen.png(after_letter)),
         "grab+jpeg_before": lambda: _pillow_before(screen, screen.grab(), "jpeg"),
         "grab+jpeg_now": lambda: screen._encode_now(screen.grab(), "jpeg", 85),

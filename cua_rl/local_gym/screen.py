@@ -96,11 +96,9 @@ def _changed_stripes(frame: np.ndarray, before: np.ndarray | None, rows: int) ->
     n = -(-frame.shape[0] // rows)
     if before is None or before.shape != frame.shape:
         return list(range(n))
-    words = frame.reshape(frame.shape[0], -1)
+    words, before = frame.reshape(frame.shape[0], -1), before.reshape(frame.shape[0], -1)
     if words.shape[1] % 8 == 0:
-        words, before = words.view(np.uint64), before.reshape(frame.shape[0], -1).view(np.uint64)
-    else:
-        before = before.reshape(frame.shape[0], -1)
+        words, before = words.view(np.uint64), before.view(np.uint64)
     row_changed = (words != before).any(axis=1)
     return [i for i in range(n) if row_changed[i * rows:(i + 1) * rows].any()]
 
