@@ -21,8 +21,10 @@ MAX_TEXT = 4000
 MAX_WAIT_MS = 10_000
 MAX_SCROLL = 50
 BUTTONS = {"left": 1, "middle": 2, "right": 3}
-# Pressing Enter right after typing races GTK's file-chooser autocompletion (docs/local_gym.md, API): keep a gap.
-TYPE_TO_ENTER_GAP_S = 0.25
+# Pressing Enter right after typing races GTK's file chooser (its autocompletion, and a new document's Save
+# turning sensitive 300 ms after the last letter; docs/local_gym.md, API): keep a gap, timed from when the
+# client took the keys (``enter_gap``).
+TYPE_TO_ENTER_GAP_S = 0.35
 MOBILE_KEYS = {"back": ["Escape"], "home": ["super"], "menu": ["Menu"], "enter": ["Return"]}
 
 
@@ -152,6 +154,25 @@ async def keyboard_target(xin: XInput, timeout_s: float = FOCUS_WAIT_S) -> bool:
     return True
 
 
+async def typed(xin: XInput, state: dict) -> None:
+    """Note when the keys just typed were taken: the time the focused client answered a ping after them
+    (``XInput.keys_processed``), or, for a client that takes no pings, the time they were sent."""
+    state["last_type"] = await asyncio.to_thread(xin.keys_processed) or time.monotonic()
+
+
+async def enter_gap(xin: XInput, state: dict) -> None:
+    """Before an Enter that follows typing: wait until ``TYPE_TO_ENTER_GAP_S`` have passed since the client
+    took the typed keys, then until it answers a ping sent after that, so its event loop has run (and its
+    due timers fired) before the Enter arrives. A client busy for longer than the gap (a loaded machine)
+    would otherwise read the text and the Enter in one batch and drop the Enter."""
+    last = state.pop("last_type", None)
+    if last is None:
+        return
+    if (gap := TYPE_TO_ENTER_GAP_S - (time.monotonic() - last)) > 0:
+        await asyncio.sleep(gap)
+    await asyncio.to_thread(xin.keys_processed)
+
+
 async def perform(action: Action, xin: XInput, width: int, height: int, state: dict) -> None:
     """Play ``action``; ``state`` carries per-execution timing (last typing time) across actions."""
     px = lambda f: min(int(f * width), width - 1)    # noqa: E731
@@ -183,18 +204,19 @@ async def perform(action: Action, xin: XInput, width: int, height: int, state: d
     elif action.type == "type":
         await keyboard_target(xin)
         text = action.text
-        if len(text) > 1 and text.endswith("\n"):
-            await run(xin.type_text, text[:-1])
-            await asyncio.sleep(TYPE_TO_ENTER_GAP_S)
-            text = "\n"
-        await run(xin.type_text, text)
-        state["last_type"] = time.monotonic()
+        if text.endswith("\n"):    # the text's own Enter keeps the gap as a separate Enter would
+            if text[:-1]:
+                await run(xin.type_text, text[:-1])
+                await typed(xin, state)
+            await enter_gap(xin, state)
+            await run(xin.type_text, "\n")
+        else:
+            await run(xin.type_text, text)
+            await typed(xin, state)
     elif action.type == "key":
         await keyboard_target(xin)
         if RETURN_KEYSYMS & set(action.keysyms):
-            gap = TYPE_TO_ENTER_GAP_S - (time.monotonic() - state.get("last_type", 0.0))
-            if gap > 0:
-                await asyncio.sleep(gap)
+            await enter_gap(xin, state)
         await run(xin.key_combo, action.keysyms)
     elif action.type == "wait":
         await asyncio.sleep(action.ms / 1000)

@@ -147,12 +147,11 @@ def _editor_solution(vm: bool, name: str, sentence: str) -> list[dict]:
     if vm:   # busybox vi on the console (the shell starts in /): insert, type, escape, write and quit
         return [_type(f"vi /root/{name}\n"), _wait(500), _type("i"), _type(sentence), _key("escape"),
                 _type(":wq\n"), _wait(300)]
-    # GTK's Save As opens with an empty name and Save insensitive; Save turns sensitive 300 ms (of mousepad's
-    # clock) after the last typed letter. A mousepad starved for longer than the wait reads the name and the
-    # Enter in one batch, and the Enter then finds no default to activate and is dropped (a CI flake in
-    # session 18). A second Enter a second later saves then; after a save it only adds a line to the buffer.
-    return [_type(sentence), _key("ctrl", "s"), _wait(1200), _key("ctrl", "a"), _type(name), _wait(600),
-            _key("enter"), _wait(1000), _key("enter"), _wait(500)]
+    # GTK's Save As opens with an empty name and Save insensitive until 300 ms after the last typed letter;
+    # the gym holds an Enter that follows typing until the editor has taken the keys and that much has passed
+    # (actions.enter_gap), so the name and its Enter are two plain actions, as a policy would send them.
+    return [_type(sentence), _key("ctrl", "s"), _wait(1200), _key("ctrl", "a"), _type(name), _key("enter"),
+            _wait(500)]
 
 
 def _shell(i: int, sentence: str) -> tuple[str, dict, list[dict], list[str]]:

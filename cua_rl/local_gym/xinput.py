@@ -8,6 +8,7 @@ that is remapped on the fly, as xdotool does.
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 
@@ -74,13 +75,19 @@ class XInput:
         self._wm_protocols = self._d.intern_atom("WM_PROTOCOLS")
         self._client_list = self._d.intern_atom("_NET_CLIENT_LIST")
         self._ready_window = 0   # the focused client that last answered a ping
+        self._ping_lock = threading.Lock()
+        self._pinger: tuple | None = None   # (connection, atoms) for pings, opened on first use
+        self._ping_stamp = 0
 
     def close(self) -> None:
-        with self._lock:
-            try:
-                self._d.close()
-            except Exception:  # the X server may already be gone
-                pass
+        with self._lock, self._ping_lock:
+            for d in (self._d, self._pinger and self._pinger[0]):
+                try:
+                    if d:
+                        d.close()
+                except Exception:  # the X server may already be gone
+                    pass
+            self._pinger = None
 
     # -- mouse --------------------------------------------------------------------------------------
     def move(self, x: int, y: int) -> None:
@@ -144,36 +151,54 @@ class XInput:
                 continue
         return False
 
+    def _ping_link(self) -> tuple:
+        """(connection, WM_PROTOCOLS, _NET_WM_PING) for pings: a connection of its own, opened once, so that
+        answers (sent to the root window) never queue up on the input connection."""
+        if self._pinger is None:
+            d = xdisplay.Display(self._d.get_display_name())
+            d.screen().root.change_attributes(event_mask=X.SubstructureNotifyMask)
+            self._pinger = (d, d.intern_atom("WM_PROTOCOLS"), d.intern_atom("_NET_WM_PING"))
+        return self._pinger
+
     def ping(self, window: int, timeout_s: float = PING_WAIT_S) -> bool | None:
-        """Send ``window``'s client a _NET_WM_PING and wait for its answer: True when it answered, False after
-        ``timeout_s``, None when it does not take pings. A connection of its own, so that the answer (sent to
-        the root window) never queues up on the input connection."""
-        d = xdisplay.Display(self._d.get_display_name())
-        try:
-            win = d.create_resource_object("window", window)
-            protocols = d.intern_atom("WM_PROTOCOLS")
-            ping = d.intern_atom("_NET_WM_PING")
-            prop = win.get_full_property(protocols, X.AnyPropertyType)
-            if prop is None or ping not in prop.value:
-                return None
-            root = d.screen().root
-            root.change_attributes(event_mask=X.SubstructureNotifyMask)
-            stamp = (time.monotonic_ns() // 1_000_000) & 0xFFFFFFFF
-            win.send_event(xevent.ClientMessage(window=win, client_type=protocols,
-                                                data=(32, [ping, stamp, window, 0, 0])), event_mask=0)
-            d.flush()
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                while d.pending_events():
-                    ev = d.next_event()
-                    if ev.type == X.ClientMessage and ev.data[1][0] == ping and ev.data[1][1] == stamp:
-                        return True
-                time.sleep(0.002)
-            return False
-        except xerror.XError:     # the window went away
-            return False
-        finally:
-            d.close()
+        """Send ``window``'s client a _NET_WM_PING and wait for its answer: True when it answered (it has
+        processed every event sent to it before), False after ``timeout_s`` or when the window is gone,
+        None when it does not take pings."""
+        with self._ping_lock:
+            d, protocols, ping = self._ping_link()
+            try:
+                while d.pending_events():          # what came since the last ping (window changes, late answers)
+                    d.next_event()
+                win = d.create_resource_object("window", window)
+                prop = win.get_full_property(protocols, X.AnyPropertyType)
+                if prop is None or ping not in prop.value:
+                    return None
+                self._ping_stamp = (self._ping_stamp + 1) & 0xFFFFFFFF
+                stamp = self._ping_stamp
+                win.send_event(xevent.ClientMessage(window=win, client_type=protocols,
+                                                    data=(32, [ping, stamp, window, 0, 0])), event_mask=0)
+                d.flush()
+                deadline = time.monotonic() + timeout_s
+                while True:
+                    while d.pending_events():
+                        ev = d.next_event()
+                        if ev.type == X.ClientMessage and ev.data[1][0] == ping and ev.data[1][1] == stamp:
+                            return True
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    select.select([d], [], [], left)
+            except xerror.XError:     # the window went away
+                return False
+
+    def keys_processed(self) -> float | None:
+        """Wait until the client that took the keys typed since ``keyboard_ready`` (the focused client it
+        confirmed) has processed them: the ``time.monotonic()`` of its answer to a ping; None when it takes
+        no pings or did not answer within ``PING_WAIT_S`` (a client stopped for longer)."""
+        window = self._ready_window
+        if window and self.ping(window):
+            return time.monotonic()
+        return None
 
     def keyboard_ready(self) -> bool:
         """True once keys would reach a live client: a viewable client window holds the focus and its client

@@ -3,9 +3,15 @@ refusals as GymError with the status the genv API answers, and close ending ever
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+
 import pytest
 
 from cua_rl.local_gym import GymError, GymOptions, LocalGym, load_tasks
+from cua_rl.local_gym import keyboard_suite as K
+from gym_helpers import descendants
 
 pytestmark = pytest.mark.desktop
 
@@ -40,3 +46,61 @@ async def test_a_task_played_through_the_object_scores_one_and_refusals_are_type
         await gym.reset(task.task_id)   # left open: close() must end it
         manager = gym.manager
     assert manager.executions == {}
+
+
+def _mousepad_pids() -> set[int]:
+    """The mousepad processes below this test process (the gym runs in-process)."""
+    out = set()
+    for pid in descendants([os.getpid()]):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "mousepad":
+                    out.add(pid)
+        except OSError:
+            continue
+    return out
+
+
+async def test_an_enter_after_typing_waits_for_the_client_to_have_taken_the_keys():
+    """A new document's Save As turns its Save sensitive 300 ms (of the editor's clock) after the last typed
+    letter, and an Enter read before that is dropped. The Enter must save when sent with the name
+    ("today.txt\\n"); when the editor is stopped while the name is typed (its keys taken late: the gap is timed
+    from its answer to a ping, not from when the keys were sent); and when it is stopped after taking them,
+    before its timer ran (the Enter waits for a ping answered after the gap, so the timer fires first)."""
+    task = K.suite_task("desktop", 1)        # keys-filename-01: mousepad, a new document, saved as today.txt
+    opening = task["solution"][:4]           # type the sentence, ctrl+s, wait, ctrl+a (Save As, name selected)
+    name = task["solution"][4]["text"]
+
+    async def save(gym, stop_before_name: bool, stop_before_enter: bool) -> float:
+        eid = (await gym.reset(task["name"]))["execution_id"]
+        for action in opening:
+            assert (await gym.act(eid, action))["ok"]
+        (editor,) = _mousepad_pids()
+        loop = asyncio.get_running_loop()
+        resume = None
+        try:
+            if not (stop_before_name or stop_before_enter):
+                assert (await gym.act(eid, {"type": "type", "text": name + "\n"}))["ok"]
+            else:
+                if stop_before_name:
+                    os.kill(editor, signal.SIGSTOP)
+                    resume = loop.call_later(0.6, os.kill, editor, signal.SIGCONT)
+                assert (await gym.act(eid, {"type": "type", "text": name}))["ok"]
+                if stop_before_enter:
+                    os.kill(editor, signal.SIGSTOP)
+                    resume = loop.call_later(0.8, os.kill, editor, signal.SIGCONT)
+                assert (await gym.act(eid, {"type": "key", "keys": ["enter"]}))["ok"]
+        finally:
+            if resume:
+                resume.cancel()
+            os.kill(editor, signal.SIGCONT)
+        await gym.act(eid, {"type": "wait", "ms": 500})
+        score = (await gym.evaluate(eid))["score"]
+        await gym.terminate(eid)
+        return score
+
+    async with LocalGym(GymOptions(gym_id="enter-test", pool_size=0, max_executions=2),
+                        tasks=load_tasks(extra=[task])) as gym:
+        assert await save(gym, False, False) == 1.0, "the name and its Enter in one action did not save"
+        assert await save(gym, True, False) == 1.0, "an Enter after keys an editor took late was lost"
+        assert await save(gym, False, True) == 1.0, "an Enter to an editor stopped before its timer ran was lost"
