@@ -145,6 +145,8 @@ RETURN_KEYSYMS = {0xFF0D, 0xFF8D}
 async def keyboard_target(xin: XInput, timeout_s: float = FOCUS_WAIT_S) -> bool:
     """Wait until keys would reach a live window (``XInput.keyboard_ready``: a window holds the focus and
     its client answers); False after ``timeout_s``, and the keys then go out anyway, as a person's would."""
+    if xin.focus_unmoved():      # the usual case, typing on in the same window: one round trip, inline
+        return True
     deadline = time.monotonic() + timeout_s
     while not await asyncio.to_thread(xin.keyboard_ready):
         if time.monotonic() > deadline:

@@ -75,6 +75,8 @@ class XInput:
         self._wm_protocols = self._d.intern_atom("WM_PROTOCOLS")
         self._client_list = self._d.intern_atom("_NET_CLIENT_LIST")
         self._ready_window = 0   # the focused client that last answered a ping
+        self._ready_pings = False   # whether it takes pings
+        self._ready_focus = 0    # the focus window (it or one of its children) when it was confirmed
         self._ping_lock = threading.Lock()
         self._pinger: tuple | None = None   # (connection, atoms) for pings, opened on first use
         self._ping_stamp = 0
@@ -126,9 +128,8 @@ class XInput:
     # hundreds of ms (seen: a cold mousepad missing the first typed characters, a Chromium page missing
     # the keys typed right after a click). So keyboard input first waits until a viewable client window
     # holds the focus and that client has answered a _NET_WM_PING (it has processed every event before it).
-    def _focused_client(self) -> int:
-        """The id of the viewable top-level client window that holds the input focus; 0 when none does."""
-        win = self._d.get_input_focus().focus
+    def _client_of(self, win) -> int:
+        """The id of the viewable top-level client window at or above ``win`` (the input focus); 0 when none."""
         if isinstance(win, int):      # None or PointerRoot
             return 0
         while win.id != self._root.id:
@@ -160,19 +161,20 @@ class XInput:
             self._pinger = (d, d.intern_atom("WM_PROTOCOLS"), d.intern_atom("_NET_WM_PING"))
         return self._pinger
 
-    def ping(self, window: int, timeout_s: float = PING_WAIT_S) -> bool | None:
+    def ping(self, window: int, timeout_s: float = PING_WAIT_S, takes_pings: bool = False) -> bool | None:
         """Send ``window``'s client a _NET_WM_PING and wait for its answer: True when it answered (it has
         processed every event sent to it before), False after ``timeout_s`` or when the window is gone,
-        None when it does not take pings."""
+        None when it does not take pings (not asked again when ``takes_pings`` says it does)."""
         with self._ping_lock:
             d, protocols, ping = self._ping_link()
             try:
                 while d.pending_events():          # what came since the last ping (window changes, late answers)
                     d.next_event()
                 win = d.create_resource_object("window", window)
-                prop = win.get_full_property(protocols, X.AnyPropertyType)
-                if prop is None or ping not in prop.value:
-                    return None
+                if not takes_pings:
+                    prop = win.get_full_property(protocols, X.AnyPropertyType)
+                    if prop is None or ping not in prop.value:
+                        return None
                 self._ping_stamp = (self._ping_stamp + 1) & 0xFFFFFFFF
                 stamp = self._ping_stamp
                 win.send_event(xevent.ClientMessage(window=win, client_type=protocols,
@@ -196,25 +198,39 @@ class XInput:
         confirmed) has processed them: the ``time.monotonic()`` of its answer to a ping; None when it takes
         no pings or did not answer within ``PING_WAIT_S`` (a client stopped for longer)."""
         window = self._ready_window
-        if window and self.ping(window):
+        if window and self._ready_pings and self.ping(window, takes_pings=True):
             return time.monotonic()
         return None
+
+    def focus_unmoved(self) -> bool:
+        """One round trip, no waiting: the input focus is on the very window it was on when ``keyboard_ready``
+        last confirmed its client. X keeps the focus on a viewable window only, so that client still is."""
+        with self._lock:
+            try:
+                focus = self._d.get_input_focus().focus
+            except xerror.XError:
+                return False
+        return not isinstance(focus, int) and focus.id == self._ready_focus != 0
 
     def keyboard_ready(self) -> bool:
         """True once keys would reach a live client: a viewable client window holds the focus and its client
         answered a ping since it got it (or takes no pings), or the desktop has no client window at all."""
         with self._lock:
             try:
-                window = self._focused_client()
+                focus = self._d.get_input_focus().focus
+                if not isinstance(focus, int) and focus.id == self._ready_focus:
+                    return True
+                window = self._client_of(focus)
                 if not window:
                     return not self._has_clients()
             except xerror.XError:  # a window went away while we looked
                 return False
-        if window == self._ready_window:
-            return True
-        if self.ping(window) is False:
-            return False
-        self._ready_window = window
+        if window != self._ready_window:
+            answer = self.ping(window)
+            if answer is False:
+                return False
+            self._ready_window, self._ready_pings = window, answer is True
+        self._ready_focus = focus.id
         return True
 
     # -- keyboard -----------------------------------------------------------------------------------

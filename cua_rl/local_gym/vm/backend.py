@@ -203,6 +203,10 @@ class VMInput:
         """The guest's keyboard has no focus to wait for on this side (``XInput.keyboard_ready``)."""
         return True
 
+    def focus_unmoved(self) -> bool:
+        """The guest's keyboard has no focus to follow on this side (``XInput.focus_unmoved``)."""
+        return True
+
     def keys_processed(self) -> None:
         """No ping to the guest's programs (``XInput.keys_processed``): its keyboard is paced as it types."""
         return None
