@@ -22,8 +22,8 @@ MAX_WAIT_MS = 10_000
 MAX_SCROLL = 50
 BUTTONS = {"left": 1, "middle": 2, "right": 3}
 # Pressing Enter right after typing races GTK's file chooser (its autocompletion, and a new document's Save
-# turning sensitive 300 ms after the last letter; docs/local_gym.md, API): keep a gap, timed from when the
-# client took the keys (``enter_gap``).
+# turning sensitive by a 150 ms timer after the name's last edit; docs/local_gym.md, API): keep a gap, timed
+# from when the client took the keys (``enter_gap``).
 TYPE_TO_ENTER_GAP_S = 0.35
 MOBILE_KEYS = {"back": ["Escape"], "home": ["super"], "menu": ["Menu"], "enter": ["Return"]}
 
