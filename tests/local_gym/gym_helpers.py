@@ -32,6 +32,18 @@ def descendants(root_pids: list[int]) -> set[int]:
     return found
 
 
+def names(pids) -> dict[int, str]:
+    """Each of ``pids`` that still exists, with its command name (/proc/PID/comm: at most 15 characters)."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                out[pid] = f.read().strip()
+        except OSError:
+            continue
+    return out
+
+
 def alive(pids: set[int]) -> set[int]:
     """Those of ``pids`` that still exist and are not zombies."""
     out = set()

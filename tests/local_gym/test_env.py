@@ -11,7 +11,7 @@ import pytest
 
 from cua_rl.local_gym import GymError, GymOptions, LocalGym, load_tasks
 from cua_rl.local_gym import keyboard_suite as K
-from gym_helpers import descendants
+from gym_helpers import descendants, names
 
 pytestmark = pytest.mark.desktop
 
@@ -50,15 +50,7 @@ async def test_a_task_played_through_the_object_scores_one_and_refusals_are_type
 
 def _mousepad_pids() -> set[int]:
     """The mousepad processes below this test process (the gym runs in-process)."""
-    out = set()
-    for pid in descendants([os.getpid()]):
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() == "mousepad":
-                    out.add(pid)
-        except OSError:
-            continue
-    return out
+    return {pid for pid, name in names(descendants([os.getpid()])).items() if name == "mousepad"}
 
 
 async def test_an_enter_after_typing_waits_for_the_client_to_have_taken_the_keys():

@@ -20,7 +20,7 @@ from cua_rl.genv import GenvClient
 from cua_rl.http.serve import free_port
 from cua_rl.local_gym import mounts
 from cua_rl.local_gym.desktop import SANDBOX_ETC
-from gym_helpers import descendants, wait_gone
+from gym_helpers import descendants, names, wait_gone
 
 pytestmark = pytest.mark.desktop
 TERMINAL_TASK = "012"   # xterm, maximised, focused
@@ -115,8 +115,8 @@ def test_killing_the_server_leaves_no_desktop_process(sig):
             assert r.status_code == 200, r.text
         time.sleep(1.0)  # let the pool start refilling too
         procs = descendants([server.pid]) - {server.pid}
-        names = {open(f"/proc/{p}/comm").read().strip() for p in procs if os.path.exists(f"/proc/{p}/comm")}
-        assert {"Xvfb", "openbox", "bwrap", "dbus-daemon", "mousepad", "xterm"} <= names, names
+        running = set(names(procs).values())
+        assert {"Xvfb", "openbox", "bwrap", "dbus-daemon", "mousepad", "xterm"} <= running, running
         workdirs = [p.parent for p in Path("/tmp").glob("cua-gym-*/server.pid")
                     if p.read_text().strip() == str(server.pid)]
         assert len(workdirs) == 1

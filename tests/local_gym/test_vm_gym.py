@@ -34,7 +34,7 @@ from cua_rl.local_gym.manager import GymManager, GymOptions
 from cua_rl.local_gym.tasks import load_tasks
 from cua_rl.local_gym.vm import backend, guest_image
 from cua_rl.local_gym.vm.agent import GuestAgent
-from gym_helpers import descendants, wait_gone
+from gym_helpers import descendants, names, wait_gone
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "vm_tasks"
 TASK = "901"
@@ -289,7 +289,7 @@ def test_killing_the_gym_kills_its_vms():
                 assert time.monotonic() < deadline and server.poll() is None, "gym did not come up"
                 time.sleep(0.3)
         time.sleep(1.0)   # the pool's spare is resuming too
-        qemus = {p for p in descendants([server.pid]) if open(f"/proc/{p}/comm").read().startswith("qemu")}
+        qemus = {p for p, n in names(descendants([server.pid])).items() if n.startswith("qemu")}
         assert len(qemus) >= 1
         workdir = next(p.parent for p in Path("/tmp").glob("cua-gym-*/server.pid")
                        if p.read_text().strip() == str(server.pid))
