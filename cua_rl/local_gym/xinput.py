@@ -8,6 +8,7 @@ that is remapped on the fly, as xdotool does.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import threading
 import time
@@ -56,6 +57,12 @@ def char_keysym(ch: str) -> int:
     if 0x20 <= code <= 0x7E or 0xA0 <= code <= 0xFF:
         return code
     return 0x01000000 + code
+
+
+def _adds_shift(needs_shift: bool, keys: int, combo: bool) -> bool:
+    """Whether a key that needs Shift (a shifted character) gets Shift pressed with it: always when typing; in
+    a combo of ``keys`` keys only when it is the one key ("A"), as a longer combo names its own modifiers."""
+    return needs_shift and (keys == 1 or not combo)
 
 
 class XInput:
@@ -157,7 +164,6 @@ class XInput:
         answers (sent to the root window) never queue up on the input connection."""
         if self._pinger is None:
             d = xdisplay.Display(self._d.get_display_name())
-            d.screen().root.change_attributes(event_mask=X.SubstructureNotifyMask)
             self._pinger = (d, d.intern_atom("WM_PROTOCOLS"), d.intern_atom("_NET_WM_PING"))
         return self._pinger
 
@@ -167,8 +173,9 @@ class XInput:
         None when it does not take pings (not asked again when ``takes_pings`` says it does)."""
         with self._ping_lock:
             d, protocols, ping = self._ping_link()
+            root = d.screen().root
             try:
-                while d.pending_events():          # what came since the last ping (window changes, late answers)
+                while d.pending_events():          # what came while the last ping ended (late answers)
                     d.next_event()
                 win = d.create_resource_object("window", window)
                 if not takes_pings:
@@ -177,6 +184,9 @@ class XInput:
                         return None
                 self._ping_stamp = (self._ping_stamp + 1) & 0xFFFFFFFF
                 stamp = self._ping_stamp
+                # The answer comes to the root window (EWMH): selected only while it is awaited, so an idle
+                # connection never collects the desktop's window events unread.
+                root.change_attributes(event_mask=X.SubstructureNotifyMask)
                 win.send_event(xevent.ClientMessage(window=win, client_type=protocols,
                                                     data=(32, [ping, stamp, window, 0, 0])), event_mask=0)
                 d.flush()
@@ -192,6 +202,10 @@ class XInput:
                     select.select([d], [], [], left)
             except xerror.XError:     # the window went away
                 return False
+            finally:
+                with contextlib.suppress(Exception):    # the display is gone: nothing to deselect
+                    root.change_attributes(event_mask=0)
+                    d.flush()
 
     def keys_processed(self) -> float | None:
         """Wait until the client that took the keys typed since ``keyboard_ready`` (the focused client it
@@ -210,6 +224,10 @@ class XInput:
                 focus = self._d.get_input_focus().focus
             except xerror.XError:
                 return False
+        return self._confirmed(focus)
+
+    def _confirmed(self, focus) -> bool:
+        """``focus`` (a GetInputFocus answer) is the window ``keyboard_ready`` last confirmed the client of."""
         return not isinstance(focus, int) and focus.id == self._ready_focus != 0
 
     def keyboard_ready(self) -> bool:
@@ -218,7 +236,7 @@ class XInput:
         with self._lock:
             try:
                 focus = self._d.get_input_focus().focus
-                if not isinstance(focus, int) and focus.id == self._ready_focus:
+                if self._confirmed(focus):
                     return True
                 window = self._client_of(focus)
                 if not window:
@@ -251,10 +269,8 @@ class XInput:
     def presses(self, keysyms: list[int], combo: bool = False) -> int:
         """How many keys ``type_text`` (or, with ``combo``, ``key_combo``) presses for ``keysyms``: a shifted
         character adds Shift's press (a combo adds it only for a single key, as ``key_combo`` does)."""
-        shifted = [bool((m := self._mapped(sym)) and m[1]) for sym in keysyms]
-        if combo:
-            return len(keysyms) + (len(keysyms) == 1 and shifted[0])
-        return len(keysyms) + sum(shifted)
+        return len(keysyms) + sum(_adds_shift(bool((m := self._mapped(sym)) and m[1]), len(keysyms), combo)
+                                  for sym in keysyms)
 
     def _keycode(self, keysym: int) -> tuple[int, bool]:
         """(keycode, needs_shift) for a keysym, remapping a spare keycode when the keymap lacks it."""
@@ -275,7 +291,7 @@ class XInput:
             codes: list[int] = []
             for sym in keysyms:
                 code, shift = self._keycode(sym)
-                if shift and len(keysyms) == 1:
+                if _adds_shift(shift, len(keysyms), combo=True):
                     codes.append(self._shift)
                 codes.append(code)
             for code in codes:

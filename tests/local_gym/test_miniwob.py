@@ -27,8 +27,8 @@ import httpx
 import pytest
 
 from cua_rl.genv import GenvClient, GenvError
-from cua_rl.local_gym.xinput import char_keysym
-from gym_helpers import descendants, wait_gone
+from cua_rl.local_gym.xinput import char_keysym, keysym_for_name
+from gym_helpers import descendants, names, wait_gone
 from miniwob_solvers import SOLVERS, Play
 
 pytestmark = [pytest.mark.desktop, pytest.mark.skipif(shutil.which("chromium") is None,
@@ -110,6 +110,7 @@ async def test_an_action_returns_once_the_page_has_its_input(mw):
                 assert isinstance(await desk.input_count(), int), "the page has no input counter"
                 assert desk.xinput.presses([char_keysym(c) for c in "aA!"]) == 5   # A and ! add Shift
                 assert desk.xinput.presses([char_keysym("A")], combo=True) == 2
+                assert desk.xinput.presses([keysym_for_name("ctrl"), char_keysym("A")], combo=True) == 2
                 play = Play(client, ex.execution_id, desk, ex.instruction)
                 await play.click("document.getElementById('tt')")
                 await play.type(text)
@@ -312,10 +313,10 @@ def test_a_killed_gym_leaves_no_browser_behind():
         r = httpx.post(f"{base}/api/v1/miniwob/tasks/click-test", json={"options": {"seed": 1}}, timeout=60)
         assert r.status_code == 200, r.text
         tree = descendants([server.pid]) - {server.pid}
-        names = {open(f"/proc/{p}/comm").read().strip() for p in tree if os.path.exists(f"/proc/{p}/comm")}
-        assert any("chrom" in n for n in names), names
+        comm = names(tree)
+        assert any("chrom" in n for n in comm.values()), comm
         # the browser has no network: its network namespace is not the host's
-        chrome = next(p for p in tree if "chrom" in open(f"/proc/{p}/comm").read())
+        chrome = next(p for p, n in comm.items() if "chrom" in n)
         assert os.readlink(f"/proc/{chrome}/ns/net") != os.readlink("/proc/self/ns/net")
     finally:
         server.send_signal(signal.SIGKILL)
