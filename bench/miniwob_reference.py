@@ -19,6 +19,12 @@ the screen settles (the reference screenshots at once), and by default every epi
 browser, while the reference restarts episodes in one page. ``ours`` is the gym as it starts by default (a new
 browser for every episode, built in the background); ``ours_reuse`` runs it with ``--reuse-browsers 50`` (a
 browser serves up to 50 episodes, its page reloaded between them; opt-in, docs/local_gym.md).
+
+CPU: the machine's busy time (/proc/stat) over the timed play, per step taken, and split by process
+(``cpu_by_process``: Chromium's by process type, chromedriver, the gym server, Python; ``covered`` is the share
+of the machine's busy time the split accounts for, as processes that ended in between are missed and kernel
+work on behalf of none is not a process's). Reference workers report with their browsers still open, so
+closing them is outside the timed window on both sides.
 """
 
 from __future__ import annotations
@@ -135,7 +141,7 @@ class _Timed:
         setattr(obj, name, timed)
 
 
-def _reference_worker(episodes: list[dict], duration_s: float, start, out) -> None:
+def _reference_worker(episodes: list[dict], duration_s: float, start, out, release) -> None:
     import miniwob.selenium_instance as si
 
     timed = _Timed()
@@ -172,23 +178,28 @@ def _reference_worker(episodes: list[dict], duration_s: float, start, out) -> No
             rows.append(row)
             i += 1
         cpu_s = tree_cpu_s(os.getpid()) - cpu0
+        # Reported with the browsers still open: closing them is not part of the timed play.
+        out.put({"rows": rows, "where_ms": timed.ms, "cpu_s": cpu_s})
+        release.wait(600)
     finally:
         for env in envs.values():
             env.close()
-    out.put({"rows": rows, "where_ms": timed.ms, "cpu_s": cpu_s})
 
 
 def run_reference(assign: list[list[dict]], duration_s: float) -> dict:
     ctx = mp.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_reference_worker, args=(eps, duration_s, start, out)) for eps in assign]
+    start, out, release = ctx.Event(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_reference_worker, args=(eps, duration_s, start, out, release)) for eps in assign]
     for p in procs:
         p.start()
     _wait_ready(procs)
-    t0, machine0 = time.monotonic(), machine_cpu_s()
+    t0, machine0, procs0 = time.monotonic(), machine_cpu_s(), process_cpu()
     start.set()
-    results = [out.get(timeout=duration_s + 600) for _ in procs]
-    machine1 = machine_cpu_s()      # the workers report before they close their browsers
+    try:
+        results = [out.get(timeout=duration_s + 600) for _ in procs]
+        machine1, procs1 = machine_cpu_s(), process_cpu()     # the workers wait with their browsers open
+    finally:
+        release.set()
     rows = [r for res in results for r in res["rows"]]
     wall = max(r["end_s"] for r in rows) - t0
     for p in procs:
@@ -196,6 +207,7 @@ def run_reference(assign: list[list[dict]], duration_s: float) -> dict:
     res = _totals(rows, wall, machine1 - machine0, where=_sum_dicts(res["where_ms"] for res in results))
     # the workers' own trees (they, their chromedrivers and browsers) while they played
     res["cpu_ms_per_step_workers"] = round(sum(r["cpu_s"] for r in results) * 1e3 / max(1, res["steps_n"]), 2)
+    res["cpu_by_process"] = cpu_by_kind(procs0, procs1, res["steps_n"], machine1 - machine0)
     return res
 
 
@@ -223,6 +235,46 @@ def machine_cpu_s() -> float:
         fields = [int(v) for v in f.readline().split()[1:]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
     return (user + nice + system + irq + softirq + steal) / CLK
+
+
+def process_cpu() -> dict[tuple[int, int], tuple[str, float]]:
+    """Each process's kind and CPU seconds so far, keyed by (pid, start time): its command name, Chromium's with
+    its process type ("chromium:renderer", "chromium:utility:network"), our gym server as "gym server"."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        kind = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        if "cua_rl.local_gym" in cmd:
+            kind = "gym server"
+        elif "--type=" in cmd:     # Chromium rewrites its argv into one string: split on spaces
+            kind += ":" + cmd.split("--type=", 1)[1].split()[0]
+            if "--utility-sub-type=" in cmd:
+                kind += ":" + cmd.split("--utility-sub-type=", 1)[1].split()[0].split(".")[0]
+        out[(int(entry), int(fields[19]))] = (kind, (int(fields[11]) + int(fields[12])) / CLK)
+    return out
+
+
+def cpu_by_kind(before: dict, after: dict, steps: int, machine_s: float) -> dict:
+    """CPU ms per step by process kind between two ``process_cpu`` readings (the processes alive at the end;
+    one that ended in between is missed, so ``covered`` says which share of the machine's busy CPU this is)."""
+    by: dict[str, float] = {}
+    for key, (kind, cpu) in after.items():
+        prev = before.get(key)
+        if prev is not None:        # a closing Chromium rewrites its command line: the kind it had
+            kind, cpu = prev[0], cpu - prev[1]
+        by[kind] = by.get(kind, 0.0) + cpu
+    top = {k: round(v * 1e3 / max(1, steps), 2) for k, v in sorted(by.items(), key=lambda kv: -kv[1])
+           if v * 1e3 / max(1, steps) >= 0.5}
+    return {"ms_per_step": top, "covered": round(sum(by.values()) / machine_s, 2) if machine_s else None}
 
 
 def _sum_dicts(dicts) -> dict:
@@ -304,14 +356,15 @@ async def run_ours(assign: list[list[dict]], duration_s: float, reuse: bool = Fa
                 while (i < len(eps)) if duration_s <= 0 else (time.monotonic() < stop_at):
                     rows.append(await _our_episode(http, api, eps[i % len(eps)], where))
                     i += 1
-            machine0, me0, t0 = machine_cpu_s(), time.process_time(), time.monotonic()
+            machine0, me0, t0, procs0 = machine_cpu_s(), time.process_time(), time.monotonic(), process_cpu()
             await asyncio.gather(*(worker(eps) for eps in assign))
-            machine1, me1, wall = machine_cpu_s(), time.process_time(), time.monotonic() - t0
+            machine1, me1, wall, procs1 = machine_cpu_s(), time.process_time(), time.monotonic() - t0, process_cpu()
     finally:
         gym.stop()
     res = _totals(rows, wall, machine1 - machine0, where=where)
     res["cpu_ms_per_step_client"] = round((me1 - me0) * 1e3 / max(1, res["steps_n"]), 2)
     res["warm_resets"] = sum(1 for r in rows if r.get("warm"))
+    res["cpu_by_process"] = cpu_by_kind(procs0, procs1, res["steps_n"], machine1 - machine0)
     return res
 
 
