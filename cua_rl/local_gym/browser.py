@@ -80,11 +80,20 @@ CHROMIUM_FLAGS = (
     "--remote-debugging-pipe", f"--user-data-dir={SANDBOX_HOME}/.chromium",
 )
 
+# The profile's settings, written into every browser's fresh HOME: no password manager and no autofill. Chromium
+# offered to save a password typed into an earlier episode of a reused page ("Save password?" over the next
+# episode's task, taking its input) and would fill one episode's entries into another's fields; the reference
+# environment's headless Chromium shows neither.
+CHROMIUM_PREFERENCES = {"credentials_enable_service": False, "profile": {"password_manager_enabled": False},
+                        "autofill": {"enabled": False, "profile_enabled": False, "credit_card_enabled": False}}
+CHROMIUM_FILES = ((".chromium/Default/Preferences", json.dumps(CHROMIUM_PREFERENCES)),)
+
 
 @dataclass(frozen=True)
 class BrowserSpec(DesktopSpec):
     """A desktop that is one full-screen browser. ``page`` is a path under ``site_root`` ('' = blank)."""
 
+    files: tuple[tuple[str, str], ...] = CHROMIUM_FILES
     site_root: str = ""
     page: str = ""
     zoom: float = 1.0
@@ -288,18 +297,31 @@ class BrowserDesktop(Desktop):
                                "actions could not wait for the page to receive their input")
         self.loaded_page = page
 
-    def recycle(self, timeout_s: float = 10.0) -> None:
-        """Blocking: ready this used browser for another episode (``GymOptions.reuse_browsers``). Its page is
+    def recycle(self, timeout_s: float = 10.0, keep_document: bool = False) -> None:
+        """Blocking: ready this used browser for another episode (``GymOptions.reuse_browsers``). The site's
+        storage (cookies, local storage, caches of the origin) is cleared and the keyboard's modifiers released
+        (the pointer: each MiniWoB++ episode puts it in the corner, ``MiniwobSuite.begin``). Its page is then
         loaded again, a new document: the last episode's DOM, scripts, timers and the suite's patches are gone.
-        The site's storage (cookies, local storage, caches of the origin) is cleared and the keyboard's
-        modifiers released (the pointer: each MiniWoB++ episode puts it in the corner, ``MiniwobSuite.begin``).
-        A reload keeps the X clipboard and what is loaded (the same page, from cache)."""
+        ``keep_document`` (``GymOptions.restart_in_page``) skips the reload when the document is still the
+        loaded page (the suite restarts its episode in it, as the MiniWoB++ package does); a document the last
+        episode navigated away from is loaded again all the same. Either way the X clipboard and what is loaded
+        (the same page, from cache) stay."""
         assert self.cdp is not None
         self.cdp.call("Storage.clearDataForOrigin", {"origin": SITE_ORIGIN, "storageTypes": "all"},
                       self.session, timeout_s)
         if self.xinput is not None:
             self.xinput.reset_modifiers()
+        if keep_document and self._shows_loaded_page():
+            return
         self.navigate(self.loaded_page, timeout_s=timeout_s)
+
+    def _shows_loaded_page(self) -> bool:
+        """Whether the document is still the one ``navigate`` loaded (same URL, its input counter installed)."""
+        url = self.spec.url(self.loaded_page)   # type: ignore[attr-defined]
+        try:
+            return self.evaluate(f"location.href === {json.dumps(url)} && typeof window.__cuaInputs === 'number'")
+        except CDPError:
+            return False
 
     # -- input ordering -----------------------------------------------------------------------------
     # Chromium can hand keys to the page before a click that preceded them on the X server has moved the
