@@ -18,7 +18,8 @@ episodes on our gym), no pause between steps. Two differences are stated in the 
 the screen settles (the reference screenshots at once), and by default every episode of ours gets a never-used
 browser, while the reference restarts episodes in one page. ``ours`` is the gym as it starts by default (a new
 browser for every episode, built in the background); ``ours_reuse`` runs it with ``--reuse-browsers 50`` (a
-browser serves up to 50 episodes, its page reloaded between them; opt-in, docs/local_gym.md).
+browser serves up to 50 episodes, its page reloaded between them; opt-in, docs/local_gym.md); ``ours_in_page``
+adds ``--restart-in-page`` (no reload: the episode restarts in the used page, as the reference's does).
 
 CPU: the machine's busy time (/proc/stat) over the timed play, per step taken, and split by process
 (``cpu_by_process``: Chromium's by process type, chromedriver, the gym server, Python; ``covered`` is the share
@@ -333,14 +334,19 @@ def _decode_png(response) -> None:
     assert frame.shape == (SCREEN[1], SCREEN[0], 3), frame.shape
 
 
-async def run_ours(assign: list[list[dict]], duration_s: float, reuse: bool = False) -> dict:
+# Our sides: the gym's flags for each.
+OUR_SIDES = {"ours": (), "ours_reuse": ("--reuse-browsers", "50"),
+             "ours_in_page": ("--reuse-browsers", "50", "--restart-in-page")}
+
+
+async def run_ours(assign: list[list[dict]], duration_s: float, side: str = "ours") -> dict:
     import httpx
 
     n = len(assign)
     browsers = max(n, len({e["task"] for eps in assign for e in eps}))   # as many as the reference starts
     gym = Gym("--gym-id", "miniwob", "--width", str(SCREEN[0]), "--height", str(SCREEN[1]),
               "--pool-size", str(browsers), "--max-spares", str(browsers), "--max-executions", str(n + 2),
-              *(("--reuse-browsers", "50") if reuse else ()),
+              *OUR_SIDES[side],
               "--prewarm", ",".join(sorted({e["task"] for eps in assign for e in eps})))
     api = f"{gym.base}/api/v1/miniwob"
     where: dict[str, float] = {}
@@ -432,8 +438,8 @@ def main(args) -> dict:
             "differences": ["ours returns a step once the screen has settled (X DAMAGE), the reference "
                             "screenshots at once", "ours (the gym's default): every episode gets a never-used "
                             "browser (built in the background); ours_reuse: a browser serves up to 50 "
-                            "episodes, its page reloaded between them; the reference restarts the "
-                            "episode in the same page without a reload"],
+                            "episodes, its page reloaded between them; ours_in_page: as ours_reuse, the "
+                            "episode restarted in the same page as the reference does (no reload)"],
             "actions": "recorded once from the test suite's scripted solutions played on the reference, "
                        "then replayed unchanged on both sides",
         },
@@ -444,6 +450,9 @@ def main(args) -> dict:
     ref_all = run_reference(one, duration_s=0.0)         # 0: each episode once
     ours_all = asyncio.run(run_ours(one, duration_s=0.0))
     out["same_reward"] = compare_rewards(episodes, ours_all["rewards"], ref_all["rewards"])
+    if "ours_in_page" in args.sides:    # every episode but the first in a used page, its episode restarted there
+        in_page = asyncio.run(run_ours(one, duration_s=0.0, side="ours_in_page"))
+        out["same_reward_in_page"] = compare_rewards(episodes, in_page["rewards"], ref_all["rewards"])
     mix = [e for e in episodes if e["task"] in MIX]
     out["levels"] = {}
     for n in args.ref_levels:
@@ -453,19 +462,20 @@ def main(args) -> dict:
             if side == "reference":
                 res = run_reference(assign, args.duration)
             else:
-                res = asyncio.run(run_ours(assign, args.duration, reuse=side == "ours_reuse"))
+                res = asyncio.run(run_ours(assign, args.duration, side))
             res.pop("rewards")
             level[side] = res
-        for side in ("ours", "ours_reuse"):
+        for side in OUR_SIDES:
             if "reference" in level and side in level:
                 level[f"speedup_{side}"] = _speedup(level["reference"], level[side])
         out["levels"][str(n)] = level
     first = out["levels"].get(str(args.ref_levels[0]), {})
     out["speedup"] = {side: {"reset": first[f"speedup_{side}"]["reset_p50"], "step": first[f"speedup_{side}"]["step_p50"]}
-                      for side in ("ours", "ours_reuse") if f"speedup_{side}" in first}
+                      for side in OUR_SIDES if f"speedup_{side}" in first}
     out["speedup"].update({"at_concurrency": args.ref_levels[0],
                            "note": "reference p50 over ours (above 1: ours is faster); ours = the gym's "
-                                   "default, ours_reuse = --reuse-browsers 50"})
+                                   "default, ours_reuse = --reuse-browsers 50, ours_in_page = "
+                                   "--reuse-browsers 50 --restart-in-page"})
     out["machine"]["loadavg_end"] = os.getloadavg()[0]
     out["wall_s"] = round(time.monotonic() - t_all, 1)
     return out

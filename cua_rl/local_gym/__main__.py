@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="executions one browser desktop serves, its page loaded again between them (a reload "
                         "instead of a browser start per episode; opt-in: docs/local_gym.md says what may carry over); "
                         "default 0 = every execution a new browser")
+    s.add_argument("--restart-in-page", action="store_true",
+                   help="with --reuse-browsers: restart the next episode in the used page instead of reloading it "
+                        "(the MiniWoB++ package's own way; less CPU, but the last episode's document stays)")
     s.add_argument("--miniwob-time-limit", type=float, default=3600.0,
                    help="seconds a MiniWoB++ episode may last (replaces the pages' own 7-30 s timers)")
     s.add_argument("--live-view-host", default="127.0.0.1",
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                       x_spares=args.x_spares,
                       prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,
                       display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit,
-                      reuse_browsers=args.reuse_browsers, live_view_host=args.live_view_host)
+                      reuse_browsers=args.reuse_browsers, restart_in_page=args.restart_in_page,
+                      live_view_host=args.live_view_host)
     try:
         app = create_app(opts)
     except ValueError as exc:

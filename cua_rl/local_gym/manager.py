@@ -7,8 +7,9 @@ desktops, so tasks with equal setups share spares; a browser's size and zoom for
 spares are built showing the most recently asked-for page and load another one when handed out for it).
 By default every execution gets a never-used desktop. With ``reuse_browsers`` N > 1 (opt-in, ``SUITE_REUSE``) a
 browser desktop serves up to N executions, its page loaded again and the site's storage cleared between them
-(``BrowserDesktop.recycle``), as the MiniWoB++ package's own environment restarts episodes in one page: a
-browser start costs about 1.4 s of CPU, a reload about 50 ms (bench/miniwob_bench.py --against-reference).
+(``BrowserDesktop.recycle``): a browser start costs about 1.4 s of CPU, a reload about 50 ms of wall time and
+110-130 ms of Chromium's CPU (bench/miniwob_bench.py --against-reference). ``restart_in_page`` skips the reload,
+as the MiniWoB++ package's own environment restarts episodes in one page.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class GymOptions:
     miniwob_time_limit_s: float = 3600.0   # replaces each MiniWoB++ page's own 7-30 s episode timer
     reuse_browsers: int | None = None   # executions one browser desktop serves (reloaded between them); 0 or 1:
     #                                     one each; None = the suite's default (SUITE_REUSE)
+    restart_in_page: bool = False       # with reuse_browsers: the next episode restarts in the used page, no
+    #                                     reload (the MiniWoB++ package's way; the last episode's document stays)
     live_view_host: str = "127.0.0.1"   # where live views (live.py) listen; they have no password
 
     def __post_init__(self) -> None:
@@ -83,6 +86,9 @@ class GymOptions:
             self.reuse_browsers = SUITE_REUSE[self.suite]
         if self.reuse_browsers < 0:
             raise ValueError(f"reuse_browsers must be 0 (never) or more, got {self.reuse_browsers}")
+        if self.restart_in_page and self.reuse_browsers < 2:
+            raise ValueError("restart_in_page restarts episodes in a reused browser: it needs reuse_browsers 2 or "
+                             f"more, got {self.reuse_browsers}")
         width, height, pool = SUITE_DEFAULTS[self.suite]
         self.width = width if self.width is None else self.width
         self.height = height if self.height is None else self.height
@@ -469,7 +475,7 @@ class GymManager:
                 or len(self._spares[key]) + self._building[key] >= self.opt.pool_size):
             return False
         try:
-            await asyncio.to_thread(desk.recycle)
+            await asyncio.to_thread(desk.recycle, keep_document=self.opt.restart_in_page)
         except Exception as exc:  # noqa: BLE001 - a browser that cannot reload is rebuilt instead
             logger.warning("could not reuse the browser on %s (%s): building a new one", desk.display, exc)
             return False

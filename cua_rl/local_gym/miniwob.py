@@ -225,18 +225,25 @@ def load_miniwob_tasks(pkg: Path | None = None) -> MiniwobTaskSet:
 
 
 # -- one episode in the page --------------------------------------------------------------------------
-# Runs once per execution, after the page has loaded (its START cover is up). The HUD beside the task
+# Runs once per execution, after the page has loaded (its START cover is up), or in the page the last execution
+# used (GymOptions.restart_in_page: the gym's patches are there already). The HUD beside the task
 # (last reward, countdown) is hidden: it lies outside the 160x210 task area that MiniWoB++ observations
 # crop to, its countdown would change the screen every second, and its "last reward" would leak the score.
 _BEGIN_JS = """(() => {
-  const limit = %(limit_ms)d;
-  Object.defineProperty(core, 'EPISODE_MAX_TIME', {get: () => limit, set: () => {}, configurable: true});
-  const style = document.createElement('style');
-  style.textContent = '#reward-display, #click-canvas { display: none !important; }';
-  document.head.appendChild(style);
+  if (!core.__cuaStart) {   /* the document's first episode: the gym's patches, once */
+    const limit = %(limit_ms)d;
+    Object.defineProperty(core, 'EPISODE_MAX_TIME', {get: () => limit, set: () => {}, configurable: true});
+    const style = document.createElement('style');
+    style.textContent = '#reward-display, #click-canvas { display: none !important; }';
+    document.head.appendChild(style);
+    core.__cuaStart = core.startEpisodeReal;
+    core.startEpisodeReal = function () {};   /* one episode per execution: the end cover starts nothing */
+  } else {
+    core.endEpisode(0);   /* a used page (restart_in_page): a running episode stops, as the package's force_stop */
+    if (document.activeElement) document.activeElement.blur();   /* the focus as in a new document */
+  }
   Math.seedrandom(%(seed)d);   /* a number, as the package's driver passes it: seedrandom(7) != seedrandom('7') */
-  core.startEpisodeReal();
-  core.startEpisodeReal = function () {};   /* one episode per execution: the end cover starts nothing */
+  core.__cuaStart();
   if (core.cover_div) { core.cover_div.innerHTML = 'DONE'; core.cover_div.style.cursor = 'default'; }
   window.__cuaEpisode = %(token)s;
   return true;

@@ -76,6 +76,9 @@ def test_options_by_suite():
     assert GymOptions(gym_id="web", suite="miniwob", width=320, pool_size=0).width == 320
     with pytest.raises(ValueError):
         GymOptions(suite="android")
+    with pytest.raises(ValueError, match="reuse_browsers"):
+        GymOptions(gym_id="miniwob", restart_in_page=True)     # restarts episodes in a reused browser: none here
+    assert GymOptions(gym_id="miniwob", reuse_browsers=2, restart_in_page=True).restart_in_page
     with pytest.raises(ValueError):
         MiniwobSuite(load_miniwob_tasks(), time_limit_s=3e6)   # beyond what setTimeout can hold
 
