@@ -44,7 +44,8 @@ SUITE_DEFAULTS = {"desktop": (1280, 800, 1), "miniwob": (480, 630, 4)}
 # Per suite: executions one browser desktop serves (GymOptions.reuse_browsers). A browser start costs ~1.4 s of
 # CPU, a reload ~50 ms (docs/bench/miniwob_reference_bench.json), but reuse is opt-in: once in CI the screen
 # after clicking a field in a reused browser differed from a new browser's (cause not found; Chromium's
-# autocomplete of an earlier episode's answer is the likely one), and that would leak across episodes.
+# autocomplete of an earlier episode's answer was the likely one; autofill is off in every profile since,
+# browser.CHROMIUM_PREFERENCES), and that would leak across episodes.
 SUITE_REUSE = {"desktop": 0, "miniwob": 0}
 
 
