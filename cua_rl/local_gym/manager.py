@@ -8,8 +8,8 @@ spares are built showing the most recently asked-for page and load another one w
 By default every execution gets a never-used desktop. With ``reuse_browsers`` N > 1 (opt-in, ``SUITE_REUSE``) a
 browser desktop serves up to N executions, its page loaded again and the site's storage cleared between them
 (``BrowserDesktop.recycle``): a browser start costs about 1.4 s of CPU, a reload about 50 ms of wall time and
-110-130 ms of Chromium's CPU (bench/miniwob_bench.py --against-reference). ``restart_in_page`` skips the reload,
-as the MiniWoB++ package's own environment restarts episodes in one page.
+70-200 ms of CPU per episode with its first frames (docs/bench/miniwob_reference_bench_session22_in_page.json).
+``restart_in_page`` skips the reload, as the MiniWoB++ package's own environment restarts episodes in one page.
 """
 
 from __future__ import annotations
