@@ -212,6 +212,8 @@ def test_every_key_a_flag_sets_is_in_config_yaml():
     ("policy.port=70000", "policy.port must be 0..65535"),
     ("embedded.num_desktops=0", "embedded.num_desktops must be >= 1"),
     ("embedded.tasks_dir=/nonexistent/tasks", "embedded.tasks_dir '/nonexistent/tasks' is not a folder"),
+    ("embedded.reuse_browsers=-1", "embedded.reuse_browsers must be 0 \\(never\\) or more, got -1"),
+    ("embedded.restart_in_page=true", "embedded.restart_in_page .* needs embedded.reuse_browsers 2 or more, got None"),
     ("trajectory.format_reward=-1", "trajectory.format_reward must be within"),
     ("trajectory.export_style=tree", "trajectory.export_style must be one of"),
     ("trajectory.turn_discount=0", "trajectory.turn_discount must be within"),

@@ -1,0 +1,27 @@
+"""The embedded stack's browser options reach the gym that launch.py starts: with ``embedded.reuse_browsers`` and
+``embedded.restart_in_page`` (Hydra overrides of a training run) the MiniWoB++ gym serves the second episode in
+the first one's browser (tests/local_gym/test_miniwob.py shows what reuse and the in-page restart do)."""
+from __future__ import annotations
+
+import contextlib
+
+from areal.api.cli_args import load_expr_config
+
+from cli_cases import EXAMPLE
+from cua_rl.config import CUAConfig
+from cua_rl.genv import GenvClient
+from cua_rl.run import launch
+
+
+async def test_the_embedded_gym_reuses_browsers_when_the_config_says_so(tmp_path):
+    config, _ = load_expr_config(
+        ["--config", str(EXAMPLE / "config.yaml"), f"cluster.fileroot={tmp_path}", "gym_id=miniwob",
+         "embedded.num_desktops=1", "embedded.reuse_browsers=2", "embedded.restart_in_page=true"], CUAConfig)
+    with contextlib.ExitStack() as stack:
+        overrides = dict(o.split("=", 1) for o in launch._start_embedded(config, stack))
+        async with GenvClient(overrides["gym_base_url"], overrides["gym_id"]) as client:
+            async with client.execution("click-test", {"seed": 1}) as ex:
+                assert ex.raw["reused"] is False
+                first = ex.raw["device"]["display"]
+            async with client.execution("click-test", {"seed": 2}) as ex:
+                assert ex.raw["reused"] is True and ex.raw["device"]["display"] == first
