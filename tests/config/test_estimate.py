@@ -45,7 +45,9 @@ def test_the_terms_follow_the_layout_and_a_run_that_does_not_fit_is_called_so():
 
 def test_the_dry_run_prints_the_estimate_for_the_cpu_stack_and_the_1gpu_recipe(launcher, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # the Hub is unreachable here: fail at once, not after retries
-    rc, report, _, out = launcher(["--gym", "http://gym.example:5010", "--gym-id", "g1"])
+    # the CPU stack's model given as the launcher would find it once built (a fresh machine has none in its cache)
+    rc, report, _, out = launcher(["--gym", "http://gym.example:5010", "--gym-id", "g1",
+                                   f"actor.path={tiny_model_dir}"])
     assert rc == 0, out.err
     assert re.search(r"^memory \(estimated; the CPU stack, in host memory\): actor [\d.]+ GiB", out.out, re.M)
     assert re.search(r"^length: rows up to \d+ tokens", out.out, re.M)
