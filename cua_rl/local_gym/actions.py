@@ -175,6 +175,28 @@ async def enter_gap(xin: XInput, state: dict) -> None:
     await asyncio.to_thread(xin.keys_processed)
 
 
+async def drag(action: Action, xin: XInput, px, py, run) -> None:
+    """Press, move in steps (toolkits need intermediate motion events to start a drag), release. A drag drops
+    only once its target has answered (XDND: the source sends a position, the target its status), and a client
+    busy while the events arrived would read the release before that and cancel the drop (a policy's right drag
+    scored 0; tests/local_gym/test_api.py stops the file manager to show it). So the source has taken the press
+    before the pointer moves, and before the release the source, the target and the source again answer a ping
+    (each answer: every event before it handled). Clients that take no pings get the fixed pauses only."""
+    await run(xin.move, px(action.x), py(action.y))
+    await run(xin.button, 1, True)
+    source = await asyncio.to_thread(xin.pointer_client)
+    await asyncio.to_thread(xin.processed, source)
+    for i in range(1, 9):
+        f = i / 8
+        await asyncio.sleep(0.02)
+        await run(xin.move, px(action.x + (action.x2 - action.x) * f), py(action.y + (action.y2 - action.y) * f))
+    target = await asyncio.to_thread(xin.pointer_client)
+    for window in (source, target, source):
+        await asyncio.to_thread(xin.processed, window)
+    await asyncio.sleep(0.05)
+    await run(xin.button, 1, False)
+
+
 async def perform(action: Action, xin: XInput, width: int, height: int, state: dict) -> None:
     """Play ``action``; ``state`` carries per-execution timing (last typing time) across actions."""
     px = lambda f: min(int(f * width), width - 1)    # noqa: E731
@@ -192,15 +214,7 @@ async def perform(action: Action, xin: XInput, width: int, height: int, state: d
     elif action.type == "move":
         await run(xin.move, px(action.x), py(action.y))
     elif action.type == "drag":
-        # Toolkits need intermediate motion events to start a drag.
-        await run(xin.move, px(action.x), py(action.y))
-        await run(xin.button, 1, True)
-        for i in range(1, 9):
-            f = i / 8
-            await asyncio.sleep(0.02)
-            await run(xin.move, px(action.x + (action.x2 - action.x) * f), py(action.y + (action.y2 - action.y) * f))
-        await asyncio.sleep(0.05)
-        await run(xin.button, 1, False)
+        await drag(action, xin, px, py, run)
     elif action.type == "scroll":
         await run(xin.scroll, px(action.x), py(action.y), action.dx, action.dy)
     elif action.type == "type":

@@ -207,6 +207,27 @@ class XInput:
                     root.change_attributes(event_mask=0)
                     d.flush()
 
+    def pointer_client(self) -> int:
+        """The id of the top-level client window under the pointer; 0 when there is none (the bare root, a popup
+        without WM_PROTOCOLS). A pointer grab (a drag in progress) does not change what is under it."""
+        with self._lock:
+            try:
+                win = self._root
+                while True:
+                    child = win.query_pointer().child
+                    if isinstance(child, int) or child.id == X.NONE:
+                        return 0
+                    if child.get_full_property(self._wm_protocols, X.AnyPropertyType) is not None:
+                        return child.id
+                    win = child
+            except xerror.XError:     # a window went away while we looked
+                return 0
+
+    def processed(self, window: int) -> bool | None:
+        """Wait until ``window``'s client has handled every event sent to it so far (``ping``); None when there
+        is no such window or it takes no pings."""
+        return self.ping(window) if window else None
+
     def keys_processed(self) -> float | None:
         """Wait until the client that took the keys typed since ``keyboard_ready`` (the focused client it
         confirmed) has processed them: the ``time.monotonic()`` of its answer to a ping; None when it takes

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import signal
 import time
 
 import httpx
@@ -14,7 +16,7 @@ from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import start_gym_server
 from cua_rl.local_gym.procs import wait_until
 
-from gym_helpers import descendants, wait_gone
+from gym_helpers import descendants, names, wait_gone
 
 pytestmark = pytest.mark.desktop
 EDITOR_TASK = "001"   # mousepad on notes.txt; its solution types and saves
@@ -195,6 +197,30 @@ async def test_pointer_actions_drag_right_click_scroll(gym):
             assert await c.act(eid, {"type": "key", "keys": ["shift"]}) == {"ok": True, "screen_changed": False}
             assert (await c.act(eid, {"type": "scroll", "x": 0.6, "y": 0.6, "dy": 3}))["ok"] is True
             assert (await c.act(eid, {"type": "tap", "x_norm": 0.6, "y_norm": 0.9}))["ok"] is True
+
+
+async def test_a_drag_onto_a_busy_file_manager_still_drops(gym):
+    """The file manager is stopped while the drag's events arrive (a loaded machine), so it reads the press, the
+    motions and the release in one batch: the drag must still drop (it waits for the client's answers before
+    the release). Without that wait the drop was cancelled every time (0 of 3) and the file stayed put (a CI
+    failure of the test above)."""
+    async with GenvClient(gym.url, gym.gym_id) as c:
+        async with c.execution("027") as ex:
+            (manager,) = {pid for pid, name in names(desktop_pids(gym, ex.execution_id)).items() if name == "pcmanfm"}
+            loop = asyncio.get_running_loop()
+            os.kill(manager, signal.SIGSTOP)
+            resume = loop.call_later(0.5, os.kill, manager, signal.SIGCONT)
+            try:
+                reply = await c.act(ex.execution_id, {"type": "drag", "x": 300 / 1280, "y": 118 / 800,
+                                                      "x2": 206 / 1280, "y2": 118 / 800})
+            finally:
+                resume.cancel()
+                os.kill(manager, signal.SIGCONT)
+            assert reply["ok"] is True
+            deadline = time.monotonic() + 5
+            while (await c.evaluate(ex.execution_id)).reward < 1.0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert (await c.evaluate(ex.execution_id)).reward == 1.0
 
 
 async def test_a_cold_create_builds_on_a_pre_started_x_server_that_is_then_replaced():

@@ -211,6 +211,14 @@ class VMInput:
         """No ping to the guest's programs (``XInput.keys_processed``): its keyboard is paced as it types."""
         return None
 
+    def pointer_client(self) -> int:
+        """No window to find on this side (``XInput.pointer_client``)."""
+        return 0
+
+    def processed(self, window: int) -> None:
+        """No ping to the guest's programs (``XInput.processed``)."""
+        return None
+
     def move(self, x: int, y: int) -> None:
         self._at(x, y)
 
