@@ -1,7 +1,7 @@
 """Does a run stop itself on garbage, and only on garbage? Provoked cases and a healthy run, on the CPU stack.
 
 Each case is ``train.sh`` as a user runs it (real desktops, agent service, vLLM, AReaL's trainer), with one
-thing broken; the run's health checks (cua_rl/areal_ext/health.py, docs/health.md) must stop it within two
+thing broken; the run's health checks (cua_rl/trainer/health.py, docs/health.md) must stop it within two
 steps, exit code 3, naming the invariant; the healthy run must finish with no stop:
 
 - ``healthy``: the default CPU recipe (config.learn.yaml, its warm start), ``--steps`` steps;

@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cua_rl.areal_ext.health import STOP_MARK
+from cua_rl.trainer.health import STOP_MARK
 from cua_rl.run.launch import load_config   # the config the stages will see, loaded as the launcher does
 from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 

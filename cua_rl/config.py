@@ -22,7 +22,7 @@ from typing import Any
 
 from areal.api.cli_args import GRPOConfig
 
-from cua_rl.areal_ext.health import HealthConfig
+from cua_rl.trainer.health import HealthConfig
 from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 from cua_rl.policy import EndpointSettings
 
@@ -324,7 +324,7 @@ class CUAConfig(GRPOConfig):
     # trial_name "auto" (config.yaml): the launcher names each run run<YYYYmmdd_HHMMSS>, so runs never share
     # logs, statistics or checkpoints. An explicit trial_name whose run exists is refused unless this is
     # "overwrite" (its logs and checkpoints are deleted first) or "resume" (train.sh --resume: continue it
-    # from its last committed recover point, cua_rl/areal_ext/resume.py; with trial_name auto, the newest run).
+    # from its last committed recover point, cua_rl/trainer/resume.py; with trial_name auto, the newest run).
     existing_run: str = "refuse"
     # AReaL's vLLM settings plus logprobs_mode (cua_rl/areal_ext/vllm_config.py: logprobs after temperature)
     vllm: CUAvLLMConfig = field(default_factory=CUAvLLMConfig)
@@ -338,7 +338,7 @@ class CUAConfig(GRPOConfig):
     eval_task_source: TaskSourceConfig | None = None
     trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
-    # per-step health checks: what an anomaly does (--on-anomaly) and thresholds (cua_rl/areal_ext/health.py)
+    # per-step health checks: what an anomaly does (--on-anomaly) and thresholds (cua_rl/trainer/health.py)
     health: HealthConfig = field(default_factory=HealthConfig)
 
     def __post_init__(self):

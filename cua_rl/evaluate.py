@@ -128,7 +128,7 @@ def _curriculum_rows(task_keys: list[str]) -> list[dict]:
 async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int], concurrency: int,
                            samples: int) -> tuple[list[Episode], int, int]:
     """Every (task, seed) ``samples`` times: (the episodes, how many were dropped, how many model errors)."""
-    from cua_rl.workflow import Dropped
+    from cua_rl.workflow import Dropped, play_episode
 
     gate = asyncio.Semaphore(concurrency)
     episodes: list[Episode] = []
@@ -136,7 +136,7 @@ async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int
 
     async def one(row: dict, index: int, seed: int) -> None:
         async with gate:
-            outcome = await workflow._episode(endpoint, row, index, seed=seed)
+            outcome = await play_episode(workflow.episode_setup, endpoint, row, index, seed=seed)
         success, turns = False, 0
         if isinstance(outcome, Dropped):
             failed["dropped"] += 1
@@ -163,7 +163,7 @@ async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str]
     loop that first used them (a loop per checkpoint failed every later request with HTTP 500)."""
     from cua_rl.http.client import async_client
 
-    endpoint = workflow._policy(engine)
+    endpoint = workflow.policy_endpoint(engine)
     sampling = endpoint.gconfig
     results = []
     async with async_client(timeout=300) as client:

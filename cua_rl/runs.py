@@ -1,21 +1,39 @@
-"""Where a run's files go and how runs are named: the one definition the launcher (which claims the
-directories) and the workflow (which writes its counts there) share.
+"""Where a run's files go, how runs are named, and the records the run's processes share on disk: the one
+definition the launcher (which claims the directories and sums the counts), the trainer (its health checks
+and resume read them) and the workflow (which writes them) share.
 
 Each run gets its own trial directory by default (``run<YYYYmmdd_HHMMSS>``); an explicit name that already
 trained here is refused unless ``existing_run=overwrite`` (deleted first) or ``existing_run=resume``
-(``train.sh --resume``: continued, cua_rl/areal_ext/resume.py), so runs never share statistics, logs or checkpoints.
+(``train.sh --resume``: continued, cua_rl/trainer/resume.py), so runs never share statistics, logs or checkpoints.
+
+Shared records under the run's log directory:
+- the counts (``read_counts``/``write_counts``): each rollout worker process writes its workflows' counts
+  (episodes evaluated, episodes lost by cause, groups rejected, and its policy endpoints' turn counts:
+  recorded, verified, refused, undelivered, ...; ``cua_rl.workflow.worker``) as JSON under
+  ``<logs>/policy_endpoint/``, one file per kind, host and process; the launcher's summary and the run's
+  health checks add them up. Kinds ("train", "eval") are kept apart;
+- the dropped stream items (``record_dropped``): a training row the workflow returns nothing for, one line in
+  ``<logs>/dropped_stream/``, which the trainer's loader counts as consumed (cua_rl/trainer/resume.py);
+- ``STREAM_KEY``: the stream index the trainer's loader gives each task row, which the workflow copies into
+  its rows.
 """
 
 from __future__ import annotations
 
 import getpass
+import json
 import logging
+import os
 import shutil
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 logger = logging.getLogger("cua_rl.runs")
+
+STREAM_KEY = "cua_stream_index"   # in the task row the workflow gets, and as a [rows] tensor in its batch
+DROPPED_DIR = "dropped_stream"     # under the run's log directory: one file of dropped indices per worker process
 
 
 @dataclass
@@ -74,3 +92,43 @@ def claim_run_dir(paths: RunPaths, trial: str, existing_run: str) -> None:
         if d.exists():
             logger.warning("existing_run=overwrite: deleting %s", d)
             shutil.rmtree(d)
+
+
+# ---- the records the run's processes share ------------------------------------------------------------------
+def read_counts(logs: Path, kind: str | None = None) -> dict[str, int]:
+    """The counts every process wrote under ``<logs>/policy_endpoint/`` (of ``kind``, or all), summed."""
+    out: dict[str, int] = {}
+    for f in sorted((Path(logs) / "policy_endpoint").glob(f"{kind or '*'}-*.json")):
+        try:
+            for k, v in json.loads(f.read_text()).items():
+                out[k] = out.get(k, 0) + int(v)
+        except (OSError, ValueError) as exc:
+            logger.warning("unreadable endpoint counts %s: %s", f, exc)
+    return out
+
+
+def write_counts(kind: str, stats_dir: str, totals: dict[str, int]) -> None:
+    """Replace this process's counts file of ``kind`` in ``stats_dir`` with ``totals`` (atomically; nothing
+    without a dir)."""
+    if not stats_dir:
+        return
+    try:
+        path = Path(stats_dir) / "policy_endpoint" / f"{kind}-{socket.gethostname()}-{os.getpid()}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(totals))
+        os.replace(tmp, path)
+    except OSError as exc:
+        logger.warning("could not write the workflow's counts to %s: %s", stats_dir, exc)
+
+
+def record_dropped(logs_dir: str | Path, index: int) -> None:
+    """The workflow dropped stream item ``index`` (its group was rejected): one line in this process's file
+    under ``<logs>/dropped_stream/``, where the trainer's loader reads it (``ExactlyOnceLoader``)."""
+    path = Path(logs_dir) / DROPPED_DIR / f"{socket.gethostname()}-{os.getpid()}.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(f"{int(index)}\n")
+    except OSError as exc:
+        logger.warning("could not record dropped stream item %s in %s: %s", index, path, exc)

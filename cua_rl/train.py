@@ -4,39 +4,33 @@
 
 Normally started by ``train.sh`` -> ``python -m cua_rl.run.launch``, which also starts the embedded gym and
 agent service. AReaL's scheduler starts the workers (``cua_rl.areal_ext.worker``) and vLLM, on a GPU or a CPU.
+This file only composes: the config, the datasets, the workflow and our trainer (``cua_rl.trainer``).
 """
 
-import contextlib
 import os
 import signal
 import sys
-import threading
 from dataclasses import asdict
 
 from cua_rl.logs import setup_logging
 
 setup_logging()  # before AReaL's imports start swapping the root logger
 
-from areal import PPOTrainer
 from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
 from cua_rl.config import CUAConfig, resolve_project_token
 from cua_rl.areal_ext import entropy_bonus, lora_vlm
-from cua_rl.areal_ext.health import Health, StallWatch, UnhealthyRun, log_stop, stop_requested
-from cua_rl.areal_ext.model_watch import server_addrs, watch_model_servers
-from cua_rl.areal_ext.warm_up import warm_up
-from cua_rl.areal_ext.weight_probe import WeightProbe, adapter_probe, fingerprint, real_update
-from cua_rl.monitor import training_run
-from cua_rl.areal_ext.resume import install, resume_point
-from cua_rl.runs import RunPaths
-from cua_rl.workflow import CUAAgentWorkflow
 from cua_rl.dataset import load_task_datasets
+from cua_rl.monitor import training_run
+from cua_rl.runs import RunPaths
+from cua_rl.trainer.health import UnhealthyRun, stop_requested
+from cua_rl.trainer.model_watch import watch_model_servers
+from cua_rl.trainer.resume import install, resume_point
+from cua_rl.trainer.trainer import Trainer, evaluate_baseline, run, stall_watch, update_reporter
+from cua_rl.workflow import CUAAgentWorkflow
 
 logger = logging.getLogger("cua-train")
-# How long a failed run's close may take (Trainer.__exit__): AReaL's own close takes seconds.
-CLOSE_AFTER_FAILURE_S = 120
-CLOSE_ABANDONED = threading.Event()
 
 
 def wandb_environment(config) -> None:
@@ -93,7 +87,7 @@ def main(args: list[str]) -> None:
                                                                    is_eval=True, monitor_training_id=training_id)
         with Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer, \
                 update_reporter(config, token, training_id) as trainer.report_update:
-            # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/areal_ext/resume.py)
+            # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/trainer/resume.py)
             install(trainer, point, RunPaths.of(config).logs)
             if point is not None and trainer.recover_info is None:
                 raise SystemExit(f"--resume: AReaL did not load the recover point in {point.root}")
@@ -107,275 +101,6 @@ def main(args: list[str]) -> None:
                     eval_workflow=config.eval_workflow if valid_dataset is not None else None,
                     eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
                 )
-
-
-@contextlib.contextmanager
-def stall_watch(trainer: "Trainer", config, group_size: int):
-    """The health checks' watch between steps (cua_rl/areal_ext/health.py ``StallWatch``) while the body runs."""
-    watch = StallWatch(RunPaths.of(config).logs, trainer.health,
-                       episodes_per_step=config.train_dataset.batch_size * group_size,
-                       on_finding=lambda f: trainer.report_update(f.step, {}, [f]))
-    trainer.stall_watch = watch.start()
-    try:
-        yield watch
-    finally:
-        trainer.stall_watch = None
-        watch.stop()
-
-
-@contextlib.contextmanager
-def update_reporter(config, token: str, training_id: int | None):
-    """``report(train_step, stats, findings)``: each update's statistics and health to the Training Monitor's
-    step row of the rollouts it trained (the run page draws them), sent from a daemon thread; a no-op when
-    the monitor is off (``training_id`` None)."""
-    if training_id is None:
-        yield lambda train_step, stats, findings: None
-        return
-    from cua_rl.monitor.client import MonitorClient
-    from cua_rl.monitor.records import update_record
-    from cua_rl.monitor.sender import RecordSender
-
-    sender = RecordSender(lambda: MonitorClient.from_settings(config.monitor_base_url, token, config.project_id,
-                                                              raise_errors=True), what="update statistics")
-
-    last: dict = {}
-
-    def report(train_step: int, stats: dict, findings: list) -> None:
-        if last.get("step") == train_step:   # a check after the commit (the weight probe): keep what was sent
-            stats, findings = {**last["stats"], **stats}, [*last["findings"], *findings]
-        last.update(step=train_step, stats=stats, findings=findings)
-        health = {k.removeprefix("health/"): v for k, v in stats.items()
-                  if k.startswith("health/") and k != "health/anomalies"}
-        # step k turns version k-1 into k: mostly the rollouts sampled at version k-1 (the monitor's step row)
-        sender.submit([update_record(training_id, max(train_step - 1, 0), train_step=train_step, stats=stats,
-                                     health=health, anomalies=[f.as_dict() for f in findings])])
-
-    try:
-        yield report
-    finally:
-        sender.close()
-
-
-class Trainer(PPOTrainer):
-    """AReaL's PPOTrainer with start-up changes, none touching training itself:
-
-    - The run's health after every step (cua_rl/areal_ext/health.py): ``health/*`` values join the step's
-      statistics, a tripped check prints one line, and one that means garbage stops the run once the step's
-      statistics are committed (its recover point is already written).
-    - Under Ray, the cluster joined with our workers' patches and environment (``_init_scheduler``).
-    - No evaluation rollout when there is nothing to evaluate. AReaL builds one whether or not a valid
-      dataset is given: on the single controller that is one more RPC worker process (torch and AReaL
-      imported again) during start-up. Every use of ``eval_rollout`` in AReaL's trainer checks it for None.
-    - The inference side starts beside the training engine instead of after it. AReaL initialises the actor
-      (its worker imports torch and AReaL, then builds the model: 15 s on a CPU, minutes for a large model on
-      a GPU) and only then starts the rollout worker and vLLM; each uses one core at a time while its turn
-      lasts. Here the rollout controller is initialised in a thread while the actor is, when that is safe:
-      AReaL's local scheduler (its port and GPU allocation made atomic below), actor and rollout not
-      colocated, no LoRA (the rollout is started with the actor's initial adapter). On the CPU stack vLLM
-      then serves about 13 s sooner. Nothing between the two in AReaL's ``__init__`` reads the rollout.
-    """
-
-    def __init__(self, config, train_dataset, valid_dataset=None, **kwargs):
-        self._needs_eval_rollout = valid_dataset is not None
-        self._early_rollout: _Background | None = None
-        self.stall_watch: StallWatch | None = None
-        self.report_update = lambda train_step, stats, findings: None   # update_reporter's, when the monitor is on
-        self.health = Health(config.health, max_turns=config.max_turns,
-                             max_head_offpolicyness=config.rollout.max_head_offpolicyness,
-                             policy_endpoint=not config.model_base_url)
-        super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset, **kwargs)
-        self._commit, self.stats_logger.commit = self.stats_logger.commit, self._commit_with_health
-        # after each update, whether the servers took it (cua_rl/areal_ext/weight_probe.py): probed once the
-        # inference side resumes, since AReaL keeps the engines paused through the update and the commit. With
-        # LoRA the probe reads the adapter of the version served; not with another model's server.
-        self.weight_probe = (WeightProbe(lambda: server_addrs(self), self._probe_of(config))
-                             if config.health.weight_probe and not config.model_base_url else None)
-        self._probe_due: tuple[int, bool] | None = None
-        if self.weight_probe is not None and getattr(self, "rollout", None) is not None:
-            resume = self.rollout.resume
-
-            def resume_and_probe(*args, **kwargs):
-                out = resume(*args, **kwargs)
-                self._check_weights()
-                return out
-
-            self.rollout.resume = resume_and_probe
-        # the servers' first image request now, not in the first step's episodes (cua_rl/areal_ext/warm_up.py)
-        if not config.model_base_url:
-            warm_up(server_addrs(self))
-
-    def _probe_of(self, config):
-        """The weight probe's fingerprint: the base model's, or with LoRA the served version's adapter's."""
-        if not config.actor.use_lora:
-            return fingerprint
-        return adapter_probe(config.gconfig.lora_name, lambda: self.rollout.get_version())
-
-    def train(self, *args, **kwargs):
-        if self.weight_probe is not None:
-            self.weight_probe.baseline()
-        return super().train(*args, **kwargs)
-
-    def _check_weights(self) -> None:
-        """The ``weights_unchanged`` check of the update committed last (see ``__init__``)."""
-        if self._probe_due is None:
-            return
-        step, real = self._probe_due
-        self._probe_due = None
-        measured = self.weight_probe.after_update(real)
-        if measured is None:
-            return
-        unchanged, compared = measured
-        finding = self.health.judge(step, "weights_unchanged", float(unchanged),
-                                    note=f"{unchanged} of {compared} servers after the update to version {step}")
-        if finding is None:
-            return
-        print(finding.line(), flush=True)
-        self.report_update(step, {}, [finding])
-        if finding.action == "stop":
-            log_stop(step, [finding])
-            raise UnhealthyRun([finding])
-
-    def __exit__(self, exc_type, exc_value, traceback):
-        """AReaL's close, bounded after a failure. Its close pauses and stops the inference engines; when the
-        failure is an engine that stopped answering (vLLM's multimodal cache desync hung one: every request
-        failed, then the weight update's pause timed out after 600 s), those calls wait forever and the run
-        sits printing nothing. After ``CLOSE_AFTER_FAILURE_S`` the close is left to itself; ``run`` then ends
-        the process with the failure's exit code, and the launcher ends the run's process group."""
-        if exc_type is None:
-            return super().__exit__(exc_type, exc_value, traceback)
-        closing = threading.Thread(target=super().__exit__, args=(exc_type, exc_value, traceback),
-                                   name="areal-close", daemon=True)
-        closing.start()
-        closing.join(CLOSE_AFTER_FAILURE_S)
-        if closing.is_alive():
-            logger.error("AReaL's shutdown after the failure has not finished in %d s (an inference engine that "
-                         "no longer answers); leaving it: the run's processes are ended instead",
-                         CLOSE_AFTER_FAILURE_S)
-            CLOSE_ABANDONED.set()
-        return False
-
-    def _commit_with_health(self, epoch: int, epoch_step: int, global_step: int, stats: dict) -> None:
-        """AReaL's ``stats_logger.commit`` with the health checks before it and their verdict after it."""
-        findings = self.health.observe(global_step + 1, stats)
-        self._commit(epoch, epoch_step, global_step, stats)
-        self.report_update(global_step + 1, stats, findings)
-        self._probe_due = (global_step + 1, real_update(stats))
-        for finding in findings:
-            print(finding.line(), flush=True)
-        stops = [f for f in findings if f.action == "stop"]
-        if stops:
-            log_stop(global_step + 1, stops)
-            raise UnhealthyRun(stops)
-        if self.stall_watch is not None:
-            self.stall_watch.step_done(global_step + 1)
-
-    def _init_scheduler(self):
-        """AReaL's, except Ray: joined with our workers' set-up (cua_rl/areal_ext/ray_cluster.py)."""
-        if self.config.scheduler.type == "ray":
-            from cua_rl.areal_ext import ray_cluster
-
-            return ray_cluster.scheduler(self.config)
-        return super()._init_scheduler()
-
-    def _overlap_start(self) -> bool:
-        from areal.infra.scheduler.local import LocalScheduler
-
-        return (isinstance(self.scheduler, LocalScheduler) and not self._should_offload_rollout
-                and not self.config.actor.use_lora)
-
-    def _create_train_engine(self, actor_config, alloc):
-        engine = super()._create_train_engine(actor_config, alloc)
-        if actor_config is self.config.actor and self._overlap_start():
-            _atomic_allocation(self.scheduler)
-            initialize = engine.initialize
-
-            def initialize_beside_the_rollout(*args, **kwargs):
-                self._early_rollout = _Background(
-                    "rollout-init", lambda: PPOTrainer._init_rollout(self, self.config.rollout, is_eval=False))
-                return initialize(*args, **kwargs)
-
-            engine.initialize = initialize_beside_the_rollout
-        return engine
-
-    def _init_rollout(self, rollout_config, is_eval: bool = False, lora_path: str | None = None):
-        if is_eval and not self._needs_eval_rollout:
-            logger.info("no eval split: no evaluation rollout is started")
-            return None
-        if not is_eval and self._early_rollout is not None:
-            return self._early_rollout.result()
-        return super()._init_rollout(rollout_config, is_eval=is_eval, lora_path=lora_path)
-
-
-class _Background:
-    """A call run in a daemon thread (a failed start-up exits without waiting for it); ``result()`` joins it
-    and returns its value or raises its exception."""
-
-    def __init__(self, name: str, call) -> None:
-        self._value, self._error = None, None
-
-        def run() -> None:
-            try:
-                self._value = call()
-            except BaseException as e:   # re-raised in the caller's thread
-                self._error = e
-
-        self._thread = threading.Thread(target=run, name=name, daemon=True)
-        self._thread.start()
-
-    def result(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def _atomic_allocation(scheduler) -> None:
-    """AReaL's local scheduler picks ports and GPUs by reading, then updating, its own records; two roles
-    created at once must not both read before either updates."""
-    lock = threading.Lock()
-    for name in ("_allocate_ports", "_allocate_gpus", "_release_ports"):
-        method = getattr(scheduler, name)
-
-        def locked(*args, _method=method, **kwargs):
-            with lock:
-                return _method(*args, **kwargs)
-
-        setattr(scheduler, name, locked)
-
-
-def evaluate_baseline(trainer: Trainer, eval_workflow: str, eval_workflow_kwargs: dict) -> None:
-    """The eval split once with the base model (policy version 0, so the monitor files it as the baseline).
-    AReaL's evaluator only runs after steps; its evaluation body (``_evaluate_fn``) is called directly, and
-    its statistics are taken out here so they do not mix into step 1's."""
-    logger.info("baseline: evaluating the base model on the eval split before training")
-    trainer._evaluate_fn(eval_workflow=eval_workflow, eval_workflow_kwargs=eval_workflow_kwargs)
-    stats = trainer.eval_rollout.export_stats()
-    shown = {}
-    for key, value in stats.items():
-        parts = key.split("/")
-        name = parts[-2] if parts[-1] == "avg" and len(parts) > 1 else parts[-1]
-        if name in ("reward", "task_success", "num_turns"):
-            shown[name] = value
-    logger.info("baseline (policy version 0): %s",
-                ", ".join(f"{k} {v:.3f}" for k, v in sorted(shown.items())) or "no episode finished")
-
-
-def run(entry) -> None:
-    """``entry()``. A failure whose close was left unfinished (``Trainer.__exit__``) ends the process at once
-    with its exit code: an orderly interpreter exit would wait for AReaL's non-daemon server threads."""
-    try:
-        entry()
-    except BaseException as exc:
-        if not CLOSE_ABANDONED.is_set():
-            raise
-        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
-        if not isinstance(exc, SystemExit):
-            import traceback
-
-            traceback.print_exception(exc)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 if __name__ == "__main__":

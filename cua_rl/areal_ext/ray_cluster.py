@@ -106,11 +106,11 @@ def check_addresses(config, nodes: int) -> None:
         return
     from urllib.parse import urlsplit
 
-    from cua_rl.policy.endpoint import _is_loopback   # the endpoint's own rule for "this machine only"
+    from cua_rl.policy.endpoint import is_loopback   # the endpoint's own rule for "this machine only"
 
     local = {name: url for name, url in (("gym_base_url", config.gym_base_url),
                                          ("gbox_mini_agent_base_url", config.gbox_mini_agent_base_url))
-             if url and _is_loopback(urlsplit(url).hostname or "")}
+             if url and is_loopback(urlsplit(url).hostname or "")}
     if local:
         raise SystemExit(
             f"scheduler.type=ray on {nodes} nodes: {', '.join(f'{k}={v}' for k, v in local.items())} is this "
@@ -118,7 +118,7 @@ def check_addresses(config, nodes: int) -> None:
             "--agent embedded serve there). Give routable URLs (--gym, --gbox-mini-url) with services of your "
             "own, or run on one node; docs/cluster.md")
     monitor = config.monitor_base_url
-    if monitor and _is_loopback(urlsplit(monitor).hostname or ""):
+    if monitor and is_loopback(urlsplit(monitor).hostname or ""):
         logger.warning("scheduler.type=ray on %d nodes: the Training Monitor at %s is this node's loopback; "
                        "rollout workers on other nodes cannot send it their records (docs/cluster.md)",
                        nodes, monitor)

@@ -17,7 +17,7 @@ computes logprobs too; those are left alone):
   on a GPU), so a large gap means the engine serves other weights (an update that never reached it,
   another model) or scores other inputs (an image or prompt the trainer does not see). AReaL labels tokens
   with the version it believes the engine serves, so an ignored update shows here and nowhere else. The
-  health check ``sampler_logprob_gap`` (``cua_rl.areal_ext.health``) reads it;
+  health check ``sampler_logprob_gap`` (``cua_rl.trainer.health``) reads it;
 - with the Training Monitor on, the per-turn values (and the trainer's version: a turn sampled at an older
   one also differs by the updates since) are queued and a daemon thread posts them, so training
   never waits on the monitor; a full queue drops (and counts) batches. Settings come from the environment
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from cua_rl.areal_ext.health import SAMPLER_GAP_KEY
+from cua_rl.areal_ext import SAMPLER_GAP_KEY
 from cua_rl.monitor.client import MonitorClient, token_from_env
 from cua_rl.monitor.records import Record, trainer_logprobs_record
 from cua_rl.monitor.sender import RecordSender

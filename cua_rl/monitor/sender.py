@@ -1,6 +1,6 @@
 """A daemon thread that posts Training Monitor records queued by code that must never wait on the monitor:
 the training worker's recomputed logprobs per turn (``cua_rl.areal_ext.trainer_logprobs``) and the trainer's
-statistics and health after each update (``cua_rl.train``).
+statistics and health after each update (``cua_rl.trainer.trainer``).
 
 Why a thread with a bounded queue: both run inside AReaL's training loop, where a slow or down monitor must
 cost nothing. A full queue drops (and counts) batches; a failed post is counted and logged once.

@@ -140,7 +140,7 @@ def endpoint_hosts(settings: EndpointSettings, agent_url: str = "") -> tuple[str
     agent_host = urlsplit(agent_url).hostname if agent_url else None
     bind = settings.bind_host
     if bind == "auto":
-        bind = "127.0.0.1" if agent_host is None or _is_loopback(agent_host) else "0.0.0.0"
+        bind = "127.0.0.1" if agent_host is None or is_loopback(agent_host) else "0.0.0.0"
     if settings.advertised_host:
         return bind, settings.advertised_host
     if bind not in WILDCARDS:
@@ -148,7 +148,7 @@ def endpoint_hosts(settings: EndpointSettings, agent_url: str = "") -> tuple[str
     return bind, route_address(agent_host)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -160,7 +160,7 @@ def _is_loopback(host: str) -> bool:
 def route_address(host: str | None) -> str:
     """This machine's address on the interface that routes to ``host`` (a UDP "connect" sends nothing; it
     only asks the kernel for the route); this machine's main address when ``host`` is unknown or unroutable."""
-    if host and not _is_loopback(host):
+    if host and not is_loopback(host):
         try:
             family, _, _, _, addr = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
             with socket.socket(family, socket.SOCK_DGRAM) as probe:

@@ -28,14 +28,14 @@ import threading
 import time
 from pathlib import Path
 
-from cua_rl.areal_ext.health import UnhealthyRun
-from cua_rl.areal_ext.resume import newest_resumable, resume_point
+from cua_rl.trainer.health import UnhealthyRun
+from cua_rl.trainer.resume import newest_resumable, resume_point
 from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 from cua_rl.run import cli
 from cua_rl.run.console import TrainerConsole
 from cua_rl.run.preflight import PreflightError, check_embedded, missing_binaries, user_namespace_error
-from cua_rl.run.prewarm import Prewarmed, predicted_env
+from cua_rl.run.prewarm import HUB_OFFLINE, Prewarmed, predicted_env
 from cua_rl.run.summary import print_summary, show_tail
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
 
@@ -336,9 +336,6 @@ def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> 
     print(f"trainer: python -m cua_rl.train --config {config_file} <overrides above> plus the run's own "
           "(trial name, statistics path" + (", the embedded services' URLs" if config.embedded_enabled else "")
           + (", the warm start" if config.sft.warm_start else "") + ")")
-
-
-HUB_OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
 def _hub_access(config, gpu: bool) -> None:

@@ -34,6 +34,8 @@ logger = logging.getLogger("cua_rl.run.launch")
 FLAG = "--from-launcher"
 # Variables the trainer reads only after its hand-over (cua_rl.train main: resolve_project_token).
 LATE_ENV = frozenset({"PROJECT_TOKEN"})
+# Set to "1" for a run that needs no Hugging Face Hub (launch._hub_access decides; predicted here)
+HUB_OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
 def predicted_env(environ: dict[str, str], gpu: bool) -> dict[str, str]:
@@ -43,7 +45,6 @@ def predicted_env(environ: dict[str, str], gpu: bool) -> dict[str, str]:
     env = dict(environ)
     if not gpu:
         from cua_rl.local_model.vllm_server import CPU_ENV
-        from cua_rl.run.launch import HUB_OFFLINE
 
         env.update(CPU_ENV)
         for name in HUB_OFFLINE:

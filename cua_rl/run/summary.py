@@ -16,11 +16,11 @@ import signal
 import struct
 from pathlib import Path
 
-from cua_rl.areal_ext.health import STOP_MARK, UnhealthyRun
-from cua_rl.areal_ext.model_watch import GONE_RE
-from cua_rl.areal_ext.resume import settle
+from cua_rl.trainer.health import STOP_MARK, UnhealthyRun
+from cua_rl.trainer.model_watch import GONE_RE
+from cua_rl.trainer.resume import settle
 from cua_rl.run.console import ANSI, TABLE_START
-from cua_rl.runs import RunPaths
+from cua_rl.runs import RunPaths, read_counts
 
 logger = logging.getLogger("cua_rl.run.summary")
 
@@ -59,10 +59,7 @@ def show_tail(log_file: Path, lines: int = 40) -> None:
 def endpoint_totals(logs: Path) -> dict[str, int]:
     """The policy endpoints' turn counts and the workflows' episode counts (evaluated, lost by cause, groups
     rejected), summed over rollout workers."""
-    from cua_rl.workflow import tally   # here: the workflow package imports AReaL, which must come after the
-    # launcher's logging set-up (cua_rl/logs.py)
-
-    return tally.read(logs)
+    return read_counts(logs)
 
 
 # AReaL's trainer calling its inference server (vLLM/SGLang) and finding nobody there: the server died.
@@ -79,12 +76,12 @@ def failure_cause(train_log: Path) -> str | None:
     except OSError:
         return None
     health = re.search(rf"{STOP_MARK} after step \d+: ([^\n]*?); the last recover point", text)
-    if health:   # the trainer's health checks stopped the run (cua_rl/areal_ext/health.py)
+    if health:   # the trainer's health checks stopped the run (cua_rl/trainer/health.py)
         lines = re.findall(r"^\[cua-rl\] health step \d+: (\S+) .*$", text, re.M)
         return (f"a health check stopped the run: {health.group(1)}" +
                 (f" (the console's '[cua-rl] health' lines say the likely cause; {len(lines)} in train.log)"
                  if lines else ""))
-    watched = GONE_RE.search(text)   # cua_rl.areal_ext.model_watch stopped the run
+    watched = GONE_RE.search(text)   # cua_rl.trainer.model_watch stopped the run
     if watched:
         return f"{watched.group(0)}: {_LOST}"
     gone = _ENGINE_GONE.search(text)

@@ -1,14 +1,17 @@
 """The AReaL workflow of computer-use episodes (``config.workflow: cua_rl.workflow.CUAAgentWorkflow``).
 
+- ``episode``: ``play_episode``, one episode (create, play, evaluate, terminate) -> ``EpisodeOutcome`` or
+  ``Dropped``;
 - ``group``: ``CUAAgentWorkflow``, one GRPO group of episodes per task row -> training rows;
 - ``sections``: the typed sections it is built from (gym, agent service, model, episode limits, monitor);
 - ``seeding``: which instance of a task each group plays;
 - ``worker``: what a rollout worker process keeps across groups (the policy endpoint, the counts, the seeds);
-- ``tally``: those counts on disk, for the run's summary and health checks.
+  the counts go on disk through ``cua_rl.runs`` for the run's summary and health checks.
 """
 
-from .group import CAUSES, CUAAgentWorkflow, Dropped, has_reward_variance
+from .episode import CAUSES, Dropped, EpisodeSetup, play_episode
+from .group import CUAAgentWorkflow, has_reward_variance
 from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 
-__all__ = ["CAUSES", "AgentTarget", "CUAAgentWorkflow", "Dropped", "EpisodeLimits", "GymTarget", "ModelTarget",
-           "MonitorTarget", "has_reward_variance"]
+__all__ = ["CAUSES", "AgentTarget", "CUAAgentWorkflow", "Dropped", "EpisodeLimits", "EpisodeSetup", "GymTarget",
+           "ModelTarget", "MonitorTarget", "has_reward_variance", "play_episode"]

@@ -1,14 +1,11 @@
 """``CUAAgentWorkflow``: one GRPO group of computer-use episodes for one task row -> AReaL tensors.
 
-Per episode: create an execution on the gym -> open a policy-endpoint episode (its own bearer key) ->
-start the agent run with ``model.baseUrl`` = the endpoint and ``apiKey`` = the key -> wait -> evaluate
-(the reward) -> terminate (always, in ``finally``). The endpoint recorded every model turn exactly as
-the engine saw it; ``cua_rl.trajectory`` turns the group into rows with group-normalised rewards.
+Each episode is ``cua_rl.workflow.episode.play_episode`` (create an execution, let the agent play it against
+the policy endpoint, evaluate, terminate); ``cua_rl.trajectory`` turns the group into rows with
+group-normalised rewards.
 
-Outcomes: an episode is either evaluated (``EpisodeOutcome``) or dropped (``Dropped``, with its cause: the
-gym, the agent service or the model server failed, or the episode crashed), never given a reward it did not
-earn. A run that merely ends badly (timeout, the agent gave up, unparseable output) is still evaluated and
-keeps its real, possibly zero, reward. A group keeps only its evaluated episodes; with fewer than
+Outcomes: an episode is either evaluated (``EpisodeOutcome``) or dropped (``Dropped``, with its cause), never
+given a reward it did not earn. A group keeps only its evaluated episodes; with fewer than
 ``trajectory.min_group_size`` of them it is rejected, so a group never mixes tasks and a failure never
 shifts another group's boundaries. AReaL gets ``None`` for a rejected group.
 
@@ -16,7 +13,7 @@ Built from typed sections (``cua_rl.workflow.sections``, the policy endpoint's `
 ``TrajectoryConfig``): plain values AReaL can ship to each rollout worker. AReaL builds one of these per
 submitted task; what outlives a group (the policy endpoint, the counts, the seeds' counter) is the rollout
 worker's (``cua_rl.workflow.worker``). Instance seeds: ``cua_rl.workflow.seeding``; counts on disk for the
-run's summary: ``cua_rl.workflow.tally``.
+run's summary: ``cua_rl.runs``.
 
 Training Monitor (optional): with ``monitor.base_url`` and a token in the environment (PROJECT_TOKEN or
 MONITOR_PROJECT_TOKEN; never a kwarg, kwargs are logged and saved) each episode posts its rollout (running,
@@ -27,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
@@ -37,43 +33,22 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.workflow_api import RolloutWorkflow
 from areal.utils import stats_tracker
 
-from cua_rl.areal_ext.resume import STREAM_KEY, record_dropped
 from cua_rl.config import TrajectoryConfig
-from cua_rl.genv import GenvClient, GenvError
 from cua_rl.logs import worker_logging
-from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
+from cua_rl.mini_agent import Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.policy.endpoint import endpoint_hosts
-from cua_rl.runs import RunPaths
+from cua_rl.runs import STREAM_KEY, RunPaths, record_dropped, write_counts
 from cua_rl.trajectory.mutations import mutate
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, group_batch, normalise_group, rows_of, shuffle_rewards
 from cua_rl.trajectory.rows import new_rollout_uuid
-from cua_rl.trajectory.shaping import shaped_reward
 
-from . import seeding, tally
+from . import seeding
+from .episode import Dropped, EpisodeSetup, play_episode
 from .worker import worker_state
 from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 
 logger = logging.getLogger(__name__)
-
-# Why an episode was dropped (``Dropped.cause``); the summary counts each (``episodes_lost_<cause>``).
-# policy_unreached: the agent's model calls failed and not one of them reached the policy endpoint (the URL
-# the agent was given does not route to it from the agent's host: policy.bind_host / advertised_host)
-CAUSES = ("gym", "agent_service", "model_server", "policy_unreached", "crash")
-
-
-@dataclass
-class Dropped:
-    """An episode that was not evaluated: ``cause`` (one of ``CAUSES``) and what happened."""
-
-    cause: str
-    reason: str
-
-    def __post_init__(self) -> None:
-        if self.cause not in CAUSES:
-            raise ValueError(f"unknown cause {self.cause!r}; one of {CAUSES}")
-
 
 def _section(cls, value):
     """A section given as itself or as a dict of its fields (as a config or a test writes it)."""
@@ -114,6 +89,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
         t = self.trajectory
         self.min_group_size = t.min_group_size if t.min_group_size is not None else min(2, group_size)
         self._worker = worker_state(self._kind)
+        self.episode_setup = EpisodeSetup(
+            gym=self.gym, agent=self.agent, model=self.model, limits=self.limits, settings=self.settings,
+            trajectory=self.trajectory, announced=self._worker.announced,
+            sampling=Sampling(temperature=gconfig.temperature, top_p=gconfig.top_p,
+                              max_tokens=gconfig.max_new_tokens))
         self._reporter: EpisodeReporter | None = None
         self._reporter_loop = None
 
@@ -122,7 +102,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         return "eval" if self.is_eval else "train"
 
     # ---- the policy endpoint: the rollout worker's, built by the first group that needs it ------------
-    def _policy(self, engine) -> PolicyEndpoint:
+    def policy_endpoint(self, engine) -> PolicyEndpoint:
+        """The rollout worker's policy endpoint for ``engine`` and this workflow's model and settings."""
         def build() -> PolicyEndpoint:
             from areal.utils.hf_utils import load_hf_processor_and_tokenizer
 
@@ -168,8 +149,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if not task_id or not instruction:
             logger.error("task row without task_id/instruction rejected: keys=%s", sorted(data))
             return None
-        endpoint = None if self.model.base_url else self._policy(engine)
-        seed = self._group_seed(engine, data)
+        endpoint = None if self.model.base_url else self.policy_endpoint(engine)
+        seed = self.group_seed(engine, data)
         results = await asyncio.gather(*(self._reported_episode(engine, endpoint, data, i, seed)
                                          for i in range(self.group_size)),
                                        return_exceptions=True)
@@ -186,7 +167,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 outcomes.append(res)
         rejected = endpoint is not None and len(outcomes) < self.min_group_size
         self._worker.count_group(len(outcomes), lost, rejected)
-        tally.write(self._kind, self.stats_dir)
+        write_counts(self._kind, self.stats_dir, self._worker.totals())
         self._record_stats(endpoint, outcomes, lost)
         if endpoint is None:
             return None  # the agent used another model: nothing of this run is trainable
@@ -210,7 +191,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
             self._dropped(data)
         elif t.mutation:
             batch = mutate(batch, t.mutation)
-        if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/areal_ext/resume.py)
+        if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/trainer/resume.py)
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)
         return batch
@@ -218,7 +199,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
     def _record_stats(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str]) -> None:
         """This group in the step's statistics (AReaL averages each key over its records): per evaluated
         episode its reward, success, turns and time, plus the indicators the run's health checks read
-        (cua_rl/areal_ext/health.py): no policy turn, ended at max_turns, turns recorded on vLLM without the
+        (cua_rl/trainer/health.py): no policy turn, ended at max_turns, turns recorded on vLLM without the
         prompt proof, the share of its turns cut at max_new_tokens; per episode, lost or not; per group of two or more, whether every reward was equal."""
         scope = stats_tracker.get(workflow_context.stat_scope())
         unproved = endpoint is not None and endpoint.backend == "vllm" and not endpoint.proves_prompts
@@ -237,7 +218,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
 
     def _dropped(self, data: dict[str, Any]) -> None:
         """A training row this workflow returns nothing for: the trainer's loader must count it consumed
-        (cua_rl/areal_ext/resume.py, ``record_dropped``), or it would pin the restart point for the rest of the run."""
+        (cua_rl/trainer/resume.py; ``cua_rl.runs.record_dropped``), or it would pin the restart point for the rest of the run."""
         if not self.is_eval and self.stats_dir and isinstance(data.get(STREAM_KEY), int):
             record_dropped(self.stats_dir, data[STREAM_KEY])
 
@@ -253,7 +234,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
             if report is not None:
                 report.advantage(value, len(outcome.turns), t.turn_discount)
 
-    def _group_seed(self, engine, data: dict) -> int | None:
+    def group_seed(self, engine, data: dict) -> int | None:
         """The one instance seed of this group (``cua_rl.workflow.seeding``); None when seeding is off."""
         if not self.gym.seed_instances:
             return None
@@ -261,10 +242,10 @@ class CUAAgentWorkflow(RolloutWorkflow):
 
     async def _reported_episode(self, engine, endpoint, data: dict, index: int,
                                 seed: int | None = None) -> EpisodeOutcome | Dropped:
-        """``_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed."""
+        """``play_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed."""
         report = self._report(engine, data, str(data["task_id"]), index)
         try:
-            outcome = await self._episode(endpoint, data, index, report, seed=seed)
+            outcome = await play_episode(self.episode_setup, endpoint, data, index, report, seed=seed)
         except BaseException as exc:
             if report is not None:  # cancelled = AReaL dropped the rollout (e.g. the trainer is stopping)
                 report.failed("cancelled" if isinstance(exc, asyncio.CancelledError) else f"{type(exc).__name__}: {exc}")
@@ -274,108 +255,6 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if report is not None and isinstance(outcome, EpisodeOutcome):
             outcome.info["monitor_report"] = report
         return outcome
-
-    async def _episode(self, endpoint: PolicyEndpoint | None, data: dict, index: int,
-                       report: RolloutReport | None = None, seed: int | None = None) -> EpisodeOutcome | Dropped:
-        gym_url = data.get("gym_base_url") or self.gym.base_url
-        gym_id = data.get("gym_id") or self.gym.gym_id
-        task_id = str(data["task_id"])
-        started = time.monotonic()
-        where = f"task {task_id} episode {index}"
-        options = {"seed": seed} if seed is not None else None
-        limits = self.limits
-        try:
-            # a gym at capacity, down or restarting is waited for (the client's back-off), within the episode's
-            # time limit: nothing was created, so no data position is spent on a service's gap
-            async with GenvClient(gym_url, gym_id) as gym, \
-                    gym.execution(task_id, options, busy_wait_s=limits.max_task_time_seconds) as execution:
-                if report is not None:
-                    live = execution.raw.get("live_view")
-                    report.execution(execution.execution_id,
-                                     gym_url.rstrip("/") + live if isinstance(live, str) and live.startswith("/")
-                                     else None)
-                played = await self._run_agent(endpoint, data, gym_url, gym_id, execution.execution_id,
-                                               execution.instruction, report)
-                if isinstance(played, Dropped):
-                    return played
-                run, turns = played
-                evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
-                                                execution_data=run.as_execution_data())
-        except (GenvError, MiniAgentError) as exc:
-            cause = "gym" if isinstance(exc, GenvError) else "agent_service"
-            logger.error("%s: %s failure, episode dropped: %s", where, cause.replace("_", " "), exc)
-            return Dropped(cause, f"{type(exc).__name__}: {exc}")   # reported by _reported_episode
-        seconds = time.monotonic() - started
-        reward = shaped_reward(float(evaluation.reward), run.steps, self.trajectory.format_reward,
-                               self.trajectory.action_reward)
-        logger.info("%s: reward=%.3f%s run_ok=%s reason=%s turns=%d %.1fs", where, reward,
-                    f" (task {evaluation.reward:.3f} + shaping)" if reward != evaluation.reward else "", run.ok,
-                    run.reason, len(turns), seconds)
-        info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
-                "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed,
-                "instruction": execution.instruction, "env_reward": float(evaluation.reward)}
-        if report is not None:
-            report.finished(reward=reward, task_success=bool(evaluation.success),
-                            num_turns=len(turns), num_validators=len(evaluation.validators),
-                            evaluation=evaluation.raw,
-                            summary={**info, "reward": reward, "task_success": bool(evaluation.success),
-                                     "num_turns": len(turns), "task_id": task_id},
-                            turns=turns, steps=run.steps, tokenizer=getattr(endpoint, "tokenizer", None),
-                            discount=self.trajectory.turn_discount)
-        return EpisodeOutcome(turns=turns, reward=reward, info=info,
-                              monitor_uuid=report.uuid if report is not None else None)
-
-    async def _run_agent(self, endpoint, data, gym_url, gym_id, execution_id, instruction: str | None = None,
-                         report: RolloutReport | None = None):
-        """(run result, recorded turns), or ``Dropped`` when the failure is the infrastructure's. The agent is
-        told ``instruction`` (the execution's concrete instance) when there is one, else the row's; each
-        recorded turn goes to the monitor as it happens (``report``)."""
-        episode = await endpoint.open_episode(self.agent.base_url) if endpoint else None
-        if episode is not None and episode.base_url not in self._worker.announced:   # what a multi-host run must know
-            self._worker.announced.add(episode.base_url)
-            logger.info("policy endpoint on %s; the agent service at %s is told to call %s",
-                        endpoint_hosts(self.settings, self.agent.base_url)[0], self.agent.base_url, episode.base_url)
-        if episode is not None and report is not None:
-            tokenizer = getattr(endpoint, "tokenizer", None)
-            episode.on_turn = lambda number, turn: report.turn(number, turn, tokenizer)
-        model = (ModelEndpoint(base_url=episode.base_url, name=episode.model, api_key=episode.key) if episode
-                 else ModelEndpoint(base_url=self.model.base_url, name=self.model.name or "default"))
-        limits = self.limits
-        request = RunRequest(
-            task=instruction or str(data.get("instruction") or data.get("description")), model=model,
-            env=GenvEnv(gym_base_url=gym_url, gym_id=gym_id, execution_id=execution_id), agent=self.agent.agent,
-            max_steps=limits.max_turns, max_run_time_s=limits.max_task_time_seconds,
-            max_step_time_s=limits.max_turn_time_seconds, standard_action_space=self.agent.action_space,
-            # Informational: the endpoint samples with the trainer's gconfig whatever the agent sends.
-            sampling=Sampling(temperature=self.gconfig.temperature, top_p=self.gconfig.top_p,
-                              max_tokens=self.gconfig.max_new_tokens), extra=dict(self.agent.extra))
-        try:
-            async with MiniAgentClient(self.agent.base_url) as agent:
-                # an agent service that is down or restarting is waited for (nothing was started)
-                run = await agent.run(request, timeout_s=limits.max_task_time_seconds + 60,
-                                      poll_interval_s=self.agent.poll_interval_s,
-                                      unreachable_wait_s=limits.max_task_time_seconds)
-        finally:
-            if episode is not None:
-                endpoint.close_episode(episode)
-        if run.infrastructure_failed:
-            cause = "agent_service" if run.service_failed else {"env": "gym", "model": "model_server"}[run.failure]
-            if cause == "model_server" and episode is not None and not _reached(episode):
-                logger.error("execution %s: the agent could not reach the policy endpoint at %s (the URL it was "
-                             "given; check that it routes from the agent's host: policy.bind_host / "
-                             "advertised_host): %s; episode dropped", execution_id, episode.base_url, run.reason)
-                return Dropped("policy_unreached", f"{episode.base_url} not reached: {run.reason}")
-            logger.error("execution %s: the %s failed mid-run (%s); episode dropped", execution_id,
-                         cause.replace("_", " "), run.reason)
-            return Dropped(cause, run.reason)
-        if episode is not None and (episode.failed_turns or episode.in_flight or episode.answer_lost):
-            # the engine failed a turn, or the run ended on a model call the agent stopped waiting for (its
-            # step time limit): the model server failed or was too slow, no decision of the policy's to score
-            why = (f"{episode.failed_turns} policy turn(s) failed, {episode.in_flight} never finished in the engine"
-                   f", the last answer {'never reached the agent' if episode.answer_lost else 'was delivered'}")
-            logger.error("execution %s: %s; episode dropped", execution_id, why)
-            return Dropped("model_server", why)
-        return run, (episode.turns if episode else [])
 
     # ---- train.py helper ----------------------------------------------------------------------------
     @staticmethod
@@ -397,12 +276,6 @@ class CUAAgentWorkflow(RolloutWorkflow):
             monitor=MonitorTarget(base_url=config.monitor_base_url, project_id=config.project_id,
                                   training_id=monitor_training_id),
             group_size=group_size, is_eval=is_eval, stats_dir=_stats_dir(config), seed=int(config.seed))
-
-
-def _reached(episode) -> bool:
-    """Whether any of the agent's model calls of ``episode`` arrived at the policy endpoint."""
-    return bool(episode.turns or episode.failed_turns or episode.undelivered_turns or episode.prompt_mismatches
-                or episode.in_flight or episode.vision_token_outputs or episode.dropped_straddles)
 
 
 def _stats_dir(config) -> str:

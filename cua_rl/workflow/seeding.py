@@ -17,7 +17,7 @@ import collections
 import hashlib
 from typing import Any
 
-from cua_rl.areal_ext.resume import STREAM_KEY
+from cua_rl.runs import STREAM_KEY
 
 def group_seed(base: int, engine: Any, data: dict[str, Any], *, is_eval: bool,
                groups_run: collections.Counter[tuple[str, int]]) -> int:

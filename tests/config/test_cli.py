@@ -253,7 +253,8 @@ def test_hub_access_is_offline_unless_a_gpu_run_loads_a_hub_model(monkeypatch, t
     value (environment or .env) wins."""
     from types import SimpleNamespace
 
-    from cua_rl.run.launch import HUB_OFFLINE, _hub_access
+    from cua_rl.run.launch import _hub_access
+    from cua_rl.run.prewarm import HUB_OFFLINE
 
     def decided(path: str, gpu: bool, **user) -> dict:
         for name in HUB_OFFLINE:

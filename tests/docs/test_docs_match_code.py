@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cua_rl.areal_ext.health import BY_NAME as HEALTH_CHECKS
+from cua_rl.trainer.health import BY_NAME as HEALTH_CHECKS
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", REPO / "examples/cua_agent/README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -2,7 +2,7 @@
 serving the weights it started with.
 
 Why a double: no setting makes AReaL's vLLM ignore an update, yet it is the failure the health check
-``sampler_logprob_gap`` (cua_rl/areal_ext/health.py) exists for (an update path that fails silently on
+``sampler_logprob_gap`` (cua_rl/trainer/health.py) exists for (an update path that fails silently on
 some engine version or network file system). AReaL labels the tokens with the version it believes vLLM
 serves, so only the trainer's recomputed logprobs can show it. Used by ``vllm.worker_extension_cls`` in
 bench/health_bench.py's ``stale_weights`` case; the engine process imports it from the repository root (the

@@ -1,4 +1,4 @@
-"""Runs that stop themselves on garbage, naming the cause (cua_rl/areal_ext/health.py): an agent that cannot
+"""Runs that stop themselves on garbage, naming the cause (cua_rl/trainer/health.py): an agent that cannot
 reach the policy endpoint, and weight updates that never reach vLLM (the second test, below).
 
 The agent service is given a policy URL that does not route to the endpoint (``policy.advertised_host`` on an
@@ -101,7 +101,7 @@ def _assert_the_run_page_names_the_stop(db: Path) -> None:
 def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     """vLLM acknowledges every weight update and keeps its first weights (tests/doubles/stale_vllm.py, a test
     double of AReaL's worker extension): AReaL labels every output with the new version, and only the
-    weight probe sees it (cua_rl/areal_ext/weight_probe.py). The run must stop after the first update that
+    weight probe sees it (cua_rl/trainer/weight_probe.py). The run must stop after the first update that
     changed the trainer's weights, naming ``weights_unchanged``: step 2 when its groups' rewards differ (step
     1's learning rate is 0, warm-up), else the next. The README's recipe (its warm start, which CI's learning
     gate reuses), so the groups' rewards differ and the updates are real.

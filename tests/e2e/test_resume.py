@@ -1,4 +1,4 @@
-"""A killed run continues with ``train.sh --resume`` and loses nothing (cua_rl/areal_ext/resume.py), on the embedded CPU
+"""A killed run continues with ``train.sh --resume`` and loses nothing (cua_rl/trainer/resume.py), on the embedded CPU
 default: real desktops, real vLLM, AReaL's FSDP trainer and its recover dump and load.
 
 The run trains 5 steps of one group each (2 episodes; the 4 task rows of an epoch are 4 steps, so step 5 is
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from cua_rl.areal_ext.resume import settle
+from cua_rl.trainer.resume import settle
 from tests.hosts import pids
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -85,20 +85,20 @@ def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
     engine, row = Engine(), {"task_id": "click-test", "instruction": "x"}
     forget_workers()                     # a fresh process
     a = workflow()
-    first = [a._group_seed(engine, row) for _ in range(3)]
+    first = [a.group_seed(engine, row) for _ in range(3)]
     assert len(set(first)) == 3, "groups of one task at one version need different instances"
     # AReaL builds a new workflow object per submitted task: the next one continues the process's count
-    assert workflow()._group_seed(engine, row) not in first, "a new workflow object repeated an instance"
+    assert workflow().group_seed(engine, row) not in first, "a new workflow object repeated an instance"
     forget_workers()                     # another run of the same experiment
-    assert first == [workflow()._group_seed(engine, row) for _ in range(3)], "seeds must reproduce across runs"
+    assert first == [workflow().group_seed(engine, row) for _ in range(3)], "seeds must reproduce across runs"
     engine.version = 4
-    assert a._group_seed(engine, row) not in first
-    assert a._group_seed(engine, {**row, "task_id": "click-button"}) != a._group_seed(engine, row)
+    assert a.group_seed(engine, row) not in first
+    assert a.group_seed(engine, {**row, "task_id": "click-button"}) != a.group_seed(engine, row)
     assert all(0 <= s < 2 ** 31 for s in first)
     ev = workflow(is_eval=True)
-    assert ev._group_seed(engine, row) == ev._group_seed(Engine(), row), "evaluation instances must not move"
-    assert a._group_seed(engine, {**row, "seed": 11}) == 11
-    assert workflow(gym={"seed_instances": False})._group_seed(engine, row) is None
+    assert ev.group_seed(engine, row) == ev.group_seed(Engine(), row), "evaluation instances must not move"
+    assert a.group_seed(engine, {**row, "seed": 11}) == 11
+    assert workflow(gym={"seed_instances": False}).group_seed(engine, row) is None
 
 
 def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instance():
@@ -107,7 +107,7 @@ def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instanc
     new instance in every group: the seed follows the row's stream index, not a per-process count."""
     from areal.api.cli_args import GenerationHyperparameters
 
-    from cua_rl.areal_ext.resume import STREAM_KEY
+    from cua_rl.runs import STREAM_KEY
     from cua_rl.workflow import CUAAgentWorkflow
     from cua_rl.workflow.worker import forget_workers
 
@@ -123,13 +123,13 @@ def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instanc
         wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
                               gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
                               group_size=4, seed=5)
-        seeds.update({row[STREAM_KEY]: wf._group_seed(Engine(), row) for row in stream[worker::4]})
+        seeds.update({row[STREAM_KEY]: wf.group_seed(Engine(), row) for row in stream[worker::4]})
     assert len(set(seeds.values())) == len(stream), "two groups of one task got the same instance"
     forget_workers()                              # a resumed run, on another worker
     again = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
                              gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
                              group_size=4, seed=5)
-    assert again._group_seed(Engine(), stream[5]) == seeds[5], "a resumed row must get its instance again"
+    assert again.group_seed(Engine(), stream[5]) == seeds[5], "a resumed row must get its instance again"
 
 
 def test_the_workflows_of_one_rollout_worker_share_its_policy_endpoint(tiny_model_dir):
@@ -151,15 +151,15 @@ def test_the_workflows_of_one_rollout_worker_share_its_policy_endpoint(tiny_mode
 
     forget_workers()
     engine = Engine()
-    first = workflow()._policy(engine)
-    assert workflow()._policy(engine) is first, "a new workflow object built another endpoint"
+    first = workflow().policy_endpoint(engine)
+    assert workflow().policy_endpoint(engine) is first, "a new workflow object built another endpoint"
     first.totals["recorded_turns"] += 3
     replaced = Engine()                                  # the engine was rebuilt: a new endpoint, counts kept
-    second = workflow()._policy(replaced)
+    second = workflow().policy_endpoint(replaced)
     assert second is not first and second.engine is replaced
     second.totals["recorded_turns"] += 2
     assert worker_state("train").totals()["recorded_turns"] == 5
-    assert workflow(is_eval=True)._policy(replaced) is not second, "evaluation has its own endpoint and counts"
+    assert workflow(is_eval=True).policy_endpoint(replaced) is not second, "evaluation has its own endpoint and counts"
     assert worker_state("eval").totals()["recorded_turns"] == 0
-    assert workflow(policy={"model_name": "other"})._policy(replaced) is not second, "other settings, same endpoint"
+    assert workflow(policy={"model_name": "other"}).policy_endpoint(replaced) is not second, "other settings, same endpoint"
     forget_workers()

@@ -16,7 +16,7 @@ from cua_rl.mini_agent import MiniAgentClient
 from cua_rl.policy import close_loop_servers, tensor_sha256
 from cua_rl.policy.images import DecodedImage, fit_pixels
 from cua_rl.trajectory import group_batch
-from cua_rl.workflow import Dropped
+from cua_rl.workflow import Dropped, play_episode
 from cua_rl.workflow.worker import worker_state
 from tests.doubles.embedded_stack import POLICY, first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
 
@@ -27,7 +27,8 @@ async def test_group_of_real_episodes_becomes_exact_rows(stack):
     wf = make_workflow(stack)
     row = await first_task(stack)
     try:
-        outcomes = [await wf._episode(wf._policy(stack["engine"]), row, i) for i in range(2)]
+        endpoint = wf.policy_endpoint(stack["engine"])
+        outcomes = [await play_episode(wf.episode_setup, endpoint, row, i) for i in range(2)]
         assert all(o is not None for o in outcomes), "an episode failed on the embedded stack"
         for o in outcomes:
             assert 0.0 <= o.reward <= 1.0
@@ -37,7 +38,7 @@ async def test_group_of_real_episodes_becomes_exact_rows(stack):
             calls = [e for e in events if e.get("type") == "model_call"]
             outputs = [e for e in events if e.get("type") == "model_output"]
             assert len(calls) >= len(o.turns)
-            proc = wf._policy(stack["engine"]).processor
+            proc = wf.policy_endpoint(stack["engine"]).processor
             for turn, call, out in zip(o.turns, calls, outputs):
                 body = call.get("modelSpecificInput") or call.get("request") or {}
                 urls = [p["image_url"]["url"] for m in body["messages"] if isinstance(m.get("content"), list)
@@ -121,7 +122,8 @@ async def test_a_gym_failure_inside_the_agent_drops_the_episode(stack, monkeypat
     monkeypatch.setattr(stack["gym"].app.state.gym, "screenshot", failing)
     wf = make_workflow(stack)
     try:
-        dropped = await wf._episode(wf._policy(stack["engine"]), await first_task(stack), 0)
+        dropped = await play_episode(wf.episode_setup, wf.policy_endpoint(stack["engine"]), await first_task(stack),
+                                     0)
         assert isinstance(dropped, Dropped) and dropped.cause == "gym", dropped
         assert not stack["gym"].manager.executions, "an execution was left running"
     finally:
@@ -131,10 +133,10 @@ async def test_a_gym_failure_inside_the_agent_drops_the_episode(stack, monkeypat
 async def test_turns_recorded_without_the_prompt_proof_stop_the_run(stack, monkeypatch):
     """A vLLM on which the prompt proof cannot be installed, with ``policy.require_prompt_proof=false``: the
     endpoint only warns, and the episode's turns reach the step's statistics as unproved; the run's health
-    checks stop on them (cua_rl/areal_ext/health.py ``unproved_vllm_turns``)."""
+    checks stop on them (cua_rl/trainer/health.py ``unproved_vllm_turns``)."""
     from areal.utils import stats_tracker
 
-    from cua_rl.areal_ext.health import Health, HealthConfig
+    from cua_rl.trainer.health import Health, HealthConfig
 
     monkeypatch.setattr("cua_rl.policy.endpoint.install_prompt_proof", lambda engine: False)
     wf = make_workflow(stack, policy={**POLICY, "require_prompt_proof": False})

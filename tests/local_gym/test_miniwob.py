@@ -359,7 +359,7 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
     from cua_rl.mini_agent import MiniAgentClient
     from areal.api.cli_args import GenerationHyperparameters
     from cua_rl.trajectory import EpisodeOutcome
-    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow import CUAAgentWorkflow, play_episode
     from tests.doubles.model_double import MODEL_ID, ScriptedModel, build_model_app, qwen_call
 
     scripted = ScriptedModel()
@@ -373,8 +373,8 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
                               agent={"base_url": agent.url, "poll_interval_s": 0.2},
                               limits={"max_turns": 1, "max_task_time_seconds": 60}, group_size=2)
         row = {"task_id": "enter-text", "instruction": "Enter a given word into the text field."}
-        seed = wf._group_seed(None, row)
-        outcomes = [await wf._episode(None, row, i, seed=seed) for i in range(2)]
+        seed = wf.group_seed(None, row)
+        outcomes = [await play_episode(wf.episode_setup, None, row, i, seed=seed) for i in range(2)]
         assert all(isinstance(o, EpisodeOutcome) for o in outcomes), outcomes
         assert {o.info["seed"] for o in outcomes} == {seed}
         utterances = {o.info["instruction"] for o in outcomes}
@@ -383,7 +383,7 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
             events = await client.events(outcomes[0].info["run_id"])
         sent = json.dumps([e for e in events if e.get("type") == "model_call"])
         assert json.dumps(next(iter(utterances)))[1:-1] in sent, "the agent was not told the instance's utterance"
-        assert wf._group_seed(None, row) != seed, "the next group of the task got the same seed"
+        assert wf.group_seed(None, row) != seed, "the next group of the task got the same seed"
     finally:
         agent.stop()
         model.stop()

@@ -114,13 +114,13 @@ def test_a_failed_run_names_a_dead_model_server_as_its_cause(tmp_path):
 
 
 def test_the_model_server_watch_stops_a_run_only_when_its_server_is_gone(tmp_path):
-    """cua_rl.areal_ext.model_watch against a real listening server and a port nobody listens on: a live server (even
+    """cua_rl.trainer.model_watch against a real listening server and a port nobody listens on: a live server (even
     one answering 404) never trips it; a refused one does after the grace, and the launcher quotes it."""
     import threading
 
     from cua_rl.http.serve import free_port, serve_app_in_thread
     from cua_rl.run.summary import failure_cause
-    from cua_rl.areal_ext.model_watch import GONE, ModelServerWatch
+    from cua_rl.trainer.model_watch import GONE, ModelServerWatch
     from fastapi import FastAPI
 
     live = serve_app_in_thread(FastAPI())   # no /health route: a 404 still proves the server is there

@@ -9,7 +9,7 @@ import pytest
 from sample_run import SCREEN, send_sample_run
 
 from cua_rl.monitor import training_run
-from cua_rl.areal_ext.health import BY_NAME, Finding
+from cua_rl.trainer.health import BY_NAME, Finding
 from cua_rl.monitor.records import trainer_logprobs_record, update_record
 from tests.chromium import css, wait_for
 

@@ -34,10 +34,10 @@ from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 
 from cua_rl.areal_ext import compact_images, lora_vlm
-from cua_rl.areal_ext.health import BY_NAME
+from cua_rl.trainer.health import BY_NAME
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
-from cua_rl.areal_ext.weight_probe import WeightProbe, adapter_probe
+from cua_rl.trainer.weight_probe import WeightProbe, adapter_probe
 from cua_rl.config import LORA_MODULES
 from cua_rl.local_model.vllm_server import VLLMServer
 from cua_rl.trajectory import group_batch

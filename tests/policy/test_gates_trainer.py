@@ -28,10 +28,11 @@ from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 
 from cua_rl.areal_ext import compact_images
-from cua_rl.areal_ext.health import BY_NAME, SAMPLER_GAP_KEY
+from cua_rl.areal_ext import SAMPLER_GAP_KEY
+from cua_rl.trainer.health import BY_NAME
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
-from cua_rl.areal_ext.weight_probe import WeightProbe
+from cua_rl.trainer.weight_probe import WeightProbe
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 from cua_rl.trajectory.rows import new_rollout_uuid
@@ -125,7 +126,7 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
         assert changed > 0
 
         # the health check weights_unchanged's probe: the same weights give the same canary logprobs twice, the
-        # update changes them (cua_rl/areal_ext/weight_probe.py; a server that ignores updates: bench/health_bench.py)
+        # update changes them (cua_rl/trainer/weight_probe.py; a server that ignores updates: bench/health_bench.py)
         probe = WeightProbe(lambda: [vllm_server.addr])
         probe.baseline()
         assert probe.after_update(real=True) == (1, 1)       # nothing was updated yet: unchanged, as it must be

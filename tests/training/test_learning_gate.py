@@ -52,7 +52,7 @@ from pathlib import Path
 
 import pytest
 
-from cua_rl.areal_ext.health import BY_NAME
+from cua_rl.trainer.health import BY_NAME
 from tests.hosts import pids
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -112,8 +112,7 @@ def test_use_lora_is_one_switch_and_keeps_adapters_off_the_vision_tower(tmp_path
     inner = type("Inner", (), {"compute_3d_position_ids": lambda self, **kw: ("inner", kw)})()
     assert lora_vlm._delegate(type("Outer", (), {"model": inner})(), input_ids=1) == ("inner", {"input_ids": 1})
     # the weight probe reads the adapter of the version served, not the base model an adapter leaves alone
-    import cua_rl.train as train
-    from cua_rl.areal_ext import weight_probe
+    from cua_rl.trainer import trainer as train, weight_probe
 
     asked = []
     monkeypatch.setattr(weight_probe, "fingerprint", lambda addr, model=None: asked.append((addr, model)))

@@ -1,4 +1,4 @@
-"""Resume without losing or repeating data (cua_rl/areal_ext/resume.py), on AReaL's own data loader and recover handler.
+"""Resume without losing or repeating data (cua_rl/trainer/resume.py), on AReaL's own data loader and recover handler.
 
 The data stream: AReaL's train loader (``create_dataloader``: DistributedSampler, shuffled per epoch) is
 consumed as AReaL's rollout controller does (``cycle_dataloader``, items flattened, a read-ahead of pulled
@@ -25,8 +25,9 @@ from areal.utils.data import cycle_dataloader
 from areal.utils.dataloader import create_dataloader
 from datasets import Dataset
 
-from cua_rl.areal_ext import resume
-from cua_rl.areal_ext.resume import STREAM_KEY, ExactlyOnceLoader
+from cua_rl.trainer import resume
+from cua_rl.runs import DROPPED_DIR, STREAM_KEY, record_dropped
+from cua_rl.trainer.resume import ExactlyOnceLoader
 
 ROWS, BATCH, AHEAD = 6, 2, 3   # 6 rows (3 steps an epoch), 2 per step, up to 3 more items pulled ahead
 
@@ -239,7 +240,7 @@ def test_resume_is_refused_without_a_readable_committed_point(tmp_path):
 
 def test_a_dropped_item_is_consumed_not_retried(tmp_path):
     """The workflow rejects the group of stream item 1 (too few episodes evaluated) and records it
-    (``resume.record_dropped``, as the rollout worker does); the loader counts it consumed: the restart point
+    (``cua_rl.runs.record_dropped``, as the rollout worker does); the loader counts it consumed: the restart point
     moves on, the ledger stays short, and a resumed run does not run it again. Without the record (the
     negative control) the one dropped item pins the restart point at 0 and the ledger grows at every step."""
     def run(dropped_dir, steps=6):
@@ -250,7 +251,7 @@ def test_a_dropped_item_is_consumed_not_retried(tmp_path):
             while len(trained) < BATCH:
                 item = next(items)
                 if item[STREAM_KEY] == 1:
-                    resume.record_dropped(tmp_path, 1)   # nothing trains it
+                    record_dropped(tmp_path, 1)   # nothing trains it
                     continue
                 trained.append(item[STREAM_KEY])
             stream.mark_trained(trained)
@@ -258,12 +259,12 @@ def test_a_dropped_item_is_consumed_not_retried(tmp_path):
             stream.committed(step)
         return committed
 
-    committed = run(tmp_path / resume.DROPPED_DIR)
+    committed = run(tmp_path / DROPPED_DIR)
     ledger = committed["ledger"]
     assert ledger["start"] >= 2 * BATCH and len(ledger["trained"]) + len(ledger["dropped"]) <= BATCH + AHEAD, ledger
     loader = _loader()
     loader.load_state_dict(committed["state"])
-    resumed = ExactlyOnceLoader(loader, ledger, tmp_path / resume.DROPPED_DIR)
+    resumed = ExactlyOnceLoader(loader, ledger, tmp_path / DROPPED_DIR)
     first = [item[STREAM_KEY] for item in itertools.islice(
         (item for batch in cycle_dataloader(resumed) for item in batch), ROWS)]
     assert 1 not in first and min(first) >= ledger["start"], first

@@ -1,4 +1,4 @@
-"""A failed run ends even when AReaL's close cannot (cua_rl/train.py ``Trainer.__exit__`` and ``run``).
+"""A failed run ends even when AReaL's close cannot (cua_rl/trainer/trainer.py ``Trainer.__exit__`` and ``run``).
 
 A CI run met vLLM's multimodal cache desync: every request failed, the weight update's pause timed out after
 600 s, and then AReaL's close asked the same hung engine to pause again and waited forever, with the launcher
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import sys, threading, time
-from cua_rl import train
+from cua_rl.trainer import trainer as train
 
 train.CLOSE_AFTER_FAILURE_S = 1
 trainer = train.Trainer.__new__(train.Trainer)       # AReaL's trainer class, nothing started

@@ -15,7 +15,7 @@ served policy then truly did not change (docs/health.md).
 
 With LoRA the canary asks for the adapter of the version being served (``name-vN``, AReaL's name for it): the
 base model, which an adapter's update leaves as it was, would always look unchanged. The trainer
-(``cua_rl.train``) probes once before training and after the inference side resumes from each update (AReaL
+(``cua_rl.trainer.trainer``) probes once before training and after the inference side resumes from each update (AReaL
 pauses the engines for the update, the save and the statistics; a probe while paused would wait for the
 resume). The verdict is the ``weights_unchanged`` health check.
 """

@@ -11,7 +11,7 @@ step from AReaL's exported statistics (the workflow records per-episode and per-
 - ``warn``: one ``[cua-rl] health`` line on the console, the values in the statistics as ``health/<name>``.
 
 Between steps, ``StallWatch`` covers the cases no step statistics can show. It reads the workflows' running
-counts (``cua_rl.workflow.tally``):
+counts (``cua_rl.runs.read_counts``):
 - every episode lost, so every group is rejected and AReaL waits for a batch that never comes (an agent that
   cannot reach the policy endpoint does exactly this): when two steps' worth of episodes were lost and none
   evaluated for ``health.stall_seconds``, it acts as ``infra_lost_share`` does;
@@ -34,9 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from cua_rl.areal_ext import SAMPLER_GAP_KEY   # recorded by cua_rl.areal_ext.trainer_logprobs in the training worker
+from cua_rl.runs import read_counts
+
 logger = logging.getLogger(__name__)
 
-SAMPLER_GAP_KEY = "sampler_logprob_gap"   # recorded by cua_rl.areal_ext.trainer_logprobs in the training worker
 ACTIONS = ("default", "stop", "warn")
 # printed by the trainer when it stops a run; cua_rl.run.summary finds it in train.log for the summary's cause
 STOP_MARK = "HEALTH STOP"
@@ -78,7 +80,7 @@ INVARIANTS: tuple[Invariant, ...] = (
               "(actor.path); the Training Monitor colours each token by this gap"),
     Invariant("weights_unchanged", "stop", 0.0,
               "model servers serving the same prompt logprobs of a fixed canary after a weight update whose "
-              "optimizer step was real as before it (probed after the update: cua_rl/areal_ext/weight_probe.py)",
+              "optimizer step was real as before it (probed after the update: cua_rl/trainer/weight_probe.py)",
               "the model server acknowledged the update but serves its old weights: every later output is "
               "sampled from the old policy under the new version's label",
               "rollout.log for the server's weight loads; the server's log around the update; "
@@ -125,7 +127,7 @@ class HealthConfig:
     # StallWatch: how long no episode may be evaluated while two steps' worth are lost before it acts (longer
     # than the model-server watch's 15 s grace, which names a dead vLLM more precisely)
     stall_seconds: float = 60.0
-    # weights_unchanged: probe each server after every update (cua_rl/areal_ext/weight_probe.py); false skips it
+    # weights_unchanged: probe each server after every update (cua_rl/trainer/weight_probe.py); false skips it
     weight_probe: bool = True
 
     def __post_init__(self):
@@ -249,16 +251,14 @@ class StallWatch:
                  read: Callable[[Path], dict[str, int]] | None = None,
                  on_finding: Callable[[Finding], None] | None = None,
                  read_all: Callable[[Path], dict[str, int]] | None = None) -> None:
-        from cua_rl.workflow import tally
-
         self.logs, self.health = Path(logs), health
         self.min_lost = 2 * episodes_per_step
         self.stall_s = health.config.stall_seconds if stall_s is None else stall_s
         self.interval_s = interval_s
         self.on_stop = on_stop or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.on_finding = on_finding or (lambda finding: None)   # the run page hears of it too
-        self._read = read or (lambda logs: tally.read(logs, "train"))
-        self._read_all = read_all or (lambda logs: tally.read(logs))   # training and evaluation groups
+        self._read = read or (lambda logs: read_counts(logs, "train"))
+        self._read_all = read_all or (lambda logs: read_counts(logs))   # training and evaluation groups
         self.step = 1
         self._since = self._counts()
         self._last_evaluated_at = time.monotonic()

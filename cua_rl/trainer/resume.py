@@ -25,8 +25,8 @@ module fixes each where it happens, so ``train.sh --resume`` continues a killed 
 4. **Dropped items pin the restart point.** A group the workflow rejects (too few evaluated episodes) is
    never trained, so the batch holding it would stay "not wholly trained" for ever: the ledger would grow
    at every commit and a resume would re-run every dropped item since. The workflow records each row it
-   drops (``record_dropped``: one line in ``<logs>/dropped_stream/``, shared with the trainer like the
-   endpoint counts) and the loader counts those items as consumed.
+   drops (``cua_rl.runs.record_dropped``: one line in ``<logs>/dropped_stream/``, shared with the trainer
+   like the endpoint counts) and the loader counts those items as consumed.
 
 The committed ledger also keeps, per trained step, the stream indices and task ids it trained: the run's
 record that nothing was skipped or trained twice (``tests/e2e/test_resume.py`` reads it).
@@ -38,16 +38,15 @@ import json
 import logging
 import os
 import shutil
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("cua_rl.areal_ext.resume")
+from cua_rl.runs import DROPPED_DIR, STREAM_KEY
 
-STREAM_KEY = "cua_stream_index"   # in the task row the workflow gets, and as a [rows] tensor in its batch
-DROPPED_DIR = "dropped_stream"     # under the run's log directory: one file of dropped indices per worker process
+logger = logging.getLogger("cua_rl.trainer.resume")
+
 COMMIT = "COMMIT.json"
 LEDGER = "stream.json"
 PREV = ".prev"
@@ -343,18 +342,6 @@ class ExactlyOnceLoader:
         self._tasks = {i: t for i, t in self._tasks.items() if i >= start}
 
 
-def record_dropped(logs_dir: str | Path, index: int) -> None:
-    """The workflow dropped stream item ``index`` (its group was rejected): one line in this process's file
-    under ``<logs>/dropped_stream/``, where the trainer's loader reads it (``ExactlyOnceLoader``)."""
-    path = Path(logs_dir) / DROPPED_DIR / f"{socket.gethostname()}-{os.getpid()}.txt"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(f"{int(index)}\n")
-    except OSError as exc:
-        logger.warning("could not record dropped stream item %s in %s: %s", index, path, exc)
-
-
 def stream_indices(batch: list[dict[str, Any]]) -> list[int] | None:
     """The stream index of each trajectory of a trained batch (None where a trajectory has none)."""
     out = []
@@ -370,7 +357,7 @@ def stream_indices(batch: list[dict[str, Any]]) -> list[int] | None:
 
 def install(trainer, point: ResumePoint | None, logs_dir: str | Path | None = None) -> ExactlyOnceLoader:
     """Make ``trainer`` (built, recover point loaded) dump atomically and feed each stream item once; the
-    items the workflow dropped are read from ``logs_dir`` (``record_dropped``)."""
+    items the workflow dropped are read from ``logs_dir`` (``cua_rl.runs.record_dropped``)."""
     atomic_recover_handler(trainer.recover_handler)
     loader = ExactlyOnceLoader(trainer.train_dataloader, point.ledger if point else None,
                                Path(logs_dir) / DROPPED_DIR if logs_dir else None)

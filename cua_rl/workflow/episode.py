@@ -1,0 +1,183 @@
+"""One computer-use episode, the core of the product: ``play_episode``.
+
+Create an execution of a task on the gym -> open a policy-endpoint episode (its own bearer key) -> start the
+agent run with ``model.baseUrl`` = the endpoint and ``apiKey`` = the key -> wait -> evaluate (the reward) ->
+terminate (always, in ``finally``). The endpoint recorded every model turn exactly as the engine saw it.
+
+Outcomes: an episode is either evaluated (``EpisodeOutcome``) or dropped (``Dropped``, with its cause: the
+gym, the agent service or the model server failed, or the episode crashed), never given a reward it did not
+earn. A run that merely ends badly (timeout, the agent gave up, unparseable output) is still evaluated and
+keeps its real, possibly zero, reward.
+
+Used by the workflow (``CUAAgentWorkflow``: a GRPO group of these), by the held-out evaluation
+(``cua_rl.evaluate``) and by tests; ``EpisodeSetup`` is what every episode of one workflow shares.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from cua_rl.config import TrajectoryConfig
+from cua_rl.genv import GenvClient, GenvError
+from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
+from cua_rl.monitor import RolloutReport
+from cua_rl.policy import EndpointSettings, PolicyEndpoint
+from cua_rl.policy.endpoint import endpoint_hosts
+from cua_rl.trajectory import EpisodeOutcome
+from cua_rl.trajectory.shaping import shaped_reward
+
+from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget
+
+logger = logging.getLogger(__name__)
+
+# Why an episode was dropped (``Dropped.cause``); the summary counts each (``episodes_lost_<cause>``).
+# policy_unreached: the agent's model calls failed and not one of them reached the policy endpoint (the URL
+# the agent was given does not route to it from the agent's host: policy.bind_host / advertised_host)
+CAUSES = ("gym", "agent_service", "model_server", "policy_unreached", "crash")
+
+
+@dataclass
+class Dropped:
+    """An episode that was not evaluated: ``cause`` (one of ``CAUSES``) and what happened."""
+
+    cause: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.cause not in CAUSES:
+            raise ValueError(f"unknown cause {self.cause!r}; one of {CAUSES}")
+
+
+@dataclass
+class EpisodeSetup:
+    """What every episode of one workflow shares: where it plays (gym, agent service, the model the agent
+    calls), its limits, the endpoint's settings (for the address the agent is told), the reward's shaping
+    (``trajectory``), the sampling the agent is told (informational: the endpoint samples with the trainer's
+    gconfig whatever the agent sends) and the endpoint URLs already announced in the log (the rollout
+    worker's set, shared across groups)."""
+
+    gym: GymTarget
+    agent: AgentTarget
+    model: ModelTarget
+    limits: EpisodeLimits
+    settings: EndpointSettings
+    trajectory: TrajectoryConfig
+    sampling: Sampling
+    announced: set[str] = field(default_factory=set)
+
+
+async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: dict, index: int,
+                       report: RolloutReport | None = None, seed: int | None = None) -> EpisodeOutcome | Dropped:
+    """One episode of task row ``data`` (the ``index``-th of its group, on instance ``seed``): create an
+    execution on the gym, let the agent play it against ``endpoint`` (None: the agent calls
+    ``setup.model.base_url``, another model, and no turn is recorded), evaluate it, terminate it (always).
+    An evaluated episode is an ``EpisodeOutcome`` with its (shaped) reward and recorded turns; one the
+    infrastructure failed is ``Dropped`` with its cause. ``report``: the monitor's record of this rollout."""
+    gym_url = data.get("gym_base_url") or setup.gym.base_url
+    gym_id = data.get("gym_id") or setup.gym.gym_id
+    task_id = str(data["task_id"])
+    started = time.monotonic()
+    where = f"task {task_id} episode {index}"
+    options = {"seed": seed} if seed is not None else None
+    limits = setup.limits
+    try:
+        # a gym at capacity, down or restarting is waited for (the client's back-off), within the episode's
+        # time limit: nothing was created, so no data position is spent on a service's gap
+        async with GenvClient(gym_url, gym_id) as gym, \
+                gym.execution(task_id, options, busy_wait_s=limits.max_task_time_seconds) as execution:
+            if report is not None:
+                live = execution.raw.get("live_view")
+                report.execution(execution.execution_id,
+                                 gym_url.rstrip("/") + live if isinstance(live, str) and live.startswith("/")
+                                 else None)
+            played = await _run_agent(setup, endpoint, data, gym_url, gym_id, execution.execution_id,
+                                      execution.instruction, report)
+            if isinstance(played, Dropped):
+                return played
+            run, turns = played
+            evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
+                                            execution_data=run.as_execution_data())
+    except (GenvError, MiniAgentError) as exc:
+        cause = "gym" if isinstance(exc, GenvError) else "agent_service"
+        logger.error("%s: %s failure, episode dropped: %s", where, cause.replace("_", " "), exc)
+        return Dropped(cause, f"{type(exc).__name__}: {exc}")   # reported by the workflow (its monitor record)
+    seconds = time.monotonic() - started
+    reward = shaped_reward(float(evaluation.reward), run.steps, setup.trajectory.format_reward,
+                           setup.trajectory.action_reward)
+    logger.info("%s: reward=%.3f%s run_ok=%s reason=%s turns=%d %.1fs", where, reward,
+                f" (task {evaluation.reward:.3f} + shaping)" if reward != evaluation.reward else "", run.ok,
+                run.reason, len(turns), seconds)
+    info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
+            "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed,
+            "instruction": execution.instruction, "env_reward": float(evaluation.reward)}
+    if report is not None:
+        report.finished(reward=reward, task_success=bool(evaluation.success),
+                        num_turns=len(turns), num_validators=len(evaluation.validators),
+                        evaluation=evaluation.raw,
+                        summary={**info, "reward": reward, "task_success": bool(evaluation.success),
+                                 "num_turns": len(turns), "task_id": task_id},
+                        turns=turns, steps=run.steps, tokenizer=getattr(endpoint, "tokenizer", None),
+                        discount=setup.trajectory.turn_discount)
+    return EpisodeOutcome(turns=turns, reward=reward, info=info,
+                          monitor_uuid=report.uuid if report is not None else None)
+
+
+async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execution_id,
+                     instruction: str | None = None, report: RolloutReport | None = None):
+    """(run result, recorded turns), or ``Dropped`` when the failure is the infrastructure's. The agent is
+    told ``instruction`` (the execution's concrete instance) when there is one, else the row's; each
+    recorded turn goes to the monitor as it happens (``report``)."""
+    episode = await endpoint.open_episode(setup.agent.base_url) if endpoint else None
+    if episode is not None and episode.base_url not in setup.announced:   # what a multi-host run must know
+        setup.announced.add(episode.base_url)
+        logger.info("policy endpoint on %s; the agent service at %s is told to call %s",
+                    endpoint_hosts(setup.settings, setup.agent.base_url)[0], setup.agent.base_url,
+                    episode.base_url)
+    if episode is not None and report is not None:
+        tokenizer = getattr(endpoint, "tokenizer", None)
+        episode.on_turn = lambda number, turn: report.turn(number, turn, tokenizer)
+    model = (ModelEndpoint(base_url=episode.base_url, name=episode.model, api_key=episode.key) if episode
+             else ModelEndpoint(base_url=setup.model.base_url, name=setup.model.name or "default"))
+    limits = setup.limits
+    request = RunRequest(
+        task=instruction or str(data.get("instruction") or data.get("description")), model=model,
+        env=GenvEnv(gym_base_url=gym_url, gym_id=gym_id, execution_id=execution_id), agent=setup.agent.agent,
+        max_steps=limits.max_turns, max_run_time_s=limits.max_task_time_seconds,
+        max_step_time_s=limits.max_turn_time_seconds, standard_action_space=setup.agent.action_space,
+        # Informational: the endpoint samples with the trainer's gconfig whatever the agent sends.
+        sampling=setup.sampling, extra=dict(setup.agent.extra))
+    try:
+        async with MiniAgentClient(setup.agent.base_url) as agent:
+            # an agent service that is down or restarting is waited for (nothing was started)
+            run = await agent.run(request, timeout_s=limits.max_task_time_seconds + 60,
+                                  poll_interval_s=setup.agent.poll_interval_s,
+                                  unreachable_wait_s=limits.max_task_time_seconds)
+    finally:
+        if episode is not None:
+            endpoint.close_episode(episode)
+    if run.infrastructure_failed:
+        cause = "agent_service" if run.service_failed else {"env": "gym", "model": "model_server"}[run.failure]
+        if cause == "model_server" and episode is not None and not _reached(episode):
+            logger.error("execution %s: the agent could not reach the policy endpoint at %s (the URL it was "
+                         "given; check that it routes from the agent's host: policy.bind_host / "
+                         "advertised_host): %s; episode dropped", execution_id, episode.base_url, run.reason)
+            return Dropped("policy_unreached", f"{episode.base_url} not reached: {run.reason}")
+        logger.error("execution %s: the %s failed mid-run (%s); episode dropped", execution_id,
+                     cause.replace("_", " "), run.reason)
+        return Dropped(cause, run.reason)
+    if episode is not None and (episode.failed_turns or episode.in_flight or episode.answer_lost):
+        # the engine failed a turn, or the run ended on a model call the agent stopped waiting for (its
+        # step time limit): the model server failed or was too slow, no decision of the policy's to score
+        why = (f"{episode.failed_turns} policy turn(s) failed, {episode.in_flight} never finished in the engine"
+               f", the last answer {'never reached the agent' if episode.answer_lost else 'was delivered'}")
+        logger.error("execution %s: %s; episode dropped", execution_id, why)
+        return Dropped("model_server", why)
+    return run, (episode.turns if episode else [])
+
+
+def _reached(episode) -> bool:
+    """Whether any of the agent's model calls of ``episode`` arrived at the policy endpoint."""
+    return bool(episode.turns or episode.failed_turns or episode.undelivered_turns or episode.prompt_mismatches
+                or episode.in_flight or episode.vision_token_outputs or episode.dropped_straddles)
