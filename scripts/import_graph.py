@@ -1,10 +1,15 @@
-"""The import graph of cua_rl, read from the source with ``ast`` (nothing is imported): every ``import``,
-including those inside functions and under ``TYPE_CHECKING``, each edge tagged with how it is reached.
+"""The import graph of cua_rl, read from the source with ``ast`` (nothing is imported), counting what Python
+really runs: every ``import``, those inside functions included (each edge tagged with how it is reached);
+imports under ``TYPE_CHECKING`` never run and are left out; importing ``a.b.c`` (``from a.b import c``
+too) also runs the ``__init__`` of every package above it (``a``, ``a.b``), except the importer's own
+packages, which Python has already initialised.
 
 Modules are grouped by their first two name parts (``cua_rl.local_gym.vm.qmp`` -> ``cua_rl.local_gym``;
 root modules such as ``cua_rl.train`` are their own group). The report lists, per group, the groups it
-imports; then the cycles among modules (strongly connected components, with the edges that close them) and
-the cycles between groups. Run from the repository root:
+imports; then the cycles among modules (strongly connected components, with the edges that close them), the
+cycles between groups, and the imports that run back up ``LAYERS``. It exits 1 when any of the three is
+found (CI runs it in the quick tier: tests/docs/test_import_graph.py), 0 otherwise. Standard library only.
+Run from the repository root:
 
     python scripts/import_graph.py            # the report
     python scripts/import_graph.py --edges    # also every module edge, with kind and line
@@ -19,6 +24,25 @@ from collections import defaultdict
 from pathlib import Path
 
 PACKAGE = "cua_rl"
+
+# The floors of the house, top to bottom: a group imports only groups on its own floor or below. The entry
+# points only compose; the launcher stands above what it starts; the workflow and the config above the
+# trainer's own logic (the config holds the health checks' section, ``trainer.health.HealthConfig``; the
+# trainer imports neither); what runs inside AReaL's workers; the monitor; the agent and the rows; the
+# clients and servers; and on the ground what every room shares. A new group must be placed here.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cua_rl.train", "cua_rl.evaluate"),
+    ("cua_rl.run",),
+    ("cua_rl.sft",),
+    ("cua_rl.dataset", "cua_rl.workflow", "cua_rl.local_model"),
+    ("cua_rl.config",),
+    ("cua_rl.trainer",),
+    ("cua_rl.areal_ext",),
+    ("cua_rl.monitor",),
+    ("cua_rl.local_agent", "cua_rl.trajectory"),
+    ("cua_rl.genv", "cua_rl.local_gym", "cua_rl.mini_agent", "cua_rl.policy"),
+    ("cua_rl.http", "cua_rl.logs", "cua_rl.runs", "cua_rl.recipes", "cua_rl"),
+)
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -97,23 +121,49 @@ def resolve(target: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
+def ancestors(module: str) -> list[str]:
+    """The packages above ``module`` (``a.b.c`` -> ``a``, ``a.b``)."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def edges(root: Path) -> tuple[dict[str, Path], list[tuple[str, str, str, int]]]:
+    """Every module and the imports that run: (importer, imported, kind, line), kind "top" or "function"."""
     modules = module_names(root)
     out = []
     for name, path in modules.items():
         visitor = _Imports(name, path.name == "__init__.py")
         visitor.visit(ast.parse(path.read_text(), str(path)))
+        own = set(ancestors(name))
         for target, kind, line in visitor.found:
-            if not target.split("|")[0].startswith(PACKAGE):
+            if kind == "type" or not target.split("|")[0].startswith(PACKAGE):
                 continue
             dest = resolve(target, modules)
-            if dest and dest != name:
-                out.append((name, dest, kind, line))
+            if dest is None:
+                continue
+            for reached in [*ancestors(dest), dest]:
+                if reached != name and reached in modules and reached not in own:
+                    out.append((name, reached, kind, line))
     return modules, sorted(set(out))
 
 
 def group(module: str) -> str:
     return ".".join(module.split(".")[:2])
+
+
+def floor(group_name: str) -> int | None:
+    """The group's floor in ``LAYERS`` (0 at the top), or None when it is not placed."""
+    for level, names in enumerate(LAYERS):
+        if group_name in names:
+            return level
+    return None
+
+
+def back_up(found: list[tuple[str, str, str, int]]) -> list[tuple[str, str, str, int]]:
+    """The imports from a group to a group on a higher floor."""
+    return [(a, b, kind, line) for a, b, kind, line in found
+            if group(a) != group(b) and None not in (floor(group(a)), floor(group(b)))
+            and floor(group(b)) < floor(group(a))]
 
 
 def sccs(nodes: list[str], adj: dict[str, set[str]]) -> list[list[str]]:
@@ -165,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
 
     kinds = [kind for *_, kind, _ in found]
     print(f"{len(modules)} modules, {len({(a, b) for a, b, _, _ in found})} module edges from {len(found)} imports "
-          f"({kinds.count('top')} top-level, {kinds.count('function')} in functions, "
-          f"{kinds.count('type')} under TYPE_CHECKING)")
+          f"({kinds.count('top')} top-level, {kinds.count('function')} in functions; those under TYPE_CHECKING "
+          f"never run and are left out)")
 
     groups: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for a, b, kind, _ in found:
@@ -205,12 +255,24 @@ def main(argv: list[str] | None = None) -> int:
     if not group_cycles:
         print("none")
 
+    print("\n# imports that run back up the floors (LAYERS)")
+    unplaced = sorted({group(m) for m in modules} - {g for names in LAYERS for g in names})
+    for g in unplaced:
+        print(f"group {g} is not placed on a floor: add it to LAYERS in scripts/import_graph.py")
+    upward = back_up(found)
+    for a, b, kind, line in upward:
+        print(f"    {a}:{line} -> {b} ({kind}): floor {floor(group(a))} imports floor {floor(group(b))}")
+    if not upward and not unplaced:
+        print("none")
+
     if args.edges:
         print("\n# module edges")
         for a, b, kind, line in sorted(found):
             print(f"{a}:{line} -> {b} ({kind})")
-    print("\nno import circle left" if not module_cycles and not group_cycles else "\nimport circles remain")
-    return 0
+    clean = not (module_cycles or group_cycles or upward or unplaced)
+    print("\nno import circle, every import points down" if clean else
+          "\nimport circles or imports back up remain")
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":
