@@ -12,14 +12,23 @@ the create reply's ``instruction``, what the agent is told), what the board wind
 what the window recorded) and the scripted solution (desktop actions) that the tests and the SFT
 demonstrations play.
 
-Seeds split into train (``0 .. HELDOUT_START-1``) and held-out (``HELDOUT_START ..``). Every seed the
-workflow derives for a group (31 bits) is a training seed; evaluation asks for held-out seeds explicitly
-(``seeds("heldout", n)``). Families share one window layout grid, so held-out instances come from the same
-distribution as training ones (the MiniWoB++ convention), not from unseen layouts.
+Seeds split three ways: train (``0 .. HELDOUT_START-1``), held-out instances (``HELDOUT_START ..
+HELDOUT_CONTENT_START-1``) and held-out content (``HELDOUT_CONTENT_START ..``). Every seed the workflow derives
+for a group (31 bits) and every SFT demonstration's seed is a training seed; evaluation asks for held-out seeds
+explicitly (``seeds("heldout", n)``, ``seeds("heldout-content", n)``). A family whose content space is large
+enough to hold part of it out (key-sequence: which key sequence an instance asks for) draws a training or
+held-out-instance seed's content from its training content only, and a held-out-content seed's from the rest,
+so nothing trained on ever shows held-out content (``Instance.content`` names an instance's content unit). For
+the other families both held-out splits are unseen instances of the same content.
+
+``regimes(family)``: where the learning yardstick measures a family's held-out success (docs/learning.md):
+unseen instances of trained content, unseen content of the trained family, and an unseen family that needs
+the same skills; the first two are gated.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import secrets
 import time
@@ -28,7 +37,9 @@ from pathlib import Path
 
 from .validators import ValidatorSpec
 
-HELDOUT_START = 2 ** 40
+HELDOUT_START = 2 ** 40                       # held-out instances (of trained content)
+HELDOUT_CONTENT_START = 2 ** 41               # held-out content (for families that hold content out)
+SPLITS = ("train", "heldout", "heldout-content")
 EVENTS = ".board/events"                      # what the window recorded, relative to HOME
 GRID = 3                                      # the screen is split into GRID x GRID cells
 SQUARE = (0.18, 0.26)                         # a square's width and height as fractions (230x208 px at 1280x800)
@@ -80,6 +91,7 @@ class Instance:
     items: tuple[Item, ...]
     validators: tuple[ValidatorSpec, ...]
     solution: tuple[dict, ...]
+    content: str = ""         # the content unit: what an instance asks for, apart from where things are drawn
 
     @property
     def split(self) -> str:
@@ -95,15 +107,15 @@ class Instance:
 
 # -- seeds ------------------------------------------------------------------------------------------
 def split_of(seed: int) -> str:
-    return "heldout" if seed >= HELDOUT_START else "train"
+    return "heldout-content" if seed >= HELDOUT_CONTENT_START else "heldout" if seed >= HELDOUT_START else "train"
 
 
 def seeds(split: str, n: int, offset: int = 0) -> list[int]:
-    """``n`` seeds of ``split`` ("train" or "heldout"), starting ``offset`` into it: fixed lists, so two runs
+    """``n`` seeds of ``split`` (one of ``SPLITS``), starting ``offset`` into it: fixed lists, so two runs
     evaluate on the same instances."""
-    if split not in ("train", "heldout"):
-        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-    base = HELDOUT_START if split == "heldout" else 0
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    base = {"train": 0, "heldout": HELDOUT_START, "heldout-content": HELDOUT_CONTENT_START}[split]
     return [base + offset + i for i in range(n)]
 
 
@@ -135,14 +147,19 @@ def _click_target(item: Item) -> dict:
     return {"type": "click", "x": ANCHORS[min(int(x * GRID), GRID - 1)], "y": ANCHORS[min(int(y * GRID), GRID - 1)]}
 
 
-def _click_square(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+Family = tuple[str, list[Item], list[ValidatorSpec], list[dict], str]   # instruction, items, validators,
+# solution, content unit
+
+
+def _click_square(rng: random.Random, split: str) -> Family:
     """One red square somewhere on a 3x3 grid: only the screenshot says where."""
     (cell,) = _cells(rng, 1)
     target = Item("rect", "target", *_place(rng, cell, SQUARE), *SQUARE, COLOURS["red"])
-    return ("Click the red square.", [target], [_events_equal("click target\n")], [_click_target(target)])
+    return ("Click the red square.", [target], [_events_equal("click target\n")], [_click_target(target)],
+            f"cell-{cell[0]}{cell[1]}")
 
 
-def _click_colour(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+def _click_colour(rng: random.Random, split: str) -> Family:
     """Four squares of different colours; the instruction names one: text and screenshot are both needed."""
     names = list(COLOURS)
     want = rng.choice(names)
@@ -151,10 +168,10 @@ def _click_colour(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSp
         item_id = "target" if name == want else f"other-{name}"
         items.append(Item("rect", item_id, *_place(rng, cell, SQUARE), *SQUARE, COLOURS[name]))
     target = next(i for i in items if i.id == "target")
-    return (f"Click the {want} square.", items, [_events_equal("click target\n")], [_click_target(target)])
+    return (f"Click the {want} square.", items, [_events_equal("click target\n")], [_click_target(target)], want)
 
 
-def _type_word(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+def _type_word(rng: random.Random, split: str) -> Family:
     """A text box somewhere on the grid: click it, type the word, press Enter (3 actions)."""
     word = rng.choice(WORDS)
     (cell,) = _cells(rng, 1)
@@ -162,14 +179,14 @@ def _type_word(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec]
     validators = [ValidatorSpec(id="submitted", type="file_matches", path=EVENTS, pattern=f"^submit box {word}$"),
                   _events_equal(f"click box\nsubmit box {word}\n")]
     solution = [_click_target(box), {"type": "type", "text": word}, {"type": "key", "keys": ["enter"]}]
-    return (f'Click the text box, type "{word}" and press Enter.', [box], validators, solution)
+    return (f'Click the text box, type "{word}" and press Enter.', [box], validators, solution, word)
 
 
 PANEL = (0.7, 0.7)                            # key-colour's square: half the screen, anywhere on it
 KEYS = {"red": "r", "green": "g", "blue": "b", "yellow": "y"}
 
 
-def _key_colour(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
+def _key_colour(rng: random.Random, split: str) -> Family:
     """One large square of one of four colours; the instruction is the same for every instance, so only the
     screenshot says which key to press. The square covers half the screen, so most image tokens carry the
     colour: a 2-layer model grounds it quickly, where a position on a 3x3 grid (click-square) took it
@@ -180,60 +197,104 @@ def _key_colour(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec
     keys = Item("keys", "keys", 0, 0, 0, 0)      # the board records key presses for this instance
     legend = ", ".join(f"{key} for {colour}" for colour, key in KEYS.items())
     return (f"Press the key for the colour of the square: {legend}.", [panel, keys],
-            [_events_equal(f"key {KEYS[name]}\n")], [{"type": "key", "keys": [KEYS[name]]}])
+            [_events_equal(f"key {KEYS[name]}\n")], [{"type": "key", "keys": [KEYS[name]]}], name)
 
 
-GREY = "#808080"                              # key-sequence: "press the previous key again"
-SEQUENCE_STEPS = 3                            # key-sequence: decisions per episode
-CONFUSED = ("yellow", "red")                  # key-sequence's biased demonstrator sees yellow as red
+# -- key sequences: the learning yardstick's families ------------------------------------------------
+GREY = "#808080"                              # "press the previous key again"
+# The sequence families' six colours and their keys (four of key-colour's and two more, far apart in RGB)
+SEQUENCE_COLOURS = {**COLOURS, "magenta": "#c020c0", "cyan": "#20b0c0"}
+SEQUENCE_KEYS = {**KEYS, "magenta": "m", "cyan": "c"}
+# The biased demonstrator confuses two colours, each with its neighbour (seen -> pressed): two independent
+# slices where the warm start is wrong, so a run only passes the learning gate by fixing both, which a random
+# walk seldom does (docs/learning.md, "The yardstick").
+CONFUSIONS = {"yellow": "red", "cyan": "blue"}
 FLAIL = 12                                    # key presses a lost demonstrator makes (cut at max_turns)
 
 
-def _key_sequence(rng: random.Random) -> tuple[str, list[Item], list[ValidatorSpec], list[dict]]:
-    """Three key presses in a row, each shown by one screen, the reward only at the end (the multi-turn
-    recipe's family, docs/learning.md). The board shows a large square; its colour's key moves the board on
-    to the next square. One of the second and third squares is grey: press the previous key again, so the
-    screen alone does not say which key (the history does). After the third right key the screen is empty
-    and the agent should stop. Any wrong key loses the episode: the board shows a black screen from then on
-    and never becomes empty, so a lost agent keeps pressing keys until its turn limit (failures run long,
-    successes are short). The instance scores 1 only when the recorded keys are exactly the three right
-    ones (nothing more: a key pressed after the end counts as wrong)."""
-    names = [rng.choice(list(COLOURS)) for _ in range(SEQUENCE_STEPS - 1)]
-    grey_at = rng.randint(1, SEQUENCE_STEPS - 1)
-    colours = names[:grey_at] + [GREY] + names[grey_at:]
+def sequences(length: int) -> list[tuple[str, ...]]:
+    """Every colour sequence of ``length`` squares with exactly one grey square, never the first: the content
+    units of a sequence family (key-sequence: 6 x 6 x 2 = 72; key-sequence-long: 6^3 x 3 = 648)."""
+    out = []
+    for grey_at in range(1, length):
+        for draws in itertools.product(SEQUENCE_COLOURS, repeat=length - 1):
+            out.append((*draws[:grey_at], "grey", *draws[grey_at:]))
+    return out
+
+
+def heldout_content(sequence: tuple[str, ...]) -> bool:
+    """Whether key-sequence holds ``sequence`` out of training (half of the 72): by the parity of its colours'
+    indices plus the grey square's position, so every colour at every position, both grey positions and both
+    confusions still occur among the trained sequences (each single decision is trained; the held-out ones are
+    new combinations of them)."""
+    index = list(SEQUENCE_COLOURS)
+    return (sum(index.index(c) for c in sequence if c != "grey") + sequence.index("grey")) % 2 == 1
+
+
+SHORT = sequences(3)
+TRAIN_SEQUENCES = [q for q in SHORT if not heldout_content(q)]
+HELDOUT_SEQUENCES = [q for q in SHORT if heldout_content(q)]
+
+
+def _sequence_instance(rng: random.Random, sequence: tuple[str, ...]) -> Family:
+    """The board of one colour sequence: a large square per step; its colour's key moves the board on to the
+    next square (grey: the previous key again, so the screen alone does not say which key: the history does).
+    After the last right key the screen is empty and the agent should stop. Any wrong key loses the episode:
+    the board shows a black screen from then on and never becomes empty, so a lost agent keeps pressing keys
+    until its turn limit (failures run long, successes are short). The instance scores 1 only when the
+    recorded keys are exactly the right ones (nothing more: a key pressed after the end counts as wrong)."""
     keys: list[str] = []
     items = []
-    for i, colour in enumerate(colours):
-        key = keys[-1] if colour == GREY else KEYS[colour]
+    for i, colour in enumerate(sequence):
+        key = keys[-1] if colour == "grey" else SEQUENCE_KEYS[colour]
         keys.append(key)
         x, y = round(rng.uniform(0, 1 - PANEL[0]), 4), round(rng.uniform(0, 1 - PANEL[1]), 4)
-        items.append(Item("step", f"step{i + 1}", x, y, *PANEL, colour if colour == GREY else COLOURS[colour], key))
-    legend = ", ".join(f"{key} for {colour}" for colour, key in KEYS.items())
+        shade = GREY if colour == "grey" else SEQUENCE_COLOURS[colour]
+        items.append(Item("step", f"step{i + 1}", x, y, *PANEL, shade, key))
+    legend = ", ".join(f"{key} for {colour}" for colour, key in SEQUENCE_KEYS.items())
     instruction = (f"Press the key for the colour of each square as it appears ({legend}); for a grey square "
                    f"press the previous key again. Stop when the screen is empty.")
     events = "".join(f"key {key}\n" for key in keys)
-    return instruction, items, [_events_equal(events)], [{"type": "key", "keys": [key]} for key in keys]
+    return (instruction, items, [_events_equal(events)], [{"type": "key", "keys": [key]} for key in keys],
+            "-".join(sequence))
+
+
+def _key_sequence(rng: random.Random, split: str) -> Family:
+    """Three key presses in a row, each shown by one screen, the reward only at the end (the multi-turn
+    recipe's family and the learning yardstick's, docs/learning.md): one of the 72 sequences of three squares
+    (two of six colours and a grey second or third square); a training or held-out-instance seed draws one of
+    the 36 trained sequences, a held-out-content seed one of the other 36 (``heldout_content``)."""
+    pool = HELDOUT_SEQUENCES if split == "heldout-content" else TRAIN_SEQUENCES
+    return _sequence_instance(rng, rng.choice(pool))
+
+
+def _key_sequence_long(rng: random.Random, split: str) -> Family:
+    """Four key presses (three colours and a grey square second, third or fourth): the yardstick's unseen
+    family, never trained, that needs the same skills as key-sequence (each colour's key, the previous key
+    again for grey) over one more screen."""
+    return _sequence_instance(rng, rng.choice(sequences(4)))
 
 
 def _sequence_slips(instance: "Instance") -> list[tuple[dict, ...]]:
-    """key-sequence's biased demonstrator: it presses red's key for the first yellow square, then, lost,
-    keeps pressing keys (a seeded choice) until its turn limit. None when the instance shows no yellow."""
-    seen, wrong = CONFUSED
+    """The sequence families' biased demonstrator: at the first square of a confused colour (``CONFUSIONS``) it
+    presses the colour it sees instead's key, then, lost, keeps pressing keys (a seeded choice) until its turn
+    limit. None when the instance shows no confused colour."""
+    shades = {SEQUENCE_COLOURS[seen]: pressed for seen, pressed in CONFUSIONS.items()}
     steps = [item for item in instance.items if item.kind == "step"]
-    first = next((i for i, item in enumerate(steps) if item.colour == COLOURS[seen]), None)
+    first = next((i for i, item in enumerate(steps) if item.colour in shades), None)
     if first is None:
         return []
     rng = random.Random(f"flail:{instance.seed}")
-    play = [*instance.solution[:first], {"type": "key", "keys": [KEYS[wrong]]}]
-    play += [{"type": "key", "keys": [rng.choice(list(KEYS.values()))]} for _ in range(FLAIL)]
+    play = [*instance.solution[:first], {"type": "key", "keys": [SEQUENCE_KEYS[shades[steps[first].colour]]]}]
+    play += [{"type": "key", "keys": [rng.choice(list(SEQUENCE_KEYS.values()))]} for _ in range(FLAIL)]
     return [tuple(play)]
 
 
 def wrong_solutions(instance: "Instance") -> list[tuple[dict, ...]]:
     """Well-formed solutions of ``instance`` that fail: what an imperfect demonstrator plays instead
     (``sft.demo_error_rate``). Another key for key-colour, another cell's anchor for click-square, the
-    yellow-as-red slip for key-sequence; none for the other families."""
-    if instance.family == "key-sequence":
+    confusion slip for the sequence families; none for the other families."""
+    if instance.family in ("key-sequence", "key-sequence-long"):
         return _sequence_slips(instance)
     if instance.family == "key-colour":
         right = instance.solution[0]["keys"][0]
@@ -245,8 +306,48 @@ def wrong_solutions(instance: "Instance") -> list[tuple[dict, ...]]:
     return []
 
 
+def slices(instance: "Instance") -> tuple[str, ...]:
+    """The evaluation slices ``instance`` belongs to: for the sequence families each confused colour it shows
+    (where the biased warm start is wrong), else ``rest``; for the others ``slip`` (the demonstrator has a wrong
+    solution for it) or ``clean``."""
+    if instance.family in ("key-sequence", "key-sequence-long"):
+        shown = set(instance.content.split("-"))
+        return tuple(seen for seen in CONFUSIONS if seen in shown) or ("rest",)
+    return ("slip",) if wrong_solutions(instance) else ("clean",)
+
+
 FAMILIES = {"click-square": _click_square, "click-colour": _click_colour, "type-word": _type_word,
-            "key-colour": _key_colour, "key-sequence": _key_sequence}
+            "key-colour": _key_colour, "key-sequence": _key_sequence, "key-sequence-long": _key_sequence_long}
+
+
+@dataclass(frozen=True)
+class Regime:
+    """One held-out regime of the learning yardstick: instances of ``family`` at seeds of ``split``."""
+
+    name: str
+    family: str
+    split: str
+    gated: bool               # the learning gate judges it (else reported only)
+    what: str
+
+
+REGIMES = {
+    "key-sequence": (
+        Regime("instances", "key-sequence", "heldout", True, "unseen instances of the trained key sequences"),
+        Regime("content", "key-sequence", "heldout-content", True,
+               "unseen key sequences of the trained family (new combinations of trained decisions)"),
+        Regime("family", "key-sequence-long", "heldout", False,
+               "an unseen family that needs the same skills (four squares, never trained)"),
+    ),
+}
+
+
+def regimes(family: str) -> tuple[Regime, ...]:
+    """Where the yardstick measures ``family``'s held-out success; a family without content regimes has one:
+    its unseen instances."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown task family {family!r}; known: {sorted(FAMILIES)}")
+    return REGIMES.get(family, (Regime("instances", family, "heldout", True, f"unseen instances of {family}"),))
 
 
 def make_instance(family: str, seed: int) -> Instance:
@@ -254,8 +355,8 @@ def make_instance(family: str, seed: int) -> Instance:
     if family not in FAMILIES:
         raise ValueError(f"unknown task family {family!r}; known: {sorted(FAMILIES)}")
     rng = random.Random(f"{family}:{seed}")   # str seeds hash with SHA-512: stable across runs and platforms
-    instruction, items, validators, solution = FAMILIES[family](rng)
-    return Instance(family, seed, instruction, tuple(items), tuple(validators), tuple(solution))
+    instruction, items, validators, solution, content = FAMILIES[family](rng, split_of(seed))
+    return Instance(family, seed, instruction, tuple(items), tuple(validators), tuple(solution), content)
 
 
 # -- on a desktop -----------------------------------------------------------------------------------

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import io
+from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from cua_rl.genv import GenvClient
 from cua_rl.local_gym import load_tasks
-from cua_rl.local_gym.curriculum import (ANCHORS, FAMILIES, HELDOUT_START, make_instance, seeds, split_of,
-                                         wrong_solutions)
+from cua_rl.local_gym.curriculum import (ANCHORS, FAMILIES, HELDOUT_CONTENT_START, HELDOUT_START, make_instance,
+                                         seeds, split_of, wrong_solutions)
 
 FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052", "key-colour": "053",
-                "key-sequence": "054"}
+                "key-sequence": "054", "key-sequence-long": "055"}
 CLICK_FAMILIES = ("click-colour", "click-square", "type-word")
-SEEDS = [0, 1, 2, HELDOUT_START + 3]   # three training seeds and one held-out seed
-SLIP_SEED = 1                          # a key-sequence instance that shows yellow (yellow, grey, red)
+SEEDS = [0, 1, 2, HELDOUT_START + 3, HELDOUT_CONTENT_START + 4]   # training, held-out instance and content seeds
+SLIP_SEED = 1                          # a key-sequence instance that shows yellow first (yellow, yellow, grey)
 
 
 # -- pure -------------------------------------------------------------------------------------------
@@ -35,9 +36,10 @@ def test_every_family_has_a_task_and_instances_are_deterministic():
 
 
 def test_seed_splits_are_disjoint_and_fixed():
-    train, held = seeds("train", 50), seeds("heldout", 50)
-    assert not set(train) & set(held)
+    train, held, content = seeds("train", 50), seeds("heldout", 50), seeds("heldout-content", 50)
+    assert not set(train) & set(held) and not set(held) & set(content) and not set(train) & set(content)
     assert {split_of(s) for s in train} == {"train"} and {split_of(s) for s in held} == {"heldout"}
+    assert {split_of(s) for s in content} == {"heldout-content"}
     assert seeds("heldout", 3, offset=10) == [HELDOUT_START + 10 + i for i in range(3)]
     assert split_of(2 ** 31 - 1) == "train"   # every seed the workflow derives (31 bits) is a training seed
     with pytest.raises(ValueError):
@@ -157,15 +159,16 @@ def test_key_colour_needs_the_screenshot_and_wrong_solutions_are_wrong():
     assert wrong_solutions(make_instance("type-word", 3)) == []
 
 
-def test_key_sequence_is_three_decisions_with_one_remembered_and_a_known_biased_slice():
+def test_key_sequence_is_three_decisions_with_one_remembered_and_known_biased_slices():
     """Three keys per instance, one per screen; one of the second and third screens is grey and asks for the
     previous key (only the history says which); the biased demonstrator slips exactly on the instances that
-    show yellow, pressing red's key there after the right prefix and then flailing (cut at max_turns)."""
-    from cua_rl.local_gym.curriculum import COLOURS, GREY, KEYS
+    show a confused colour (yellow seen as red, cyan as blue), pressing the other colour's key at the first
+    of them after the right prefix and then flailing (cut at max_turns)."""
+    from cua_rl.local_gym.curriculum import CONFUSIONS, GREY, SEQUENCE_COLOURS, SEQUENCE_KEYS, slices
 
-    instances = [make_instance("key-sequence", s) for s in range(300)]
+    instances = [make_instance("key-sequence", s) for s in range(600)]
     assert len({i.instruction for i in instances}) == 1
-    grey_at = set()
+    grey_at, shown = set(), set()
     for inst in instances:
         steps = [item for item in inst.items if item.kind == "step"]
         keys = [a["keys"][0] for a in inst.solution]
@@ -174,17 +177,51 @@ def test_key_sequence_is_three_decisions_with_one_remembered_and_a_known_biased_
         grey_at.add(g)
         assert g > 0 and keys[g] == keys[g - 1]
         assert inst.validators[0].text == "".join(f"key {k}\n" for k in keys)
-        shows_yellow = COLOURS["yellow"] in {s.colour for s in steps}
+        assert [s.colour for s in steps] == [GREY if c == "grey" else SEQUENCE_COLOURS[c]
+                                            for c in inst.content.split("-")]
+        shown |= {s.colour for s in steps}
+        confused = [i for i, s in enumerate(steps) if s.colour in {SEQUENCE_COLOURS[c] for c in CONFUSIONS}]
         slips = wrong_solutions(inst)
-        assert bool(slips) == shows_yellow
+        assert bool(slips) == bool(confused) == (slices(inst) != ("rest",))
         if slips:
             (slip,) = slips
-            first = next(i for i, s in enumerate(steps) if s.colour == COLOURS["yellow"])
-            assert slip[:first] == inst.solution[:first] and slip[first]["keys"] == [KEYS["red"]]
+            first = confused[0]
+            seen = next(c for c in CONFUSIONS if SEQUENCE_COLOURS[c] == steps[first].colour)
+            assert slip[:first] == inst.solution[:first] and slip[first]["keys"] == [SEQUENCE_KEYS[CONFUSIONS[seen]]]
             assert len(slip) > 6                       # longer than the recipe's turn limit: never terminates
-    assert grey_at == {1, 2}
-    assert 0.3 < sum(bool(wrong_solutions(i)) for i in instances) / len(instances) < 0.6
-    assert make_instance("key-sequence", SLIP_SEED).items[0].colour == COLOURS["yellow"]
+    assert grey_at == {1, 2} and shown == {*SEQUENCE_COLOURS.values(), GREY}
+    share = {name: sum(name in slices(i) for i in instances) / len(instances) for name in (*CONFUSIONS, "rest")}
+    assert 0.25 < share["yellow"] < 0.4 and 0.25 < share["cyan"] < 0.4 and 0.35 < share["rest"] < 0.5, share
+    assert make_instance("key-sequence", SLIP_SEED).items[0].colour == SEQUENCE_COLOURS["yellow"]
+
+
+def test_the_yardsticks_splits_are_disjoint_by_content():
+    """Held out by content, not only by seed: no key sequence that a training seed (every SFT demonstration's and
+    every seed the workflow derives for a group: 31 bits) or a held-out-instance seed can draw is ever drawn by a
+    held-out-content seed, and each gated regime holds at least 30 content units."""
+    from cua_rl.local_gym.curriculum import HELDOUT_SEQUENCES, TRAIN_SEQUENCES, regimes, sequences
+    from cua_rl.workflow.seeding import instance_seed
+
+    assert not set(TRAIN_SEQUENCES) & set(HELDOUT_SEQUENCES)
+    assert set(TRAIN_SEQUENCES) | set(HELDOUT_SEQUENCES) == set(sequences(3))
+    trained = {make_instance("key-sequence", s).content for s in seeds("train", 2000)}
+    derived = {make_instance("key-sequence", instance_seed(1, "stream", "054", 0, i)).content for i in range(2000)}
+    instances = {make_instance("key-sequence", s).content for s in seeds("heldout", 2000)}
+    content = {make_instance("key-sequence", s).content for s in seeds("heldout-content", 2000)}
+    assert trained == derived == instances == {"-".join(q) for q in TRAIN_SEQUENCES}
+    assert content == {"-".join(q) for q in HELDOUT_SEQUENCES}
+    assert not (trained | derived) & content
+    gated = [r for r in regimes("key-sequence") if r.gated]
+    assert [r.name for r in gated] == ["instances", "content"]
+    assert len(TRAIN_SEQUENCES) >= 30 and len(HELDOUT_SEQUENCES) >= 30
+    # every single decision of a held-out sequence is trained: each colour at each position, both grey positions
+    for position in range(3):
+        assert {q[position] for q in HELDOUT_SEQUENCES} <= {q[position] for q in TRAIN_SEQUENCES}
+    # the unseen family is never trained: no recipe's SFT or task source names its task (055)
+    (family,) = [r for r in regimes("key-sequence") if not r.gated]
+    assert family.family == "key-sequence-long" and FAMILY_TASKS[family.family] == "055"
+    recipes = Path(__file__).resolve().parents[2] / "cua_rl" / "recipes"
+    assert [f.name for f in recipes.glob("config*.yaml") if "055" in f.read_text()] == []
 
 
 @pytest.mark.desktop
@@ -195,7 +232,7 @@ async def test_key_sequence_screens_follow_the_keys(gym):
         image = Image.open(io.BytesIO(shot)).convert("RGB")
         return image.getpixel((image.width // 2, image.height // 2))
 
-    inst = make_instance("key-sequence", 0)     # red, grey, blue: each square covers the screen's centre
+    inst = make_instance("key-sequence", 0)     # red, grey, green: each square covers the screen's centre
     async with GenvClient(gym.url, gym.gym_id) as client:
         async with client.execution("054", {"seed": 0}) as ex:
             seen = [centre(await client.screenshot(ex.execution_id))]
@@ -203,7 +240,7 @@ async def test_key_sequence_screens_follow_the_keys(gym):
                 assert (await client.act(ex.execution_id, action))["ok"]
                 seen.append(centre(await client.screenshot(ex.execution_id)))
         assert [max(abs(a - b) for a, b in zip(px, want)) < 40 for px, want in
-                zip(seen, [(224, 32, 32), (128, 128, 128), (32, 64, 224), (255, 255, 255)])] == [True] * 4, seen
+                zip(seen, [(224, 32, 32), (128, 128, 128), (32, 160, 32), (255, 255, 255)])] == [True] * 4, seen
         async with client.execution("054", {"seed": 0}) as ex:
             for key in ("g", "r"):                 # wrong, then the right one: still lost
                 assert (await client.act(ex.execution_id, {"type": "key", "keys": [key]}))["ok"]
