@@ -121,6 +121,33 @@ def test_learn_config_is_the_cpu_stack_learning_a_curriculum_family_from_a_warm_
         assert str(got).lower() == value.lower()
 
 
+@pytest.mark.parametrize("recipe", sorted(p.name for p in EXAMPLE.glob("config*.yaml")))
+def test_no_recipe_trains_a_step_at_learning_rate_zero(tmp_path, monkeypatch, recipe):
+    """Every step of every recipe trains at its learning rate: the schedule AReaL's FSDP engine builds (its own
+    functions, the run's FinetuneSpec as AReaL's trainer computes it) gives step 1 a positive rate. AReaL's
+    default warm-up (0.001 of the steps, which starts at 0) gave the CPU recipes' first step lr 0."""
+    import torch
+    from areal.api.io_struct import FinetuneSpec
+    from areal.engine import fsdp_engine
+
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = load(tmp_path, config=recipe)
+    opt = cfg.actor.optimizer
+    steps_per_epoch = max(1, (cfg.total_train_steps or 1000) // cfg.total_train_epochs)
+    spec = FinetuneSpec(total_train_epochs=cfg.total_train_epochs,
+                        dataset_size=steps_per_epoch * cfg.train_dataset.batch_size,
+                        train_batch_size=cfg.train_dataset.batch_size)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=opt.lr)
+    warmup = int(opt.warmup_steps_proportion * spec.total_train_steps)
+    schedule = {"constant": lambda: fsdp_engine.get_constant_schedule_with_warmup(optimizer, warmup),
+                "linear": lambda: fsdp_engine.get_linear_schedule_with_warmup(optimizer, warmup,
+                                                                              spec.total_train_steps),
+                "cosine": lambda: fsdp_engine.get_cosine_schedule_with_warmup(
+                    optimizer, warmup, spec.total_train_steps, min_lr_ratio=opt.min_lr_ratio)}[opt.lr_scheduler_type]()
+    first = schedule.get_last_lr()[0]     # the rate the first optimizer step uses
+    assert first > 0 and first == pytest.approx(opt.lr), (recipe, first, warmup, spec.total_train_steps)
+
+
 def test_multiturn_config_keeps_every_screenshot_so_an_episode_trains_as_one_row(tmp_path, monkeypatch):
     """config.multiturn.yaml: the key-sequence family, failures run to max_turns, and the agent (run request
     field), the endpoint and the demonstrations all keep every screenshot of an episode, so its prompts chain
