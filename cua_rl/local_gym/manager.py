@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import fcntl
 import functools
 import logging
 import os
@@ -119,6 +120,28 @@ def _x_listening(n: int) -> bool:
     return False
 
 
+# One lock file per display number, held (flock) by the gym process whose desktop uses it: two gyms on one machine
+# (several gym servers, a launcher's and a test's, the fleet's hosts in one box) otherwise both saw a number free
+# and started Xvfb on it at once, and one desktop failed to start. The kernel drops a dead process's lock.
+DISPLAY_CLAIMS = Path(tempfile.gettempdir()) / "cua-rl-displays"
+
+
+def _claim_display(n: int) -> int | None:
+    """An open descriptor holding this machine's claim on display ``n`` among our gyms, or None when another
+    gym holds it (or its lock file is not ours to open)."""
+    try:
+        DISPLAY_CLAIMS.mkdir(mode=0o1777, exist_ok=True)
+        fd = os.open(DISPLAY_CLAIMS / f"{n}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _display_free(n: int) -> bool:
     """True when display ``n`` is unused; clears the lock and socket a killed X server left behind.
 
@@ -194,6 +217,7 @@ class GymManager:
         self._bare_x: collections.deque[Desktop] = collections.deque()   # from Desktop.start_x
         self._building_x = 0
         self._used_displays: set[int] = set()
+        self._display_claims: dict[int, int] = {}   # display -> the descriptor holding its claim (_claim_display)
         self._display_lock = threading.Lock()
         self._create_spawner = procs.Spawner(workers=4)
         self._pool_spawner = procs.Spawner(workers=1)
@@ -219,11 +243,26 @@ class GymManager:
             return self._pick_display_locked()
 
     def _pick_display_locked(self) -> int:
+        """The first display from ``display_base`` that no desktop of ours uses, no other gym on this machine
+        has claimed and no X server answers on; claimed until ``_release_display``."""
         n = self.opt.display_base
-        while n in self._used_displays or not _display_free(n):
+        while True:
+            if n not in self._used_displays:
+                claim = _claim_display(n)
+                if claim is not None:
+                    if _display_free(n):
+                        break
+                    os.close(claim)
             n += 1
         self._used_displays.add(n)
+        self._display_claims[n] = claim
         return n
+
+    def _release_display(self, n: int) -> None:
+        self._used_displays.discard(n)
+        claim = self._display_claims.pop(n, None)
+        if claim is not None:
+            os.close(claim)
 
     def _uid(self, slot: int) -> int:
         """The sandbox uid of a slot: its own when the gym is root, else the gym's."""
@@ -266,7 +305,7 @@ class GymManager:
                                "%s failed (attempt %d/3%s): %s", f"desktop on :{num}" if cls.uses_x else "VM",
                                attempt, ", trying again" if attempt < 3 and not self._closed else "", exc)
                     if x is not None:   # its X server went with the failed desktop
-                        self._used_displays.discard(num)
+                        self._release_display(num)
                         x = None
                     if self._closed:
                         break
@@ -287,7 +326,7 @@ class GymManager:
                                     uid=self._uid(slot),
                                     workdir=self.workdir, timeout_s=self.opt.start_timeout_s)
             except BaseException:
-                self._used_displays.discard(num)
+                self._release_display(num)
                 raise
         except BaseException:
             self._free_slots.append(slot)
@@ -319,7 +358,7 @@ class GymManager:
 
     def _destroy(self, desk: Desktop) -> None:
         desk.stop()
-        self._used_displays.discard(desk.display_num)
+        self._release_display(desk.display_num)
         slot = getattr(desk, "slot", None)
         if slot is not None:
             self._free_slots.append(slot)

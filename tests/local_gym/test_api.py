@@ -247,3 +247,40 @@ async def test_a_cold_create_builds_on_a_pre_started_x_server_that_is_then_repla
         server.stop()
     assert wait_gone(pids) == set()
 
+
+
+async def test_a_display_another_gym_on_this_machine_claimed_is_never_taken():
+    """Two gyms on one machine pick display numbers from the same base: one that another gym process has
+    claimed (its Xvfb not yet listening: the window in which both saw the number free and one desktop failed
+    to start, an SFT build's demonstrations lost) is skipped, and the claim is given back when the desktop
+    ends. The other gym is a process holding the claim file (``manager.DISPLAY_CLAIMS``) as a gym does."""
+    import subprocess
+    import sys
+    import tempfile
+
+    base, claims = 870, os.path.join(tempfile.gettempdir(), "cua-rl-displays")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         "os.makedirs(sys.argv[1], mode=0o1777, exist_ok=True)\n"
+         "fd = os.open(os.path.join(sys.argv[1], sys.argv[2] + '.lock'), os.O_RDWR | os.O_CREAT, 0o600)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)\n", claims, str(base)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        server = start_gym_server(port=0, pool_size=0, max_executions=1, x_spares=0, display_base=base)
+        try:
+            m = server.manager
+            async with GenvClient(server.url, server.gym_id) as c:
+                async with c.execution(EDITOR_TASK) as ex:
+                    num = m.executions[ex.execution_id].desktop.display_num
+                    assert num != base, f"took :{num}, which another gym had claimed"
+                    assert num in m._display_claims
+            assert await asyncio.to_thread(wait_until, lambda: num not in m._display_claims, 10.0)
+            from cua_rl.local_gym import manager as gym_manager
+
+            assert str(gym_manager.DISPLAY_CLAIMS) == claims   # the holder above stands for a gym
+        finally:
+            server.stop()
+    finally:
+        holder.kill()
+        holder.wait()
