@@ -2,7 +2,7 @@
 and what it costs: held-out greedy success after the same number of steps; prints one JSON object.
 
 One learning-bench invocation (bench/learning_bench.py, the multi-turn recipe): one GRPO run per lag from the same
-SFT warm start (``--variant ofpN=rollout.max_head_offpolicyness=N``, seed 1, the recipe's 16 steps), each
+SFT warm start (``--variant ofpN=rollout.max_head_offpolicyness=N``, seed 1, the recipe's steps), each
 evaluated greedy on the same held-out instances as the warm start. Throughput comes from each run's own console:
 the episodes each step trained over the step's time (the per-step lines the launcher prints), steps 2 to 16:
 start-up, the first step's wait for a fresh engine and the final checkpoint are left out.
@@ -70,9 +70,9 @@ def main() -> None:
     learned = json.loads((work / "learning.json").read_text())
     runs = {}
     for lag in lags:
-        v = learned["variants"][f"ofp{lag}"]
-        runs[str(lag)] = {**throughput(work / f"ofp{lag}.log"), "greedy_after": v["greedy"],
-                          "greedy_rise": v["greedy_rise"], "greedy_slip_after": v["greedy_slip"],
+        v = learned["variants"][f"ofp{lag}"]["seeds"][0]
+        runs[str(lag)] = {**throughput(work / f"ofp{lag}-s1.log"), "greedy_after": v["greedy"],
+                          "regimes": v["regimes"], "gate": v["gate"],
                           "rollout_success": v["rollout_success"], "gate_failures": v["gate_failures"]}
     base = runs[str(lags[0])]["episodes_per_hour"]
     result = {

@@ -3,7 +3,7 @@
 
     python -m cua_rl.evaluate --config examples/cua_agent/config.cpu.yaml \
         --checkpoints SFT_DIR STEP1_DIR ... [--seeds-per-task 16] [--concurrency 4] [--samples K]
-        [--greedy | --both] [key=value ...]
+        [--greedy | --both] [--regimes instances,content] [key=value ...]
     cua-eval --gym URL --gym-id ID --checkpoint DIR [--checkpoint DIR ...] [--split eval|train|all]
         [--episodes-per-task N] [--samples K] [--greedy | --both] [--gbox-mini-url URL | --agent embedded]
         [--model-url URL] [--concurrency N] [--config FILE] [--out FILE] [key=value ...]
@@ -26,15 +26,19 @@ training episode: AReaL's vLLM server (the CPU config), AReaL's ``RemotevLLMEngi
 embedded gym, through ``CUAAgentWorkflow``'s own episode code. Checkpoints are loaded with AReaL's
 ``/areal_update_weights`` (the route a disk weight update uses).
 
-Instances: ``curriculum.seeds("heldout", n)`` for every family task in ``sft.tasks``: seeds no training
-group ever draws, the same list for every checkpoint. An episode the infrastructure dropped counts as a
-failure and is reported (``dropped``), and so does one whose model call failed (``model_errors``).
+Instances: for every family task in ``sft.tasks``, ``n`` instances (``--seeds-per-task``) of each of its
+family's held-out regimes (``curriculum.regimes``: for key-sequence, unseen instances of the trained key
+sequences, unseen key sequences, and the unseen family key-sequence-long; for the others, unseen instances):
+seeds no training group or demonstration ever draws, the same list for every checkpoint. An episode the
+infrastructure dropped counts as a failure and is reported (``dropped``), and so does one whose model call
+failed (``model_errors``).
 
-Per checkpoint: success over every episode, per task, per slice (``slip``: the instances on which the warm
-start's demonstrator plays a wrong solution at its error rate, ``curriculum.wrong_solutions``; ``clean``: the
-rest; for key-sequence, ``slip`` is the instances that show yellow, where its biased demonstrator sees red),
-the mean policy turns per episode, and with ``--samples K`` (K sampled episodes per instance; greedy
-decoding plays each instance once) pass@K: the share of instances solved at least once. ``--greedy`` decodes greedily (AReaL's ``gconfig.greedy``: temperature 0)
+Per checkpoint: success over every episode, per task, per regime, per slice (``curriculum.slices``: for the
+sequence families each confused colour an instance shows, where the warm start's biased demonstrator presses
+another key, and ``rest``; for the others ``slip``, an instance the demonstrator has a wrong solution for, and
+``clean``), the mean policy turns per episode, and with ``--samples K`` (K sampled episodes per instance;
+greedy decoding plays each instance once) pass@K: the share of instances solved at least once. ``outcomes``
+lists every instance with its regime and content unit (the learning bench's cluster bootstrap). ``--greedy`` decodes greedily (AReaL's ``gconfig.greedy``: temperature 0)
 instead of sampling as in training; ``--both`` does both, a JSON line each (sampled first).
 """
 
@@ -65,11 +69,13 @@ class CheckpointResult:
     seconds: float = 0.0
     greedy: bool = False
     mean_turns: float = 0.0                         # policy turns per episode
-    slices: dict[str, float] = field(default_factory=dict)   # "slip" / "clean" (module docstring)
+    slices: dict[str, float] = field(default_factory=dict)   # curriculum.slices' names (module docstring)
     pass_at_k: float | None = None                  # with samples K > 1: instances solved at least once
     samples: int = 1
-    # [task id, seed, successes of its K episodes] per instance, sorted: the same list for every checkpoint, so
-    # two checkpoints can be compared instance by instance (the learning bench's paired bootstrap)
+    # per held-out regime (curriculum.regimes): {"success", "episodes", "slices"}
+    regimes: dict[str, dict] = field(default_factory=dict)
+    # [task id, seed, successes of its K episodes, regime, content unit] per instance, sorted: the same list for
+    # every checkpoint, so two checkpoints can be compared instance by instance (the learning bench's bootstrap)
     outcomes: list[list] = field(default_factory=list)
 
 
@@ -80,12 +86,13 @@ class Episode:
     seed: int
     success: bool
     turns: int
+    regime: str = ""                # the held-out regime it was played in ("" on a gym's own tasks)
 
 
-def _slice(family: str, seed: int) -> str:
-    from cua_rl.local_gym.curriculum import make_instance, wrong_solutions
+def _instance(family: str, seed: int):
+    from cua_rl.local_gym.curriculum import make_instance
 
-    return "slip" if wrong_solutions(make_instance(family, seed)) else "clean"
+    return make_instance(family, seed)
 
 
 def summarize(checkpoint: str, episodes: list[Episode], dropped: int, model_errors: int, seconds: float,
@@ -94,40 +101,69 @@ def summarize(checkpoint: str, episodes: list[Episode], dropped: int, model_erro
     def rate(group: list[Episode]) -> float:
         return round(sum(e.success for e in group) / len(group), 4)
 
+    from cua_rl.local_gym.curriculum import slices
+
+    def sliced(group: list[Episode]) -> dict[str, float]:
+        by_slice: dict[str, list[Episode]] = {}
+        for e in group:
+            for name in (slices(_instance(e.family, e.seed)) if e.family else ()):
+                by_slice.setdefault(name, []).append(e)
+        return {k: rate(g) for k, g in sorted(by_slice.items())}
+
     by_task: dict[str, list[Episode]] = {}
-    by_slice: dict[str, list[Episode]] = {}
+    by_regime: dict[str, list[Episode]] = {}
     by_instance: dict[tuple[str, int], list[Episode]] = {}
     for e in episodes:
         by_task.setdefault(e.task_id, []).append(e)
-        if e.family:
-            by_slice.setdefault(_slice(e.family, e.seed), []).append(e)
+        if e.regime:
+            by_regime.setdefault(e.regime, []).append(e)
         by_instance.setdefault((e.task_id, e.seed), []).append(e)
     solved = [any(e.success for e in group) for group in by_instance.values()]
+
+    def outcome(task: str, seed: int, group: list[Episode]) -> list:
+        content = _instance(group[0].family, seed).content if group[0].family else f"{task}:{seed}"
+        return [task, seed, sum(e.success for e in group), group[0].regime, content]
+
     return CheckpointResult(
         checkpoint=checkpoint, success=rate(episodes), per_task={t: rate(g) for t, g in by_task.items()},
         episodes=len(episodes), dropped=dropped, model_errors=model_errors, seconds=round(seconds, 1),
         greedy=greedy, mean_turns=round(sum(e.turns for e in episodes) / len(episodes), 3),
-        slices={k: rate(g) for k, g in sorted(by_slice.items())},
+        slices=sliced(episodes),
         pass_at_k=round(sum(solved) / len(solved), 4) if samples > 1 else None, samples=samples,
-        outcomes=[[task, seed, sum(e.success for e in group)] for (task, seed), group in sorted(by_instance.items())])
+        regimes={name: {"success": rate(group), "episodes": len(group), "slices": sliced(group)}
+                 for name, group in sorted(by_regime.items())},
+        outcomes=[outcome(task, seed, group) for (task, seed), group in sorted(by_instance.items())])
 
 
-def _curriculum_rows(task_keys: list[str]) -> list[dict]:
+def _row(task) -> dict:
+    return {"task_id": task.task_id, "instruction": task.instruction, "name": task.name, "family": task.family}
+
+
+def curriculum_plays(task_keys: list[str], n: int, only: tuple[str, ...] = ()) -> list[tuple[dict, list[int]]]:
+    """(task row, held-out seeds) per held-out regime of each curriculum family task in ``task_keys`` (those
+    named in ``only``, when given): ``n`` instances of each regime (``curriculum.regimes``), every row naming
+    its ``regime``."""
     from cua_rl.local_gym import load_tasks
+    from cua_rl.local_gym.curriculum import regimes, seeds
 
-    rows = []
+    tasks = load_tasks()
+    by_family = {t.family: t for t in tasks.tasks if t.family}
+    plays = []
     for key in task_keys:
-        task = load_tasks().get(key)
+        task = tasks.get(key)
         if task is None or task.family is None:
             raise SystemExit(f"held-out evaluation needs curriculum family tasks; {key!r} is not one")
-        rows.append({"task_id": task.task_id, "instruction": task.instruction, "name": task.name,
-                     "family": task.family})
-    return rows
+        for regime in regimes(task.family):
+            if only and regime.name not in only:
+                continue
+            plays.append(({**_row(by_family[regime.family]), "regime": regime.name}, seeds(regime.split, n)))
+    return plays
 
 
-async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int], concurrency: int,
+async def _evaluate_loaded(workflow, endpoint, plays: list[tuple[dict, list[int]]], concurrency: int,
                            samples: int) -> tuple[list[Episode], int, int]:
-    """Every (task, seed) ``samples`` times: (the episodes, how many were dropped, how many model errors)."""
+    """Every (task row, seed) of ``plays`` ``samples`` times: (the episodes, how many were dropped, how many
+    model errors)."""
     from cua_rl.workflow import Dropped, play_episode
 
     gate = asyncio.Semaphore(concurrency)
@@ -149,15 +185,15 @@ async def _evaluate_loaded(workflow, endpoint, rows: list[dict], seeds: list[int
                            outcome.info["reason"])
         else:
             success, turns = bool(outcome.info.get("success")), len(outcome.turns)
-        episodes.append(Episode(row["task_id"], row.get("family"), seed, success, turns))
+        episodes.append(Episode(row["task_id"], row.get("family"), seed, success, turns, row.get("regime", "")))
 
-    await asyncio.gather(*(one(row, i, seed) for row in rows for i, seed in enumerate(seeds)
+    await asyncio.gather(*(one(row, i, seed) for row, seeds in plays for i, seed in enumerate(seeds)
                            for _ in range(samples)))
     return episodes, failed["dropped"], failed["model_errors"]
 
 
-async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str], rows: list[dict],
-                        heldout: list[int], concurrency: int, samples: int,
+async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str],
+                        plays: list[tuple[dict, list[int]]], concurrency: int, samples: int,
                         decodings: tuple[str, ...]) -> list[CheckpointResult]:
     """Every checkpoint in turn, in one event loop: the engine's and the endpoint's sessions are bound to the
     loop that first used them (a loop per checkpoint failed every later request with HTTP 500)."""
@@ -176,20 +212,20 @@ async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str]
             for decoding in decodings:
                 greedy = decoding == "greedy"
                 endpoint.gconfig = sampling.new(greedy=greedy)   # no episode is in flight between passes
-                results.append(await _one_pass(workflow, endpoint, checkpoint, rows, heldout, concurrency,
+                results.append(await _one_pass(workflow, endpoint, checkpoint, plays, concurrency,
                                                1 if greedy else samples, greedy))
     return results
 
 
-async def _one_pass(workflow, endpoint, checkpoint, rows, heldout, concurrency, samples, greedy) -> CheckpointResult:
+async def _one_pass(workflow, endpoint, checkpoint, plays, concurrency, samples, greedy) -> CheckpointResult:
     started = time.monotonic()
-    episodes, dropped, model_errors = await _evaluate_loaded(workflow, endpoint, rows, heldout,
+    episodes, dropped, model_errors = await _evaluate_loaded(workflow, endpoint, plays,
                                                              concurrency, samples)
     result = summarize(str(checkpoint), episodes, dropped, model_errors, time.monotonic() - started,
                        greedy, samples)
-    logger.info("held-out success %.3f%s %s slices %s, %.2f turns (%d episodes, %d dropped, %d model "
+    logger.info("held-out success %.3f%s %s regimes %s slices %s, %.2f turns (%d episodes, %d dropped, %d model "
                 "errors, %.0f s): %s", result.success, " (greedy)" if greedy else "", result.per_task,
-                result.slices, result.mean_turns, result.episodes, result.dropped, result.model_errors,
+                {k: v["success"] for k, v in result.regimes.items()}, result.slices, result.mean_turns, result.episodes, result.dropped, result.model_errors,
                 result.seconds, checkpoint)
     print(json.dumps(result.__dict__), flush=True)
     return result
@@ -197,8 +233,8 @@ async def _one_pass(workflow, endpoint, checkpoint, rows, heldout, concurrency, 
 
 def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int = 16, concurrency: int = 4,
                          samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
-                         log_dir: str | Path | None = None,
-                         prefix_caching: bool = False) -> list[CheckpointResult]:
+                         log_dir: str | Path | None = None, prefix_caching: bool = False,
+                         regimes: tuple[str, ...] = ()) -> list[CheckpointResult]:
     """Held-out success of each checkpoint (see the module docstring), in the order given; each result is
     also printed as a JSON line as soon as it is known.
 
@@ -209,15 +245,16 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
     failed twice in a row on 2026-11-26 (docs/learning.md) and its held-out scores had not been compared with
     it off on the same checkpoints beyond 2 x 64 episodes (on 0.78/0.81, off 0.72/0.75)."""
     from cua_rl.local_agent.server import start_agent_server
-    from cua_rl.local_gym.curriculum import seeds
     from cua_rl.local_gym.server import start_gym_server
 
     if not checkpoints:
         raise ValueError("no checkpoints to evaluate")
-    rows = _curriculum_rows(list(config.sft.tasks))
+    plays = curriculum_plays(list(config.sft.tasks), seeds_per_task, regimes)
+    if not plays:
+        raise SystemExit(f"no held-out regime named {regimes} for the tasks {list(config.sft.tasks)}")
     with start_gym_server(gym_id="desktop", pool_size=concurrency, max_executions=concurrency) as gym, \
             start_agent_server() as agent:
-        return _run(config, checkpoints, rows, seeds("heldout", seeds_per_task), gym=(gym.url, gym.gym_id),
+        return _run(config, checkpoints, plays, gym=(gym.url, gym.gym_id),
                     agent_url=agent.url, concurrency=concurrency, samples=samples, decodings=decodings,
                     log_dir=log_dir, prefix_caching=prefix_caching)
 
@@ -239,7 +276,7 @@ def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", epis
         agent_url = config.gbox_mini_agent_base_url
         if config.agent_service == "embedded":
             agent_url = stack.enter_context(start_agent_server()).url
-        return _run(config, checkpoints, rows, seeds("heldout", episodes_per_task),
+        return _run(config, checkpoints, [(row, seeds("heldout", episodes_per_task)) for row in rows],
                     gym=(config.gym_base_url, config.gym_id), agent_url=agent_url, concurrency=concurrency,
                     samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url)
 
@@ -259,7 +296,7 @@ def _gym_rows(config, split: str) -> list[dict]:
     return [task_row(t, config.gym_base_url, config.gym_id) for t in picked]
 
 
-def _run(config, checkpoints: list[str], rows: list[dict], heldout: list[int], *, gym: tuple[str, str],
+def _run(config, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *, gym: tuple[str, str],
          agent_url: str, concurrency: int, samples: int, decodings, log_dir, prefix_caching: bool = False,
          model_url: str | None = None) -> list[CheckpointResult]:
     """The model (a CPU vLLM server for the first checkpoint, or the one at ``model_url``), AReaL's engine on it,
@@ -289,7 +326,7 @@ def _run(config, checkpoints: list[str], rows: list[dict], heldout: list[int], *
                 limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
                                      max_turn_time_seconds=config.max_turn_time_seconds),
                 policy=config.policy, group_size=1, is_eval=True)
-            return asyncio.run(_evaluate_all(workflow, engine, url, checkpoints, rows, heldout, concurrency,
+            return asyncio.run(_evaluate_all(workflow, engine, url, checkpoints, plays, concurrency,
                                              samples, tuple(decodings)))
         finally:
             engine.destroy()
@@ -297,10 +334,10 @@ def _run(config, checkpoints: list[str], rows: list[dict], heldout: list[int], *
 
 def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
     """(checkpoints, options, config args): ``--checkpoints A B ...`` up to the next option or key=value;
-    ``--seeds-per-task N``, ``--concurrency N``, ``--samples K``, ``--greedy`` or ``--both``; the rest is AReaL's
-    ``--config FILE key=value ...``."""
+    ``--seeds-per-task N``, ``--concurrency N``, ``--samples K``, ``--greedy`` or ``--both``, ``--regimes A,B``;
+    the rest is AReaL's ``--config FILE key=value ...``."""
     usage = ("usage: python -m cua_rl.evaluate --config CONFIG --checkpoints DIR [DIR ...] [--seeds-per-task N] "
-             "[--concurrency N] [--samples K] [--greedy | --both] [key=value ...]")
+             "[--concurrency N] [--samples K] [--greedy | --both] [--regimes A,B] [key=value ...]")
     if "--checkpoints" not in argv:
         raise SystemExit(usage)
     i = argv.index("--checkpoints")
@@ -314,6 +351,11 @@ def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
         if rest[k] in ("--greedy", "--both"):
             options["decodings"] = ("greedy",) if rest[k] == "--greedy" else ("sampled", "greedy")
             k += 1
+        elif rest[k] == "--regimes":
+            if k + 1 >= len(rest) or rest[k + 1].startswith("-"):
+                raise SystemExit(f"--regimes needs regime names, e.g. instances,content\n{usage}")
+            options["regimes"] = tuple(r for r in rest[k + 1].split(",") if r)
+            k += 2
         elif rest[k] in ("--seeds-per-task", "--concurrency", "--samples"):
             if k + 1 >= len(rest) or not rest[k + 1].isdigit() or int(rest[k + 1]) < 1:
                 raise SystemExit(f"{rest[k]} needs a positive integer\n{usage}")

@@ -167,6 +167,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 outcomes.append(res)
         rejected = endpoint is not None and len(outcomes) < self.min_group_size
         self._worker.count_group(len(outcomes), lost, rejected)
+        self._worker.count_use(outcomes)
         write_counts(self._kind, self.stats_dir, self._worker.totals())
         self._record_stats(endpoint, outcomes, lost)
         if endpoint is None:

@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 @dataclass
 class WorkerState:
     kind: str
-    # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected
+    # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected; env_steps, desktop_ms and
+    # trained_tokens of the evaluated episodes (count_use)
     episodes: collections.Counter[str] = field(default_factory=collections.Counter)
     # training groups started per (task, policy version): the nth of their seeds (rows without a stream index)
     groups_run: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
@@ -56,6 +57,15 @@ class WorkerState:
         for cause in lost_causes:
             self.episodes[f"episodes_lost_{cause}"] += 1
         self.episodes["groups_rejected"] += rejected
+
+    def count_use(self, outcomes: list) -> None:
+        """What a group's evaluated episodes used (the learning bench's ``method_comparison``): environment steps
+        (policy turns, each one action or the final answer), desktop time (milliseconds, execution created to
+        evaluated) and the trained (output) tokens."""
+        for o in outcomes:
+            self.episodes["env_steps"] += len(o.turns)
+            self.episodes["desktop_ms"] += int(1000 * o.info.get("seconds", 0.0))
+            self.episodes["trained_tokens"] += sum(len(t.output_ids) for t in o.turns)
 
     def totals(self) -> dict[str, int]:
         """This worker's episode counts and its endpoints' turn counts, summed."""

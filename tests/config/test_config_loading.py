@@ -114,11 +114,12 @@ def test_learn_config_is_the_cpu_stack_learning_a_curriculum_family_from_a_warm_
     for i, override in enumerate(bench.CONTROLS.values()):
         key = override.split("=")[0].split(".")[1]
         assert getattr(load(tmp_path / f"k{i}", override, config="config.multiturn.yaml").trajectory, key) is True
-    for i, override in enumerate(bench.MUTATIONS.values()):   # and its mutations
-        key, value = override.split("=")
-        section, name = key.split(".")
-        got = getattr(getattr(load(tmp_path / f"m{i}", override, config="config.multiturn.yaml"), section), name)
-        assert str(got).lower() == value.lower()
+    for i, overrides in enumerate(bench.MUTATIONS.values()):   # and its mutations (each one or more overrides)
+        loaded = load(tmp_path / f"m{i}", *overrides.split(), config="config.multiturn.yaml")
+        for override in overrides.split():
+            key, value = override.split("=")
+            section, name = key.split(".")
+            assert str(getattr(getattr(loaded, section), name)).lower() == value.lower()
 
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in EXAMPLE.glob("config*.yaml")))

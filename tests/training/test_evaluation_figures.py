@@ -1,8 +1,10 @@
-"""The held-out figures of ``cua_rl.evaluate`` and the learning bench's paired rise, on constructed episodes:
-success per slice (the instances where the warm start's demonstrator slips, and the rest), pass@K over K
-samples per instance, mean turns, the per-instance outcomes two checkpoints are compared by, and the
-paired bootstrap interval (it must contain 0 for a checkpoint no better than the warm start and exclude 0
-for one that is better on most instances)."""
+"""The held-out figures of ``cua_rl.evaluate`` and the learning bench's statistics, on constructed episodes:
+success per regime and per slice (the confused colours where the warm start's demonstrator slips, and the
+rest), pass@K over K samples per instance, mean turns, the per-instance outcomes two checkpoints are compared
+by with their regime and content unit; the cluster bootstrap over content units (it must contain 0 for a
+checkpoint no better than the warm start, exclude 0 for one better on most units, and be wider than an
+instance bootstrap when instances repeat a unit); the gate's verdict on constructed runs, each way of failing
+named; the interval across seeds."""
 
 import importlib.util
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cua_rl.evaluate import Episode, summarize
-from cua_rl.local_gym.curriculum import make_instance, wrong_solutions
+from cua_rl.local_gym.curriculum import make_instance, seeds, slices
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,54 +24,94 @@ def _bench():
     return module
 
 
-def test_slices_pass_at_k_turns_and_outcomes():
-    slip = next(s for s in range(50) if wrong_solutions(make_instance("key-sequence", s)))
-    clean = next(s for s in range(50) if not wrong_solutions(make_instance("key-sequence", s)))
-    episodes = [Episode("054", "key-sequence", slip, False, 6), Episode("054", "key-sequence", slip, True, 4),
-                Episode("054", "key-sequence", clean, False, 6), Episode("054", "key-sequence", clean, False, 6)]
+def test_regimes_slices_pass_at_k_turns_and_outcomes():
+    yellow = next(s for s in seeds("heldout", 50) if slices(make_instance("key-sequence", s)) == ("yellow",))
+    rest = next(s for s in seeds("heldout-content", 50) if slices(make_instance("key-sequence", s)) == ("rest",))
+    episodes = [Episode("054", "key-sequence", yellow, False, 6, "instances"),
+                Episode("054", "key-sequence", yellow, True, 4, "instances"),
+                Episode("054", "key-sequence", rest, False, 6, "content"),
+                Episode("054", "key-sequence", rest, False, 6, "content")]
     result = summarize("ckpt", episodes, dropped=0, model_errors=0, seconds=1.0, greedy=False, samples=2)
-    assert result.success == 0.25 and result.slices == {"clean": 0.0, "slip": 0.5}
+    assert result.success == 0.25 and result.slices == {"rest": 0.0, "yellow": 0.5}
+    assert result.regimes == {"content": {"success": 0.0, "episodes": 2, "slices": {"rest": 0.0}},
+                              "instances": {"success": 0.5, "episodes": 2, "slices": {"yellow": 0.5}}}
     assert result.pass_at_k == 0.5 and result.mean_turns == 5.5 and result.episodes == 4
-    assert result.outcomes == sorted([["054", slip, 1], ["054", clean, 0]])
+    units = {s: make_instance("key-sequence", s).content for s in (yellow, rest)}
+    assert result.outcomes == sorted([["054", yellow, 1, "instances", units[yellow]],
+                                      ["054", rest, 0, "content", units[rest]]])
     once = summarize("ckpt", episodes[:1], 0, 0, 1.0, greedy=True, samples=1)
     assert once.pass_at_k is None and once.greedy
 
 
-def test_paired_rise_interval():
+def _outcomes(successes: list[int], units: int, regime: str = "content") -> list[list]:
+    """Instances ``i`` of content unit ``i % units`` with the given successes."""
+    return [["054", i, s, regime, f"unit{i % units}"] for i, s in enumerate(successes)]
+
+
+def test_the_cluster_bootstrap_counts_content_units_not_instances():
     bench = _bench()
-    before = [["054", s, s % 2] for s in range(100)]               # half solved
+    before = _outcomes([i % 2 for i in range(120)], 40)                 # half solved
     same = [list(o) for o in before]
-    better = [["054", s, 1 if s % 10 else 0] for s in range(100)]  # 90 solved, every earlier success kept
-    flat = bench.paired_rise(before, [same, same])
-    assert flat["rise"] == 0.0 and flat["ci95"][0] <= 0.0 <= flat["ci95"][1]
-    up = bench.paired_rise(before, [better])
-    assert up["rise"] == 0.4 and up["ci95"][0] > 0.25
-    mixed = bench.paired_rise(before, [better, same])              # the mean over two RL seeds
-    assert mixed["rise"] == 0.2
+    better = _outcomes([1 if i % 10 else 0 for i in range(120)], 40)    # every earlier success kept, more added
+    flat = bench.cluster_rise(before, [same, same], "content")
+    assert flat["rise"] == 0.0 and flat["ci95"][0] <= 0.0 <= flat["ci95"][1] and flat["units"] == 40
+    up = bench.cluster_rise(before, [better], "content")
+    assert up["rise"] == 0.4 and up["ci95"][0] > 0.2 and up["instances"] == 120
+    assert bench.cluster_rise(before, [better, same], "content")["rise"] == 0.2   # the mean over two RL seeds
+    # Three instances repeat each unit and the rise comes whole units at a time (as greedy decoding does): the
+    # cluster interval is wider than the instance bootstrap's, which counts 120 independent draws where there are 40.
+    lumpy = _outcomes([1 if (i % 40) % 3 == 0 else 0 for i in range(120)], 40)
+    base = _outcomes([0] * 120, 40)
+    cluster = bench.cluster_rise(base, [lumpy], "content")["ci95"]
+    instance = bench.paired_rise(base, [lumpy])["ci95"]
+    assert cluster[1] - cluster[0] > 1.4 * (instance[1] - instance[0]), (cluster, instance)
     with pytest.raises(ValueError):
-        bench.paired_rise(before, [[["054", s + 1, 1] for s in range(100)]])
+        bench.cluster_rise(before, [better], "instances")             # no instance of that regime
+    with pytest.raises(ValueError):
+        bench.cluster_rise(before, [_outcomes([1] * 120, 40)[1:] + _outcomes([1], 1)], "content")
+
+
+def _gate(yellow: tuple, cyan: tuple, rest: tuple, rises: dict | None = None) -> dict:
+    rises = rises or {r: {"rise": 0.4, "ci95": [0.3, 0.5], "units": 36, "instances": 64} for r in ("instances", "content")}
+    return {"rises": rises, "slices": {"yellow": dict(zip(("before", "after"), yellow)),
+                                       "cyan": dict(zip(("before", "after"), cyan)),
+                                       "rest": dict(zip(("before", "after"), rest))}}
 
 
 def test_the_gate_passes_a_learning_run_and_names_each_way_a_run_fails_it():
-    """bench.gate_failures, CI's gate and the bench's verdict on every run: one good run (the figures of a CI
-    run, session 8) passes; each figure a wrong run shows is named."""
+    """bench.gate_failures, CI's gate and the bench's verdict on every run: a run that flips both biased slices
+    passes; each figure a wrong run shows is named (the bar: the bench's docstring, THE BAR)."""
     bench = _bench()
-    before = {"greedy": 0.5625, "greedy_slip": 0.035, "greedy_clean": 0.986}
-    good = {"greedy": 0.922, "greedy_slip": 0.825, "greedy_clean": 0.986, "greedy_rise": {"rise": 0.36, "ci95": [0.28, 0.44]},
-            "rollout_success": [.59, .69, .5, .75, .69, .63, .69, .5, .56, .75, .31, .5, .5, .69, .63, None],
-            "served_versions": list(range(1, 16))}
-    assert bench.gate_failures(before, good, 16, 1) == []
-    wrong = {
-        "greedy_rise": {"rise": -0.05, "ci95": [-0.12, -0.03]},     # the controls
-        "greedy_slip": 0.1,                                         # the biased slice not flipped
-        "rollout_success": [.7] * 5 + [.2] * 10 + [None],           # collapsed
-        "served_versions": [],                                      # updates that never reached vLLM
-        "greedy_clean": 0.704,                                      # the loss mask a token late (session 9)
-    }
-    for key, value in wrong.items():
-        [why] = bench.gate_failures(before, {**good, key: value}, 16, 1)
-        assert why.split()[0] in ("held-out", "biased", "sampled", "vLLM", "the"), why
-    assert len(bench.gate_failures(before, {**good, "greedy_rise": {"rise": 0.2, "ci95": [-0.01, 0.4]}}, 16, 1)) == 1
-    holes = [*good["rollout_success"][:7], None, *good["rollout_success"][8:]]   # a version with no episode
-    assert len(bench.gate_failures(before, {**good, "rollout_success": holes}, 16, 1)) == 1
-    assert len(bench.gate_failures(before, {**good, **wrong}, 16, 1)) == 5
+    record = {"rollout_success": [.59, .69, .5, .75, .69, .63, .69, .5, .56, .75, .31, .5, .5, .69, .63, None],
+              "served_versions": list(range(1, 16))}
+    good = _gate((0.15, 0.9), (0.2, 0.85), (0.98, 0.97))
+    assert bench.gate_failures(good, record, 16, 1) == []
+    assert bench.gate_statistic(good) == 0.65
+    wrong = [
+        _gate((0.15, 0.9), (0.2, 0.85), (0.98, 0.97), {"instances": {"rise": 0.4, "ci95": [0.3, 0.5], "units": 36},
+                                                       "content": {"rise": -0.05, "ci95": [-0.12, -0.01], "units": 36}}),
+        _gate((0.15, 0.9), (0.2, 0.85), (0.98, 0.97), {"instances": {"rise": 0.2, "ci95": [-0.01, 0.4], "units": 36},
+                                                       "content": {"rise": 0.4, "ci95": [0.3, 0.5], "units": 36}}),
+        _gate((0.15, 0.9), (0.2, 0.3), (0.98, 0.97)),     # one slice flipped, the other not: a control's luck
+        _gate((0.15, 0.9), (0.2, 0.85), (0.98, 0.7)),     # the loss mask a token late (the rest fell)
+    ]
+    for gate in wrong:
+        [why] = bench.gate_failures(gate, record, 16, 1)
+        assert why.split()[0] in ("held-out", "biased", "the"), why
+    collapsed = {**record, "rollout_success": [.7] * 5 + [.2] * 10 + [None]}
+    assert bench.gate_failures(good, collapsed, 16, 1)[0].startswith("sampled success fell")
+    stale = {**record, "served_versions": []}                  # updates that never reached vLLM
+    assert bench.gate_failures(good, stale, 16, 1)[0].startswith("vLLM loaded")
+    holes = {**record, "rollout_success": [*record["rollout_success"][:7], None, *record["rollout_success"][8:]]}
+    assert len(bench.gate_failures(good, holes, 16, 1)) == 1   # a version with no episode
+    assert bench.gate_statistic(_gate((0.15, 0.9), (0.2, 0.3), (0.98, 0.97))) == 0.1
+
+
+def test_the_interval_across_seeds():
+    bench = _bench()
+    assert bench.welch([0.5], [0.9, 0.8]) is None                      # one seed: no interval
+    low, high = bench.welch([0.5, 0.55, 0.45], [0.9, 0.85, 0.95])
+    assert low < 0.4 < high and low > 0.2
+    low, high = bench.welch([0.5, 0.9, 0.1], [0.55, 0.95, 0.15])        # seeds vary more than the methods differ
+    assert low < 0 < high
+    assert bench.across_seeds([0.3, 0.35, 0.25])[0] > 0.1
