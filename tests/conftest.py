@@ -47,6 +47,8 @@ SLOW_TESTS = {
     "tests/config/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s",
     "tests/config/test_embedded_gym_options.py": "the embedded stack's MiniWoB++ gym, two Chromium episodes, 9 s",
     "tests/policy/test_tool_calls.py::test_the_parser_is_vllms_hermes_parser": "imports vLLM's chat serving, 10 s",
+    "tests/local_gym/test_live_view.py::test_a_desktop_cannot_reconfigure_its_live_view":
+        "the live view attack typed into a desktop, a viewer over RFB, 5 s",
 }
 
 

@@ -4,22 +4,28 @@ Why: watching an agent work (or stall) on its desktop tells a researcher more in
 logs. The monitor's rollout page links to ``GET /api/v1/{gym}/executions/{id}/live`` on the gym, which starts
 the view on first use and redirects to it; nothing runs for executions nobody watches.
 
-One view is a VNC server and ``websockify`` (Debian's, with ``novnc``'s pages):
-- an X desktop or browser: ``x11vnc`` on the execution's X display, view-only (the server ignores every input
-  event, whatever the page sends), on a loopback port;
+One view is a VNC server, ``ViewOnlyRFB`` and ``websockify`` (Debian's, with ``novnc``'s pages):
+- an X desktop or browser: ``x11vnc`` on the execution's X display, on a loopback port. The desktop is hostile
+  (the policy types into its terminal), and every X client on the display can talk to x11vnc through root-window
+  properties (``X11VNC_REMOTE``: remote control, ``VNC_CONNECT``: reverse connections). So x11vnc runs as the
+  desktop's own uid (``Desktop.uid``: what its apps run as), view-only, with ``-safer -noremote -novncconnect
+  -nocmds`` (no remote control, no reverse connections, no commands), no rc file and no selection exchange;
 - a VM: QEMU's own VNC server, which the machine has from its start without a listener (``-vnc none``) and opens
-  on a loopback port on request (QMP ``display-update``). QEMU has no view-only mode, so the page reaches it
-  through ``ViewOnlyRFB``, a proxy that passes the picture and drops every key, pointer and clipboard message;
-- ``websockify`` serving noVNC's page and bridging its WebSocket to that port, bound to 127.0.0.1 unless the
+  on a loopback port on request (QMP ``display-update``);
+- either way the page reaches the server only through ``ViewOnlyRFB``, a proxy that passes the picture and drops
+  every key, pointer and clipboard message (QEMU has no view-only mode; for x11vnc it is a second wall);
+- ``websockify`` serving noVNC's page and bridging its WebSocket to the proxy, bound to 127.0.0.1 unless the
   gym is told another address (``GymOptions.live_view_host``, ``--live-view-host``): there is no password,
-  so anyone who can reach the port sees the screen.
+  so anyone who can reach the port sees the screen. It accepts a WebSocket only from its own page's origin
+  (websockify's ``ExpectOrigin``, ``page_origins``), so no other web site open in the viewer's browser can.
 Both end with the execution (``GymManager.terminate``, the reaper and the gym's close all end there), and the
-kernel kills them if the gym dies (``procs.popen``).
+kernel kills them if the gym dies (``procs.popen``). docs/security.md says what this promises and how it is tested.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import struct
@@ -38,6 +44,13 @@ logger = logging.getLogger(__name__)
 NOVNC = Path("/usr/share/novnc")
 BINARIES = {"x11vnc": "x11vnc", "websockify": "websockify"}   # binary -> Debian package (novnc: the pages)
 WILDCARDS = ("0.0.0.0", "::", "")   # a view bound to one of these listens on every interface
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# x11vnc, safe by construction: view-only, loopback only, no password (the proxy and websockify guard the way in),
+# and nothing a client of the display can reach: no remote control (-noremote) or reverse connections
+# (-novncconnect), both again in -safer; no external commands (-nocmds), no rc file, no selection exchange, no
+# shared memory, no DNS.
+X11VNC_FLAGS = ("-viewonly", "-shared", "-forever", "-nopw", "-localhost", "-quiet", "-nossl", "-noipv6", "-noshm",
+                "-safer", "-noremote", "-novncconnect", "-nocmds", "-norc", "-nosel", "-nolookup")
 
 
 class LiveViewError(RuntimeError):
@@ -67,6 +80,40 @@ def _wait_listening(host: str, port: int, proc: subprocess.Popen, what: str, tim
     raise LiveViewError(f"{what} did not listen on port {port} within {timeout_s:g} s")
 
 
+def _url_host(name: str) -> str:
+    return f"[{name}]" if ":" in name else name
+
+
+def _machine_names() -> set[str]:
+    """This machine's names and addresses, as a viewer may put them in its address bar."""
+    names = {*LOOPBACK, socket.gethostname(), socket.getfqdn()}
+    for name in (socket.gethostname(), socket.getfqdn()):
+        try:
+            names |= {info[4][0] for info in socket.getaddrinfo(name, None)}
+        except OSError:
+            continue
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:   # the address of the default route
+        try:
+            probe.connect(("192.0.2.1", 9))
+            names.add(probe.getsockname()[0])
+        except OSError:
+            pass
+    return names
+
+
+def page_origins(host: str, port: int) -> list[str]:
+    """The origins noVNC's page has when served by a view on ``host:port``: the only ones whose WebSocket the
+    view accepts. A view on one address: that address (and the loopback names for a loopback view); on every
+    interface: this machine's names and addresses (``_machine_names``)."""
+    if host in WILDCARDS:
+        names = _machine_names()
+    elif host in LOOPBACK:
+        names = set(LOOPBACK)
+    else:
+        names = {host}
+    return sorted(f"http://{_url_host(n)}:{port}" for n in names if n)
+
+
 @dataclass
 class LiveView:
     """The running view of one desktop; ``path`` is the noVNC page on ``host:port``."""
@@ -79,29 +126,31 @@ class LiveView:
 
     @classmethod
     def start(cls, display: str, host: str = "127.0.0.1", log_dir: Path | None = None,
-              timeout_s: float = 10.0, vnc: Callable[[int], None] | None = None) -> "LiveView":
-        """A view of X display ``display``, or, with ``vnc``, of the VNC server that ``vnc(port)`` opens on a
-        loopback port (a VM's QEMU), behind ``ViewOnlyRFB``."""
+              timeout_s: float = 10.0, vnc: Callable[[int], None] | None = None,
+              uid: int | None = None) -> "LiveView":
+        """A view of X display ``display`` (x11vnc runs as ``uid``, the desktop's), or, with ``vnc``, of the VNC
+        server that ``vnc(port)`` opens on a loopback port (a VM's QEMU); both behind ``ViewOnlyRFB``."""
         lack = missing() if vnc is None else [p for p in missing() if p != "x11vnc"]
         if lack:
             raise LiveViewError(f"live views need the Debian packages {' '.join(lack)} (scripts/apt-packages.txt)")
         view = cls(display=display, host=host)
         try:
-            view._start(log_dir, timeout_s, vnc)
+            view._start(log_dir, timeout_s, vnc, uid)
         except BaseException:
             view.stop()
             raise
         return view
 
-    def _start(self, log_dir: Path | None, timeout_s: float, vnc_opener: Callable[[int], None] | None) -> None:
+    def _start(self, log_dir: Path | None, timeout_s: float, vnc_opener: Callable[[int], None] | None,
+               uid: int | None) -> None:
         rfb = free_port("127.0.0.1")
         log = open(log_dir / "live.log", "ab") if log_dir else subprocess.DEVNULL
         try:
             if vnc_opener is None:
-                # -noshm: the X server runs under the desktop's uid and refuses x11vnc's (root's) shared memory
-                vnc = procs.popen(["x11vnc", "-display", self.display, "-viewonly", "-shared", "-forever", "-nopw",
-                                   "-localhost", "-rfbport", str(rfb), "-quiet", "-nossl", "-noipv6", "-noshm"],
-                                  env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log)
+                if uid is None or (os.geteuid() == 0 and uid == 0):
+                    raise LiveViewError("x11vnc runs as the desktop's uid, and none was given (or it is root)")
+                vnc = procs.popen(["x11vnc", "-display", self.display, "-rfbport", str(rfb), *X11VNC_FLAGS],
+                                  uid=uid, env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log)
                 self.procs.append(vnc)
                 _wait_listening("127.0.0.1", rfb, vnc, "x11vnc", timeout_s)
             else:
@@ -109,10 +158,11 @@ class LiveView:
                     vnc_opener(rfb)
                 except Exception as exc:  # noqa: BLE001 - e.g. QEMU refused; the route says why
                     raise LiveViewError(f"the machine's VNC server did not open: {exc}") from exc
-                self.proxy = ViewOnlyRFB(("127.0.0.1", rfb))
-                rfb = self.proxy.port
+            self.proxy = ViewOnlyRFB(("127.0.0.1", rfb))
             self.port = free_port(self.host)
-            web = procs.popen(["websockify", "--web", str(NOVNC), f"{self.host}:{self.port}", f"127.0.0.1:{rfb}"],
+            web = procs.popen(["websockify", "--web", str(NOVNC), "--auth-plugin", "ExpectOrigin",
+                               "--auth-source", " ".join(page_origins(self.host, self.port)),
+                               f"{self.host}:{self.port}", f"127.0.0.1:{self.proxy.port}"],
                               env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log)
             self.procs.append(web)
             _wait_listening(self.host, self.port, web, "websockify", timeout_s)

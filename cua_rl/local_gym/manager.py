@@ -499,7 +499,7 @@ class GymManager:
                 root = getattr(desk, "root", None) or getattr(machine, "root", None)
                 ex.live = await asyncio.wrap_future(self._create_spawner.submit(functools.partial(
                     LiveView.start, desk.display, host=self.opt.live_view_host, log_dir=root,
-                    vnc=machine.open_vnc if machine is not None else None)))
+                    vnc=machine.open_vnc if machine is not None else None, uid=getattr(desk, "uid", None))))
             ex.last_used = time.monotonic()
             return ex.live
 
