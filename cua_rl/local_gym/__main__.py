@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--live-view-host", default="127.0.0.1",
                    help="address live views listen on (GET .../executions/ID/live); they have no password, so "
                         "anyone who reaches it sees the screen (default: this machine only)")
+    s.add_argument("--evaluate-timeout", type=float, default=60.0,
+                   help="seconds an evaluate may take; a longer one fails (503) and keeps its execution from "
+                        "evaluating again until it ends")
     s.add_argument("--log-level", default="info")
     l = sub.add_parser("list", help="print the tasks and exit")
     l.add_argument("--tasks-dir", default=None)
@@ -84,16 +87,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{t.task_id:40s} {t.category:13s} {t.difficulty:7s} {t.instruction[:70]}")
         return 0
     private_namespace()   # before any thread: the desktops' HOME mounts end with this process (mounts.py)
-    opts = GymOptions(gym_id=args.gym_id, suite=args.suite, width=args.width, height=args.height,
-                      max_executions=args.max_executions, pool_size=args.pool_size, max_spares=args.max_spares,
-                      x_spares=args.x_spares,
-                      prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl, tasks_dir=args.tasks_dir,
-                      display_base=args.display_base, miniwob_time_limit_s=args.miniwob_time_limit,
-                      reuse_browsers=args.reuse_browsers, restart_in_page=args.restart_in_page,
-                      live_view_host=args.live_view_host)
     try:
+        opts = GymOptions(gym_id=args.gym_id, suite=args.suite, width=args.width, height=args.height,
+                          max_executions=args.max_executions, pool_size=args.pool_size, max_spares=args.max_spares,
+                          x_spares=args.x_spares, prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl,
+                          tasks_dir=args.tasks_dir, display_base=args.display_base,
+                          miniwob_time_limit_s=args.miniwob_time_limit, reuse_browsers=args.reuse_browsers,
+                          restart_in_page=args.restart_in_page, live_view_host=args.live_view_host,
+                          evaluate_timeout_s=args.evaluate_timeout)
         app = create_app(opts)
-    except ValueError as exc:
+    except ValueError as exc:   # a bad option or task file: say which and why, no traceback
         print(f"cua-gym: {exc}", file=sys.stderr)
         return 2
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),

@@ -27,6 +27,7 @@ from Xlib import X, display as xdisplay, error as xerror
 
 from . import mounts, procs
 from .apps import APPS, app_command
+from .home_paths import home_file_parts
 from .screen import Screen
 from .validators import HomeFiles
 from .xinput import XInput
@@ -260,10 +261,11 @@ class Desktop:
         home.mkdir(mode=0o700)
         # before any file is written: the task's files count against the quota
         self.home_mounted = mounts.mount_home(home, limits.home_bytes, self.uid)
+        # (TaskDef refused paths outside HOME when it loaded; the same rule again here, for specs made otherwise)
         for d in self.spec.dirs:
-            (home / d).mkdir(parents=True, exist_ok=True)
+            home.joinpath(*home_file_parts(d)).mkdir(parents=True, exist_ok=True)
         for rel, text in (*STILL_CARETS, *self.spec.files):  # a task's own files come last and win
-            path = home / rel
+            path = home.joinpath(*home_file_parts(rel))
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
         (self.root / "wm").mkdir()

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
@@ -34,6 +36,12 @@ logger = logging.getLogger(__name__)
 # typed characters show within ~10-20 ms.
 CHANGE_WAIT_S = {"key": 0.3, "click": 0.3, "press": 0.3, "type": 0.12, "scroll": 0.12, "drag": 0.12}
 SCREENSHOT_FORMATS = ("png", "jpeg")
+
+
+def _retrieve(run: asyncio.Future) -> None:
+    """Read a finished evaluation's outcome, so one that ended after its request gave up logs no 'never retrieved'."""
+    if not run.cancelled():
+        run.exception()
 
 
 class GymError(Exception):
@@ -55,6 +63,9 @@ class LocalGym:
         self.tasks: TaskSet = self.suite.tasks
         self._manager: GymManager | None = None
         self._reaper: asyncio.Task | None = None
+        # Screenshot encoding (CPU only, never waits on a desktop) has threads of its own: nothing an execution
+        # does elsewhere (an evaluate, an X round trip) can take them.
+        self._encoder = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2), thread_name_prefix="gym-encode")
 
     @property
     def gym_id(self) -> str:
@@ -84,6 +95,7 @@ class LocalGym:
         if self._manager is not None:
             await self._manager.close()
             logger.info("gym %s shut down; every desktop ended", self.gym_id)
+        self._encoder.shutdown(wait=False, cancel_futures=True)
 
     async def __aenter__(self) -> "LocalGym":
         return await self.start()
@@ -159,7 +171,8 @@ class LocalGym:
         ex.state["shot_format"] = (fmt, quality)
         try:
             raw = screen.frame_now()
-            data = screen.cached(raw, fmt, quality) or await asyncio.to_thread(screen.encode, raw, fmt, quality)
+            data = screen.cached(raw, fmt, quality) or await asyncio.get_running_loop().run_in_executor(
+                self._encoder, screen.encode, raw, fmt, quality)
         except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
             logger.error("screenshot of %s failed: %s", eid, exc)
             raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
@@ -201,17 +214,31 @@ class LocalGym:
             # The agent's next call is almost always a screenshot of this very frame, in the format it
             # asked for last time: start encoding it now.
             fmt, quality = ex.state.get("shot_format", ("png", 85))
-            asyncio.get_running_loop().run_in_executor(None, d.screen.encode, frame, fmt, quality)
+            asyncio.get_running_loop().run_in_executor(self._encoder, d.screen.encode, frame, fmt, quality)
         return {"ok": True, "screen_changed": changed}
 
     async def evaluate(self, eid: str, body: dict | None = None) -> dict:
-        """The task's validators on the execution's final state (``body``: e.g. ``{"answer_text": ...}``)."""
+        """The task's validators on the execution's final state (``body``: e.g. ``{"answer_text": ...}``).
+
+        One evaluate of an execution runs at a time, within ``evaluate_timeout_s``: one that takes longer fails
+        (503) and keeps running on its own (``suite.evaluate`` blocks on a thread of its own, never on a shared
+        one), and the execution's later evaluates are refused until it ends. Other executions never notice."""
         ex = self.execution(eid)
-        try:
-            result = await self.suite.evaluate(ex, body or {})
-        except Exception as exc:  # noqa: BLE001 - e.g. the browser of this execution is gone
-            logger.error("evaluating execution %s failed: %s", eid, exc)
-            raise GymError(503, f"could not evaluate execution {eid}: {exc}") from exc
+        limit = self.options.evaluate_timeout_s
+        async with ex.evaluating:
+            if ex.evaluation is not None and not ex.evaluation.done():
+                raise GymError(503, f"an earlier evaluate of execution {eid} is still running past its {limit:g} s "
+                                    f"limit: this execution cannot be evaluated now")
+            ex.evaluation = run = asyncio.ensure_future(self.suite.evaluate(ex, body or {}))
+            run.add_done_callback(_retrieve)
+            try:
+                result = await asyncio.wait_for(asyncio.shield(run), limit)
+            except TimeoutError:
+                logger.error("evaluating execution %s took longer than %g s; failed", eid, limit)
+                raise GymError(503, f"evaluating execution {eid} took longer than {limit:g} s") from None
+            except Exception as exc:  # noqa: BLE001 - e.g. the browser of this execution is gone
+                logger.error("evaluating execution %s failed: %s", eid, exc)
+                raise GymError(503, f"could not evaluate execution {eid}: {exc}") from exc
         return {**result, "execution_id": eid, "task_id": ex.task.task_id}
 
     async def live_view(self, eid: str, viewer_host: str | None = None) -> str:

@@ -78,12 +78,15 @@ class GymOptions:
     restart_in_page: bool = False       # with reuse_browsers: the next episode restarts in the used page, no
     #                                     reload (the MiniWoB++ package's way; the last episode's document stays)
     live_view_host: str = "127.0.0.1"   # where live views (live.py) listen; they have no password
+    evaluate_timeout_s: float = 60.0    # an evaluate that takes longer fails (503); its execution's next ones wait
 
     def __post_init__(self) -> None:
         if not self.suite:
             self.suite = "miniwob" if self.gym_id == "miniwob" else "desktop"
         if self.suite not in SUITES:
             raise ValueError(f"suite must be one of {SUITES}, got {self.suite!r}")
+        if not 0 < self.evaluate_timeout_s <= 3600:
+            raise ValueError(f"evaluate_timeout_s must be in (0, 3600] seconds, got {self.evaluate_timeout_s}")
         if self.reuse_browsers is None:
             self.reuse_browsers = SUITE_REUSE[self.suite]
         if self.reuse_browsers < 0:
@@ -202,6 +205,10 @@ class Execution:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     state: dict = field(default_factory=dict)
     live: LiveView | None = None   # started on first request (LocalGym.live_view), ended with the execution
+    # evaluates run one at a time (LocalGym.evaluate); ``evaluation`` is the last one, which may outlive its
+    # request's time limit (then no other evaluate of this execution starts until it ends)
+    evaluating: asyncio.Lock = field(default_factory=asyncio.Lock)
+    evaluation: asyncio.Future | None = None
 
 
 class GymManager:

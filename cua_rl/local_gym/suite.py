@@ -17,11 +17,41 @@ execution before create-execution answers; returns extra reply fields) and ``eva
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from . import curriculum, validators
 from .tasks import TASKS_DIR, load_tasks
 
 MAX_SEED = 2 ** 53 - 1   # JSON numbers are exact up to here (and so are JavaScript's)
+
+
+async def on_own_thread(fn, *args):
+    """``fn(*args)`` on a daemon thread of its own, awaited. Why not ``asyncio.to_thread``: validators read files
+    a hostile desktop controls. They open nothing that can block (home_paths.py), but should anything ever hang
+    here it holds this thread alone, never a worker of the shared default executor (actions, spawns), and a
+    daemon thread is never joined: it cannot hold up the gym's exit either."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def settle(result, error) -> None:
+        if not done.done():
+            if error is None:
+                done.set_result(result)
+            else:
+                done.set_exception(error)
+
+    def run() -> None:
+        try:
+            outcome = (fn(*args), None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            outcome = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:   # the loop closed meanwhile: nobody waits for this any more
+            pass
+
+    threading.Thread(target=run, name="gym-evaluate", daemon=True).start()
+    return await done
 
 
 class OptionsError(ValueError):
@@ -73,7 +103,7 @@ class DesktopSuite:
         answer = validators.answer_from(body)
         instance = ex.state.get("instance")
         specs = list(instance.validators) if instance is not None else ex.task.validators
-        return await asyncio.to_thread(validators.evaluate, ex.desktop.files, specs, answer)
+        return await on_own_thread(validators.evaluate, ex.desktop.files, specs, answer)
 
 
 def make_suite(options, tasks=None):

@@ -6,7 +6,9 @@ solution (desktop actions) that the tests play through the HTTP API to prove the
 
 A task whose ``setup`` has ``vm`` runs on a QEMU machine booted from that image instead (``vm/backend.py``):
 its ``files``/``dirs`` are guest paths (relative ones under ``vm.home``), ``commands`` run in the guest
-through its agent, and its validators read the guest's files.
+through its agent, and its validators read the guest's files. An X11 task's ``files``/``dirs`` follow the
+validators' rule for paths under HOME (``home_paths.home_parts``: relative, no ``..``): a task that breaks it is
+refused when it loads, since the gym writes them as root.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .apps import APPS
 from .curriculum import FAMILIES
 from .desktop import AppLaunch, DesktopSpec
+from .home_paths import home_file_parts
 from .validators import ValidatorSpec
 from .vm.backend import GUEST_OSES, VMDesktopSpec
 from .vm.machine import VMSpec
@@ -123,6 +126,13 @@ class Setup(BaseModel):
             raise ValueError("setup commands run inside a VM guest; X11 tasks start apps instead")
         if any(not argv or not all(isinstance(a, str) and a for a in argv) for argv in self.commands):
             raise ValueError("each setup command is a non-empty list of non-empty strings (argv)")
+        if self.vm is None:   # the gym writes them as root into the desktop's HOME: the validators' rule holds
+            for where, paths in (("files", self.files), ("dirs", self.dirs)):
+                for path in paths:
+                    try:
+                        home_file_parts(path)
+                    except ValueError as exc:
+                        raise ValueError(f"setup {where}: {exc}") from None
         return self
 
 

@@ -2,8 +2,9 @@
 
 The files are a view with ``refuse``/``kind``/``read``/``listdir`` over paths: ``HomeFiles`` for an X11
 desktop's HOME, ``vm.backend.GuestFiles`` for a VM's guest (through its guest agent). On the host, checks run
-as the gym's user, so every path is resolved first and must stay inside the HOME: an agent could plant a
-symlink to a host file, and a checker must never follow it out.
+as the gym's user (root) on files a hostile desktop controls, so a path must follow ``home_paths.home_parts``
+(relative, no ``..``: the same rule as a task's set-up) and is opened by ``home_paths.HomeDir``: no link is ever
+followed, no FIFO ever opened for reading, whatever the desktop swaps in between two looks (``PathRefused``).
 Messages never quote file contents (they go back over the API).
 
 A task file's validator is a ``ValidatorSpec``; ``TYPES`` is the one table of validator types: what each
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 import configparser
 import datetime
-import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .home_paths import HomeDir, PathRefused, home_parts
 
 MAX_READ = 1 << 20
 
@@ -38,40 +41,34 @@ class ValidatorResult:
                 "message": self.message}
 
 
-def _inside(home: Path, rel: str) -> Path | None:
-    home_real = os.path.realpath(home)
-    target = os.path.realpath(os.path.join(home_real, rel))
-    if target != home_real and not target.startswith(home_real + os.sep):
-        return None
-    return Path(target)
-
-
 class HomeFiles:
-    """A host HOME folder as the validators see it: paths relative to it, never resolved out of it."""
+    """A host HOME folder as the validators see it: paths relative to it (``home_parts``), opened beneath it
+    without following links or blocking (``HomeDir``); ``PathRefused`` when what is there is not read."""
 
     def __init__(self, home: Path | str) -> None:
         self.home = Path(home)
+        self._dir = HomeDir(home)
 
     def refuse(self, rel: str) -> str | None:
-        return None if _inside(self.home, rel) is not None else "resolves outside HOME"
+        try:
+            home_parts(rel)
+        except ValueError as exc:
+            return f"refused: {exc}"
+        return None
 
     def kind(self, rel: str) -> str | None:
-        """"file", "dir", "other" (a socket, a dangling link...) or None when nothing is there."""
-        path = _inside(self.home, rel)
-        if path is None or not os.path.lexists(path):
+        """"file" (a regular file), "dir", "other" (a link, a FIFO, a socket...) or None when nothing is there."""
+        st = self._dir.lstat(rel)
+        if st is None:
             return None
-        return "dir" if path.is_dir() else "file" if path.is_file() else "other"
+        return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
 
     def read(self, rel: str, limit: int = MAX_READ) -> str | None:
-        path = _inside(self.home, rel)
-        if path is None or not path.is_file():
-            return None
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", errors="replace")
+        data = self._dir.read(rel, limit)
+        return None if data is None else data.decode("utf-8", errors="replace")
 
     def listdir(self, rel: str) -> list[str] | None:
-        path = _inside(self.home, rel)
-        return os.listdir(path) if path is not None and path.is_dir() else None
+        return self._dir.listdir(rel)
 
 
 def _norm(text: str) -> str:
@@ -232,20 +229,24 @@ TYPES: dict[str, ValidatorType] = {
 
 def check(files, spec: ValidatorSpec, answer: str | None = None) -> ValidatorResult:
     """One validator on ``files`` (``HomeFiles`` or ``GuestFiles``): its type's check (``TYPES``) on what
-    the type reads; a path that resolves where it must not, or a file to read that is missing, fails first."""
+    the type reads; a path the rule refuses, a file to read that is missing, or a link or FIFO where it must
+    not be (``PathRefused``) fails it."""
     kind = TYPES.get(spec.type)
     if kind is None:
         raise ValueError(f"unknown validator type {spec.type}")
-    if kind.reads == "answer":
-        score, message = kind.check(spec, answer)
-    elif (why := files.refuse(spec.path)) is not None:
-        score, message = False, f"{spec.path}: {why}"
-    elif kind.reads == "files":
-        score, message = kind.check(spec, files)
-    elif (text := files.read(spec.path, MAX_READ)) is None:
-        score, message = False, f"{spec.path}: missing"
-    else:
-        score, message = kind.check(spec, text)
+    try:
+        if kind.reads == "answer":
+            score, message = kind.check(spec, answer)
+        elif (why := files.refuse(spec.path)) is not None:
+            score, message = False, f"{spec.path}: {why}"
+        elif kind.reads == "files":
+            score, message = kind.check(spec, files)
+        elif (text := files.read(spec.path, MAX_READ)) is None:
+            score, message = False, f"{spec.path}: missing"
+        else:
+            score, message = kind.check(spec, text)
+    except PathRefused as exc:   # a link or a FIFO where a file should be: never followed, never read
+        score, message = False, f"{spec.path}: {exc}"
     return ValidatorResult(spec.id, score == 1, float(score), spec.weight, message)
 
 

@@ -187,3 +187,102 @@ async def test_filling_home_past_its_quota_ends_the_execution(monkeypatch):
             assert wait_gone(pids) == set()
     finally:
         server.stop()
+
+
+SWAP_TASK = """number: "901"
+name: swap-probe
+category: terminal
+difficulty: easy
+instruction: Leave f.txt as it is.
+setup:
+  files: {"f.txt": "plain\\n"}
+  apps: [{app: xterm}]
+validators:
+  - {id: read, type: file_contains, path: f.txt, text: "%s"}
+  - {id: there, type: file_exists, path: f.txt}
+solution: [{type: wait, ms: 1}]
+"""
+# Typed into a desktop's xterm: f.txt turns, as fast as Python can rename, into a regular file, a FIFO (an open()
+# for reading waits for a writer forever) and a link to a root-only host file, for as long as the desktop lives.
+SWAPPER = ("printf '%%s\\n' 'import os' 'os.mkfifo(\"p\")' 'open(\"r\", \"w\").write(\"plain\")' "
+           "'os.symlink(\"%s\", \"l\")' 'while 1:' ' for s in \"rpl\":' "
+           "'  os.link(s, \"t\", follow_symlinks=False); os.replace(\"t\", \"f.txt\")' > swap.py; "
+           "python3 swap.py &\n")
+
+
+async def test_fifo_and_link_swaps_under_load_wedge_nothing_and_sigterm_stops_the_gym(tmp_path):
+    """Issue 66: three desktops swap a validated file for a FIFO or a link to a root-only host file while their
+    evaluates run, over and over. No evaluate reads the host file or hangs; the fourth execution's screenshots,
+    evaluates and terminate answer in time all along; and SIGTERM stops the real ``cua-gym serve`` with the
+    swapping desktops still running, leaving no desktop process."""
+    secret = "HOST-SECRET-" + secrets.token_hex(8)
+    secret_file = Path(f"/tmp/cua-swap-secret-{secrets.token_hex(4)}")
+    secret_file.write_text(secret + "\n")
+    os.chmod(secret_file, 0o600)                    # the gym's (root's) alone
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "901-swap-probe.yaml").write_text(SWAP_TASK % secret)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "cua_rl.local_gym", "serve", "--port", str(port),
+                               "--tasks-dir", str(tmp_path / "tasks"), "--pool-size", "0", "--x-spares", "0",
+                               "--display-base", "860", "--log-level", "warning"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base, answered_in = f"http://127.0.0.1:{port}/api/v1/desktop", 8.0
+    try:
+        async with httpx.AsyncClient(timeout=answered_in) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if (await http.get(f"http://127.0.0.1:{port}/health")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline and server.poll() is None, "gym did not come up"
+                await asyncio.sleep(0.2)
+            created = await asyncio.gather(*(http.post(f"{base}/tasks/901", json={}, timeout=60) for _ in range(4)))
+            assert all(r.status_code == 200 for r in created), [r.text for r in created]
+            *attacked, control = [r.json()["execution_id"] for r in created]
+            procs = descendants([server.pid]) - {server.pid}
+            for eid in attacked:
+                typed = await http.post(f"{base}/executions/{eid}/actions",
+                                        json={"action": {"type": "type", "text": SWAPPER % secret_file}})
+                assert typed.status_code == 200 and typed.json()["ok"], typed.text
+
+            async def hammer(eid: str) -> list[dict]:
+                results, stop = [], time.monotonic() + 3.0
+                while time.monotonic() < stop:
+                    r = await http.post(f"{base}/executions/{eid}/evaluate", json={})
+                    assert r.status_code in (200, 503), r.text
+                    results.append(r.json())
+                return results
+
+            async def control_answers() -> int:
+                calls, stop = 0, time.monotonic() + 3.0
+                while time.monotonic() < stop:
+                    t0 = time.monotonic()
+                    shot = await http.get(f"{base}/executions/{control}/screenshot")
+                    assert shot.status_code == 200 and shot.content[:4] == b"\x89PNG"
+                    assert (await http.post(f"{base}/executions/{control}/evaluate", json={})).status_code == 200
+                    assert time.monotonic() - t0 < answered_in
+                    calls += 1
+                return calls
+
+            *evaluated, calls = await asyncio.gather(*map(hammer, attacked), control_answers())
+            assert calls >= 3, "the other execution answered too slowly"
+            validators = [v for results in evaluated for r in results for v in r.get("result", {}).get("validators", [])]
+            read = [v for v in validators if v["id"] == "read"]
+            assert len(read) >= 30, f"too few evaluates ran: {len(read)}"
+            assert not [v for v in read if v["pass"]], "an evaluate read the root-only host file through a link"
+            assert not [v for v in validators if secret in v["message"]]
+            refused = [v for v in read if "link" in v["message"] or "regular file" in v["message"]]
+            print(f"{len(read)} evaluates under swapping; {len(refused)} met a link or FIFO and refused it")
+            assert (await http.post(f"{base}/executions/{control}/terminate")).status_code == 200
+        t0 = time.monotonic()
+        server.send_signal(signal.SIGTERM)   # the swapping executions still run
+        assert server.wait(20) in (0, -signal.SIGTERM), "the gym did not stop on SIGTERM"
+        print(f"stopped {time.monotonic() - t0:.1f} s after SIGTERM")
+        assert wait_gone(procs) == set(), "desktop processes outlived the gym"
+    finally:
+        secret_file.unlink()
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)

@@ -107,7 +107,52 @@ def test_validator_never_follows_symlink_out_of_home(tmp_path: Path):
     task = _task([{"id": "c", "type": "file_contains", "path": "link.txt", "text": "top secret"}])
     result = evaluate(HomeFiles(home), task.validators)
     v = result["result"]["validators"][0]
-    assert v["pass"] is False and "outside HOME" in v["message"] and "top secret" not in v["message"]
+    assert v["pass"] is False and "link" in v["message"] and "top secret" not in v["message"]
+
+
+def test_validators_follow_no_link_and_open_no_fifo_even_inside_home(tmp_path: Path):
+    """Issue 66: what a validator reads is opened without following a link anywhere on its path (inside HOME
+    too: the desktop can retarget a link between two looks) and without blocking (a FIFO is never read)."""
+    import os
+    import time
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.txt").write_text("inside")
+    (tmp_path / "to-a.txt").symlink_to(tmp_path / "real" / "a.txt")     # a link to a file inside HOME
+    (tmp_path / "to-real").symlink_to(tmp_path / "real")                 # a folder on the way is a link
+    os.mkfifo(tmp_path / "pipe")
+    task = _task([{"id": "link", "type": "file_contains", "path": "to-a.txt", "text": "inside"},
+                  {"id": "parent", "type": "file_contains", "path": "to-real/a.txt", "text": "inside"},
+                  {"id": "fifo", "type": "file_non_empty", "path": "pipe"},
+                  {"id": "listed", "type": "dir_entries", "path": "to-real", "names": ["a.txt"]},
+                  {"id": "kind", "type": "file_exists", "path": "to-a.txt"},
+                  {"id": "real", "type": "file_contains", "path": "./real//a.txt", "text": "inside"}])
+    t0 = time.monotonic()
+    got = {v["id"]: v for v in evaluate(HomeFiles(tmp_path), task.validators)["result"]["validators"]}
+    assert time.monotonic() - t0 < 1.0
+    assert [i for i, v in got.items() if v["pass"]] == ["real"], got
+    assert "link" in got["link"]["message"] and "link" in got["parent"]["message"], got
+    assert "regular file" in got["fifo"]["message"] and "link" in got["listed"]["message"], got
+
+
+BAD_HOME_PATHS = ["../escape.txt", "/etc/cron.d/job", "a/../../b", "~/.ssh/authorized_keys", "x/\0y", ".", "a/.."]
+
+
+@pytest.mark.parametrize("bad", BAD_HOME_PATHS)
+def test_set_up_paths_outside_home_are_refused_when_the_task_loads(bad: str):
+    """Issue 66: a custom task's ``files``/``dirs`` follow the validators' rule (home_paths.home_parts): one
+    that would write outside HOME (as root) is refused when the task loads, naming the path and why; the
+    validators refuse the same path."""
+    from cua_rl.local_gym.tasks import inline_tasks
+
+    base = {"number": "950", "name": "escape", "category": "terminal", "difficulty": "easy", "instruction": "i",
+            "validators": [{"id": "v", "type": "file_exists", "path": "x"}], "solution": [{"type": "wait", "ms": 1}]}
+    for setup in ({"files": {bad: "pwned"}}, {"dirs": [bad]}):
+        with pytest.raises(ValueError, match="setup (files|dirs)") as err:
+            inline_tasks([{**base, "setup": {"apps": [{"app": "xterm"}], **setup}}])
+        assert repr(bad) in str(err.value) or bad in str(err.value), err.value
+    if bad != ".":     # HOME itself is a folder validators may list, not one a set-up may make
+        assert HomeFiles("/nonexistent").refuse(bad) is not None
 
 
 @pytest.mark.parametrize("raw,status", [
