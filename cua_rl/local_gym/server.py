@@ -80,7 +80,11 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
     async def create_execution(gym_id: str, task_id: str, request: Request) -> dict:
         check_gym(gym_id)
         gym.task(task_id)   # an unknown task is a 404 before the body is looked at
-        return await gym.reset(task_id, await json_body(request, "{} or {\"options\": {\"seed\": 7}}"))
+        expected = "{} or {\"options\": {\"seed\": 7}}"
+        body = await json_body(request, expected, empty={})
+        if body is None:    # JSON null is not "no body": a caller that sends it has a bug worth hearing about
+            raise HTTPException(422, f"the body must be a JSON object ({expected}) or absent, not null")
+        return await gym.reset(task_id, body)
 
     @app.get("/api/v1/{gym_id}/executions/{eid}")
     async def get_execution(gym_id: str, eid: str) -> dict:

@@ -39,6 +39,7 @@ CASES = [
     Case("create form content type", "POST", G + "/tasks/001", content=b"options=1",
          headers={"Content-Type": "application/x-www-form-urlencoded"}, status=422),
     Case("create array body", "POST", G + "/tasks/001", json=[1, 2], says="JSON object"),
+    Case("create null body", "POST", G + "/tasks/001", content=b"null", headers=JSON, status=422, says="not null"),
     Case("create options string", "POST", G + "/tasks/001", json={"options": "seed=7"}, says="options"),
     Case("create seed string", "POST", G + "/tasks/001", json={"options": {"seed": "7"}}, says="seed"),
     Case("create seed negative", "POST", G + "/tasks/001", json={"options": {"seed": -1}}, says="seed"),
