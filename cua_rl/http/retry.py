@@ -45,6 +45,30 @@ class RetryPolicy:
         return min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1)))
 
 
+class AnswerTooLarge(Exception):
+    """A reply body past the caller's ``max_bytes`` (``send_with_retry``): read no further, never retried."""
+
+
+async def _bounded(client: httpx.AsyncClient, method: str, url: str, max_bytes: int, **kwargs) -> httpx.Response:
+    """The response with its body read, but never more than ``max_bytes`` of it (decoded): ``AnswerTooLarge``."""
+    request = client.build_request(method, url, **{k: v for k, v in kwargs.items() if k != "follow_redirects"})
+    response = await client.send(request, stream=True, follow_redirects=kwargs.get("follow_redirects", False))
+    try:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_bytes:
+            raise AnswerTooLarge(f"the reply declares {int(declared)} bytes; at most {max_bytes} are read")
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > max_bytes:
+                raise AnswerTooLarge(f"the reply exceeds {max_bytes} bytes")
+    finally:
+        await response.aclose()
+    headers = [(k, v) for k, v in response.headers.items()
+               if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+    return httpx.Response(response.status_code, headers=headers, content=bytes(body), request=request)
+
+
 async def send_with_retry(
     client: httpx.AsyncClient,
     method: str,
@@ -52,19 +76,24 @@ async def send_with_retry(
     *,
     policy: RetryPolicy | None,
     what: str,
+    max_bytes: int | None = None,
     **kwargs,
 ) -> httpx.Response:
     """Send one request, retrying per ``policy`` (``None`` = exactly one try).
 
     Returns the last response, which may still be a 5xx when the retries are spent (the caller turns it
     into its own error type); re-raises the last ``httpx.TransportError`` (timeouts included) likewise.
-    ``what`` names the call in log lines; never put secrets in it.
+    ``max_bytes``: read at most this much of a reply body (``AnswerTooLarge`` past it, not retried): a
+    service that is not ours may answer anything. ``what`` names the call in log lines; never put secrets in it.
     """
     attempts = policy.attempts if policy else 1
     for attempt in range(1, attempts + 1):
         last = attempt == attempts
         try:
-            response = await client.request(method, url, **kwargs)
+            if max_bytes is None:
+                response = await client.request(method, url, **kwargs)
+            else:
+                response = await _bounded(client, method, url, max_bytes, **kwargs)
         except httpx.TransportError as exc:
             if last:
                 raise

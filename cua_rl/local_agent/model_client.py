@@ -4,20 +4,28 @@ Why the token hints: training needs the sampled token ids and their logprobs. ``
 OpenAI-standard; ``return_token_ids: true`` is vLLM's (and our policy endpoint's) extension. An endpoint
 that rejects them with a 400 naming the field gets the plain request instead, and that choice is
 remembered per base URL, so a strict server costs one extra request per service lifetime.
+
+Why bounded: the model server is not ours to trust. An answer past ``MAX_ANSWER_BYTES`` is not read on (a
+``ModelError``: the model server's failure), and its JSON is parsed with a depth limit (``http.input.parse_json``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Callable
 
 import httpx
 
-from ..http.retry import RetryPolicy, send_with_retry
+from ..http.input import MiB, parse_json
+from ..http.retry import AnswerTooLarge, RetryPolicy, send_with_retry
 
 logger = logging.getLogger(__name__)
 
 TOKEN_HINTS: dict[str, Any] = {"logprobs": True, "return_token_ids": True}
+# The largest model answer read. A real one (2048 tokens with logprobs and token ids, the prompt's ids echoed)
+# is well under 1 MiB; a server answering more is broken or hostile, and the run keeps what it reads.
+MAX_ANSWER_BYTES = 8 * MiB
 
 
 class ModelError(Exception):
@@ -26,7 +34,7 @@ class ModelError(Exception):
 
 def _detail(response: httpx.Response) -> str:
     try:
-        body = response.json()
+        body = parse_json(response.content)
     except ValueError:
         return response.text[:300]
     if isinstance(body, dict):
@@ -42,11 +50,15 @@ class ModelClient:
 
     def __init__(self, http: httpx.AsyncClient, base_url: str, api_key: str | None, *,
                  retry: RetryPolicy, timeout_s: float, hints_supported: dict[str, bool],
-                 send_token_hints: bool = True) -> None:
+                 send_token_hints: bool = True, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.http = http
         self.base_url = base_url.rstrip("/")
         self.retry = retry
         self.timeout_s = timeout_s
+        self.max_answer_bytes = max_answer_bytes
+        # A time limit (or a cancel) ended a wait for the model server's answer: when a run's time runs out,
+        # this says it was the model server's (runner.AgentRun.run).
+        self.cut_off = False
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._hints_supported = hints_supported  # shared cache: base URL -> accepts TOKEN_HINTS
         self._send_hints = send_token_hints
@@ -55,10 +67,16 @@ class ModelClient:
         url = f"{self.base_url}{path}"
         try:
             return await send_with_retry(self.http, method, url, policy=self.retry, what=what,
-                                         headers=self._headers, timeout=self.timeout_s, **kwargs)
+                                         headers=self._headers, timeout=self.timeout_s,
+                                         max_bytes=self.max_answer_bytes, **kwargs)
         except httpx.TransportError as exc:
             raise ModelError(f"model endpoint {url} unreachable after {self.retry.attempts} tries: "
                              f"{type(exc).__name__}: {exc}") from exc
+        except AnswerTooLarge as exc:   # kept would be hundreds of MB per run, in events and GETs
+            raise ModelError(f"{what} from {url}: {exc}") from None
+        except asyncio.CancelledError:
+            self.cut_off = True
+            raise
 
     async def model_name(self) -> str:
         """The first id of ``GET {baseUrl}/models`` (servers reject names they do not serve)."""
@@ -66,7 +84,7 @@ class ModelClient:
         if response.status_code >= 400:
             raise ModelError(f"GET {self.base_url}/models: HTTP {response.status_code}: {_detail(response)}")
         try:
-            return str(response.json()["data"][0]["id"])
+            return str(parse_json(response.content)["data"][0]["id"])
         except (ValueError, KeyError, IndexError, TypeError):
             raise ModelError(f"GET {self.base_url}/models has no data[0].id: {response.text[:200]!r}") from None
 
@@ -85,7 +103,7 @@ class ModelClient:
         if response.status_code >= 400:
             raise ModelError(f"chat completion: HTTP {response.status_code}: {_detail(response)}")
         try:
-            data = response.json()
+            data = parse_json(response.content)
             message = data["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             raise ModelError(f"chat completion reply has no choices[0].message: {response.text[:200]!r}") from None

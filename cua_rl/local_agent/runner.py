@@ -3,7 +3,8 @@
 Why the run ends the way it does:
 - terminate/answer action: the agent decided (``ok: true``; the answer goes to the run result);
 - ``maxSteps``, ``maxStepTimeSec``, ``maxRunTimeSec``, cancel: a limit ended it (``ok: false``);
-- model or gym failures after retries: ``ok: false`` with the error as reason;
+- model or gym failures after retries: ``ok: false`` with the error as reason; a time limit that runs out
+  while the model server has not answered is the model server's failure (``failure: model``), not the policy's;
 - an unusable reply (no tool call, bad JSON, unknown action, an action the gym rejects) is an *invalid
   turn*: an ``error`` event, and the reason is shown to the model with the next screenshot. Only
   ``maxInvalidTurns`` invalid turns in a row end the run.
@@ -25,7 +26,7 @@ from ..genv import GenvClient, GenvError
 from ..http.retry import RetryPolicy
 from .actions import AgentAction, InvalidAction, ParsedTurn
 from .formats import HistoryStep, PromptContext, get_format
-from .model_client import ModelClient, ModelError, token_record
+from .model_client import MAX_ANSWER_BYTES, ModelClient, ModelError, token_record
 from .record import CANCELLED, RunRecord, iso
 from .schema import RunRequest
 
@@ -51,6 +52,7 @@ class AgentSettings:
     model_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=4, backoff_s=0.5))
     gym_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=4, backoff_s=0.5))
     send_token_hints: bool = True
+    max_answer_bytes: int = MAX_ANSWER_BYTES   # a longer model answer is not read: a ``model`` failure
     keep_finished_runs: int = 64          # finished runs kept for GETs (~2-3 MB each with screenshots)
     finished_ttl_s: float = 900.0
 
@@ -90,7 +92,8 @@ class AgentRun:
         api_key = request.model.api_key.get_secret_value() if request.model.api_key else None
         self.model = ModelClient(http, request.model.base_url, api_key, retry=settings.model_retry,
                                  timeout_s=settings.model_timeout_s, hints_supported=hints_supported,
-                                 send_token_hints=settings.send_token_hints)
+                                 send_token_hints=settings.send_token_hints,
+                                 max_answer_bytes=settings.max_answer_bytes)
         self.ctx = PromptContext(instruction=request.task, space=request.standard_action_space,
                                  history_images=request.history_images or settings.history_images)
         self.max_invalid = request.max_invalid_turns or settings.max_invalid_turns
@@ -113,8 +116,13 @@ class AgentRun:
         except TimeoutError:
             if not deadline.expired():
                 raise
-            rec.emit("error", message=f"run exceeded maxRunTimeSec ({limit:g} s)")
-            rec.finish(False, f"maxRunTimeSec exceeded ({limit:g} s)")
+            if self.model.cut_off:   # the model server never answered in time: not the policy's doing
+                reason = f"maxRunTimeSec exceeded ({limit:g} s) waiting for the model server's answer"
+                rec.emit("error", message=reason)
+                rec.finish(False, reason, failure="model")
+            else:
+                rec.emit("error", message=f"run exceeded maxRunTimeSec ({limit:g} s)")
+                rec.finish(False, f"maxRunTimeSec exceeded ({limit:g} s)")
         except RunFailed as exc:
             rec.emit("error", message=str(exc))
             rec.finish(False, str(exc), failure=exc.kind)
@@ -142,6 +150,9 @@ class AgentRun:
                 except TimeoutError:
                     if not step_limit.expired():
                         raise
+                    if self.model.cut_off:
+                        raise RunFailed(f"step {step} exceeded maxStepTimeSec ({req.max_step_time_sec:g} s) "
+                                        f"waiting for the model server's answer", "model") from None
                     raise RunFailed(f"step {step} exceeded maxStepTimeSec ({req.max_step_time_sec:g} s)") from None
             else:
                 outcome = await self._step(gym, step, model_name, feedback)

@@ -16,6 +16,8 @@ from ..http.input import MAX_JSON_DEPTH, too_deep
 from ..mini_agent.models import ACTION_SPACES, DEFAULT_ACTION_SPACE
 from .formats import format_names
 
+MAX_STEPS = 1000
+MAX_RUN_TIME_S = 24 * 3600.0   # maxRunTimeSec and maxStepTimeSec: at most a day
 # Characters that cannot be in an id the agent puts into a gym URL as one path segment.
 _NOT_IN_IDS = set("/\\?#%")
 
@@ -84,9 +86,9 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    temperature: float | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0, le=100)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=1 << 20)
 
     @model_validator(mode="after")
     def _shallow_extras(self) -> "Sampling":
@@ -107,16 +109,19 @@ class RunRequest(_Model):
 
     task: str = Field(min_length=1)
     agent: str = "mai-ui"
-    max_steps: int = Field(default=20, alias="maxSteps", ge=1, le=1000)
-    max_run_time_sec: float | None = Field(default=None, alias="maxRunTimeSec", gt=0, allow_inf_nan=False)
-    max_step_time_sec: float | None = Field(default=None, alias="maxStepTimeSec", gt=0, allow_inf_nan=False)
+    # Every limit has an upper bound too: a run of 1e308 s is a run that never ends (and holds its desktop).
+    max_steps: int = Field(default=20, alias="maxSteps", ge=1, le=MAX_STEPS)
+    max_run_time_sec: float | None = Field(default=None, alias="maxRunTimeSec", gt=0, le=MAX_RUN_TIME_S,
+                                           allow_inf_nan=False)
+    max_step_time_sec: float | None = Field(default=None, alias="maxStepTimeSec", gt=0, le=MAX_RUN_TIME_S,
+                                            allow_inf_nan=False)
     model: ModelSpec
     env: EnvSpec
     standard_action_space: str = Field(default=DEFAULT_ACTION_SPACE, alias="standardActionSpace")
     sampling: Sampling | None = None
     # Extensions of this service (absent from the original protocol); the server's defaults apply if unset.
     history_images: int | None = Field(default=None, alias="historyImages", ge=1, le=32)
-    max_invalid_turns: int | None = Field(default=None, alias="maxInvalidTurns", ge=1)
+    max_invalid_turns: int | None = Field(default=None, alias="maxInvalidTurns", ge=1, le=MAX_STEPS)
 
     @field_validator("agent", "standard_action_space")
     @classmethod

@@ -9,7 +9,8 @@ that key (the last entry repeats when the script runs out). It speaks the subset
 tokenizer's). Every request body is recorded for assertions.
 
 Script entries: a string (the assistant ``content``), or a dict with ``status`` (reply with that HTTP
-error), ``delay`` (seconds to sleep first) and/or ``content``.
+error), ``delay`` (seconds to sleep first), ``pad_bytes`` (an extra ``padding`` field of that many bytes: a
+server that answers far too much) and/or ``content``.
 """
 
 from __future__ import annotations
@@ -79,10 +80,12 @@ def build_model_app(model: ScriptedModel) -> FastAPI:
         if body.get("model") != MODEL_ID:
             return JSONResponse({"error": {"message": f"invalid model ID {body.get('model')!r}"}}, 404)
         reply = model.next_reply(authorization.removeprefix("Bearer "), body)
+        padding = None
         if isinstance(reply, dict):
             await asyncio.sleep(reply.get("delay", 0))
             if "status" in reply:
                 return JSONResponse({"error": {"message": "scripted failure"}}, reply["status"])
+            padding = "x" * reply["pad_bytes"] if "pad_bytes" in reply else None
             reply = reply.get("content", "")
         choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
                                   "message": {"role": "assistant", "content": reply}}
@@ -96,6 +99,8 @@ def build_model_app(model: ScriptedModel) -> FastAPI:
                     "usage": {"prompt_tokens": 1, "completion_tokens": len(ids), "total_tokens": 1 + len(ids)}}
         if body.get("return_token_ids"):
             response["prompt_token_ids"] = [1, 2, 3]
+        if padding is not None:
+            response["padding"] = padding
         return response
 
     return app

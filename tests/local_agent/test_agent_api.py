@@ -51,6 +51,12 @@ async def wait_finished(http: httpx.AsyncClient, run_id: str, timeout_s: float =
     ({"env": {"type": "genv", "gymId": "d", "executionId": "e"}}, "gymBaseUrl"),
     ({"model": {"baseUrl": "ftp://x"}}, "http(s) URL"),
     ({"sampling": {"temperature": -1}}, "temperature"),
+    # upper bounds (issue 66): a run of 1e308 s never ends and holds its desktop
+    ({"maxRunTimeSec": 1e308}, "maxRunTimeSec"),
+    ({"maxStepTimeSec": 1e308}, "maxStepTimeSec"),
+    ({"maxInvalidTurns": 10**9}, "maxInvalidTurns"),
+    ({"sampling": {"max_tokens": 10**12}}, "max_tokens"),
+    ({"sampling": {"temperature": 1e308}}, "temperature"),
 ])
 async def test_bad_payloads_are_rejected_with_the_field_named(agent, change, field):
     async with httpx.AsyncClient(base_url=agent.url) as http:

@@ -198,6 +198,36 @@ async def test_max_run_time_is_a_hard_cap(gym, model, agent):
         result = await run_to_end(agent, run_request(gym, eid, base, key, max_run_time_s=1.0, max_step_time_s=0))
     assert time.monotonic() - t0 < 10
     assert not result.ok and "maxRunTimeSec" in result.reason
+    # the model server never answered in time: its failure, not the policy's (issue 66); a trainer drops it
+    assert result.failure == "model" and result.infrastructure_failed, (result.failure, result.reason)
+
+
+async def test_a_model_answer_past_the_cap_is_not_read_and_fails_as_the_model_servers(gym, model, agent):
+    """Issue 66: a 20 MB answer is not kept (it was, in the run's events: RSS 71 -> 687 MB at 64 MB)."""
+    scripted, base = model
+    key = scripted.script("huge", [{"pad_bytes": 20 << 20, "content": qwen_call(action="answer", text="x")}])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        result = await run_to_end(agent, run_request(gym, eid, base, key))
+    assert not result.ok and "at most 8388608" in result.reason, result.reason
+    assert result.failure == "model" and not events_of(result, "model_output")
+
+
+async def test_a_tool_call_nested_thousands_deep_is_an_invalid_turn(gym, model, agent):
+    """Issue 66: a reply whose tool call nests 3000 levels is an invalid turn (counted and fed back), not a
+    crash of the run."""
+    scripted, base = model
+    key = scripted.script("deep", ["<tool_call>" + "[" * 3000 + "]" * 3000 + "</tool_call>",
+                                   qwen_call(action="answer", text="after the deep one")])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        async with MiniAgentClient(agent.url) as client:
+            run_id = await client.start_run(run_request(gym, eid, base, key))
+            result = await client.wait(run_id, timeout_s=60, poll_interval_s=0.1)
+        async with httpx.AsyncClient(base_url=agent.url) as http:
+            status = (await http.get(f"/runs/{run_id}")).json()
+    assert result.ok and result.answer == "after the deep one", result.reason
+    assert status["invalidTurns"] == 1, status
+    errors = [e.data["message"] for e in events_of(result, "error")]
+    assert len(errors) == 1 and "nested too deeply" in errors[0], errors
 
 
 async def test_model_errors_are_retried_then_fail_with_a_reason(gym, model, agent):
@@ -264,6 +294,7 @@ async def test_step_time_limit_and_sampling_pass_through(gym, model, agent):
         result = await run_to_end(agent, request)
     assert time.monotonic() - t0 < 10
     assert not result.ok and "step 2 exceeded maxStepTimeSec" in result.reason
+    assert result.failure == "model"   # the time ran out waiting for the model server's answer (issue 66)
     assert [e.type for e in result.events if e.step == 2][-1] == "step_end"  # the step is closed
     body = scripted.requests[slow][0]
     assert (body["temperature"], body["top_p"], body["max_tokens"]) == (0.7, 0.9, 64)

@@ -18,9 +18,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ...http.input import BadJSON, parse_json, too_deep
 from ..actions import AgentAction, InvalidAction, ParsedTurn
 
 MAX_ACTIONS_PER_TURN = 8
+MAX_CALL_DEPTH = 16   # a tool call nests 3 levels ({"arguments": {"coordinate": [x, y]}}); deeper is no call
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
 _THINKING = re.compile(r"<(think|thinking)>(.*?)</\1>", re.S)
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
@@ -147,11 +149,12 @@ class PromptFormat(ABC):
         calls: list[Any] = []
         for raw in _TOOL_CALL.findall(text):
             raw = _FENCE.sub("", raw.strip())
-            try:
-                calls.append(json.loads(raw))
-            except json.JSONDecodeError as exc:
-                raise InvalidAction(f"the <tool_call> body is not valid JSON ({exc.msg} at char {exc.pos})") from None
-        if not calls and isinstance(structured, list):  # servers with a tool parser return these instead
+            try:   # depth-limited: the model's text is untrusted, and nesting is no tool call
+                calls.append(parse_json(raw, MAX_CALL_DEPTH))
+            except BadJSON as exc:
+                raise InvalidAction(f"the <tool_call> body is not usable JSON ({exc})") from None
+        if not calls and isinstance(structured, list) and not too_deep(structured, MAX_CALL_DEPTH):
+            # servers with a tool parser return these instead
             for call in structured:
                 function = call.get("function") if isinstance(call, dict) else None
                 if isinstance(function, dict):
@@ -167,9 +170,9 @@ class PromptFormat(ABC):
         arguments = call.get("arguments")
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                raise InvalidAction("'arguments' is a string that is not valid JSON") from None
+                arguments = parse_json(arguments, MAX_CALL_DEPTH)
+            except BadJSON:
+                raise InvalidAction("'arguments' is a string that is not usable JSON") from None
         if not isinstance(arguments, dict) or not isinstance(arguments.get("action"), str):
             raise InvalidAction("'arguments' must be an object with an 'action' string")
         return name, arguments
