@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from .images import BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
+from .images import NOT_A_DATA_URL, BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
 from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
 from .server import Answer, LoopServer, error_body, get_loop_server
@@ -81,10 +81,11 @@ class EndpointSettings:
     # 1000 visual tokens for a 1280x800 desktop. The image itself is shrunk, so vLLM sees the same pixels.
     min_pixels: int | None = None
     max_pixels: int | None = 1_003_520
-    # Caps for image parts given as http(s) URLs instead of data: URLs (and for data URLs' size).
+    # Image parts are data: URLs (what our agents send). http(s) URLs only with allow_http_images (off: no request
+    # is ever made for them, images.py), fetched within these caps (the byte cap holds for data URLs too).
     image_fetch_max_bytes: int = 20 * 1024 * 1024
     image_fetch_timeout_seconds: float = 15.0
-    allow_http_images: bool = True
+    allow_http_images: bool = False
     max_images_per_request: int = 64
     # The model name the endpoint reports (agents' `model` field is accepted and ignored).
     model_name: str = "policy"
@@ -301,8 +302,15 @@ class PolicyEndpoint:
             self._tally(ep, "failed_turns", "prompt_mismatches")
             logger.error("episode %s: engine echoed different prompt ids; turn not recorded", ep.id)
             return Answer(503, error_body(503, "engine prompt mismatch", "server_error"))
-        return Answer(200, self._completion_json(ep, turn, tool_request),
-                      functools.partial(self._delivered, ep, turn))
+        try:
+            answer = self._completion_json(ep, turn, tool_request)
+        except Exception as exc:  # noqa: BLE001 - whatever the sampled text holds: a counted 503, never a 500
+            self._tally(ep, "failed_turns")
+            logger.error("episode %s: the answer could not be built from the sampled turn (%s: %s); not recorded",
+                         ep.id, type(exc).__name__, exc)
+            return Answer(503, error_body(503, f"the policy's answer could not be built ({type(exc).__name__})",
+                                          "server_error"))
+        return Answer(200, answer, functools.partial(self._delivered, ep, turn))
 
     def _delivered(self, ep: Episode, turn: Turn, delivered: bool) -> None:
         """Record ``turn`` when its answer reached the agent. One that did not (the agent stopped waiting, e.g.
@@ -349,7 +357,7 @@ class PolicyEndpoint:
         if scheme in ("http", "https"):
             fetched = await fetch_http_image(url, await self._session(), self.settings.image_limits)
             return await self._on_cpu(self._prepare_once, ep.images, fetched.b64, fetched)
-        raise BadImage(f"unsupported image URL scheme {scheme!r} (use data: or http(s):)")
+        raise BadImage(NOT_A_DATA_URL)   # a path, file:, ...: never read
 
     def _prepare_once(self, cache: dict[str, PreparedImage], content: str,
                       fetched: DecodedImage | None) -> tuple[str, PreparedImage]:

@@ -3,7 +3,14 @@
 Why keep the bytes: the training row's ``pixel_values`` come from *our* processor run on the decoded image,
 while vLLM decodes the image again on its side from what we forward. Forwarding the agent's original bytes
 (base64, unchanged) means both sides decode the same file, so the pixels the policy sampled from are the
-pixels we train on. http(s) URLs are fetched once here, with a size and a time cap, for the same reason.
+pixels we train on.
+
+Remote images: our agents send data URLs, and an endpoint that fetches any URL it is given lets whoever holds
+an episode key make requests from the training host (and map its network by the errors). So http(s) URLs are
+refused unless ``policy.allow_http_images`` is on, with one message and no request made; when on, they are
+fetched once with a size and a time cap, and every failure reads the same (``FETCH_FAILED``; the cause goes
+to the log), so an answer never tells an open port from a closed one. Anything else (a path, ``file:``) is
+refused: an image is never read from disk.
 """
 
 from __future__ import annotations
@@ -11,11 +18,14 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import logging
 import re
 from dataclasses import dataclass
 
 import aiohttp
 from PIL import Image, UnidentifiedImageError
+
+logger = logging.getLogger(__name__)
 
 # 8K UHD: no screen the agent photographs is larger. Checked on the header, before any pixel is decoded, so a
 # small file declaring a huge image (a decompression bomb) costs nothing; PIL's own guard is 5x higher.
@@ -33,7 +43,7 @@ class ImageFetchLimits:
 
     max_bytes: int = 20 * 1024 * 1024
     timeout_s: float = 15.0
-    allow_http: bool = True
+    allow_http: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,28 +102,35 @@ def decode_data_url(url: str, limits: ImageFetchLimits) -> DecodedImage:
     return DecodedImage(b64=b64, image=_open(raw, "data URL"), source="data")
 
 
+NOT_A_DATA_URL = ("an image must be a data: URL (data:image/png;base64,...); http(s) image URLs are refused unless "
+                  "policy.allow_http_images is on, and paths are never read")
+FETCH_FAILED = "the image URL could not be fetched as an image (the endpoint's log says why)"
+
+
 async def fetch_http_image(url: str, session: aiohttp.ClientSession, limits: ImageFetchLimits) -> DecodedImage:
+    """The image at an http(s) ``url`` when ``limits.allow_http``; ``BadImage(NOT_A_DATA_URL)`` without a request
+    when not, ``BadImage(FETCH_FAILED)`` for every failure when it is (module docstring)."""
     if not limits.allow_http:
-        raise BadImage("http(s) image URLs are disabled on this endpoint; send data URLs")
+        raise BadImage(NOT_A_DATA_URL)
     timeout = aiohttp.ClientTimeout(total=limits.timeout_s)
     try:
-        async with session.get(url, timeout=timeout, allow_redirects=True) as resp:
+        async with session.get(url, timeout=timeout, allow_redirects=False) as resp:
             if resp.status != 200:
-                raise BadImage(f"image URL answered HTTP {resp.status}")
+                raise ValueError(f"HTTP {resp.status}")
             if resp.content_length is not None and resp.content_length > limits.max_bytes:
-                raise BadImage(f"image URL body exceeds {limits.max_bytes} bytes")
+                raise ValueError(f"the body exceeds {limits.max_bytes} bytes")
             buf = bytearray()
             async for chunk in resp.content.iter_chunked(65536):
                 buf.extend(chunk)
                 if len(buf) > limits.max_bytes:
-                    raise BadImage(f"image URL body exceeds {limits.max_bytes} bytes")
-    except TimeoutError as exc:
-        raise BadImage(f"image URL timed out after {limits.timeout_s}s") from exc
-    except aiohttp.ClientError as exc:
-        raise BadImage(f"image URL could not be fetched ({type(exc).__name__}: {exc})") from exc
-    raw = bytes(buf)
+                    raise ValueError(f"the body exceeds {limits.max_bytes} bytes")
+        raw = bytes(buf)
+        image = _open(raw, "image URL")
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:   # BadImage (not an image) is a ValueError
+        logger.info("image URL not used: %s: %s", type(exc).__name__, exc)
+        raise BadImage(FETCH_FAILED) from None
     scheme = url.split(":", 1)[0].lower()
-    return DecodedImage(b64=base64.b64encode(raw).decode("ascii"), image=_open(raw, "image URL"), source=scheme)
+    return DecodedImage(b64=base64.b64encode(raw).decode("ascii"), image=image, source=scheme)
 
 
 def fit_pixels(decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> DecodedImage:

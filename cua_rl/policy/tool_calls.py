@@ -13,7 +13,9 @@ agent sees the same answer from us as from ``vllm serve``:
 - each ``<tool_call>...</tool_call>`` (or an unterminated last one) holds JSON with ``name`` and ``arguments``;
   ``arguments`` is returned as a JSON string; ``content`` is the text before the first ``<tool_call>`` (null
   when empty); a call that is not such JSON leaves the whole text as ``content`` and no calls;
-- ``parallel_tool_calls: false`` keeps the first call only.
+- ``parallel_tool_calls: false`` keeps the first call only;
+- (ours) a call nested deeper than ``http.input.MAX_JSON_DEPTH`` levels is no call: the text stays the content
+  (``json.loads`` raises RecursionError on one thousands of levels deep, which was a 500 and a lost turn).
 ``tool_choice`` ``"required"`` or a named function make vLLM constrain decoding; the endpoint samples from the
 trainer's policy unconstrained, so such requests are refused with a 400 that says so.
 """
@@ -27,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..http.input import parse_json
 from .prompt import BadRequest
 
 logger = logging.getLogger(__name__)
@@ -64,8 +67,8 @@ def parse_reply(text: str, request: ToolRequest) -> Reply:
     """The message an OpenAI client gets for the model's ``text``."""
     if not request.parse or START not in text:
         return Reply(text)
-    try:
-        calls = [_call(json.loads(whole or unterminated)) for whole, unterminated in _CALLS.findall(text)]
+    try:   # depth-limited (http.input.parse_json): the model's text is untrusted; a deep "call" is text
+        calls = [_call(parse_json(whole or unterminated)) for whole, unterminated in _CALLS.findall(text)]
     except (ValueError, TypeError, KeyError) as exc:
         logger.info("the answer's tool call is not valid JSON with a name and arguments (%s): returned as text", exc)
         return Reply(text)

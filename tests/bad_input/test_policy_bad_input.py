@@ -101,10 +101,10 @@ CASES = [
     chat("truncated PNG", "decodable", messages=[user(image(b64_url(TRUNCATED)))]),
     chat("pixel bomb", "pixels", messages=[user(image(b64_url(png_header(30_000, 30_000))))]),
     chat("over 8K pixels", "pixels", messages=[user(image(b64_url(png_header(10_000, 5_000))))]),
-    chat("file URL", "scheme", messages=[user(image("file:///etc/passwd"))]),
-    chat("ftp URL", "scheme", messages=[user(image("ftp://127.0.0.1/shot.png"))]),
-    chat("http URL closed port", "could not be fetched",
-         messages=[user(image(f"http://127.0.0.1:{free_port()}/shot.png"))]),
+    chat("file URL", "never read", messages=[user(image("file:///etc/passwd"))]),
+    chat("a path", "never read", messages=[user(image("/etc/passwd"))]),
+    chat("ftp URL", "data: URL", messages=[user(image("ftp://127.0.0.1/shot.png"))]),
+    chat("http URL closed port", "refused unless", messages=[user(image(f"http://127.0.0.1:{free_port()}/shot.png"))]),
     chat("65 images", "limit", messages=[user(*[image(png_data_url(size=(8, 8), text_box=False))] * 65)]),
 ]
 

@@ -14,6 +14,7 @@ from aiohttp import web
 from areal.api.cli_args import GenerationHyperparameters
 from PIL import Image
 
+from cua_rl.http.serve import free_port
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
 from tests.doubles.policy_helpers import EngineDouble, png_data_url
 
@@ -102,7 +103,7 @@ async def test_auth_models_and_closed_episodes(endpoint):
     ({"messages": [_user(_img("data:image/png;base64,!!!"))]}, "base64"),
     ({"messages": [_user(_img("data:image/png;base64," + base64.b64encode(b"not an image").decode()))]},
      "decodable"),
-    ({"messages": [_user(_img("file:///etc/passwd"))]}, "scheme"),
+    ({"messages": [_user(_img("file:///etc/passwd"))]}, "paths are never read"),
     ({"messages": [_user({"type": "audio", "audio": "x"})]}, "unsupported"),
     ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n must be 1"),
 ])
@@ -134,39 +135,94 @@ async def test_old_screenshots_are_dropped_and_large_ones_shrunk(processor):
         await close_loop_servers()
 
 
-async def test_http_image_urls_are_fetched_with_caps(endpoint):
-    big = b"x" * 4096
-    png = base64.b64decode(png_data_url().split(",", 1)[1])
+async def _image_server(routes):
+    """A real HTTP server on loopback serving ``routes`` (path -> body); (runner, port, the paths asked for)."""
+    asked = []
 
-    async def shot(_):
-        return web.Response(body=png, content_type="image/png")
-
-    async def large(_):
-        return web.Response(body=big)
+    def serve(body):
+        async def handler(request):
+            asked.append(request.path)
+            return web.Response(body=body, content_type="image/png")
+        return handler
 
     app = web.Application()
-    app.router.add_get("/shot.png", shot)
-    app.router.add_get("/big", large)
+    for path, body in routes.items():
+        app.router.add_get(path, serve(body))
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    return runner, site._server.sockets[0].getsockname()[1], asked
+
+
+async def test_remote_image_urls_are_refused_by_default_alike_for_open_and_closed_ports(endpoint, tmp_path):
+    """Issue 66: by default the endpoint makes no request for an http(s) image URL (it fetched any, and its
+    errors told an open port from a closed one); the refusal reads the same for both. An image given as a
+    path is never read, even a real PNG file."""
+    png = base64.b64decode(png_data_url().split(",", 1)[1])
+    (tmp_path / "shot.png").write_bytes(png)
+    runner, port, asked = await _image_server({"/shot.png": png})
     try:
         ep = await endpoint.open_episode()
+        answers = []
+        for url in (f"http://127.0.0.1:{port}/shot.png", f"http://127.0.0.1:{free_port()}/shot.png",
+                    f"https://127.0.0.1:{port}/shot.png", str(tmp_path / "shot.png"), f"file://{tmp_path}/shot.png",
+                    "shot.png", "~/shot.png"):
+            r = await _post(ep, {"messages": [_user(_img(url))]}, ep.key)
+            assert r.status_code == 400, (url, r.text)
+            answers.append(r.json()["error"]["message"])
+        assert len(set(answers)) == 1 and "data: URL" in answers[0], answers
+        assert asked == [], "the endpoint made a request for a refused image URL"
+        assert ep.turns == [] and endpoint.engine.requests == []
+    finally:
+        await runner.cleanup()
+
+
+async def test_http_image_urls_are_fetched_with_caps_when_allowed(endpoint):
+    big = b"x" * 4096
+    png = base64.b64decode(png_data_url().split(",", 1)[1])
+    runner, port, _asked = await _image_server({"/shot.png": png, "/big": big})
+    allowed = dict(allow_http_images=True)
+    try:
+        ok_ep = PolicyEndpoint(endpoint.engine, endpoint.processor, endpoint.tokenizer,
+                               GenerationHyperparameters(), EndpointSettings(**allowed))
+        ep = await ok_ep.open_episode()
         ok = await _post(ep, {"messages": [_user(_img(f"http://127.0.0.1:{port}/shot.png"))]}, ep.key)
         assert ok.status_code == 200, ok.text
         assert endpoint.engine.requests[-1].image_data == [base64.b64encode(png).decode()]
+        await ok_ep.aclose()
         small = PolicyEndpoint(endpoint.engine, endpoint.processor, endpoint.tokenizer,
-                               GenerationHyperparameters(), EndpointSettings(image_fetch_max_bytes=1024))
+                               GenerationHyperparameters(), EndpointSettings(image_fetch_max_bytes=1024, **allowed))
         ep2 = await small.open_episode()
-        r = await _post(ep2, {"messages": [_user(_img(f"http://127.0.0.1:{port}/big"))]}, ep2.key)
-        assert r.status_code == 400 and "exceeds" in r.json()["error"]["message"]
-        r = await _post(ep2, {"messages": [_user(_img(f"http://127.0.0.1:{port}/missing"))]}, ep2.key)
-        assert r.status_code == 400 and "404" in r.json()["error"]["message"]
+        # too large, not found, nobody listening: one answer, so none tells an open port from a closed one
+        failed = set()
+        for url in (f"http://127.0.0.1:{port}/big", f"http://127.0.0.1:{port}/missing",
+                    f"http://127.0.0.1:{free_port()}/shot.png"):
+            r = await _post(ep2, {"messages": [_user(_img(url))]}, ep2.key)
+            assert r.status_code == 400, r.text
+            failed.add(r.json()["error"]["message"])
+        assert len(failed) == 1 and "could not be fetched" in failed.pop()
         await small.aclose()
     finally:
         await runner.cleanup()
+
+
+async def test_a_tool_call_nested_thousands_deep_is_answered_as_text(processor):
+    """Issue 66: the model wrote a <tool_call> 3000 levels deep; the endpoint answered 500 and lost the sampled
+    turn uncounted. It is an answer with that text as the content, and the turn is recorded."""
+    deep = "<tool_call>" + "[" * 3000 + "]" * 3000 + "</tool_call>"
+    engine = EngineDouble(processor.tokenizer, text=deep)
+    ep_ = PolicyEndpoint(engine, processor, processor.tokenizer, GenerationHyperparameters(max_new_tokens=8))
+    tools = [{"type": "function", "function": {"name": "click", "parameters": {"type": "object"}}}]
+    try:
+        ep = await ep_.open_episode()
+        r = await _post(ep, {"messages": [{"role": "user", "content": "hi"}], "tools": tools}, ep.key)
+        assert r.status_code == 200, r.text
+        message = r.json()["choices"][0]["message"]
+        assert message["tool_calls"] == [] and message["content"].startswith("<tool_call>[[[")
+        assert len(ep.turns) == 1 and ep.failed_turns == 0
+    finally:
+        await close_loop_servers()
 
 
 async def test_vllm_output_straddling_a_weight_update_is_regenerated(processor):

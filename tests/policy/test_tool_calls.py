@@ -55,6 +55,13 @@ def test_tool_choice_that_needs_constrained_decoding_is_refused():
     assert parse_reply(CALL, ToolRequest()).content == CALL
 
 
+def test_a_call_nested_thousands_deep_stays_text():
+    """Issue 66: json.loads raised RecursionError on it (a 500 and a lost turn in the endpoint)."""
+    deep = "<tool_call>" + "[" * 3000 + "]" * 3000 + "</tool_call>"
+    reply = parse_reply(deep, ToolRequest(parse=True))
+    assert reply.content == deep and reply.tool_calls == []
+
+
 def test_history_tool_calls_reach_the_template_as_objects_and_bad_arguments_are_400():
     call = {"id": "c1", "type": "function", "function": {"name": "click", "arguments": '{"x": 1}'}}
     parsed = parse_messages([*FIRST, {"role": "assistant", "content": None, "tool_calls": [call]},
