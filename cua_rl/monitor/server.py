@@ -88,12 +88,23 @@ def _json(data: Any) -> Response:
     return Response(json.dumps(data, default=str, separators=(",", ":")), media_type="application/json")
 
 
+# A cell starting with one of these is a formula to a spreadsheet (OWASP's "CSV injection"): task names and
+# keys come from the gym, group ids from the workflow, so an export could carry "=HYPERLINK(...)" into Excel.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text ``value`` as a spreadsheet shows it, never runs it: a leading ``'`` when it starts like a formula
+    (OWASP's rule). Numbers stay numbers (a negative advantage is a number, not a formula)."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
 def _csv_lines(rows) -> Any:
     buf = io.StringIO()
     out = csv.DictWriter(buf, fieldnames=views.EXPORT_COLUMNS)
     out.writeheader()
     for i, row in enumerate(rows, 1):
-        out.writerow(row)
+        out.writerow({k: csv_cell(v) for k, v in row.items()})
         if i % 500 == 0:
             yield buf.getvalue()
             buf.seek(0)

@@ -193,3 +193,29 @@ def test_a_running_rollout_links_to_its_live_view_until_it_ends(our_monitor, bro
     browser.get(f"{monitor.url}/rollouts/{rid}")
     wait_for(browser, lambda d: css(d, "[data-testid=rollout-reward]"))
     assert css(browser, "[data-testid=live-view]") == []
+
+
+def test_a_live_view_address_that_is_not_http_is_no_link(our_monitor, browser):
+    """Issue 66: the live view's address comes from whoever reports the rollout; a ``javascript:`` one was
+    rendered as a link that would run in the monitor's page. Only http(s) addresses become links."""
+    from cua_rl.monitor import EpisodeReporter
+
+    monitor, token = our_monitor
+    identity = dict(source_type="step", is_eval=False, env_index=0, max_turns=5, model_path="/m")
+
+    async def report(client_id: str, live: str) -> None:
+        rep = EpisodeReporter(monitor.url, "p1", tid, token=token)
+        rep.rollout(client_id, task_id="t1", step=1, **identity).execution("ex9", live)
+        await rep.aclose()
+
+    with training_run(monitor.url, "p1", "cua", "live", token=token) as tid:
+        for client_id, live in (("cc40", "javascript:document.title='pwned'"), ("cc41", "data:text/html,<b>x</b>"),
+                                ("cc42", "https://gym.example/api/v1/desktop/executions/ex9/live")):
+            asyncio.run(report(client_id, live))
+        ids = {r["client_id"]: r["id"] for r in httpx.get(f"{monitor.url}/api/trainings/{tid}/rollouts").json()["rollouts"]}
+        for client_id, linked in (("cc40", False), ("cc41", False), ("cc42", True)):
+            browser.get(f"{monitor.url}/rollouts/{ids[client_id]}")
+            wait_for(browser, lambda d: css(d, "[data-testid=rollout-reward]"))
+            assert bool(css(browser, "[data-testid=live-view]")) == linked, client_id
+            hrefs = [a.get_attribute("href") or "" for a in css(browser, "a")]
+            assert not [h for h in hrefs if not h.startswith(("http://", "https://"))], hrefs

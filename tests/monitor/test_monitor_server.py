@@ -222,6 +222,44 @@ def test_held_out_curve_filters_pages_and_export(our_monitor):
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_csv_export_defuses_cells_that_start_like_formulas(our_monitor):
+    """Issue 66: task keys and names come from the gym (a custom task's name is anyone's), group ids from the
+    workflow; a CSV cell starting with = + - @ tab or CR is a formula to a spreadsheet, so it gets a leading
+    quote (OWASP). Numbers stay numbers, and the JSONL export keeps the text as it is."""
+    import asyncio
+    import csv
+    import io
+    import json
+
+    monitor, token = our_monitor
+    hostile = {"task_id": "=HYPERLINK(\"http://x.example\",\"open\")", "task_name": "@SUM(1+1)*cmd|' /C calc'!A0",
+               "group_id": "+1+1"}
+    more = ["-2+3", "\t=1", "\r=1"]
+
+    async def report() -> None:
+        rep = EpisodeReporter(monitor.url, "p1", tid, token=token)
+        for i, group in enumerate([hostile["group_id"], *more]):
+            rollout = rep.rollout(f"formula{i}".ljust(32, "0"), task_id=hostile["task_id"],
+                                  task_name=hostile["task_name"], step=1, source_type="step", is_eval=False,
+                                  env_index=i, group_id=group, max_turns=5, model_path="/m")
+            rollout.finished(reward=0.0, task_success=False, num_turns=0, summary={})
+            rollout.advantage(-0.5, 0)
+        await rep.aclose()
+
+    with training_run(monitor.url, "p1", "cua", "formulas", token=token) as tid:
+        asyncio.run(report())
+    exported = httpx.get(f"{monitor.url}/api/trainings/{tid}/rollouts.csv")
+    rows = list(csv.DictReader(io.StringIO(exported.text)))
+    assert len(rows) == 4
+    assert {r["task_key"] for r in rows} == {"'" + hostile["task_id"]}
+    assert {r["task_name"] for r in rows} == {"'" + hostile["task_name"]}
+    assert sorted(r["group_id"] for r in rows) == sorted("'" + g for g in [hostile["group_id"], *more])
+    assert {r["advantage"] for r in rows} == {"-0.5"}          # a number, not text to defuse
+    lines = httpx.get(f"{monitor.url}/api/trainings/{tid}/rollouts.jsonl").text.splitlines()
+    assert {json.loads(line)["task_name"] for line in lines} == {hostile["task_name"]}
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 def test_a_read_token_closes_every_read_and_leaves_ingest_to_project_tokens(tmp_path, store_url):
     from cua_rl.monitor.embedded import start_monitor
 

@@ -1,7 +1,7 @@
 // Training Monitor viewer: one script for every page; the path picks the page, the JSON API feeds it.
 // Why plain DOM code: no build step and no CDN (the monitor runs offline next to a training run).
-// Every value from the store is inserted as text (never as HTML). Pages re-fetch every refresh
-// interval and redraw only when the data changed, so a run in progress updates in place.
+// Every value from the store is inserted as text (never as HTML), and links only to http(s) (webUrl). Pages
+// re-fetch every refresh interval and redraw only when the data changed, so a run in progress updates in place.
 "use strict";
 
 const app = document.getElementById("app");
@@ -30,7 +30,15 @@ const num = (v, d = 3) => (v === null || v === undefined ? "–" : Number(v).toF
 const pct = (v) => (v === null || v === undefined ? "–" : (100 * v).toFixed(0) + "%");
 const badge = (status) => h("span", { class: "badge " + (status || ""), "data-testid": "status" }, status || "?");
 const when = (t) => (t ? String(t).replace("T", " ").slice(0, 19) : "–");
-const link = (href, text) => h("a", { href }, text);
+// An address becomes a link only when it is http(s) (a relative path resolves to this page's): the store holds
+// addresses others sent (a gym's live view), and a "javascript:" or "data:" link would run in this page.
+function webUrl(address) {
+  try {
+    const url = new URL(String(address), location.href);
+    return url.protocol === "http:" || url.protocol === "https:" ? url.href : null;
+  } catch { return null; }
+}
+const link = (href, text) => (webUrl(href) ? h("a", { href: webUrl(href) }, text) : text);
 
 async function getJson(path) {
   const res = await fetch(path, { cache: "no-store" });
@@ -373,8 +381,8 @@ function renderRollout(r) {
     h("p", {}, r.training_id ? link(`/${r.training_id}`, `run #${r.training_id}`) : "", parent ? [" · ", link(parent, "its group")] : "",
       " · task ", h("b", {}, (r.task && (r.task.name || r.task.task_id)) || "?"), ` · source ${r.source_type || "?"}`,
       // the gym's live view of the running execution (our gym; view-only, ended with the execution)
-      r.status === "running" && r.live_view ? [" · ", h("a", { href: r.live_view, target: "_blank", rel: "noopener",
-        "data-testid": "live-view" }, "watch live")] : ""),
+      r.status === "running" && webUrl(r.live_view) ? [" · ", h("a", { href: webUrl(r.live_view), target: "_blank",
+        rel: "noopener", "data-testid": "live-view" }, "watch live")] : ""),
     h("div", { class: "cards" }, ...[["reward", num(r.reward)], ["advantage", num(r.advantage)],
       ["success", r.task_success === null || r.task_success === undefined ? "–" : String(r.task_success)],
       ["turns", r.num_turns ?? turns.length], ...(r.status === "running" ? [["phase", r.current_phase || "–"]] : [])]
