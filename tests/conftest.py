@@ -49,8 +49,8 @@ SLOW_TESTS = {
     "tests/policy/test_tool_calls.py::test_the_parser_is_vllms_hermes_parser": "imports vLLM's chat serving, 10 s",
     "tests/local_gym/test_live_view.py::test_a_desktop_cannot_reconfigure_its_live_view":
         "the live view attack typed into a desktop, a viewer over RFB, 5 s",
-    "tests/local_gym/test_sandbox.py::test_fifo_and_link_swaps_under_load": "cua-gym serve, four desktops, three "
-        "swapping files under evaluates for 3 s, SIGTERM, 12 s",
+    "tests/local_gym/test_sandbox.py::test_fifo_link_swaps_and_a_server_grab": "cua-gym serve, four desktops, "
+        "three swapping files (one grabbing its X server) under evaluates for 3 s, SIGTERM, 14 s",
 }
 
 

@@ -40,6 +40,8 @@ import simplejpeg
 from PIL import Image
 from zlib_ng import zlib_ng
 
+from .xgrabs import impervious_xcb, impervious_xlib
+
 PNG_LEVEL = 2   # zlib-ng's deflate level for screenshots (see the module docstring)
 PNG_STRIPE_ROWS = 16   # the rows ``Screen.png`` re-encodes together when any pixel of them changed
 
@@ -115,6 +117,11 @@ def png_file(width: int, height: int, idat: bytes) -> bytes:
 class Screen:
     def __init__(self, display_name: str) -> None:
         self._mss = mss.MSS(display=display_name, backend="xshmgetimage")
+        try:   # a desktop's app that grabs the X server stops no frame (xgrabs.py)
+            impervious_xcb(self._mss._impl.conn)
+        except BaseException:
+            self._mss.close()
+            raise
         self._lock = threading.Lock()
         mon = self._mss.monitors[0]
         self.width, self.height = mon["width"], mon["height"]
@@ -274,7 +281,7 @@ class DamageWatch:
                 raise RuntimeError("the X server has no DAMAGE extension")
             self._display.damage_query_version()
             self._damage = self._display.screen().root.damage_create(damage.DamageReportNonEmpty)
-            self._display.sync()
+            impervious_xlib(self._display)   # (syncs)
         except BaseException:
             self._display.close()
             raise

@@ -17,6 +17,8 @@ from Xlib import X, XK, display as xdisplay, error as xerror
 from Xlib.ext import xtest
 from Xlib.protocol import event as xevent
 
+from .xgrabs import impervious_xlib
+
 # Friendly names (what agents and reference solutions write) -> X keysym names.
 KEY_ALIASES: dict[str, str] = {
     "ctrl": "Control_L", "control": "Control_L", "alt": "Alt_L", "shift": "Shift_L",
@@ -72,6 +74,7 @@ class XInput:
         self._d = xdisplay.Display(display_name)
         if not self._d.has_extension("XTEST"):
             raise RuntimeError(f"display {display_name} has no XTEST extension")
+        impervious_xlib(self._d)   # a desktop's app that grabs the X server stops no input (xgrabs.py)
         self._lock = threading.Lock()
         self._shift = self._d.keysym_to_keycode(XK.XK_Shift_L)
         self._spare = self._find_spare_keycodes()
@@ -85,8 +88,13 @@ class XInput:
         self._ready_pings = False   # whether it takes pings
         self._ready_focus = 0    # the focus window (it or one of its children) when it was confirmed
         self._ping_lock = threading.Lock()
-        self._pinger: tuple | None = None   # (connection, atoms) for pings, opened on first use
+        self._pinger: tuple | None = None   # (connection, atoms) for pings
         self._ping_stamp = 0
+        try:   # now, not on first use: a connection opened while an app holds a server grab would wait for it
+            self._ping_link()
+        except BaseException:
+            self._d.close()
+            raise
 
     def close(self) -> None:
         with self._lock, self._ping_lock:
@@ -160,10 +168,11 @@ class XInput:
         return False
 
     def _ping_link(self) -> tuple:
-        """(connection, WM_PROTOCOLS, _NET_WM_PING) for pings: a connection of its own, opened once, so that
-        answers (sent to the root window) never queue up on the input connection."""
+        """(connection, WM_PROTOCOLS, _NET_WM_PING) for pings: a connection of its own, opened once (by
+        ``__init__``), so that answers (sent to the root window) never queue up on the input connection."""
         if self._pinger is None:
             d = xdisplay.Display(self._d.get_display_name())
+            impervious_xlib(d)
             self._pinger = (d, d.intern_atom("WM_PROTOCOLS"), d.intern_atom("_NET_WM_PING"))
         return self._pinger
 

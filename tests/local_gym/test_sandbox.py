@@ -208,13 +208,35 @@ SWAPPER = ("printf '%%s\\n' 'import os' 'os.mkfifo(\"p\")' 'open(\"r\", \"w\").w
            "'os.symlink(\"%s\", \"l\")' 'while 1:' ' for s in \"rpl\":' "
            "'  os.link(s, \"t\", follow_symlinks=False); os.replace(\"t\", \"f.txt\")' > swap.py; "
            "python3 swap.py &\n")
+# Typed into one of them too: an X client that grabs the whole X server (then no other client is served) and
+# keeps the grab.
+GRABBER = ("python3 -c 'import ctypes, time; x = ctypes.CDLL(\"libX11.so.6\"); x.XOpenDisplay.restype = "
+           "ctypes.c_void_p; d = ctypes.c_void_p(x.XOpenDisplay(None)); x.XGrabServer(d); x.XSync(d, 0); "
+           "time.sleep(600)' &\n")
 
 
-async def test_fifo_and_link_swaps_under_load_wedge_nothing_and_sigterm_stops_the_gym(tmp_path):
+def _grabbed(display: str, timeout_s: float = 1.0) -> bool:
+    """Whether the X server of ``display`` serves a new client (a round trip within ``timeout_s``)."""
+    from Xlib import display as xdisplay
+
+    def probe() -> None:
+        d = xdisplay.Display(display)
+        d.screen().root.get_geometry()
+        d.close()
+
+    import threading
+    thread = threading.Thread(target=probe, daemon=True)   # left blocked for good when the server is grabbed
+    thread.start()
+    thread.join(timeout_s)
+    return thread.is_alive()
+
+
+async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_sigterm_stops_the_gym(tmp_path):
     """Issue 66: three desktops swap a validated file for a FIFO or a link to a root-only host file while their
-    evaluates run, over and over. No evaluate reads the host file or hangs; the fourth execution's screenshots,
-    evaluates and terminate answer in time all along; and SIGTERM stops the real ``cua-gym serve`` with the
-    swapping desktops still running, leaving no desktop process."""
+    evaluates run, over and over, and one of them also grabs its X server for good. No evaluate reads the host
+    file or hangs; the grabbing execution's screenshots and actions answer; the fourth execution's
+    screenshots, evaluates and terminate answer in time all along; and SIGTERM stops the real
+    ``cua-gym serve`` with the hostile desktops still running, leaving no desktop process."""
     secret = "HOST-SECRET-" + secrets.token_hex(8)
     secret_file = Path(f"/tmp/cua-swap-secret-{secrets.token_hex(4)}")
     secret_file.write_text(secret + "\n")
@@ -241,11 +263,18 @@ async def test_fifo_and_link_swaps_under_load_wedge_nothing_and_sigterm_stops_th
             created = await asyncio.gather(*(http.post(f"{base}/tasks/901", json={}, timeout=60) for _ in range(4)))
             assert all(r.status_code == 200 for r in created), [r.text for r in created]
             *attacked, control = [r.json()["execution_id"] for r in created]
+            grabbing, grabbed_display = attacked[0], created[0].json()["device"]["display"]
             procs = descendants([server.pid]) - {server.pid}
             for eid in attacked:
                 typed = await http.post(f"{base}/executions/{eid}/actions",
                                         json={"action": {"type": "type", "text": SWAPPER % secret_file}})
                 assert typed.status_code == 200 and typed.json()["ok"], typed.text
+            typed = await http.post(f"{base}/executions/{grabbing}/actions",
+                                    json={"action": {"type": "type", "text": GRABBER}})
+            assert typed.status_code == 200, typed.text
+            deadline = time.monotonic() + 10
+            while not await asyncio.to_thread(_grabbed, grabbed_display):
+                assert time.monotonic() < deadline, "the desktop's X client never grabbed the server"
 
             async def hammer(eid: str) -> list[dict]:
                 results, stop = [], time.monotonic() + 3.0
@@ -253,6 +282,9 @@ async def test_fifo_and_link_swaps_under_load_wedge_nothing_and_sigterm_stops_th
                     r = await http.post(f"{base}/executions/{eid}/evaluate", json={})
                     assert r.status_code in (200, 503), r.text
                     results.append(r.json())
+                    if eid == grabbing:   # its X server serves nobody else, but the gym still sees its screen
+                        shot = await http.get(f"{base}/executions/{eid}/screenshot")
+                        assert shot.status_code == 200 and shot.content[:4] == b"\x89PNG"
                 return results
 
             async def control_answers() -> int:
@@ -275,6 +307,11 @@ async def test_fifo_and_link_swaps_under_load_wedge_nothing_and_sigterm_stops_th
             assert not [v for v in validators if secret in v["message"]]
             refused = [v for v in read if "link" in v["message"] or "regular file" in v["message"]]
             print(f"{len(read)} evaluates under swapping; {len(refused)} met a link or FIFO and refused it")
+            t0 = time.monotonic()
+            acted = await http.post(f"{base}/executions/{grabbing}/actions",
+                                    json={"action": {"type": "key", "keys": ["a"]}}, timeout=30)
+            assert acted.status_code == 200 and acted.json()["ok"], acted.text
+            print(f"an action on the grabbed desktop answered in {time.monotonic() - t0:.1f} s")
             assert (await http.post(f"{base}/executions/{control}/terminate")).status_code == 200
         t0 = time.monotonic()
         server.send_signal(signal.SIGTERM)   # the swapping executions still run
