@@ -18,9 +18,9 @@ success per evaluated step, step 0 = warm start), ``control`` (its curve and fin
 figures), ``baseline`` (where the warm start's score came from), ``wall_s`` per stage, and what was run.
 
 The warm start's held-out score is kept beside it (``<warm start>/heldout/<key>.json``), as the warm start
-itself is kept: the key hashes everything that decides that score (the warm start, every Python file of
-``cua_rl``, the recipe's YAML files, the overrides, the instance count and concurrency), so any change to
-them measures it again; ``--fresh-baseline`` always does.
+itself is kept: the key hashes everything that decides that score (the warm start, the evaluation's own code,
+``SCORE_SOURCES``, the recipe's YAML files, the overrides, the instance count and concurrency), so any change
+to them measures it again; ``--fresh-baseline`` always does.
 
 The learning yardstick (``--recipe multiturn``, docs/learning.md "The yardstick"): held-out greedy success in the
 three regimes of the family (``curriculum.regimes``: unseen instances of the trained key sequences, unseen key
@@ -170,12 +170,24 @@ def _rl(label: str, config: str, warm: Path | None, steps: int, work: Path, env:
     return seconds, ckpts
 
 
+# What a checkpoint's held-out score depends on besides the checkpoint: the evaluation's own path (the episode,
+# the endpoint, the agent, the gym that renders and scores, the clients, vLLM's configuration, the config's
+# loading); not the trainer, the launcher, the monitor, the rows or SFT, whose edits used to measure the warm
+# start's score again (about 4 minutes) for nothing.
+SCORE_SOURCES = ("evaluate.py", "config.py", "workflow", "policy", "local_agent", "local_gym", "genv", "mini_agent",
+                 "local_model", "http", "areal_ext/vllm_config.py")
+
+
 def baseline_file(warm: Path, config: str, extra: list[str], seeds_per_task: int, concurrency: int) -> Path:
     """Where the warm start's held-out score is kept: under the warm start, named by a hash of everything
-    that decides it (see the module docstring)."""
+    that decides it (see the module docstring; ``SCORE_SOURCES``)."""
     h = hashlib.sha256()
     h.update(f"{warm.resolve()}|{extra}|{seeds_per_task}|{concurrency}".encode())
-    files = sorted((ROOT / "cua_rl").rglob("*.py")) + sorted(Path(config).parent.glob("*.yaml")) + [Path(config)]
+    package = ROOT / "cua_rl"
+    sources = [package / rel for rel in SCORE_SOURCES]
+    files = sorted(f for path in sources for f in ([path] if path.is_file() else path.rglob("*"))
+                   if f.is_file() and "__pycache__" not in f.parts)
+    files += sorted(Path(config).parent.glob("*.yaml")) + [Path(config)]
     for f in files:
         h.update(str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f).encode())
         h.update(f.read_bytes())

@@ -26,8 +26,8 @@ tests (docs/testing.md: the time budget):
   test's run checks it, tests/e2e/test_launch_interrupt.py.)
 
 The warm start's held-out score is measured once per warm start and code version and kept beside it, as the
-warm start itself is (bench/learning_bench.py ``baseline_file``: the key hashes the warm start, every file of
-``cua_rl``, the recipe and the instances); a change to any of them measures it again.
+warm start itself is (bench/learning_bench.py ``baseline_file``: the key hashes the warm start, the evaluation's
+own code (``SCORE_SOURCES``), the recipe and the instances); a change to any of them measures it again.
 
 Greedy decoding makes the score a function of the checkpoint and the instance (no sampling noise), so the
 last step alone is scored. The 3-seed run with sampled success, pass@4 and the controls is the bench's
