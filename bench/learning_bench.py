@@ -17,8 +17,8 @@ JSON: ``success_before`` (warm start), ``success_after`` (last RL step), ``rise`
 success per evaluated step, step 0 = warm start), ``control`` (its curve and final success), ``sft`` (loss
 figures), ``baseline`` (where the warm start's score came from), ``wall_s`` per stage, and what was run.
 
-The warm start's held-out score is kept beside it (``<warm start>/heldout/<key>.json``), as the warm start
-itself is kept: the key hashes everything that decides that score (the warm start, the evaluation's own code,
+The warm start's held-out score is kept (``<CUA_RL_HOME>/heldout-scores/<key>.json``), as the warm start
+itself is kept: the key hashes everything that decides that score (the warm start's files, the evaluation's own code,
 ``SCORE_SOURCES``, the recipe's YAML files, the overrides, the instance count and concurrency), so any change
 to them measures it again; ``--fresh-baseline`` always does.
 
@@ -179,10 +179,18 @@ SCORE_SOURCES = ("evaluate.py", "config.py", "workflow", "policy", "local_agent"
 
 
 def baseline_file(warm: Path, config: str, extra: list[str], seeds_per_task: int, concurrency: int) -> Path:
-    """Where the warm start's held-out score is kept: under the warm start, named by a hash of everything
-    that decides it (see the module docstring; ``SCORE_SOURCES``)."""
+    """Where the warm start's held-out score is kept: ``<CUA_RL_HOME>/heldout-scores``, named by a hash of
+    everything that decides it (see the module docstring; ``SCORE_SOURCES``). The warm start counts by its
+    weights and files, not its path, so a pinned warm start (tests/data/warm-starts) in every clone of the
+    repository shares one score, and nothing is written into the repository."""
+    from cua_rl import cua_rl_home
+
     h = hashlib.sha256()
-    h.update(f"{warm.resolve()}|{extra}|{seeds_per_task}|{concurrency}".encode())
+    h.update(f"{extra}|{seeds_per_task}|{concurrency}".encode())
+    for f in sorted(p for p in warm.iterdir() if p.is_file() and p.suffix in (".json", ".safetensors", ".jinja")
+                    and p.name != STAMP):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
     package = ROOT / "cua_rl"
     sources = [package / rel for rel in SCORE_SOURCES]
     files = sorted(f for path in sources for f in ([path] if path.is_file() else path.rglob("*"))
@@ -191,7 +199,7 @@ def baseline_file(warm: Path, config: str, extra: list[str], seeds_per_task: int
     for f in files:
         h.update(str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f).encode())
         h.update(f.read_bytes())
-    return warm / "heldout" / f"{h.hexdigest()[:16]}.json"
+    return Path(cua_rl_home()) / "heldout-scores" / f"{h.hexdigest()[:16]}.json"
 
 
 def _experiment(config: str, extra: list[str]) -> str:
