@@ -16,6 +16,7 @@ from cua_rl.run.launch import RECIPES, load_config
 def test_areal_stats_logger_writes_an_offline_wandb_run(tmp_path, monkeypatch):
     from areal.api.io_struct import FinetuneSpec
     from areal.utils.stats_logger import StatsLogger
+    import wandb
 
     from cua_rl.train import wandb_environment
 
@@ -37,6 +38,11 @@ def test_areal_stats_logger_writes_an_offline_wandb_run(tmp_path, monkeypatch):
         logger.commit(0, 0, 0, {"ppo_actor/update/actor_loss/avg": -0.25, "health/no_policy_turn": 0.0})
     finally:
         logger.close()
+        # The run's file is written by W&B's service process (wandb-core), which holds the records in memory
+        # and writes them when it closes the run, after wandb.finish() has returned: read right away, a loaded
+        # machine found only the file's 7-byte header. wandb.teardown() returns once that process has closed
+        # every run and exited (what a trainer's exit does), so the file is complete when it is read.
+        wandb.teardown()
     runs = list((tmp_path / "logs").rglob("offline-run-*"))
     assert len(runs) == 1, f"no offline W&B run under {tmp_path / 'logs'}"
     [data] = list(runs[0].glob("run-*.wandb"))
