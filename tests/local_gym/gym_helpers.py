@@ -65,13 +65,25 @@ def wait_gone(pids: set[int], timeout_s: float = 10.0) -> set[int]:
     return alive(pids)
 
 
+async def evaluation_within(client: GenvClient, eid: str, timeout_s: float, answer_text: str | None = None):
+    """The execution's evaluation once its reward reaches 1.0, or as it is after ``timeout_s``: an application
+    finishes what the last action started a moment later (a file manager moves a dropped file; GTK's Save As
+    looks the name and its folder up on a worker thread before it answers the Enter, and on a loaded machine
+    the editor wrote the file 0.5-0.8 s after the Enter, past a solution's last wait)."""
+    deadline = time.monotonic() + timeout_s
+    while (result := await client.evaluate(eid, answer_text=answer_text)).reward < 1.0 \
+            and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return result
+
+
 async def _play(client: GenvClient, task, actions: list[dict], shots_dir) -> tuple[float, float, list]:
     async with client.execution(task.task_id) as ex:
         before = await client.evaluate(ex.execution_id)
         for action in actions:
             reply = await client.act(ex.execution_id, action)
             assert reply["ok"], (task.task_id, action, reply)
-        after = await client.evaluate(ex.execution_id, answer_text=task.answer)
+        after = await evaluation_within(client, ex.execution_id, 5.0, answer_text=task.answer)
         if after.reward != 1.0:  # keep the evidence: what the desktop looked like at the end
             (shots_dir / f"{task.task_id}.png").write_bytes(await client.screenshot(ex.execution_id))
         return before.reward, after.reward, after.raw["result"]["validators"]

@@ -16,7 +16,7 @@ from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import start_gym_server
 from cua_rl.local_gym.procs import wait_until
 
-from gym_helpers import descendants, names, wait_gone
+from gym_helpers import descendants, evaluation_within, names, wait_gone
 
 pytestmark = pytest.mark.desktop
 EDITOR_TASK = "001"   # mousepad on notes.txt; its solution types and saves
@@ -176,15 +176,6 @@ async def test_no_x_state_carries_over_to_the_next_execution():
         server.stop()
 
 
-async def reward_within(c: GenvClient, eid: str, timeout_s: float) -> float:
-    """The execution's reward once it reaches 1.0 (a file manager moves a dropped file a moment later), or what
-    it is after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while (reward := (await c.evaluate(eid)).reward) < 1.0 and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    return reward
-
-
 async def test_pointer_actions_drag_right_click_scroll(gym):
     """Mouse-only: dragging a file icon onto a folder in the file manager moves it on disk (task 027)."""
     async with GenvClient(gym.url, gym.gym_id) as c:
@@ -194,7 +185,7 @@ async def test_pointer_actions_drag_right_click_scroll(gym):
             reply = await c.act(eid, {"type": "drag", "x": 300 / 1280, "y": 118 / 800,
                                       "x2": 206 / 1280, "y2": 118 / 800})
             assert reply["ok"] is True
-            assert await reward_within(c, eid, 5.0) == 1.0
+            assert (await evaluation_within(c, eid, 5.0)).reward == 1.0
             menu = await c.act(eid, {"type": "click", "x": 0.6, "y": 0.6, "button": "right"})
             assert menu == {"ok": True, "screen_changed": True}       # the context menu opened
             closed = await c.act(eid, {"type": "key", "keys": ["Escape"]})
@@ -223,7 +214,7 @@ async def test_a_drag_onto_a_busy_file_manager_still_drops(gym):
                 resume.cancel()
                 os.kill(manager, signal.SIGCONT)
             assert reply["ok"] is True
-            assert await reward_within(c, ex.execution_id, 5.0) == 1.0
+            assert (await evaluation_within(c, ex.execution_id, 5.0)).reward == 1.0
 
 
 async def test_a_cold_create_builds_on_a_pre_started_x_server_that_is_then_replaced():
