@@ -13,7 +13,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from .xinput import FOCUS_WAIT_S, XInput, keysym_for_name
+from .xinput import FOCUS_WAIT_S, PING_WAIT_S, XInput, keysym_for_name
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,9 @@ BUTTONS = {"left": 1, "middle": 2, "right": 3}
 # turning sensitive by a 150 ms timer after the name's last edit; docs/local_gym.md, API): keep a gap, timed
 # from when the client took the keys (``enter_gap``).
 TYPE_TO_ENTER_GAP_S = 0.35
+# How long, in all, such an Enter waits for a busy client (a loaded machine, a stopped process) to take the keys
+# and run its timers; a client that has not answered by then gets the Enter anyway, as a person's would.
+ENTER_WAIT_S = 10.0
 MOBILE_KEYS = {"back": ["Escape"], "home": ["super"], "menu": ["Menu"], "enter": ["Return"]}
 
 
@@ -158,21 +161,35 @@ async def keyboard_target(xin: XInput, timeout_s: float = FOCUS_WAIT_S) -> bool:
 
 async def typed(xin: XInput, state: dict) -> None:
     """Note when the keys just typed were taken: the time the focused client answered a ping after them
-    (``XInput.keys_processed``), or, for a client that takes no pings, the time they were sent."""
-    state["last_type"] = await asyncio.to_thread(xin.keys_processed) or time.monotonic()
+    (``XInput.keys_processed``); False when it has not answered yet (busy: an Enter waits for it,
+    ``enter_gap``); for a client that takes no pings, the time they were sent."""
+    answer = await asyncio.to_thread(xin.keys_processed)
+    state["last_type"] = time.monotonic() if answer is None else answer
 
 
 async def enter_gap(xin: XInput, state: dict) -> None:
-    """Before an Enter that follows typing: wait until ``TYPE_TO_ENTER_GAP_S`` have passed since the client
-    took the typed keys, then until it answers a ping sent after that, so its event loop has run (and its
-    due timers fired) before the Enter arrives. A client busy for longer than the gap (a loaded machine)
-    would otherwise read the text and the Enter in one batch and drop the Enter."""
+    """Before an Enter that follows typing: wait until the client has taken the typed keys (its answer to a
+    ping sent after them), until ``TYPE_TO_ENTER_GAP_S`` have passed since, then until it answers a ping sent
+    after that, so its event loop has run its due timers (GTK's Save turning sensitive) before the Enter
+    arrives. A client busy for longer (a loaded machine; tests/local_gym/test_api.py stops the editor) would
+    otherwise read the text and the Enter in one batch and drop the Enter: a correct answer scored 0. The
+    waits end after ``ENTER_WAIT_S`` in all."""
     last = state.pop("last_type", None)
     if last is None:
         return
+    deadline = time.monotonic() + ENTER_WAIT_S
+    if last is False:
+        last = await asyncio.to_thread(xin.keys_processed, ENTER_WAIT_S)
+        if last is False:
+            logger.info("the focused client has not taken the typed keys (busy %.0f s, or gone); Enter anyway",
+                        ENTER_WAIT_S)
+            return
+        last = last or time.monotonic()      # None: its window no longer takes pings
     if (gap := TYPE_TO_ENTER_GAP_S - (time.monotonic() - last)) > 0:
         await asyncio.sleep(gap)
-    await asyncio.to_thread(xin.keys_processed)
+    left = max(deadline - time.monotonic(), PING_WAIT_S)
+    if await asyncio.to_thread(xin.keys_processed, left) is False:
+        logger.info("the focused client did not answer within %.1f s after typing; pressing Enter anyway", left)
 
 
 async def drag(action: Action, xin: XInput, px, py, run) -> None:

@@ -237,14 +237,17 @@ class XInput:
         is no such window or it takes no pings."""
         return self.ping(window) if window else None
 
-    def keys_processed(self) -> float | None:
+    def keys_processed(self, timeout_s: float = PING_WAIT_S) -> float | bool | None:
         """Wait until the client that took the keys typed since ``keyboard_ready`` (the focused client it
-        confirmed) has processed them: the ``time.monotonic()`` of its answer to a ping; None when it takes
-        no pings or did not answer within ``PING_WAIT_S`` (a client stopped for longer)."""
+        confirmed) has processed them: the ``time.monotonic()`` of its answer to a ping; False when it did not
+        answer within ``timeout_s`` (a busy or stopped client) or its window is gone; None when there is no such
+        client or it takes no pings."""
         window = self._ready_window
-        if window and self._ready_pings and self.ping(window, takes_pings=True):
-            return time.monotonic()
-        return None
+        if not (window and self._ready_pings):
+            return None
+        if not self.ping(window, timeout_s, takes_pings=True):
+            return False
+        return time.monotonic()
 
     def focus_unmoved(self) -> bool:
         """One round trip, no waiting: the input focus is on the very window it was on when ``keyboard_ready``

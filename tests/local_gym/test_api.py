@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from cua_rl.genv import GenvClient, GenvError
-from cua_rl.local_gym import start_gym_server
+from cua_rl.local_gym import load_tasks, start_gym_server
+from cua_rl.local_gym.keyboard_suite import write_suite
 from cua_rl.local_gym.procs import wait_until
 
 from gym_helpers import descendants, evaluation_within, names, wait_gone
@@ -215,6 +216,41 @@ async def test_a_drag_onto_a_busy_file_manager_still_drops(gym):
                 os.kill(manager, signal.SIGCONT)
             assert reply["ok"] is True
             assert (await evaluation_within(c, ex.execution_id, 5.0)).reward == 1.0
+
+
+# Past the name's and the Enter's 1 s pings and the solution's waits before the fix (its second Enter too).
+CHOOSER_STOPPED_S = 5.0
+
+
+async def test_a_save_as_whose_file_chooser_is_stopped_while_the_name_and_enter_arrive_still_saves(tmp_path):
+    """The keyboard suite's save-as (keys-filename-21, a CI failure: the dialog kept the typed name, Save greyed)
+    with the file chooser's process (mousepad) stopped from before the name until ``CHOOSER_STOPPED_S`` later,
+    as a loaded machine may hold it. GTK turns Save sensitive by a timer of its own 150 ms after the name's
+    last edit, so a chooser that reads the name and the Enter in one batch finds Save greyed and drops the
+    Enter: a policy's right answer scored 0. The gym must hold the Enter until the chooser has taken the name
+    and run its timer. Before that, the Enter went out once a ping had waited 1 s: 0.0, the dialog open."""
+    write_suite("desktop", tmp_path)
+    task = next(t for t in load_tasks(tmp_path).tasks if t.task_id.endswith("keys-filename-21"))
+    name_at = task.solution.index({"type": "type", "text": "week.txt"})
+    with start_gym_server(port=0, tasks_dir=str(tmp_path), max_executions=1, pool_size=0) as gym:
+        async with GenvClient(gym.url, gym.gym_id) as c:
+            async with c.execution(task.task_id) as ex:
+                for action in task.solution[:name_at]:     # the sentence, ctrl+s, the dialog, its name selected
+                    assert (await c.act(ex.execution_id, action))["ok"] is True
+                (editor,) = {pid for pid, name in names(desktop_pids(gym, ex.execution_id)).items()
+                             if name == "mousepad"}
+                os.kill(editor, signal.SIGSTOP)
+                resume = asyncio.get_running_loop().call_later(CHOOSER_STOPPED_S, os.kill, editor, signal.SIGCONT)
+                try:
+                    for action in task.solution[name_at:]:   # the name, a wait, the Enter, a wait
+                        assert (await c.act(ex.execution_id, action))["ok"] is True
+                finally:
+                    resume.cancel()
+                    os.kill(editor, signal.SIGCONT)
+                saved = await evaluation_within(c, ex.execution_id, 5.0)
+                if saved.reward != 1.0:
+                    (tmp_path / "screen.png").write_bytes(await c.screenshot(ex.execution_id))
+    assert saved.reward == 1.0, f"week.txt not saved (screen: {tmp_path / 'screen.png'}): {saved.raw['result']}"
 
 
 async def test_a_cold_create_builds_on_a_pre_started_x_server_that_is_then_replaced():

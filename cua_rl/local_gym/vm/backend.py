@@ -207,7 +207,7 @@ class VMInput:
         """The guest's keyboard has no focus to follow on this side (``XInput.focus_unmoved``)."""
         return True
 
-    def keys_processed(self) -> None:
+    def keys_processed(self, timeout_s: float = 0.0) -> None:
         """No ping to the guest's programs (``XInput.keys_processed``): its keyboard is paced as it types."""
         return None
 
