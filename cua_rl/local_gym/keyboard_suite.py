@@ -147,14 +147,11 @@ def _editor_solution(vm: bool, name: str, sentence: str) -> list[dict]:
     if vm:   # busybox vi on the console (the shell starts in /): insert, type, escape, write and quit
         return [_type(f"vi /root/{name}\n"), _wait(500), _type("i"), _type(sentence), _key("escape"),
                 _type(":wq\n"), _wait(300)]
-    # GTK's Save As opens with an empty name and Save insensitive; Save turns sensitive after an update that
-    # GTK runs on its own after the last edit of the name (a 150 ms timer, then the chooser's answer). The gym
-    # holds an Enter after typing until the editor took the keys (actions.enter_gap), but on a loaded machine
-    # the update can come later still, and an Enter then finds Save greyed (7 % of plays at 4 at a time, as a
-    # policy would see on the screen). A second Enter a second later saves; after a save it only adds a line
-    # to the buffer, not to the file.
+    # GTK's Save As opens with an empty name and Save insensitive; Save turns sensitive by a timer of GTK's own
+    # 150 ms after the name's last edit. The gym holds an Enter after typing until the editor has taken the
+    # name and run that timer (actions.enter_gap), however busy the editor is, so one Enter saves.
     return [_type(sentence), _key("ctrl", "s"), _wait(1200), _key("ctrl", "a"), _type(name), _wait(600),
-            _key("enter"), _wait(1000), _key("enter"), _wait(500)]
+            _key("enter"), _wait(500)]
 
 
 def _shell(i: int, sentence: str) -> tuple[str, dict, list[dict], list[str]]:
