@@ -51,6 +51,8 @@ SLOW_TESTS = {
         "the live view attack typed into a desktop, a viewer over RFB, 5 s",
     "tests/local_gym/test_sandbox.py::test_fifo_link_swaps_and_a_server_grab": "cua-gym serve, four desktops, "
         "three swapping files (one grabbing its X server) under evaluates for 3 s, SIGTERM, 14 s",
+    "tests/local_gym/test_api.py::test_a_save_as_whose_file_chooser_is_stopped":
+        "a keyboard-suite save-as with mousepad stopped for 5 s, 9 s",
 }
 
 
