@@ -31,7 +31,8 @@ logger = logging.getLogger("cua_rl.sft")
 PACKAGE = Path(__file__).resolve().parents[1]      # cua_rl
 # The code a warm start depends on: demonstrations, curriculum, prompt building, rows, SFT training.
 SOURCES = ("sft/__main__.py", "sft/demos.py", "sft/rows.py", "sft/train.py", "local_gym/curriculum.py",
-           "local_gym/board.tcl", "local_gym/tasks", "local_agent", "policy")
+           "local_gym/board.tcl", "local_agent", "policy")
+# and the task files of the tasks it demonstrates (``sft.tasks``; task_files): not every task of the gym
 STAMP = "warm_start.json"
 # The SFT child's progress lines: "recorded 16/128 demonstrations", "SFT step 15/300: loss ...".
 PROGRESS = re.compile(r"(recorded|SFT step) (\d+)/(\d+)")
@@ -67,7 +68,21 @@ def warm_start_key(config) -> str:
     for rel in SOURCES:
         if (PACKAGE / rel).exists():
             _hash_tree(h, PACKAGE / rel)
+    for path in task_files(config.sft.tasks):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def task_files(task_keys) -> list[Path]:
+    """The YAML files of the gym's tasks named by ``task_keys`` (a warm start's demonstrated tasks); an edit to
+    another task of the gym changes no warm start."""
+    from cua_rl.local_gym import tasks as gym_tasks
+
+    directory = Path(gym_tasks.TASKS_DIR)
+    tasks = gym_tasks.load_tasks(directory)
+    found = [task for key in task_keys if (task := tasks.get(str(key))) is not None]
+    return sorted(path for task in found if (path := directory / f"{task.task_id}.yaml").is_file())
 
 
 def _dir_of(key: str) -> Path:

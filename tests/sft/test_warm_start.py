@@ -33,6 +33,27 @@ def test_the_key_follows_the_demonstrations_the_prompt_and_the_base_model_only(t
         assert warm_start.warm_start_key(_config(tmp_path / "c", override)) != base, override
 
 
+def test_the_key_follows_the_demonstrated_tasks_files_and_no_other_task(tmp_path, monkeypatch):
+    """A warm start depends on the task files of the tasks it demonstrates (sft.tasks), not on every task of
+    the gym: an edit to task 010 rebuilt every warm start once per machine (16 minutes of a CI run)."""
+    import shutil
+
+    from cua_rl.local_gym import tasks as gym_tasks
+
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    copy = tmp_path / "tasks"
+    shutil.copytree(gym_tasks.TASKS_DIR, copy)
+    monkeypatch.setattr(gym_tasks, "TASKS_DIR", copy)
+    config = _config(tmp_path / "a", "sft.tasks=[054]")
+    base = warm_start.warm_start_key(config)
+    other = copy / "010-editor-new-document.yaml"
+    other.write_text(other.read_text() + "# an edit to a task no warm start demonstrates\n")
+    assert warm_start.warm_start_key(config) == base
+    own = copy / "054-key-sequence.yaml"
+    own.write_text(own.read_text() + "# an edit to the demonstrated task\n")
+    assert warm_start.warm_start_key(config) != base
+
+
 def test_the_key_follows_the_base_models_files(tmp_path, monkeypatch):
     monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
     model = tmp_path / "model"
