@@ -41,14 +41,15 @@ def sources_hash(config) -> str:
     files), machine-independent: what ``PINNED.json`` records, so a pin older than its sources can be told."""
     from cua_rl.sft import warm_start
 
-    h = hashlib.sha256()
+    files = []
     for rel in warm_start.SOURCES:
         path = warm_start.PACKAGE / rel
-        files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) \
+        files += sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) \
             if path.is_dir() else [path]
-        for f in [*files, *warm_start.task_files(config.sft.tasks)]:
-            h.update(str(f.relative_to(warm_start.PACKAGE)).encode())
-            h.update(f.read_bytes())
+    h = hashlib.sha256()
+    for f in [*files, *warm_start.task_files(config.sft.tasks)]:
+        h.update(str(f.relative_to(warm_start.PACKAGE)).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
