@@ -233,7 +233,8 @@ class PolicyEndpoint:
                            "(policy.require_prompt_proof=false)", type(engine).__name__)
         self.vision_ids = vision_token_ids(processor)
         self.totals = {"recorded_turns": 0, "verified_turns": 0, "prompt_mismatches": 0, "straddles": 0,
-                       "vision_token_outputs": 0, "failed_turns": 0, "undelivered_turns": 0, "unproved_vllm_turns": 0}
+                       "vision_token_outputs": 0, "failed_turns": 0, "undelivered_turns": 0, "unproved_vllm_turns": 0,
+                       "context_overflows": 0}
         self._cpu = _cpu_pool()
         self._http: aiohttp.ClientSession | None = None
         self._servers: dict[str, LoopServer] = {}   # open episode's key -> the server it is registered with
@@ -278,6 +279,8 @@ class PolicyEndpoint:
             ep.ignored_params |= ignored
         if body.get("n") not in (None, 1):
             return Answer(400, error_body(400, "n must be 1"))
+        if ep.overflow:   # the episode ended at its overflow: nothing after it is the policy's
+            return overflow_answer(ep.overflow)
         started = time.perf_counter()
         try:
             parsed = parse_messages(body.get("messages"), self.settings.max_screenshots_in_history)
@@ -295,12 +298,15 @@ class PolicyEndpoint:
                 raise BadRequest("'tools' with images need the vLLM prompt proof, which this engine lacks: "
                                  "put the tool specification in the system prompt")
             prompt = await self._on_cpu(build_prompt, self.processor, self.tokenizer, parsed, images, tools)
-            if len(prompt.input_ids) >= self.gconfig.max_tokens:
-                raise BadRequest(f"prompt has {len(prompt.input_ids)} tokens; the policy allows "
-                                 f"{self.gconfig.max_tokens} in total")
         except (BadRequest, BadImage) as exc:
             logger.info("episode %s: rejected request: %s", ep.id, exc)
             return Answer(400, error_body(400, str(exc)))
+        if len(prompt.input_ids) >= self.gconfig.max_tokens:
+            ep.overflow = (f"the prompt has {len(prompt.input_ids)} tokens; the policy's context holds "
+                           f"{self.gconfig.max_tokens} in all (gconfig.max_tokens), its reply included")
+            self.totals["context_overflows"] += 1
+            logger.info("episode %s: %s: the episode ends here, as the policy's", ep.id, ep.overflow)
+            return overflow_answer(ep.overflow)
         ep.in_flight += 1
         try:
             resp = await self._generate(ep, prompt, tools)
@@ -483,6 +489,17 @@ class PolicyEndpoint:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+# An over-long prompt, on the wire: OpenAI's answer to a request that exceeds the model's context (a 400 whose
+# error ``code`` is "context_length_exceeded"). It ends the episode as the policy's (docs/protocols.md §3): the
+# agent ends the run there (ours: ``run_end`` with ``failure: "policy"``), the workflow evaluates it and trains
+# the turns before it whatever the agent reports, and the overflowing turn is never generated or recorded.
+OVERFLOW = "context_length_exceeded"
+
+
+def overflow_answer(reason: str) -> Answer:
+    return Answer(400, error_body(400, f"this request exceeds the policy's context: {reason}", code=OVERFLOW))
 
 
 def prompt_inputs(processor, tokenizer, settings: EndpointSettings, parsed, images: list[DecodedImage], tools=None):

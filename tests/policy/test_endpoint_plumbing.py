@@ -352,6 +352,24 @@ def test_an_unprovable_vllm_engine_is_refused_unless_opted_out(processor):
     assert not unproved.proves_prompts
 
 
+async def test_right_data_9_an_overlong_prompt_is_context_length_exceeded_on_the_wire(endpoint):
+    """A prompt at or over ``gconfig.max_tokens`` is answered as OpenAI answers a request over the model's context
+    (400, error code ``context_length_exceeded``), never generated or recorded, and it ends the episode: every
+    later request of the episode gets the same answer (a shorter one too), so an agent cannot play on past it."""
+    ep = await endpoint.open_episode()
+    short = {"messages": [_user({"type": "text", "text": "hi"})]}
+    assert (await _post(ep, short, ep.key)).status_code == 200
+    endpoint.gconfig = endpoint.gconfig.new(max_tokens=len(ep.turns[0].prompt_ids) + 2)
+    longer = {"messages": [_user({"type": "text", "text": "hi " * 40})]}
+    for body in (longer, short):
+        r = await _post(ep, body, ep.key)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
+    assert len(ep.turns) == 1 and len(endpoint.engine.requests) == 1 and ep.failed_turns == 0
+    assert endpoint.totals["context_overflows"] == 1 and ep.overflow
+
+
 def test_right_data_6_areals_real_vllm_engine_unproved_is_refused(processor):
     """The workflow gets AReaL's ``RemoteInfEngine`` (its class name names no backend), configured for vLLM
     (``rollout.backend: vllm:...``). One whose vLLM backend the prompt proof cannot wrap (here AReaL's
