@@ -25,6 +25,7 @@ from areal.api.cli_args import GRPOConfig
 from cua_rl.trainer.health import HealthConfig
 from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 from cua_rl.policy import EndpointSettings
+from cua_rl.trajectory import GROUP_WEIGHTS, value_bound
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids", "custom")
 SPLIT_TYPES = ("train", "eval", "all")
@@ -186,6 +187,14 @@ class TrajectoryConfig:
     # Every episode weighs the same under AReaL's token-mean loss whatever its length (each episode's value
     # times the group's mean trained tokens over its own); off, a 20-turn failure outweighs a 3-turn success.
     equal_episode_weight: bool = True
+    # How groups weigh against each other in a batch (cua_rl/trajectory/groups.py): "equal" = every group
+    # pulls the same whatever its tasks' lengths (each group's values over its mean trained tokens); "tokens" =
+    # AReaL's token-mean as it is, a group pulls in proportion to its mean trained tokens (a 20-turn task's
+    # group 10x a 2-turn task's in a mixed batch).
+    group_weight: str = "equal"
+    # Return nothing for a group whose episodes all train with value 0 (every reward equal: no GRPO signal);
+    # its stream item is recorded as dropped (resume). AReaL then samples another group in its place.
+    drop_zero_variance: bool = False
     # Fewer evaluated episodes than this in a group drops the group (a lone episode has no baseline).
     # null = min(2, group size).
     min_group_size: int | None = None
@@ -215,6 +224,21 @@ class TrajectoryConfig:
                 raise ValueError(f"trajectory.{name} must be within [0, 10], got {getattr(self, name)}")
         if self.min_group_size is not None and self.min_group_size < 1:
             raise ValueError(f"trajectory.min_group_size must be >= 1 or null, got {self.min_group_size}")
+        if self.group_weight not in GROUP_WEIGHTS:
+            raise ValueError(f"trajectory.group_weight must be one of {GROUP_WEIGHTS}, got {self.group_weight!r}")
+
+    def value_options(self) -> dict[str, Any]:
+        """The options of ``cua_rl.trajectory.episode_values`` this section sets (what each episode trains with)."""
+        return dict(normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
+                    equal_episode_weight=self.equal_episode_weight, group_weight=self.group_weight)
+
+    def row_options(self) -> dict[str, Any]:
+        """The options of ``cua_rl.trajectory.group_rows`` this section sets (how turns become rows)."""
+        return dict(style=self.export_style, discount=self.turn_discount)
+
+    def group_options(self) -> dict[str, Any]:
+        """Both, for ``cua_rl.trajectory.build_group`` / ``group_batch``."""
+        return {**self.value_options(), **self.row_options()}
 
 
 @dataclass
@@ -380,6 +404,8 @@ class CUAConfig(GRPOConfig):
         self._check_regularisers()
         self._check_train_engine()
         self._wire_lora()
+        self._check_reward_norm()
+        self._check_reward_clip()
         norm = self.actor.adv_norm
         if self.trajectory.mutation == "batch_recentring" and norm is not None:
             norm.mean_level = "batch"   # the learning bench's mutation: issue 33 (a) switched back on
@@ -392,6 +418,43 @@ class CUAConfig(GRPOConfig):
         for tag in self.gym_tags or []:
             if not _TAG.match(str(tag)):
                 raise ValueError(f"gym_tags: bad tag {tag!r} (letters, digits, _ . : - only)")
+
+    def _check_reward_norm(self) -> None:
+        """AReaL's ``reward_norm`` slices the batch into blocks of ``group_size`` rows. A row here is a turn
+        (or an episode in concat), so its blocks cross episodes and tasks; and the workflow has already
+        normalised every group (``trajectory.normalise_in_group``), so a batch mean would re-centre it too."""
+        norm = self.actor.reward_norm
+        if norm is None:
+            return
+        levels = {norm.mean_level, norm.std_level}
+        if "group" in levels:
+            raise ValueError(f"actor.reward_norm with a group level (mean_level {norm.mean_level!r}, std_level "
+                             f"{norm.std_level!r}) normalises blocks of {norm.group_size} rows; a row here is a "
+                             f"turn, so the blocks cross episodes and tasks. Set actor.reward_norm to null: the "
+                             f"workflow normalises each group itself (trajectory.normalise_in_group)")
+        if self.trajectory.normalise_in_group:
+            raise ValueError(f"actor.reward_norm must be null while trajectory.normalise_in_group is on (got "
+                             f"mean_level {norm.mean_level!r}, std_level {norm.std_level!r}): the workflow has "
+                             f"already normalised and weighted each group's rewards; AReaL would normalise them "
+                             f"again over the batch's rows (as AReaL's GRPO examples do, which copy in "
+                             f"reward_norm: {{mean_level: group}})")
+
+    def _check_reward_clip(self) -> None:
+        """AReaL clips ``rewards`` at +-``actor.reward_clip`` (default 20) before anything else, and the rows'
+        rewards are the workflow's values (``cua_rl.trajectory.episode_values``: group-normalised, weighted).
+        A clip they could reach would cut exactly the rare short successes' credit, silently."""
+        a, t = self.actor, self.trajectory
+        bound = value_bound(self.gconfig.n_samples, self.max_turns, self.gconfig.max_new_tokens,
+                            **t.value_options(), reward_range=1.0 + t.format_reward + t.action_reward)
+        reach = (bound + abs(a.reward_bias)) * abs(a.reward_scaling)
+        if a.reward_clip < reach:
+            raise ValueError(
+                f"actor.reward_clip ({a.reward_clip:g}) could clip the values the workflow trains with: with "
+                f"gconfig.n_samples {self.gconfig.n_samples}, max_turns {self.max_turns}, gconfig.max_new_tokens "
+                f"{self.gconfig.max_new_tokens} and trajectory.group_weight {t.group_weight!r} an episode's value "
+                f"reaches {reach:.6g} (a 1-token success among the longest failures; reward_bias and "
+                f"reward_scaling included), and AReaL clips rewards before anything else. Set actor.reward_clip "
+                f">= {reach:.6g} (the recipes set 1e9)")
 
     def _check_regularisers(self) -> None:
         import math

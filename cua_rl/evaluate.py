@@ -29,7 +29,8 @@ embedded gym, through ``CUAAgentWorkflow``'s own episode code. Checkpoints are l
 Instances: for every family task in ``sft.tasks``, ``n`` instances (``--seeds-per-task``) of each of its
 family's held-out regimes (``curriculum.regimes``: for key-sequence, unseen instances of the trained key
 sequences, unseen key sequences, and the unseen family key-sequence-long; for the others, unseen instances):
-seeds no training group or demonstration ever draws, the same list for every checkpoint. An episode the
+seeds no training group or demonstration ever draws (``curriculum.heldout_seeds``, the list the in-training
+evaluator plays too), the same list for every checkpoint. An episode the
 infrastructure dropped counts as a failure and is reported (``dropped``), and so does one whose model call
 failed (``model_errors``).
 
@@ -144,7 +145,7 @@ def curriculum_plays(task_keys: list[str], n: int, only: tuple[str, ...] = ()) -
     named in ``only``, when given): ``n`` instances of each regime (``curriculum.regimes``), every row naming
     its ``regime``."""
     from cua_rl.local_gym import load_tasks
-    from cua_rl.local_gym.curriculum import regimes, seeds
+    from cua_rl.local_gym.curriculum import heldout_seeds, regimes
 
     tasks = load_tasks()
     by_family = {t.family: t for t in tasks.tasks if t.family}
@@ -156,7 +157,8 @@ def curriculum_plays(task_keys: list[str], n: int, only: tuple[str, ...] = ()) -
         for regime in regimes(task.family):
             if only and regime.name not in only:
                 continue
-            plays.append(({**_row(by_family[regime.family]), "regime": regime.name}, seeds(regime.split, n)))
+            plays.append(({**_row(by_family[regime.family]), "regime": regime.name},
+                          heldout_seeds(n, split=regime.split)))
     return plays
 
 
@@ -265,7 +267,7 @@ def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", epis
     """``cua-eval``: each checkpoint on the tasks of ``config``'s task source on the gym at
     ``config.gym_base_url`` (module docstring)."""
     from cua_rl.local_agent.server import start_agent_server
-    from cua_rl.local_gym.curriculum import seeds
+    from cua_rl.local_gym.curriculum import heldout_seeds
 
     if not checkpoints:
         raise ValueError("no checkpoints to evaluate")
@@ -276,7 +278,7 @@ def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", epis
         agent_url = config.gbox_mini_agent_base_url
         if config.agent_service == "embedded":
             agent_url = stack.enter_context(start_agent_server()).url
-        return _run(config, checkpoints, [(row, seeds("heldout", episodes_per_task)) for row in rows],
+        return _run(config, checkpoints, [(row, heldout_seeds(episodes_per_task)) for row in rows],
                     gym=(config.gym_base_url, config.gym_id), agent_url=agent_url, concurrency=concurrency,
                     samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url)
 

@@ -12,8 +12,9 @@ Shared records under the run's log directory:
   recorded, verified, refused, undelivered, ...; ``cua_rl.workflow.worker``) as JSON under
   ``<logs>/policy_endpoint/``, one file per kind, host and process; the launcher's summary and the run's
   health checks add them up. Kinds ("train", "eval") are kept apart;
-- the dropped stream items (``record_dropped``): a training row the workflow returns nothing for, one line in
-  ``<logs>/dropped_stream/``, which the trainer's loader counts as consumed (cua_rl/trainer/resume.py);
+- the dropped stream items (``record_dropped``, read by ``read_dropped``): a training row the workflow returns
+  nothing for, one line in ``<logs>/dropped_stream/``, which the trainer's loader counts as consumed
+  (cua_rl/trainer/resume.py);
 - ``STREAM_KEY``: the stream index the trainer's loader gives each task row, which the workflow copies into
   its rows.
 """
@@ -122,8 +123,20 @@ def write_counts(kind: str, stats_dir: str, totals: dict[str, int]) -> None:
         logger.warning("could not write the workflow's counts to %s: %s", stats_dir, exc)
 
 
+def read_dropped(logs_dir: str | Path) -> set[int]:
+    """Every stream item any process recorded with ``record_dropped`` under ``<logs>/dropped_stream/``."""
+    out: set[int] = set()
+    for path in sorted((Path(logs_dir) / DROPPED_DIR).glob("*.txt")):
+        try:
+            out.update(int(line) for line in path.read_text().split() if line.isdigit())
+        except OSError as exc:
+            logger.warning("could not read dropped stream items from %s: %s", path, exc)
+    return out
+
+
 def record_dropped(logs_dir: str | Path, index: int) -> None:
-    """The workflow dropped stream item ``index`` (its group was rejected): one line in this process's file
+    """The workflow dropped stream item ``index`` (its group was rejected, trained no row or carried no
+    signal): one line in this process's file
     under ``<logs>/dropped_stream/``, where the trainer's loader reads it (``ExactlyOnceLoader``)."""
     path = Path(logs_dir) / DROPPED_DIR / f"{socket.gethostname()}-{os.getpid()}.txt"
     try:

@@ -64,8 +64,6 @@ def main(args: list[str]) -> None:
     group_size, eval_group_size = config.gconfig.n_samples, config.eval_gconfig.n_samples
     config.gconfig = config.gconfig.new(n_samples=1)
     config.eval_gconfig = config.eval_gconfig.new(n_samples=1)
-    if config.actor.reward_norm is not None:
-        logger.warning("actor.reward_norm is set: rewards are already normalised per group by the workflow")
 
     logger.info("train tasks: %d, eval tasks: %d, group size: %d", len(train_dataset),
                 0 if valid_dataset is None else len(valid_dataset), group_size)

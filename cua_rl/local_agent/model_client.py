@@ -32,6 +32,30 @@ class ModelError(Exception):
     """The model endpoint failed for good (after retries) or replied with something unusable."""
 
 
+class ContextExceeded(ModelError):
+    """The model refused the request as longer than its context: the prompt outgrew what the policy can read.
+    Not a failure of the model server: the run ends there as the policy's (docs/protocols.md §3)."""
+
+
+# OpenAI's error code for a request over the model's context (our policy endpoint sends it); vLLM's own server
+# says so in the message instead ("This model's maximum context length is N tokens ...").
+CONTEXT_EXCEEDED_CODE = "context_length_exceeded"
+
+
+def context_exceeded(response: httpx.Response) -> bool:
+    """Whether an error reply says the request was longer than the model's context."""
+    if response.status_code != 400:
+        return False
+    try:
+        body = parse_json(response.content)
+    except ValueError:
+        return False
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return False
+    return error.get("code") == CONTEXT_EXCEEDED_CODE or "maximum context length" in str(error.get("message", ""))
+
+
 def _detail(response: httpx.Response) -> str:
     try:
         body = parse_json(response.content)
@@ -100,6 +124,8 @@ class ModelClient:
             self._hints_supported[self.base_url] = False
             on_request(body)
             response = await self._send("POST", "/chat/completions", "chat completion", json=body)
+        if context_exceeded(response):
+            raise ContextExceeded(f"the prompt exceeds the model's context: {_detail(response)}")
         if response.status_code >= 400:
             raise ModelError(f"chat completion: HTTP {response.status_code}: {_detail(response)}")
         try:

@@ -5,6 +5,8 @@ Why the run ends the way it does:
 - ``maxSteps``, ``maxStepTimeSec``, ``maxRunTimeSec``, cancel: a limit ended it (``ok: false``);
 - model or gym failures after retries: ``ok: false`` with the error as reason; a time limit that runs out
   while the model server has not answered is the model server's failure (``failure: model``), not the policy's;
+- the model refused a prompt as longer than its context (``context_length_exceeded``): ``ok: false``, the
+  policy's (``failure: "policy"``): the episode outgrew what the policy can read, nothing failed;
 - an unusable reply (no tool call, bad JSON, unknown action, an action the gym rejects) is an *invalid
   turn*: an ``error`` event, and the reason is shown to the model with the next screenshot. Only
   ``maxInvalidTurns`` invalid turns in a row end the run.
@@ -26,7 +28,7 @@ from ..genv import GenvClient, GenvError
 from ..http.retry import RetryPolicy
 from .actions import AgentAction, InvalidAction, ParsedTurn
 from .formats import HistoryStep, PromptContext, get_format
-from .model_client import MAX_ANSWER_BYTES, ModelClient, ModelError, token_record
+from .model_client import MAX_ANSWER_BYTES, ContextExceeded, ModelClient, ModelError, token_record
 from .record import CANCELLED, RunRecord, iso
 from .schema import RunRequest
 
@@ -332,6 +334,8 @@ class AgentRun:
     async def _model_call(self, call) -> Any:
         try:
             return await call
+        except ContextExceeded as exc:   # the prompt outgrew the policy's context: its episode ends here
+            raise RunFailed(str(exc), "policy") from exc
         except ModelError as exc:
             raise RunFailed(str(exc), "model") from exc
 

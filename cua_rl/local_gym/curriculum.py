@@ -14,8 +14,9 @@ demonstrations play.
 
 Seeds split three ways: train (``0 .. HELDOUT_START-1``), held-out instances (``HELDOUT_START ..
 HELDOUT_CONTENT_START-1``) and held-out content (``HELDOUT_CONTENT_START ..``). Every seed the workflow derives
-for a group (31 bits) and every SFT demonstration's seed is a training seed; evaluation asks for held-out seeds
-explicitly (``seeds("heldout", n)``, ``seeds("heldout-content", n)``). A family whose content space is large
+for a training group (31 bits) and every SFT demonstration's seed is a training seed; evaluation plays held-out
+seeds, always through ``heldout_seeds`` (the one function the in-training evaluator, ``cua_rl.workflow.seeding``,
+and ``cua_rl.evaluate`` read, so a change of the held-out sets is made here once). A family whose content space is large
 enough to hold part of it out (key-sequence: which key sequence an instance asks for) draws a training or
 held-out-instance seed's content from its training content only, and a held-out-content seed's from the rest,
 so nothing trained on ever shows held-out content (``Instance.content`` names an instance's content unit). For
@@ -117,6 +118,16 @@ def seeds(split: str, n: int, offset: int = 0) -> list[int]:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     base = {"train": 0, "heldout": HELDOUT_START, "heldout-content": HELDOUT_CONTENT_START}[split]
     return [base + offset + i for i in range(n)]
+
+
+def heldout_seeds(n: int, offset: int = 0, split: str = "heldout") -> list[int]:
+    """The held-out seeds every evaluation plays: the first ``n`` (from ``offset``) of ``split`` ("heldout":
+    unseen instances, the yardstick's first regime and what the in-training evaluator plays; "heldout-content":
+    unseen content). The one function the in-training evaluator (``cua_rl.workflow.seeding``) and
+    ``cua_rl.evaluate`` read, so a change of the held-out sets is made in this one place."""
+    if split == "train":
+        raise ValueError("heldout_seeds: 'train' is no held-out split")
+    return seeds(split, n, offset)
 
 
 def random_seed() -> int:

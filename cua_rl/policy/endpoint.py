@@ -89,7 +89,8 @@ class EndpointSettings:
     max_images_per_request: int = 64
     # The model name the endpoint reports (agents' `model` field is accepted and ignored).
     model_name: str = "policy"
-    # auto (from the engine's class), vllm or sglang: only decides how version-straddling outputs are treated.
+    # auto (what AReaL's engine carries: its config's backend, engine_kind), vllm or sglang: decides how
+    # version-straddling outputs are treated and whether the prompt proof is needed.
     backend: str = "auto"
     # Regenerations of an output interrupted by a weight update or carrying vision placeholder tokens.
     max_straddle_retries: int = 2
@@ -125,11 +126,44 @@ class EndpointSettings:
 
 
 def engine_backend(engine: Any, configured: str = "auto") -> str:
+    """``policy.backend``: "vllm" or "sglang" as configured, or ("auto") what the engine is (``engine_kind``);
+    an engine that does not say is treated as vLLM."""
     if configured in ("vllm", "sglang"):
         return configured
     if configured != "auto":
         raise ValueError(f"policy.backend must be auto, vllm or sglang, got {configured!r}")
-    return "sglang" if "sglang" in type(engine).__name__.lower() else "vllm"
+    return engine_kind(engine) or "vllm"
+
+
+ENGINE_KINDS = ("vllm", "sglang")
+
+
+def engine_kind(engine: Any) -> str | None:
+    """"vllm" or "sglang" as AReaL's engine itself carries it, None for an engine that carries neither (a test's
+    engine, a user's own). The workflow gets AReaL's ``RemoteInfEngine`` (whose class name names no backend):
+    its ``config.backend`` (``rollout.backend``, e.g. "vllm:d4p1t1", read with AReaL's ``ModelAllocation``), else
+    the class of its ``backend`` object (``VLLMBackend``, ``SGLangBackend``; inside our ``ProvingBackend`` too).
+    ``RemotevLLMEngine`` and ``RemoteSGLangEngine`` carry the same config and hold a ``RemoteInfEngine``."""
+    from areal.api.alloc_mode import ModelAllocation
+
+    for obj in (engine, getattr(engine, "_engine", None)):
+        if obj is None:
+            continue
+        spec = getattr(getattr(obj, "config", None), "backend", None)
+        if isinstance(spec, str) and spec:
+            try:
+                kind = ModelAllocation.from_str(spec, name="rollout").backend
+            except Exception:  # noqa: BLE001 - not set yet ("???") or not an allocation: ask the backend object
+                kind = None
+            if kind in ENGINE_KINDS:
+                return kind
+        backend = getattr(obj, "backend", None)
+        if backend is not None:
+            name = type(getattr(backend, "_inner", backend)).__name__.lower()
+            kind = next((k for k in ENGINE_KINDS if name.startswith(k)), None)
+            if kind is not None:
+                return kind
+    return None
 
 
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -190,8 +224,8 @@ class PolicyEndpoint:
         self.proves_prompts = self.backend == "vllm" and install_prompt_proof(engine)
         if self.backend == "vllm" and not self.proves_prompts:
             # AReaL's vLLM engine whose backend the proof cannot wrap (e.g. another AReaL version): refused.
-            # Engines of other kinds (a test's engine, a user's own) have no vLLM to ask: warned about.
-            if self.settings.require_prompt_proof and "vllm" in type(engine).__name__.lower():
+            # Engines that do not say what they are (a test's engine, a user's own) have no vLLM to ask: warned.
+            if self.settings.require_prompt_proof and engine_kind(engine) == "vllm":
                 raise RuntimeError(f"engine {type(engine).__name__} has no vLLM backend to ask for its prompt ids: "
                                    f"the prompts trained on could not be proved equal to vLLM's (set "
                                    f"policy.require_prompt_proof=false to train unproved)")
@@ -199,7 +233,8 @@ class PolicyEndpoint:
                            "(policy.require_prompt_proof=false)", type(engine).__name__)
         self.vision_ids = vision_token_ids(processor)
         self.totals = {"recorded_turns": 0, "verified_turns": 0, "prompt_mismatches": 0, "straddles": 0,
-                       "vision_token_outputs": 0, "failed_turns": 0, "undelivered_turns": 0, "unproved_vllm_turns": 0}
+                       "vision_token_outputs": 0, "failed_turns": 0, "undelivered_turns": 0, "unproved_vllm_turns": 0,
+                       "context_overflows": 0}
         self._cpu = _cpu_pool()
         self._http: aiohttp.ClientSession | None = None
         self._servers: dict[str, LoopServer] = {}   # open episode's key -> the server it is registered with
@@ -244,6 +279,8 @@ class PolicyEndpoint:
             ep.ignored_params |= ignored
         if body.get("n") not in (None, 1):
             return Answer(400, error_body(400, "n must be 1"))
+        if ep.overflow:   # the episode ended at its overflow: nothing after it is the policy's
+            return overflow_answer(ep.overflow)
         started = time.perf_counter()
         try:
             parsed = parse_messages(body.get("messages"), self.settings.max_screenshots_in_history)
@@ -261,12 +298,15 @@ class PolicyEndpoint:
                 raise BadRequest("'tools' with images need the vLLM prompt proof, which this engine lacks: "
                                  "put the tool specification in the system prompt")
             prompt = await self._on_cpu(build_prompt, self.processor, self.tokenizer, parsed, images, tools)
-            if len(prompt.input_ids) >= self.gconfig.max_tokens:
-                raise BadRequest(f"prompt has {len(prompt.input_ids)} tokens; the policy allows "
-                                 f"{self.gconfig.max_tokens} in total")
         except (BadRequest, BadImage) as exc:
             logger.info("episode %s: rejected request: %s", ep.id, exc)
             return Answer(400, error_body(400, str(exc)))
+        if len(prompt.input_ids) >= self.gconfig.max_tokens:
+            ep.overflow = (f"the prompt has {len(prompt.input_ids)} tokens; the policy's context holds "
+                           f"{self.gconfig.max_tokens} in all (gconfig.max_tokens), its reply included")
+            self.totals["context_overflows"] += 1
+            logger.info("episode %s: %s: the episode ends here, as the policy's", ep.id, ep.overflow)
+            return overflow_answer(ep.overflow)
         ep.in_flight += 1
         try:
             resp = await self._generate(ep, prompt, tools)
@@ -449,6 +489,17 @@ class PolicyEndpoint:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+# An over-long prompt, on the wire: OpenAI's answer to a request that exceeds the model's context (a 400 whose
+# error ``code`` is "context_length_exceeded"). It ends the episode as the policy's (docs/protocols.md §3): the
+# agent ends the run there (ours: ``run_end`` with ``failure: "policy"``), the workflow evaluates it and trains
+# the turns before it whatever the agent reports, and the overflowing turn is never generated or recorded.
+OVERFLOW = "context_length_exceeded"
+
+
+def overflow_answer(reason: str) -> Answer:
+    return Answer(400, error_body(400, f"this request exceeds the policy's context: {reason}", code=OVERFLOW))
 
 
 def prompt_inputs(processor, tokenizer, settings: EndpointSettings, parsed, images: list[DecodedImage], tools=None):

@@ -67,6 +67,9 @@ class Episode:
     in_flight: int = 0  # generations still running (a run that ends with one pending was cut short by us)
     undelivered_turns: int = 0  # answers the agent never received (it stopped waiting): never recorded
     answer_lost: bool = False  # the latest answer was not delivered (nothing later replaced it yet)
+    # A prompt outgrew gconfig.max_tokens: the policy's episode ended there (OVERFLOW in endpoint.py); every
+    # later request of the episode gets the same refusal. The reason, or "" while it has not happened.
+    overflow: str = ""
     ignored_params: set[str] = field(default_factory=set)
     closed: bool = False
     # Content hash -> PreparedImage of the screenshots in the latest request: each distinct screenshot is

@@ -29,9 +29,11 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * MiB
 
 
-def error_body(status: int, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
-    """The OpenAI error object (``{"error": {"message", "type", "code"}}``): the one builder of it."""
-    return {"error": {"message": message, "type": kind, "code": status}}
+def error_body(status: int, message: str, kind: str = "invalid_request_error",
+               code: str | None = None) -> dict[str, Any]:
+    """The OpenAI error object (``{"error": {"message", "type", "code"}}``): the one builder of it. ``code``:
+    OpenAI's error code where one applies (``context_length_exceeded``), else the status."""
+    return {"error": {"message": message, "type": kind, "code": code or status}}
 
 
 def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cua_rl.runs import DROPPED_DIR, STREAM_KEY
+from cua_rl.runs import DROPPED_DIR, STREAM_KEY, read_dropped
 
 logger = logging.getLogger("cua_rl.trainer.resume")
 
@@ -299,13 +299,8 @@ class ExactlyOnceLoader:
         self._dropped.update(int(i) for i in indices)
 
     def _read_dropped(self) -> None:
-        if self.dropped_dir is None or not self.dropped_dir.is_dir():
-            return
-        for path in self.dropped_dir.glob("*.txt"):
-            try:
-                self.mark_dropped(int(line) for line in path.read_text().split() if line.isdigit())
-            except OSError as exc:
-                logger.warning("could not read dropped stream items from %s: %s", path, exc)
+        if self.dropped_dir is not None:
+            self.mark_dropped(read_dropped(self.dropped_dir.parent))
 
     def _consumed(self, index: int) -> bool:
         return index in self._trained or index in self._dropped

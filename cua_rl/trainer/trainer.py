@@ -131,6 +131,7 @@ class Trainer(PPOTrainer):
         return adapter_probe(config.gconfig.lora_name, lambda: self.rollout.get_version())
 
     def train(self, *args, **kwargs):
+        refuse_dynamic_filter(*args, **kwargs)
         if self.weight_probe is not None:
             self.weight_probe.baseline()
         return super().train(*args, **kwargs)
@@ -224,6 +225,16 @@ class Trainer(PPOTrainer):
         if not is_eval and self._early_rollout is not None:
             return self._early_rollout.result()
         return super()._init_rollout(rollout_config, is_eval=is_eval, lora_path=lora_path)
+
+
+def refuse_dynamic_filter(*args, **kwargs) -> None:
+    """``PPOTrainer.train``'s ``dynamic_filter_fn`` (its fifth argument) drops groups the workflow never hears
+    of: their stream items would never be recorded as consumed (``cua_rl.runs.record_dropped``) and would pin
+    the resume point. The workflow drops zero-signal groups itself and records them."""
+    if kwargs.get("dynamic_filter_fn") is not None or (len(args) > 4 and args[4] is not None):
+        raise ValueError("dynamic_filter_fn is refused: AReaL would drop those groups without recording their "
+                         "stream items for resume; set trajectory.drop_zero_variance=true to drop groups whose "
+                         "rewards are all equal (the workflow records each one)")
 
 
 class _Background:

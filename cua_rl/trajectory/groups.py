@@ -11,6 +11,18 @@ Each episode weighs the same whatever its length: AReaL's loss is a mean over th
 episode's pull grows with the tokens it trained (a 20-turn failure about 7x a 3-turn success). Each
 episode's value is therefore scaled by the group's mean trained tokens over its own (``episode_weights``),
 which keeps the group's total weight and makes its episodes equal.
+
+Across groups the same token-mean makes a group pull in proportion to its mean trained tokens: in a batch
+that mixes tasks a 20-turn task's group weighs 10x a 2-turn task's. ``group_weight`` states the choice:
+``"equal"`` (the default) divides each group's values by its mean trained tokens, so every group pulls the
+same whatever its tasks' lengths (an episode's value summed over its trained tokens is then its group
+advantage); ``"tokens"`` keeps AReaL's per-token weighting (a group pulls with its tokens). Only the relative
+weights change: the scale of the advantages is set by AReaL's ``adv_norm`` (config.yaml: the batch's std).
+
+``episode_values`` is the one definition of what each episode trains with: ``group_rows`` copies it onto the
+rows' ``rewards`` (discounted per turn), the workflow reports it to the monitor, and ``value_bound`` says how
+large it can get (AReaL clips ``rewards`` at ``actor.reward_clip`` before anything else; CUAConfig refuses a
+clip that could cut these values).
 """
 
 from __future__ import annotations
@@ -55,15 +67,66 @@ def normalise_group(rewards: list[float], scale_by_std: bool = True, eps: float 
     return [c / (std + eps) for c in centred]
 
 
+def trained_tokens(outcome: EpisodeOutcome) -> int:
+    """The tokens an episode trains: its turns' outputs (the prompt is masked out)."""
+    return sum(len(t.output_ids) for t in outcome.turns)
+
+
 def episode_weights(outcomes: list[EpisodeOutcome]) -> list[float]:
     """Per-episode scale that gives every episode of a group the same total weight under a token-mean loss:
     the group's mean trained (output) tokens over the episode's own; 0 for an episode that trained none."""
-    tokens = [sum(len(t.output_ids) for t in o.turns) for o in outcomes]
+    tokens = [trained_tokens(o) for o in outcomes]
+    mean = _mean_trained(tokens)
+    return [mean / n if n else 0.0 for n in tokens] if mean else [0.0] * len(outcomes)
+
+
+def _mean_trained(tokens: list[int]) -> float:
+    """Mean trained tokens over the episodes that trained any (0.0 when none did)."""
     trained = [n for n in tokens if n]
-    if not trained:
-        return [0.0] * len(outcomes)
-    mean = sum(trained) / len(trained)
-    return [mean / n if n else 0.0 for n in tokens]
+    return sum(trained) / len(trained) if trained else 0.0
+
+
+GROUP_WEIGHTS = ("equal", "tokens")
+
+
+def episode_values(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
+                   equal_episode_weight: bool = True, group_weight: str = "equal") -> list[float]:
+    """The value each episode of one group trains with (module docstring): its reward, normalised within the
+    group (``normalise``, ``scale_by_std``), times its episode weight (``equal_episode_weight``), divided by
+    the group's mean trained tokens when ``group_weight`` is ``"equal"``."""
+    if group_weight not in GROUP_WEIGHTS:
+        raise ValueError(f"group_weight must be one of {GROUP_WEIGHTS}, got {group_weight!r}")
+    raw = [o.reward for o in outcomes]
+    values = normalise_group(raw, scale_by_std) if normalise else raw
+    if equal_episode_weight:
+        values = [v * w for v, w in zip(values, episode_weights(outcomes))]
+    if group_weight == "equal":
+        mean = _mean_trained([trained_tokens(o) for o in outcomes])
+        values = [v / mean if mean else 0.0 for v in values]
+    return values
+
+
+def value_bound(group_size: int, max_turns: int, max_new_tokens: int, *, normalise: bool = True,
+                scale_by_std: bool = True, equal_episode_weight: bool = True, group_weight: str = "equal",
+                reward_range: float = 1.0) -> float:
+    """The largest |value| ``episode_values`` can give an episode of a group of at most ``group_size``
+    evaluated episodes, each of at most ``max_turns`` turns of at most ``max_new_tokens`` trained tokens and
+    rewards within ``[0, reward_range]``.
+
+    A normalised value is at most (n-1)/sqrt(n) (one outlier against n-1 equal siblings, sample std), a centred
+    one (n-1)/n of the range; the episode weight is largest for a 1-token episode among siblings of the most
+    tokens: ((n-1) x max_turns x max_new_tokens + 1) / n. Dividing by the group's mean trained tokens
+    (``"equal"``) leaves at most the normalised value over the episode's own tokens (>= 1)."""
+    n = max(1, group_size)
+    if normalise and scale_by_std:
+        bound = (n - 1) / math.sqrt(n)
+    elif normalise:
+        bound = reward_range * (n - 1) / n
+    else:
+        bound = reward_range
+    if equal_episode_weight and group_weight == "tokens":
+        bound *= ((n - 1) * max(1, max_turns) * max(1, max_new_tokens) + 1) / n
+    return bound
 
 
 def shuffle_rewards(outcomes: list[EpisodeOutcome], key: str) -> list[EpisodeOutcome]:
@@ -115,19 +178,24 @@ class ScreenshotSwap:
         return swapped
 
 
-def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
-                style: ExportStyle = "individual", discount: float = 1.0,
-                equal_episode_weight: bool = True, compact_images: bool = True) -> dict[str, Any] | None:
-    """Rows of all episodes of one group, concatenated; None when no episode produced a row. When any
-    episode is reported to the monitor, every row carries ``monitor_turn`` (rows.py). ``compact_images``: each
-    row's ``pixel_values`` as palette codes (pixels.py, bit-equal once decoded; the trainer needs
-    ``cua_rl.areal_ext.compact_images``, which the training workers enable)."""
-    if not outcomes:
-        return None
-    raw = [o.reward for o in outcomes]
-    values = normalise_group(raw, scale_by_std) if normalise else raw
-    if equal_episode_weight:
-        values = [v * w for v, w in zip(values, episode_weights(outcomes))]
+@dataclass
+class GroupRows:
+    """One group as AReaL trains it: ``batch`` (its rows; None when no episode produced a row) and ``values``
+    (each episode's value, ``episode_values``: what its rows carry, before the per-turn discount)."""
+
+    batch: dict[str, Any] | None
+    values: list[float]
+
+
+def group_rows(outcomes: list[EpisodeOutcome], values: list[float], *, style: ExportStyle = "individual",
+               discount: float = 1.0, compact_images: bool = True) -> dict[str, Any] | None:
+    """Rows of all episodes of one group, each episode's rows carrying its ``values`` entry (``episode_values``),
+    concatenated; None when no episode produced a row. When any episode is reported to the monitor, every row
+    carries ``monitor_turn`` (rows.py). ``compact_images``: each row's ``pixel_values`` as palette codes
+    (pixels.py, bit-equal once decoded; the trainer needs ``cua_rl.areal_ext.compact_images``, which the
+    training workers enable)."""
+    if len(values) != len(outcomes):
+        raise ValueError(f"{len(values)} values for {len(outcomes)} episodes")
     keyed = any(o.monitor_uuid for o in outcomes)
     rows: list[dict[str, Any]] = []
     for outcome, value in zip(outcomes, values):
@@ -143,3 +211,19 @@ def group_batch(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale
     if compact_images:
         batch["multi_modal_input"] = pack_rows(batch["multi_modal_input"])
     return batch
+
+
+def build_group(outcomes: list[EpisodeOutcome], *, normalise: bool = True, scale_by_std: bool = True,
+                style: ExportStyle = "individual", discount: float = 1.0, equal_episode_weight: bool = True,
+                group_weight: str = "equal", compact_images: bool = True) -> GroupRows:
+    """``episode_values`` of the group, and its rows carrying them (``group_rows``)."""
+    values = episode_values(outcomes, normalise=normalise, scale_by_std=scale_by_std,
+                            equal_episode_weight=equal_episode_weight, group_weight=group_weight)
+    batch = group_rows(outcomes, values, style=style, discount=discount, compact_images=compact_images) \
+        if outcomes else None
+    return GroupRows(batch, values)
+
+
+def group_batch(outcomes: list[EpisodeOutcome], **options) -> dict[str, Any] | None:
+    """The rows of ``build_group`` (same options), or None."""
+    return build_group(outcomes, **options).batch

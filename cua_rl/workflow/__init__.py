@@ -4,14 +4,14 @@
   ``Dropped``;
 - ``group``: ``CUAAgentWorkflow``, one GRPO group of episodes per task row -> training rows;
 - ``sections``: the typed sections it is built from (gym, agent service, model, episode limits, monitor);
-- ``seeding``: which instance of a task each group plays;
+- ``seeding``: which instance of a task each episode plays (one per training group, held-out ones in eval);
 - ``worker``: what a rollout worker process keeps across groups (the policy endpoint, the counts, the seeds);
   the counts go on disk through ``cua_rl.runs`` for the run's summary and health checks.
 """
 
 from .episode import CAUSES, Dropped, EpisodeSetup, play_episode
-from .group import CUAAgentWorkflow, has_reward_variance
+from .group import CUAAgentWorkflow
 from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 
 __all__ = ["CAUSES", "AgentTarget", "CUAAgentWorkflow", "Dropped", "EpisodeLimits", "EpisodeSetup", "GymTarget",
-           "ModelTarget", "MonitorTarget", "has_reward_variance", "play_episode"]
+           "ModelTarget", "MonitorTarget", "play_episode"]

@@ -6,8 +6,8 @@ terminate (always, in ``finally``). The endpoint recorded every model turn exact
 
 Outcomes: an episode is either evaluated (``EpisodeOutcome``) or dropped (``Dropped``, with its cause: the
 gym, the agent service or the model server failed, or the episode crashed), never given a reward it did not
-earn. A run that merely ends badly (timeout, the agent gave up, unparseable output) is still evaluated and
-keeps its real, possibly zero, reward.
+earn. A run that merely ends badly (timeout, the agent gave up, unparseable output, a prompt that outgrew the
+policy's context) is still evaluated and keeps its real, possibly zero, reward.
 
 Used by the workflow (``CUAAgentWorkflow``: a GRPO group of these), by the held-out evaluation
 (``cua_rl.evaluate``) and by tests; ``EpisodeSetup`` is what every episode of one workflow shares.
@@ -157,7 +157,12 @@ async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execu
     finally:
         if episode is not None:
             endpoint.close_episode(episode)
-    if run.infrastructure_failed:
+    if episode is not None and episode.overflow and not run.service_failed:
+        # the policy's episode ended at the prompt that outgrew its context (policy/endpoint.py OVERFLOW): its
+        # own outcome, evaluated whatever the agent reported (a stock agent may call the 400 a model failure)
+        logger.info("execution %s: the episode ended at its context overflow (%s); evaluated as the policy's",
+                    execution_id, episode.overflow)
+    elif run.infrastructure_failed:
         cause = "agent_service" if run.service_failed else {"env": "gym", "model": "model_server"}[run.failure]
         if cause == "model_server" and episode is not None and not _reached(episode):
             logger.error("execution %s: the agent could not reach the policy endpoint at %s (the URL it was "
@@ -180,4 +185,4 @@ async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execu
 def _reached(episode) -> bool:
     """Whether any of the agent's model calls of ``episode`` arrived at the policy endpoint."""
     return bool(episode.turns or episode.failed_turns or episode.undelivered_turns or episode.prompt_mismatches
-                or episode.in_flight or episode.vision_token_outputs or episode.dropped_straddles)
+                or episode.in_flight or episode.vision_token_outputs or episode.dropped_straddles or episode.overflow)

@@ -40,7 +40,7 @@ from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.runs import STREAM_KEY, RunPaths, record_dropped, write_counts
 from cua_rl.trajectory.mutations import mutate
-from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, group_batch, normalise_group, rows_of, shuffle_rewards
+from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, episode_values, group_rows, rows_of, shuffle_rewards
 from cua_rl.trajectory.rows import new_rollout_uuid
 
 from . import seeding
@@ -127,18 +127,32 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if self._reporter is not None:
             await self._reporter.flush(timeout_s)
 
-    def _report(self, engine, data: dict, task_id: str, index: int) -> RolloutReport | None:
+    def group_identity(self, engine, data: dict) -> tuple[int, str]:
+        """(group number, group id) of the group about to run for task row ``data``, unique in the run: the
+        row's stream index when it has one (training rows; the same again if a resumed run plays it again at
+        another version), else this worker's count of its groups, with a token of this process (eval rows, rows
+        without an index: several rollout workers count at once). The monitor's group view groups by the id."""
+        task_id = str(data.get("task_id"))
+        version = engine.get_version() if hasattr(engine, "get_version") else None
+        if isinstance(data.get(STREAM_KEY), int):
+            number = int(data[STREAM_KEY])
+            return number, f"{task_id}:s{number}:{version}"
+        number = self._worker.next_group()
+        return number, f"{task_id}:{self._worker.token}-{number}:{version}"
+
+    def _report(self, engine, data: dict, task_id: str, index: int,
+                group: tuple[int, str] | None = None) -> RolloutReport | None:
         try:  # the monitor must never cost an episode: any surprise here means "not reported"
             monitor = self._monitor()
             if monitor is None:
                 return None
             version = engine.get_version() if hasattr(engine, "get_version") else None
+            number, group_id = group if group is not None else self.group_identity(engine, data)
             return monitor.rollout(
                 new_rollout_uuid(), task_id=task_id, task_name=str(data.get("name") or task_id),
                 task_description=str(data.get("description") or data.get("instruction") or ""), step=version,
-                source_type="step", is_eval=self.is_eval, group_num=data.get("item_idx"), env_index=index,
-                group_id=f"{task_id}:{data.get('item_idx', 0)}:{version}", max_turns=self.limits.max_turns,
-                model_path=self.model.path)
+                source_type="step", is_eval=self.is_eval, group_num=number, env_index=index,
+                group_id=group_id, max_turns=self.limits.max_turns, model_path=self.model.path)
         except Exception as exc:  # noqa: BLE001
             logger.warning("monitor: rollout of task %s not reported: %s: %s", task_id, type(exc).__name__, exc)
             return None
@@ -150,8 +164,9 @@ class CUAAgentWorkflow(RolloutWorkflow):
             logger.error("task row without task_id/instruction rejected: keys=%s", sorted(data))
             return None
         endpoint = None if self.model.base_url else self.policy_endpoint(engine)
-        seed = self.group_seed(engine, data)
-        results = await asyncio.gather(*(self._reported_episode(engine, endpoint, data, i, seed)
+        seeds = self.episode_seeds(engine, data)
+        group = self.group_identity(engine, data)
+        results = await asyncio.gather(*(self._reported_episode(engine, endpoint, data, i, seeds[i], group)
                                          for i in range(self.group_size)),
                                        return_exceptions=True)
         outcomes: list[EpisodeOutcome] = []
@@ -179,15 +194,20 @@ class CUAAgentWorkflow(RolloutWorkflow):
             return None
         t = self.trajectory
         if t.shuffle_rewards:
-            outcomes = shuffle_rewards(outcomes, f"{self.seed}:{task_id}:{seed}:{data.get('item_idx')}")
+            outcomes = shuffle_rewards(outcomes, f"{self.seed}:{task_id}:{seeds[0]}:{data.get('item_idx')}")
         if t.shuffle_screenshots:
             outcomes = _screenshot_swap(self.seed)(outcomes)
-        self._report_advantages(outcomes)
+        values = episode_values(outcomes, **t.value_options())   # what each episode trains with
+        if t.drop_zero_variance and not any(values):
+            logger.info("task %s: every episode's value is 0 (rewards all %s); group dropped "
+                        "(trajectory.drop_zero_variance)", task_id, outcomes[0].reward)
+            self._worker.episodes["groups_zero_variance"] += 1
+            self._dropped(data)
+            return None
+        self._report_advantages(outcomes, values)
         # in a thread: packing the rows' images (trajectory/pixels.py) sorts each distinct screenshot, and this
         # loop serves the policy endpoint of every episode in flight
-        batch = await asyncio.to_thread(group_batch, outcomes, normalise=t.normalise_in_group,
-                                        scale_by_std=t.scale_by_std, style=t.export_style,
-                                        discount=t.turn_discount, equal_episode_weight=t.equal_episode_weight)
+        batch = await asyncio.to_thread(group_rows, outcomes, values, **t.row_options())
         if batch is None:
             self._dropped(data)
         elif t.mutation:
@@ -223,28 +243,30 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if not self.is_eval and self.stats_dir and isinstance(data.get(STREAM_KEY), int):
             record_dropped(self.stats_dir, data[STREAM_KEY])
 
-    def _report_advantages(self, outcomes: list[EpisodeOutcome]) -> None:
-        """Each trained episode's GRPO advantage (the group-normalised reward ``group_batch`` trains on)."""
-        reports = [o.info.get("monitor_report") for o in outcomes]
-        if not any(reports):
-            return
-        t = self.trajectory
-        rewards = [o.reward for o in outcomes]
-        values = normalise_group(rewards, t.scale_by_std) if t.normalise_in_group else rewards
-        for outcome, report, value in zip(outcomes, reports, values):
+    def _report_advantages(self, outcomes: list[EpisodeOutcome], values: list[float]) -> None:
+        """Each trained episode's value (``episode_values``: what its rows carry, each turn its discounted
+        share) as its advantage in the monitor."""
+        for outcome, value in zip(outcomes, values):
+            report = outcome.info.get("monitor_report")
             if report is not None:
-                report.advantage(value, len(outcome.turns), t.turn_discount)
+                report.advantage(value, len(outcome.turns), self.trajectory.turn_discount)
+
+    def episode_seeds(self, engine, data: dict) -> list[int | None]:
+        """The instance seed of each episode of this group (``cua_rl.workflow.seeding``: one for a training
+        group, one held-out instance each in an eval group); Nones when seeding is off."""
+        if not self.gym.seed_instances:
+            return [None] * self.group_size
+        return seeding.group_seeds(self.seed, engine, data, self.group_size, is_eval=self.is_eval,
+                                   groups_run=self._worker.groups_run)
 
     def group_seed(self, engine, data: dict) -> int | None:
-        """The one instance seed of this group (``cua_rl.workflow.seeding``); None when seeding is off."""
-        if not self.gym.seed_instances:
-            return None
-        return seeding.group_seed(self.seed, engine, data, is_eval=self.is_eval, groups_run=self._worker.groups_run)
+        """The instance seed of the group's first episode (a training group's one seed)."""
+        return self.episode_seeds(engine, data)[0]
 
-    async def _reported_episode(self, engine, endpoint, data: dict, index: int,
-                                seed: int | None = None) -> EpisodeOutcome | Dropped:
+    async def _reported_episode(self, engine, endpoint, data: dict, index: int, seed: int | None = None,
+                                group: tuple[int, str] | None = None) -> EpisodeOutcome | Dropped:
         """``play_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed."""
-        report = self._report(engine, data, str(data["task_id"]), index)
+        report = self._report(engine, data, str(data["task_id"]), index, group)
         try:
             outcome = await play_episode(self.episode_setup, endpoint, data, index, report, seed=seed)
         except BaseException as exc:
@@ -289,9 +311,3 @@ def _stats_dir(config) -> str:
     if s is None or any(not part or part == MISSING for part in (s.fileroot, s.experiment_name, s.trial_name)):
         return ""
     return str(RunPaths.of(config).logs)
-
-
-def has_reward_variance(batch: dict[str, Any]) -> bool:
-    """Optional ``dynamic_filter_fn`` ("cua_rl.workflow.has_reward_variance"): drop groups whose episodes all
-    scored the same (their normalised rewards are all 0, so they carry no GRPO signal)."""
-    return bool(batch["rewards"].abs().sum() > 0)

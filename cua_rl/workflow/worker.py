@@ -8,8 +8,9 @@ group lives here, once per process and kind, and the workflow objects stay cheap
   was one per group: a new endpoint object, its checks and their warnings every group);
 - the counts the launcher's summary reads: episodes evaluated and lost, groups rejected, and the endpoint's
   turn counts (they were a process-wide list that grew by one endpoint per group);
-- the groups started per task and policy version (instance seeds of rows without a stream index,
-  ``cua_rl.workflow.seeding``) and the endpoint URLs already logged.
+- the groups started per task and policy version (instance seeds of rows without a stream index and of eval
+  groups, ``cua_rl.workflow.seeding``), the groups started in all with a token of this process (the identity of
+  a group without a stream index, ``CUAAgentWorkflow.group_identity``) and the endpoint URLs already logged.
 
 ``forget_workers`` drops it all, as a fresh process starts (tests that play several processes in one).
 """
@@ -18,8 +19,11 @@ from __future__ import annotations
 
 import collections
 import logging
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from cua_rl.trajectory import trained_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -27,12 +31,14 @@ logger = logging.getLogger(__name__)
 @dataclass
 class WorkerState:
     kind: str
-    # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected; env_steps, desktop_ms and
-    # trained_tokens of the evaluated episodes (count_use)
+    # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected, groups_zero_variance;
+    # env_steps, desktop_ms and trained_tokens of the evaluated episodes (count_use)
     episodes: collections.Counter[str] = field(default_factory=collections.Counter)
     # training groups started per (task, policy version): the nth of their seeds (rows without a stream index)
     groups_run: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
     announced: set[str] = field(default_factory=set)      # endpoint URLs logged (what a multi-host run must know)
+    token: str = field(default_factory=lambda: secrets.token_hex(3))   # this process, in group ids
+    groups_started: int = 0
     _endpoints: dict[tuple, tuple[Any, Any]] = field(default_factory=dict)   # key -> (engine, endpoint)
     _retired: collections.Counter[str] = field(default_factory=collections.Counter)
 
@@ -50,6 +56,11 @@ class WorkerState:
                     type(engine).__name__, len(self._endpoints))
         return endpoint
 
+    def next_group(self) -> int:
+        """The number of the next group this worker starts (0, 1, ...)."""
+        self.groups_started += 1
+        return self.groups_started - 1
+
     def count_group(self, evaluated: int, lost_causes: list[str], rejected: bool) -> None:
         """One group's episodes: how many were evaluated, the cause of each one lost, whether it was rejected."""
         self.episodes["episodes_evaluated"] += evaluated
@@ -65,7 +76,7 @@ class WorkerState:
         for o in outcomes:
             self.episodes["env_steps"] += len(o.turns)
             self.episodes["desktop_ms"] += int(1000 * o.info.get("seconds", 0.0))
-            self.episodes["trained_tokens"] += sum(len(t.output_ids) for t in o.turns)
+            self.episodes["trained_tokens"] += trained_tokens(o)
 
     def totals(self) -> dict[str, int]:
         """This worker's episode counts and its endpoints' turn counts, summed."""

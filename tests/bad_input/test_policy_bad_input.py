@@ -127,7 +127,10 @@ def root(ep) -> str:
 
 
 def recorded(endpoint, ep) -> tuple:
-    return len(ep.turns), ep.failed_turns, len(endpoint.engine.requests), dict(endpoint.totals)
+    """What a refused request must leave alone (an over-long prompt is counted as the episode's context overflow,
+    docs/protocols.md §3, and nothing else)."""
+    totals = {k: v for k, v in endpoint.totals.items() if k != "context_overflows"}
+    return len(ep.turns), ep.failed_turns, len(endpoint.engine.requests), totals
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

@@ -338,8 +338,10 @@ def test_every_vllm_request_pins_neutral_sampling():
 def test_an_unprovable_vllm_engine_is_refused_unless_opted_out(processor):
     """On vLLM the prompt proof is what makes the trained ids the served ones: an engine it cannot wrap is an
     error at start, not a warning, unless policy.require_prompt_proof is false."""
+    from areal.api.cli_args import InferenceEngineConfig
+
     class RemotevLLMEngine(EngineDouble):               # AReaL's vLLM engine, but no VLLMBackend inside to wrap
-        pass
+        config = InferenceEngineConfig(backend="vllm:d1")
 
     engine = RemotevLLMEngine(processor.tokenizer)
     gconfig = GenerationHyperparameters(max_new_tokens=8)
@@ -348,6 +350,57 @@ def test_an_unprovable_vllm_engine_is_refused_unless_opted_out(processor):
     unproved = PolicyEndpoint(engine, processor, processor.tokenizer, gconfig,
                               EndpointSettings(backend="vllm", require_prompt_proof=False))
     assert not unproved.proves_prompts
+
+
+async def test_right_data_9_an_overlong_prompt_is_context_length_exceeded_on_the_wire(endpoint):
+    """A prompt at or over ``gconfig.max_tokens`` is answered as OpenAI answers a request over the model's context
+    (400, error code ``context_length_exceeded``), never generated or recorded, and it ends the episode: every
+    later request of the episode gets the same answer (a shorter one too), so an agent cannot play on past it."""
+    ep = await endpoint.open_episode()
+    short = {"messages": [_user({"type": "text", "text": "hi"})]}
+    assert (await _post(ep, short, ep.key)).status_code == 200
+    endpoint.gconfig = endpoint.gconfig.new(max_tokens=len(ep.turns[0].prompt_ids) + 2)
+    longer = {"messages": [_user({"type": "text", "text": "hi " * 40})]}
+    for body in (longer, short):
+        r = await _post(ep, body, ep.key)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
+    assert len(ep.turns) == 1 and len(endpoint.engine.requests) == 1 and ep.failed_turns == 0
+    assert endpoint.totals["context_overflows"] == 1 and ep.overflow
+
+
+def test_right_data_6_areals_real_vllm_engine_unproved_is_refused(processor):
+    """The workflow gets AReaL's ``RemoteInfEngine`` (its class name names no backend), configured for vLLM
+    (``rollout.backend: vllm:...``). One whose vLLM backend the prompt proof cannot wrap (here AReaL's
+    ``VLLMBackend`` under another class name, as another AReaL version may have it) must be refused at start:
+    the class-name check it replaces ("vllm" in the engine's class name) would only have warned."""
+    from areal.api.cli_args import InferenceEngineConfig
+    from areal.engine.sglang_remote import SGLangBackend
+    from areal.engine.vllm_remote import VLLMBackend
+    from areal.infra.remote_inf_engine import RemoteInfEngine
+
+    from cua_rl.policy.endpoint import engine_kind
+
+    class AnotherVLLMBackend(VLLMBackend):            # vllm_proof.install wraps only a VLLMBackend
+        pass
+
+    engine = RemoteInfEngine(InferenceEngineConfig(backend="vllm:d4p1t1"), AnotherVLLMBackend())  # no server
+    assert "vllm" not in type(engine).__name__.lower()                    # what the old check looked at
+    assert engine_kind(engine) == "vllm"
+    gconfig = GenerationHyperparameters(max_new_tokens=8)
+    with pytest.raises(RuntimeError, match="require_prompt_proof"):
+        PolicyEndpoint(engine, processor, processor.tokenizer, gconfig)
+    unproved = PolicyEndpoint(engine, processor, processor.tokenizer, gconfig,
+                              EndpointSettings(require_prompt_proof=False))
+    assert unproved.backend == "vllm" and not unproved.proves_prompts
+    # AReaL's own VLLMBackend is wrapped and proves; an SGLang engine is known as such (no proof needed)
+    proved = PolicyEndpoint(RemoteInfEngine(InferenceEngineConfig(backend="vllm:d1"), VLLMBackend()), processor,
+                            processor.tokenizer, gconfig)
+    assert proved.backend == "vllm" and proved.proves_prompts
+    sglang = RemoteInfEngine(InferenceEngineConfig(backend="sglang:d2"), SGLangBackend())
+    assert PolicyEndpoint(sglang, processor, processor.tokenizer, gconfig).backend == "sglang"
+    assert engine_kind(EngineDouble(processor.tokenizer)) is None        # an engine that does not say: warned
 
 
 def test_an_agent_on_another_host_is_given_an_address_it_can_reach():

@@ -117,7 +117,7 @@ def test_lora_adapters_served_by_vllm_agree_with_the_trainer_and_a_stale_one_sho
         assert float(base.median()) > 1e-3
 
         # the negative case: a second step, and the server keeps the v1 adapter under the name of v2
-        batch1 = group_batch(outcomes1)
+        batch1 = group_batch(outcomes1, group_weight="tokens")
         (batch1["prox_logp"],) = actor.compute_logp([batch1])
         actor.ppo_update(actor.compute_advantages([batch1]))
         actor.step_lr_scheduler()

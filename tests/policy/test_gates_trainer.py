@@ -80,7 +80,7 @@ def _diffs(batch, logp) -> torch.Tensor:
 
 def _gate(actor, outcomes, temperature: float, label: str) -> tuple[dict, torch.Tensor, dict]:
     """Trainer logprobs at ``temperature`` for the outcomes' rows vs the logprobs vLLM returned."""
-    batch = group_batch(outcomes)
+    batch = group_batch(outcomes, group_weight="tokens")
     actor.config.temperature = temperature
     (logp,) = actor.compute_logp([batch])
     d = _diffs(batch, logp)
@@ -217,7 +217,7 @@ def _assert_a_small_step_follows_the_advantages(actor, outcomes, lr: float = 1e-
     the others. A sign error in the advantages, rewards on the wrong rows or a loss mask shifted off the
     generated tokens fails here. (Both kinds of row may gain: Adam's first step moves every parameter by
     about lr, which on this random model also shrinks the mass of the ~150k never-sampled tokens.)"""
-    batch = group_batch(outcomes)
+    batch = group_batch(outcomes, group_weight="tokens")
     (logp_before,) = actor.compute_logp([group_batch(outcomes)])
     batch["prox_logp"] = logp_before
     (advantaged,) = actor.compute_advantages([batch])

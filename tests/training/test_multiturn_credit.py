@@ -76,3 +76,74 @@ def test_batch_recentring_or_token_weighting_switched_back_on_breaks_it(actor_co
     assert all(p > 0 for group in pulls[1:] for p in group), "a batch mean must push all-fail tokens up"
     success, *failures = _pulls(actor_config, equal_episode_weight=False)[0]
     assert -failures[0] > 2 * success / 3, "token weighting must let each long failure outweigh its share"
+
+
+# ---- issue 59, "right data on the GPU path": what AReaL's actor makes of the rows (items 1, 8, 10) -----------
+def _advantaged(actor_config, batches):
+    return PPOActor(actor_config, engine=None)._compute_advantages(concat_padded_tensors(batches))
+
+
+def _group_pulls(out, sizes: list[int]) -> list[float]:
+    """Each group's pull on the loss: the sum of |advantage| over its trained tokens (``sizes``: rows per group)."""
+    per_row = (out["advantages"] * out["loss_mask"]).abs().sum(-1).tolist()
+    pulls, row = [], 0
+    for n in sizes:
+        pulls.append(sum(per_row[row:row + n]))
+        row += n
+    return pulls
+
+
+@pytest.mark.parametrize("n, carried", [(4, 22.875), (8, 43.62)])
+def test_right_data_1_reward_clip_keeps_a_short_successs_weight(actor_config, n, carried):
+    """AReaL clips ``rewards`` at +-``actor.reward_clip`` (its default 20) before anything else, and the
+    equal-episode weights ride in ``rewards``. With AReaL's token weighting across groups
+    (``trajectory.group_weight: tokens``, the learning recipes'), a 1-turn success among 20-turn failures carries
+    22.9 at n=4 and 43.6 at n=8: config.yaml's actor must train it with exactly that, and the success must still
+    pull as hard as its failing siblings together."""
+    group = [_episode(1, 1.0)] + [_episode(20, 0.0)] * (n - 1)
+    out = _advantaged(actor_config, [group_batch(group, group_weight="tokens")])
+    success = out["returns"][0][out["loss_mask"][0].bool()]          # GAE before adv_norm: the reward trained
+    assert success.tolist() == pytest.approx([carried] * OUTPUT, rel=1e-3)
+    pulls = (out["advantages"] * out["loss_mask"]).sum(-1).tolist()
+    assert pulls[0] == pytest.approx(-sum(pulls[1:]), rel=1e-4)
+
+
+def test_right_data_1_a_clip_the_values_could_reach_is_refused(actor_config):
+    from cua_rl.run.launch import ConfigError
+
+    with pytest.raises(ConfigError, match=r"actor.reward_clip \(20\) could clip .* reaches 23040"):
+        load_config("examples/cua_agent/config.yaml", ["++actor.reward_clip=20", "trajectory.group_weight=tokens"])
+
+
+def test_right_data_8_reward_norm_is_refused_it_would_cut_across_episodes(actor_config):
+    """A user who copies AReaL's GRPO example (``reward_norm: {mean_level: group, group_size: n}``) would
+    normalise the workflow's values again in blocks of n rows; a row here is a turn, so the blocks cross
+    episodes: shown on our rows with AReaL's own ``Normalization``, then refused at load."""
+    from areal.utils.data import NormConfig, Normalization
+
+    batch = group_batch(GROUPS[0])                                   # a 3-turn success, three 20-turn failures
+    assert len(set(batch["rewards"][3:23].tolist())) == 1             # one episode, one value on all its rows
+    again = Normalization(NormConfig(mean_level="group", std_level="group", group_size=4))(batch["rewards"])
+    assert len(set(again[3:23].tolist())) > 1, "AReaL's group blocks no longer cut across episodes"
+    from cua_rl.run.launch import ConfigError
+
+    for norm in ("{mean_level:group,std_level:group,group_size:4}", "{mean_level:batch,std_level:batch}"):
+        with pytest.raises(ConfigError, match="actor.reward_norm"):
+            load_config("examples/cua_agent/config.yaml", [f"actor.reward_norm={norm}"])
+
+
+def test_right_data_10_a_short_and_a_long_tasks_groups_pull_alike(actor_config):
+    """Under AReaL's global token-mean loss a group pulls in proportion to its mean trained tokens: a 20-turn
+    task's group 10x a 2-turn task's in one batch. config.yaml's ``trajectory`` (``group_weight: equal``) makes
+    the two pull the same through AReaL's actor; ``tokens`` keeps AReaL's weighting (10x)."""
+    trajectory = load_config("examples/cua_agent/config.yaml", []).trajectory
+    short = [_episode(2, 1.0)] + [_episode(2, 0.0)] * 3
+    long = [_episode(20, 1.0)] + [_episode(20, 0.0)] * 3
+    sizes = [2 * 4, 20 * 4]
+    shipped = _group_pulls(_advantaged(actor_config, [group_batch(g, **trajectory.group_options())
+                                                      for g in (short, long)]), sizes)
+    assert shipped[1] == pytest.approx(shipped[0], rel=1e-4), shipped
+    tokens = _group_pulls(_advantaged(actor_config, [group_batch(g, **{**trajectory.group_options(),
+                                                                        "group_weight": "tokens"})
+                                                     for g in (short, long)]), sizes)
+    assert tokens[1] == pytest.approx(10 * tokens[0], rel=1e-4), tokens

@@ -110,7 +110,7 @@ def test_group_batch_copies_each_episodes_advantage_onto_its_rows():
     good = EpisodeOutcome(turns=[_turn([1, 2], [3], images=1), _turn([1, 2, 3, 4], [5, 6], images=2)], reward=1.0)
     bad = EpisodeOutcome(turns=[_turn([1, 2], [9], images=1)], reward=0.0)
     silent = EpisodeOutcome(turns=[], reward=0.0)  # evaluated, but the agent never called the model
-    batch = group_batch([good, bad, silent], equal_episode_weight=False)
+    batch = group_batch([good, bad, silent], equal_episode_weight=False, group_weight="tokens")
     adv = normalise_group([1.0, 0.0, 0.0])
     assert batch["input_ids"].shape == (3, 6)
     assert batch["rewards"].tolist() == pytest.approx([adv[0], adv[0], adv[1]])
@@ -128,19 +128,19 @@ def test_every_episode_weighs_the_same_whatever_its_length():
     short_win = EpisodeOutcome(turns=[_turn([1, 2], [3, 4])], reward=1.0)                # 2 output tokens
     weights = episode_weights([long_fail, short_win, EpisodeOutcome([], 0.0)])
     assert weights == pytest.approx([11 / 20, 11 / 2, 0.0])
-    batch = group_batch([long_fail, short_win])
+    batch = group_batch([long_fail, short_win], group_weight="tokens")
     adv = normalise_group([0.0, 1.0])
     mask = batch["loss_mask"].float()
     pull = (batch["rewards"][:, None] * mask).sum(1)         # summed per row, then per episode
     fail_pull, win_pull = pull[:5].sum().item(), pull[5].item()
     assert fail_pull == pytest.approx(-win_pull) and win_pull == pytest.approx(adv[1] * 11)
-    unweighted = group_batch([long_fail, short_win], equal_episode_weight=False)
+    unweighted = group_batch([long_fail, short_win], equal_episode_weight=False, group_weight="tokens")
     pull = (unweighted["rewards"][:, None] * unweighted["loss_mask"].float()).sum(1)
     assert abs(pull[:5].sum().item()) == pytest.approx(10 * abs(pull[5].item()))   # 20 vs 2 tokens
 
 
 def test_group_batch_raw_rewards_and_empty_groups():
-    batch = group_batch([EpisodeOutcome([_turn([1], [2])], 0.25)], normalise=False)
+    batch = group_batch([EpisodeOutcome([_turn([1], [2])], 0.25)], normalise=False, group_weight="tokens")
     assert batch["rewards"].tolist() == [0.25]
     assert group_batch([]) is None
     assert group_batch([EpisodeOutcome([], 1.0)]) is None
