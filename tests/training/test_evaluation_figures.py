@@ -115,3 +115,25 @@ def test_the_interval_across_seeds():
     low, high = bench.welch([0.5, 0.9, 0.1], [0.55, 0.95, 0.15])        # seeds vary more than the methods differ
     assert low < 0 < high
     assert bench.across_seeds([0.3, 0.35, 0.25])[0] > 0.1
+
+
+def test_the_calibrations_bounds_and_fit():
+    """bench/gate_calibration.py: Clopper-Pearson bounds (0 of 8 -> 1 - 0.025^(1/8); 5 of 5 -> 0.025^(1/5); 3 of
+    10 -> the textbook [0.0667, 0.6525]) and the normal fit of the controls' gate statistic."""
+    spec = importlib.util.spec_from_file_location("gate_calibration", ROOT / "bench" / "gate_calibration.py")
+    cal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cal)
+    assert cal.clopper_pearson(0, 8) == (0.0, round(1 - 0.025 ** (1 / 8), 4))
+    assert cal.clopper_pearson(5, 5) == (round(0.025 ** (1 / 5), 4), 1.0)
+    assert cal.clopper_pearson(3, 10) == (0.0667, 0.6525)
+    assert cal.normal_tail([0.0], 0.25) is None
+    assert cal.normal_tail([0.0, 0.1, -0.05, 0.3, 0.05], 0.25) == pytest.approx(0.104, abs=1e-3)
+    gate = _gate((0.15, 0.9), (0.2, 0.3), (0.98, 0.97))
+    run = {"gate": gate, "gate_failures": ["biased slice cyan"], "regimes": {}, "rollout_success": [],
+           "served_versions": []}
+    result = {"seeds": [{**run, "seed": 1, "gate": _gate((0.1, 0.9), (0.1, 0.9), (1, 1)), "gate_failures": []}],
+              "controls": {"shuffled_rewards": {**run, "seeds": [{**run, "seed": 1}, {**run, "seed": 2}]}}}
+    records = cal.seed_records(result, "x.json")
+    summary = cal.summarize(records, 0.25)
+    assert summary["null"]["runs"] == 2 and summary["null"]["passed"] == 0 and summary["power"]["passed"] == 1
+    assert summary["null"]["gate_statistic"] == [0.1, 0.1] and summary["power"]["gate_statistic"] == [0.8]
