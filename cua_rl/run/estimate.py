@@ -111,16 +111,21 @@ def shape_of(model_path: str, min_pixels: int | None = None, max_pixels: int | N
 
 
 def _screenshot_tokens(model_path: str, merge: int, min_pixels: int | None, max_pixels: int | None) -> int | None:
-    """Tokens of a 1280x800 screenshot as the policy endpoint prepares it (``policy.min_pixels`` and
-    ``max_pixels``, then the model's own image processor); None when the processor cannot load."""
+    """Tokens of a 1280x800 screenshot as the policy endpoint prepares it (resized at most once onto the model's
+    processor grid within ``policy.min_pixels``/``max_pixels`` and the processor's own bounds, then the image
+    processor); None when the processor cannot load."""
     try:
+        from types import SimpleNamespace
+
         from PIL import Image
         from transformers import AutoImageProcessor
 
-        from cua_rl.policy.images import DecodedImage, fit_pixels
+        from cua_rl.policy.images import DecodedImage
+        from cua_rl.policy.prompt import fit_for
 
-        fitted = fit_pixels(DecodedImage("", Image.new("RGB", SCREEN), "estimate"), min_pixels, max_pixels)
         processor = AutoImageProcessor.from_pretrained(model_path)
+        fitted = fit_for(SimpleNamespace(image_processor=processor), DecodedImage("", Image.new("RGB", SCREEN),
+                                                                                   "estimate"), min_pixels, max_pixels)
         grid = processor(images=[fitted.image], return_tensors="pt")["image_grid_thw"][0]
         return int(grid.prod()) // (merge * merge)
     except Exception:   # noqa: BLE001 - an estimate: fall back to the patch arithmetic
