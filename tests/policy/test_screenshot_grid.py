@@ -1,6 +1,6 @@
 """A screenshot reaches the model resampled at most once, straight onto the processor's patch grid (issue 59
-item 3; DESIGN.md 4.4: the images in a row are exactly the pixels vLLM saw, fit to the processor's grid so its
-resize is the identity).
+item 3: the images in a row are exactly the pixels vLLM saw, fit to the processor's grid so its resize is the
+identity; docs/policy-and-training.md).
 
 What was wrong: ``policy.max_pixels`` 1,003,520 (Qwen2-VL's 1280x28x28) shrank a 1280x800 screenshot to 1267x791,
 and the processor then rounded that back up to its 32-pixel grid, 1280x800: two bicubic resamplings on every GPU
