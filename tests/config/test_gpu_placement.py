@@ -8,7 +8,9 @@ actor's separate placement took GPUs 4-7, and vLLM's four servers wrapped onto t
 
 Here each role's workers are created as AReaL's controllers create them (the ``Job`` of ``TrainController`` and
 ``RolloutController.initialize``, the eval rollout's colocation of ``PPOTrainer._init_rollout``) through the real
-``LocalScheduler.create_workers`` on a node of ``cluster.n_gpus_per_node`` GPUs. No process starts: the two
+``LocalScheduler.create_workers`` on a node of ``cluster.n_gpus_per_node`` GPUs, in AReaL's order and in our
+``Trainer``'s (which starts the rollout beside the actor, before the reference: a reference on GPUs of its own
+then wraps onto the actor's and vLLM's). No process starts: the two
 places that would start one are stood in for (a worker process that is never run, and a forked worker, which
 inherits its target's GPUs as AReaL's does); the GPU allocation and the colocation rules are AReaL's code.
 """
@@ -54,31 +56,49 @@ def no_processes(monkeypatch):
     return started
 
 
-def areal_placement(config, log_dir: Path) -> dict[str, list[list[int]]]:
-    """Each role's workers' GPUs, created in the trainer's order with the jobs AReaL's controllers build."""
-    scheduler = local.LocalScheduler(gpu_devices=list(range(config.cluster.n_gpus_per_node)), log_dir=str(log_dir))
-    train = [("actor", config.actor)]
-    if config.critic is not None:
-        train.append(("critic", config.critic))
-    if config.actor.kl_ctl > 0 and config.ref is not None:
-        train.append(("ref", config.ref))
-    for role, engine in train:   # TrainController.initialize
-        world = ModelAllocation.from_str(engine.backend, name=role).parallel.world_size
-        scheduler.create_workers(Job(role=role, replicas=world, tasks=list(engine.scheduling_spec),
-                                     scheduling_strategy=engine.scheduling_strategy))
+def _jobs(config) -> dict[str, Job]:
+    """The ``Job`` of each role, as AReaL's controllers build it."""
+    jobs = {}
+    for role, engine in (("actor", config.actor), ("critic", config.critic),
+                         ("ref", config.ref if config.actor.kl_ctl > 0 else None)):
+        if engine is not None:   # TrainController.initialize
+            world = ModelAllocation.from_str(engine.backend, name=role).parallel.world_size
+            jobs[role] = Job(role=role, replicas=world, tasks=list(engine.scheduling_spec),
+                             scheduling_strategy=engine.scheduling_strategy)
     rollout = ModelAllocation.from_str(config.rollout.backend, name="rollout").parallel
     spec = SchedulingSpec(**asdict(config.rollout.scheduling_spec[0]))   # RolloutController.initialize
-    instance = rollout.tp_size * rollout.pp_size
     if spec.gpu > 0:
-        spec.gpu = instance
-    scheduler.create_workers(Job(role="rollout", replicas=rollout.dp_size, tasks=[spec] * rollout.dp_size,
-                                 scheduling_strategy=config.rollout.scheduling_strategy))
+        spec.gpu = rollout.tp_size * rollout.pp_size
+    jobs["rollout"] = Job(role="rollout", replicas=rollout.dp_size, tasks=[spec] * rollout.dp_size,
+                          scheduling_strategy=config.rollout.scheduling_strategy)
     eval_spec = SchedulingSpec(**{**asdict(spec), "gpu": 0})   # PPOTrainer._init_rollout(is_eval=True)
-    scheduler.create_workers(Job(role="eval-rollout", replicas=rollout.dp_size, tasks=[eval_spec] * rollout.dp_size,
-                                 scheduling_strategy=SchedulingStrategy(type="colocation", target="rollout")))
-    roles = [r for r, _ in train] + ["rollout", "eval-rollout"]
+    jobs["eval-rollout"] = Job(role="eval-rollout", replicas=rollout.dp_size, tasks=[eval_spec] * rollout.dp_size,
+                               scheduling_strategy=SchedulingStrategy(type="colocation", target="rollout"))
+    return jobs
+
+
+def creation_orders(config) -> list[list[str]]:
+    """The orders a run creates its roles in. AReaL's ``PPOTrainer``: actor, critic, ref, then the rollout. Our
+    ``Trainer`` (cua_rl/trainer/trainer.py) starts the rollout beside the actor when the rollout is not colocated
+    with it (``_overlap_start``): the two allocate in either order (or interleaved, under one lock), then the
+    critic and the ref."""
+    jobs = _jobs(config)
+    train = [r for r in ("critic", "ref") if r in jobs]
+    areal = ["actor", *train, "rollout", "eval-rollout"]
+    strategy = config.rollout.scheduling_strategy
+    if strategy.type == "colocation" and strategy.target == "actor":
+        return [areal]
+    return [areal, ["actor", "rollout", *train, "eval-rollout"], ["rollout", "actor", *train, "eval-rollout"]]
+
+
+def areal_placement(config, log_dir: Path, order: list[str]) -> dict[str, list[list[int]]]:
+    """Each role's workers' GPUs, created in ``order`` with the jobs AReaL's controllers build."""
+    scheduler = local.LocalScheduler(gpu_devices=list(range(config.cluster.n_gpus_per_node)), log_dir=str(log_dir))
+    jobs = _jobs(config)
+    for role in order:
+        scheduler.create_workers(jobs[role])
     placed = {}
-    for role in roles:
+    for role in order:
         target = scheduler._colocated_roles.get(role)
         workers = scheduler._workers.get(role) or scheduler._workers[target]
         placed[role] = [w.gpu_devices for w in workers]
@@ -109,24 +129,28 @@ def _shared_without_colocation(config, placed) -> list[tuple[str, str, int]]:
 def test_right_data_4_with_a_kl_penalty_on_8_gpus_vllm_keeps_gpus_of_its_own(tmp_path, monkeypatch, no_processes):
     monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
     config = load_config(str(RECIPES / "config.yaml"), ["actor.kl_ctl=0.05"])
-    placed = areal_placement(config, tmp_path / "logs")
-    assert _shared_without_colocation(config, placed) == [], f"AReaL's placement: {placed}"
-    training = {g for role in ("actor", "ref") for worker in placed[role] for g in worker}
-    serving = {g for worker in placed["rollout"] for g in worker}
-    assert training == {0, 1, 2, 3} and serving == {4, 5, 6, 7}, placed
-    assert placed["ref"] == placed["actor"], "the reference is not on the actor's GPUs"
-    assert len(no_processes) == 8, "one (never run) process per actor and vLLM worker, none for the reference"
+    orders = creation_orders(config)
+    assert len(orders) == 3   # AReaL's order and our Trainer's two (the rollout started beside the actor)
+    for i, order in enumerate(orders):
+        placed = areal_placement(config, tmp_path / f"logs{i}", order)
+        assert _shared_without_colocation(config, placed) == [], f"AReaL's placement, order {order}: {placed}"
+        training = {g for role in ("actor", "ref") for worker in placed[role] for g in worker}
+        serving = {g for worker in placed["rollout"] for g in worker}
+        assert len(training) == len(serving) == 4 and not training & serving, (order, placed)
+        assert placed["ref"] == placed["actor"], "the reference is not on the actor's GPUs"
+    assert len(no_processes) == 3 * 8, "one (never run) process per actor and vLLM worker, none for the reference"
 
 
 def test_right_data_4_the_one_gpu_recipe_colocates_in_an_order_areal_can_create(tmp_path, monkeypatch, no_processes):
     """config.1gpu.yaml, with and without the KL penalty: every role on GPU 0, each by a colocation AReaL can make
     (its target created before it), none by wrapping round."""
     monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
-    for overrides in ([], ["actor.kl_ctl=0.05"]):
+    for i, overrides in enumerate(([], ["actor.kl_ctl=0.05"])):
         config = load_config(str(RECIPES / "config.1gpu.yaml"), overrides)
-        placed = areal_placement(config, tmp_path / "logs")
-        assert _shared_without_colocation(config, placed) == [], placed
-        assert {g for gpus in placed.values() for worker in gpus for g in worker} == {0}, placed
+        for j, order in enumerate(creation_orders(config)):   # colocated: our Trainer keeps AReaL's order
+            placed = areal_placement(config, tmp_path / f"logs{i}-{j}", order)
+            assert _shared_without_colocation(config, placed) == [], placed
+            assert {g for gpus in placed.values() for worker in gpus for g in worker} == {0}, placed
 
 
 def test_right_data_4_the_estimate_counts_the_reference(tmp_path, monkeypatch):
@@ -169,6 +193,7 @@ def test_a_layout_areal_would_wrap_or_cannot_create_is_refused_and_a_reference_o
         config._check_placement()
     config.cluster.n_gpus_per_node = 12
     config._check_placement()
-    placed = areal_placement(config, tmp_path / "logs")
-    assert placed["ref"] == [[4], [5], [6], [7]] and placed["rollout"] == [[8], [9], [10], [11]], placed
-    assert _shared_without_colocation(config, placed) == []
+    for i, order in enumerate(creation_orders(config)):
+        placed = areal_placement(config, tmp_path / f"logs{i}", order)
+        assert _shared_without_colocation(config, placed) == [], (order, placed)
+        assert len({g for worker in placed["ref"] for g in worker}) == 4, (order, placed)
