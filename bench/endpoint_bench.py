@@ -1,6 +1,6 @@
 """The policy endpoint's own cost per turn, generation taken out; prints one JSON object.
 
-    python -m bench.endpoint_bench [--calls 6] [--levels 1,8,32] [--max-pixels 1003520]
+    python -m bench.endpoint_bench [--calls 6] [--levels 1,8,32] [--max-pixels 1024000]
     python -m bench.endpoint_bench --compare /path/to/an/older/checkout    # before/after in one run
 
 (from the repository root, as a module: the engine double imports as ``tests.doubles``).
@@ -118,7 +118,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=6, help="turns per episode")
     ap.add_argument("--levels", default="1,8,32", help="episodes at once")
-    ap.add_argument("--max-pixels", type=int, default=1003520, help="config.yaml's policy.max_pixels")
+    ap.add_argument("--max-pixels", type=int, default=1024000, help="config.yaml's policy.max_pixels")
     ap.add_argument("--repo", default=str(ROOT), help="the checkout whose code is measured (must be the cua_rl "
                     "imported; --compare sets it for the older checkout)")
     ap.add_argument("--compare", default="", help="an older checkout: measure it first, then this one")

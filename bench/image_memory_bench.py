@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_PIXELS = 1003520      # config.yaml's policy.max_pixels: about 1000 visual tokens per 1280x800 screenshot
+MAX_PIXELS = 1003520      # config.yaml's policy.max_pixels when measured (now 1024000: 1000 tokens, unresampled)
 MAX_TOKENS_PER_MB = 4096  # config.cpu.yaml's micro-batch (config.yaml's 16384 makes the CPU's dense attention dominate)
 
 _STEP = r'''

@@ -16,7 +16,7 @@ Each pixel budget is measured twice in the same run: ``live`` (what the workflow
 recorded, then all of them again with the agent's actions once the episode is evaluated) and ``at_end``
 (turns sent only once the episode is evaluated, as before live turns existed).
 Screenshots are realistic desktop-like PNGs at the endpoint's two pixel budgets (config.cpu.yaml 200704,
-config.yaml 1003520).
+config.yaml 1024000).
 
   python bench/monitor_bench.py                       # ~20-40 s on 2 cores
   python bench/monitor_bench.py --episodes 16 --turns 10 --tokens 512
@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--pixels", default="200704,1003520")
+    ap.add_argument("--pixels", default="200704,1024000")
     args = ap.parse_args()
     result: dict = {"bench": "monitor_recording", "episodes": args.episodes, "turns_per_episode": args.turns,
                     "output_tokens_per_turn": args.tokens, "by_pixels": {}}

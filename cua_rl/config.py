@@ -403,6 +403,7 @@ class CUAConfig(GRPOConfig):
                              f"another gym id needs its gym's URL (--gym URL)")
         self._check_regularisers()
         self._check_train_engine()
+        self._check_placement()
         self._wire_lora()
         self._check_reward_norm()
         self._check_reward_clip()
@@ -479,6 +480,43 @@ class CUAConfig(GRPOConfig):
                                  f"(fsdp:...); the rows' images are palette codes its patched micro-batches "
                                  f"decode (cua_rl/areal_ext/compact_images.py), which another engine would "
                                  f"read as pixels")
+
+    def _check_placement(self) -> None:
+        """AReaL's local scheduler creates the roles in the trainer's order (actor, critic, ref, then rollout;
+        ``PPOTrainer.__init__``) and hands GPUs out round-robin without ever refusing: a role colocated with one
+        created after it fails at start, and roles on GPUs of their own that need more GPUs than the node has
+        wrap round onto GPUs already taken (vLLM on the actor's, where its memory share cannot be met). Both are
+        refused here, at load time (tests/config/test_gpu_placement.py runs AReaL's scheduler on the recipes)."""
+        if getattr(self.scheduler, "type", "local") != "local":
+            return
+        roles = [(name, engine, _replicas(engine.backend, name, rollout=False))
+                 for name, engine in (("actor", self.actor), ("critic", self.critic), ("ref", self.ref))
+                 if engine is not None and (name != "ref" or self.actor.kl_ctl > 0)]
+        roles.append(("rollout", self.rollout, _replicas(self.rollout.backend, "rollout", rollout=True)))
+        created: dict[str, int] = {}
+        gpus = 0
+        for name, engine, (replicas, per_replica) in roles:
+            strategy = engine.scheduling_strategy
+            if str(getattr(strategy.type, "value", strategy.type)) == "colocation":
+                target = strategy.target
+                if target not in created:
+                    raise ValueError(f"{name}.scheduling_strategy colocates it with {target!r}, which AReaL does not "
+                                     f"create before it (its order: {', '.join(r for r, _, _ in roles)}): colocate "
+                                     f"the later role with the earlier one instead (e.g. rollout.scheduling_strategy "
+                                     f"{{type: colocation, target: actor}})")
+                if replicas != created[target]:
+                    raise ValueError(f"{name} ({replicas} workers) is colocated with {target} ({created[target]} "
+                                     f"workers): AReaL needs the same number of workers on both")
+            else:
+                spec = engine.scheduling_spec[0]
+                gpus += replicas * (per_replica if spec.gpu > 0 else 0) if name == "rollout" else replicas * spec.gpu
+            created[name] = replicas
+        node = self.cluster.n_gpus_per_node
+        if node and gpus > node:
+            raise ValueError(f"the roles on GPUs of their own need {gpus} GPUs and the node has {node} "
+                             f"(cluster.n_gpus_per_node): AReaL's local scheduler would hand the rest out again from "
+                             f"GPU 0, onto GPUs another role holds. Colocate a role (e.g. the KL penalty's reference "
+                             f"with the actor, as the default reference is) or use fewer GPUs per role")
 
     def _wire_lora(self) -> None:
         """``actor.use_lora`` is the one switch: the rollout side, vLLM's adapter support, the adapter's name and
@@ -575,14 +613,38 @@ LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 def reference_model(actor):
     """The KL penalty's reference when the config names none: the actor's own model (path, backend, dtype,
-    attention, micro-batches, scheduling: the same worker command, so the same patches) frozen at its starting
-    weights, with no optimizer (AReaL's ref engine only computes logprobs)."""
+    attention, micro-batches) frozen at its starting weights, with no optimizer (AReaL's ref engine only computes
+    logprobs), **on the actor's GPUs, in the actor's worker processes**: colocated with the actor without a fork.
+
+    Why colocated: a reference that copied the actor's placement (GPUs of its own) needs as many GPUs again, and
+    on a node the actor and vLLM already fill (config.yaml: 4 + 4 of 8) AReaL's round-robin scheduler put vLLM
+    on the actor's GPUs instead. Why without a fork: AReaL's fork starts its stock RPC worker, without this
+    project's patches (cua_rl/areal_ext/worker.py), and an unpatched FSDP engine would read the rows' palette-coded
+    images as pixel values (compact_images.py); the actor's own workers have them (AReaL keeps several engines per
+    worker, "actor/0" and "ref/0"). Stored in the actor's compute dtype: its logprobs come from weights cast to
+    that dtype anyway, so a second fp32 master copy would add memory and change nothing. A ``ref`` section in the
+    config wins over all of this (GPUs of its own, where the node has them: ``CUAConfig._check_placement``)."""
     import copy
+
+    from areal.api.cli_args import SchedulingStrategy
 
     ref = copy.deepcopy(actor)
     ref.optimizer = None
     ref.kl_ctl = 0.0
+    ref.optimizer_dtype = actor.dtype
+    ref.scheduling_strategy = SchedulingStrategy(type="colocation", target="actor", fork=False)
     return ref
+
+
+def _replicas(backend: str, name: str, rollout: bool) -> tuple[int, int]:
+    """(workers, GPUs per worker when on GPUs) of a role as AReaL's controllers create them: a training role has
+    one worker per rank of its parallel world; a rollout one per data-parallel instance of tp x pp GPUs."""
+    from areal.api.alloc_mode import ModelAllocation
+
+    parallel = ModelAllocation.from_str(backend, name=name).parallel
+    if rollout:
+        return parallel.dp_size, parallel.tp_size * parallel.pp_size
+    return parallel.world_size, 1
 
 
 def resolve_project_token(config: CUAConfig, environ: dict | None = None) -> str:

@@ -135,15 +135,24 @@ def _success(raw: dict) -> bool | None:
     return None
 
 
+def _gym_faults(raw: dict) -> int:
+    """``faults.gym`` of an evaluate reply (**extension**, docs/protocols.md 1.4): how many of the execution's
+    calls failed on the gym's side; 0 when the gym does not say (a non-negative integer, else 0)."""
+    value = _dict(raw.get("faults")).get("gym")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 @dataclass(frozen=True)
 class Evaluation:
-    """A parsed evaluate reply. ``reward`` is in [0, 1]; ``source`` says which rule produced it."""
+    """A parsed evaluate reply. ``reward`` is in [0, 1]; ``source`` says which rule produced it; ``gym_faults``:
+    the execution's calls the gym itself failed (its ``faults.gym``; 0 from a gym that does not count them)."""
 
     reward: float
     success: bool | None
     validators: list[ValidatorResult]
     source: str
     raw: dict = field(default_factory=dict, repr=False, compare=False)
+    gym_faults: int = 0
 
     @classmethod
     def from_raw(cls, raw: Any) -> "Evaluation":
@@ -161,7 +170,7 @@ class Evaluation:
             reward, source = 0.0, "none"
             logger.warning("evaluation reply has no score, validators or success flag: %s", str(raw)[:300])
         return cls(reward=min(1.0, max(0.0, reward)), success=success, validators=validators,
-                   source=source, raw=raw)
+                   source=source, raw=raw, gym_faults=_gym_faults(raw))
 
 
 def extract_reward(raw: Any) -> float:

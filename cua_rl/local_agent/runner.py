@@ -9,7 +9,11 @@ Why the run ends the way it does:
   policy's (``failure: "policy"``): the episode outgrew what the policy can read, nothing failed;
 - an unusable reply (no tool call, bad JSON, unknown action, an action the gym rejects) is an *invalid
   turn*: an ``error`` event, and the reason is shown to the model with the next screenshot. Only
-  ``maxInvalidTurns`` invalid turns in a row end the run.
+  ``maxInvalidTurns`` invalid turns in a row end the run;
+- whose failure it was (``run_end``'s ``failure``): an action the gym answers ``ok: false`` with ``fault: "gym"``
+  (it failed to play it: an X error, a page that did not take the input) ends the run as the gym's (``env``),
+  never fed back to the model; a step over ``maxStepTimeSec`` is the gym's when more than half of the limit went
+  inside gym calls (waits the model asked for not counted), else the policy's (docs/protocols.md 1.5, 2.3).
 Every step records its timing split (gym, model, the agent's own overhead) for ``bench/agent_bench.py``.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -70,6 +75,37 @@ class RunFailed(Exception):
         self.kind = kind
 
 
+class GymClock:
+    """Seconds one step has spent inside gym calls, the call in progress included: a step's time limit can run
+    out inside one, and the time-out is then the gym's if the gym held most of the step."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+        self._since: float | None = None
+
+    @contextlib.contextmanager
+    def timing(self, asked_s: float = 0.0):
+        """Count the block's time as the gym's, less ``asked_s`` (a wait the model itself asked the gym for)."""
+        self._since = time.perf_counter() + asked_s
+        try:
+            yield
+        finally:
+            self.spent += max(0.0, time.perf_counter() - self._since)
+            self._since = None
+
+    def total(self) -> float:
+        running = max(0.0, time.perf_counter() - self._since) if self._since is not None else 0.0
+        return self.spent + running
+
+
+def _asked_wait_s(action: dict[str, Any]) -> float:
+    """Seconds of waiting an action itself asks the gym for (``wait``, a long press): the policy's time."""
+    if action.get("type") not in ("wait", "press", "long_press"):
+        return 0.0
+    ms = action.get("ms", action.get("duration_ms"))
+    return ms / 1000 if isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms > 0 else 0.0
+
+
 def _retryable_act_error(exc: GenvError) -> bool:
     """An action may be resent only if the gym surely did not run it: no connection was made, or the
     gym said it is busy. A timeout or a 5xx may have clicked already, and clicking twice is not a retry."""
@@ -101,6 +137,7 @@ class AgentRun:
         self.max_invalid = request.max_invalid_turns or settings.max_invalid_turns
         self.history: list[HistoryStep] = []
         self.end_reason = ""
+        self.clock = GymClock()   # the current step's time inside gym calls
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -144,6 +181,7 @@ class AgentRun:
         feedback: str | None = None
         consecutive_invalid = 0
         for step in range(1, req.max_steps + 1):
+            self.clock = GymClock()
             if req.max_step_time_sec:
                 step_limit = asyncio.timeout(req.max_step_time_sec)
                 try:
@@ -152,10 +190,7 @@ class AgentRun:
                 except TimeoutError:
                     if not step_limit.expired():
                         raise
-                    if self.model.cut_off:
-                        raise RunFailed(f"step {step} exceeded maxStepTimeSec ({req.max_step_time_sec:g} s) "
-                                        f"waiting for the model server's answer", "model") from None
-                    raise RunFailed(f"step {step} exceeded maxStepTimeSec ({req.max_step_time_sec:g} s)") from None
+                    raise self._step_timeout(step, req.max_step_time_sec) from None
             else:
                 outcome = await self._step(gym, step, model_name, feedback)
             done, feedback = outcome
@@ -168,6 +203,17 @@ class AgentRun:
                                 f"(last: {rec.steps[-1].get('invalid')})")
         await self._final_screenshot(gym)
         rec.finish(False, f"maxSteps ({req.max_steps}) reached without terminate or answer")
+
+    def _step_timeout(self, step: int, limit: float) -> RunFailed:
+        """A step over its limit: the model server's failure when it was still to answer; else the gym's when the
+        gym held more than half of the step (it would have ended in time with a gym answering in its usual
+        milliseconds); else the policy's (its model's time)."""
+        if self.model.cut_off:
+            return RunFailed(f"step {step} exceeded maxStepTimeSec ({limit:g} s) waiting for the model server's "
+                             f"answer", "model")
+        in_gym = self.clock.total()
+        why = f"step {step} exceeded maxStepTimeSec ({limit:g} s; {in_gym:.1f} s of it inside the gym)"
+        return RunFailed(why, "env" if in_gym > limit / 2 else "policy")
 
     # -- one step ----------------------------------------------------------------------------------
 
@@ -184,7 +230,8 @@ class AgentRun:
         rec.steps.append(step_obj)
         try:
             t0 = time.perf_counter()
-            png = await self._gym_read(gym.screenshot(eid), "screenshot")
+            with self.clock.timing():
+                png = await self._gym_read(gym.screenshot(eid), "screenshot")
             gym_s += time.perf_counter() - t0
             shot = png_data_url(png)
             rec.screenshots[str(step)] = shot
@@ -237,13 +284,18 @@ class AgentRun:
         result: dict[str, Any] | None = None
         error: str | None = None
         gym_s = 0.0
+        gym_failed: str | None = None
         if action.gym_action is not None:
             try:
-                result = await self._gym_act(gym, action.gym_action)
+                with self.clock.timing(_asked_wait_s(action.gym_action)):
+                    result = await self._gym_act(gym, action.gym_action)
             except GenvError as exc:  # 4xx: the gym rejected the action and changed nothing
                 error = f"the environment rejected {action.name}: {exc.detail}"
             if result is not None and result.get("ok") is False:
-                error = f"the environment could not perform {action.name}: {result.get('error')}"
+                if result.get("fault") == "gym":   # the gym failed to play it: not the policy's to learn from
+                    gym_failed = f"the gym failed to perform {action.name}: {result.get('error')}"
+                else:   # the policy's, or a gym that does not say (docs/protocols.md 1.5)
+                    error = f"the environment could not perform {action.name}: {result.get('error')}"
             gym_s = time.perf_counter() - t0
             if result is not None and action.pointer is not None:
                 self.ctx.pointer = action.pointer
@@ -258,6 +310,8 @@ class AgentRun:
         step_obj["actions"].append(entry)
         rec.emit("action_executed", step, actionIndex=index, action={k: v for k, v in entry.items() if k != "obs"},
                  startTs=iso(started), endTs=iso(rec.now()), durationMs=round(duration, 3))
+        if gym_failed:
+            raise RunFailed(gym_failed, "env")
         return error, gym_s
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -297,7 +351,8 @@ class AgentRun:
         """Best effort: the screen after the last action, for viewers (never fatal). Returns seconds spent."""
         t0 = time.perf_counter()
         try:
-            png = await gym.screenshot(self.req.env.execution_id)
+            with self.clock.timing():
+                png = await gym.screenshot(self.req.env.execution_id)
         except GenvError as exc:
             logger.info("run %s: no final screenshot: %s", self.record.run_id, exc)
             return time.perf_counter() - t0

@@ -28,6 +28,7 @@ from .manager import CapacityError, Execution, GymManager, GymOptions
 from .screen import settle
 from .suite import OptionsError, create_options, make_suite
 from .tasks import TaskDef, TaskSet
+from .xinput import InputRefused
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +46,18 @@ def _retrieve(run: asyncio.Future) -> None:
 
 
 class GymError(Exception):
-    """A refused or failed call: ``status`` is the HTTP status the genv API answers with, ``detail`` says why."""
+    """A refused or failed call: ``status`` is the HTTP status the genv API answers with, ``detail`` says why,
+    ``fault`` (on an execution's screenshot and action calls) whose failure it was: "gym" or "policy"."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, fault: str | None = None) -> None:
         super().__init__(detail)
-        self.status, self.detail = status, detail
+        self.status, self.detail, self.fault = status, detail, fault
+
+
+def _fault(ex: Execution, who: str, status: int, detail: str) -> GymError:
+    """Count a failed call of ``ex`` as ``who``'s (docs/protocols.md 1.5) and the error that answers it."""
+    ex.faults[who] += 1
+    return GymError(status, detail, fault=who)
 
 
 class LocalGym:
@@ -125,7 +133,7 @@ class LocalGym:
         ex = self.execution(eid)
         return {"execution_id": ex.execution_id, "status": "running", "task_id": ex.task.task_id,
                 "screen": {"width": ex.desktop.spec.width, "height": ex.desktop.spec.height},
-                "age_s": round(time.monotonic() - ex.created, 3)}
+                "age_s": round(time.monotonic() - ex.created, 3), "faults": dict(ex.faults)}
 
     # ---- the episode -----------------------------------------------------------------------------------
     async def reset(self, task_id: str, body: object = None) -> dict:
@@ -175,17 +183,20 @@ class LocalGym:
                 self._encoder, screen.encode, raw, fmt, quality)
         except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
             logger.error("screenshot of %s failed: %s", eid, exc)
-            raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+            raise _fault(ex, "gym", 503, f"desktop of execution {eid} is not responding: {exc}") from exc
         return data, fmt
 
     async def act(self, eid: str, raw_action: object) -> dict:
-        """Perform one action and wait for the screen to settle: ``{ok, screen_changed}``, or ``ok: false``
-        with the error when the X server refused the input (the desktop is kept)."""
+        """Perform one action and wait for the screen to settle: ``{ok, screen_changed}``, or ``ok: false`` with
+        the error and ``fault: "gym"`` when playing it failed on our side (the X server refused the input, a
+        page did not take it; the desktop is kept). Whose failure each is: docs/protocols.md 1.5. A malformed
+        action is the policy's (4xx, nothing played); a desktop that stopped answering before the action was
+        played is a 503 (nothing played, it may be sent again), after it a 500 (it was played)."""
         ex = self.execution(eid)
         try:
             action = parse_action(raw_action)
         except ActionError as exc:
-            raise GymError(exc.status, exc.detail) from exc
+            raise _fault(ex, "policy", exc.status, exc.detail) from exc
         async with ex.lock:
             if eid not in self.manager.executions:
                 raise GymError(404, f"execution {eid!r} was terminated")
@@ -193,22 +204,27 @@ class LocalGym:
             try:
                 before = d.screen.arm_and_grab()
             except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
-                raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+                raise _fault(ex, "gym", 503, f"desktop of execution {eid} is not responding: {exc}") from exc
             # Browser desktops: the action returns once the page has received its input (browser.py).
             inputs = await d.input_count() if hasattr(d, "input_count") else None
             try:
                 await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
                 if inputs is not None:
                     await d.wait_input(inputs, page_events(action, d.xinput))
+            except InputRefused as exc:   # the keyboard has no key for what was asked: the policy's, nothing sent
+                ex.faults["policy"] += 1
+                return {"ok": False, "error": str(exc), "fault": "policy", "screen_changed": False}
             except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
-                logger.warning("action %s on %s failed: %s", action.type, eid, exc)
+                logger.warning("action %s on %s failed in the gym: %s", action.type, eid, exc)
+                ex.faults["gym"] += 1
                 with contextlib.suppress(Exception):
                     d.xinput.reset_modifiers()
-                return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "screen_changed": False}
+                return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "fault": "gym", "screen_changed": False}
             try:
                 changed, frame = await settle(d.screen, before, CHANGE_WAIT_S.get(action.type, 0.0))
-            except Exception as exc:  # noqa: BLE001
-                raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
+            except Exception as exc:  # noqa: BLE001 - played, then the desktop stopped answering: not to be resent
+                raise _fault(ex, "gym", 500, f"desktop of execution {eid} stopped answering after the action: "
+                                             f"{exc}") from exc
             d.screen.remember(frame)
             ex.last_used = time.monotonic()
             # The agent's next call is almost always a screenshot of this very frame, in the format it
@@ -239,7 +255,9 @@ class LocalGym:
             except Exception as exc:  # noqa: BLE001 - e.g. the browser of this execution is gone
                 logger.error("evaluating execution %s failed: %s", eid, exc)
                 raise GymError(503, f"could not evaluate execution {eid}: {exc}") from exc
-        return {**result, "execution_id": eid, "task_id": ex.task.task_id}
+        # faults: this execution's calls that failed on the gym's side (and actions refused as malformed), so a
+        # trainer can drop an episode the gym failed even when its agent does not say so (protocols.md 1.4)
+        return {**result, "execution_id": eid, "task_id": ex.task.task_id, "faults": dict(ex.faults)}
 
     async def live_view(self, eid: str, viewer_host: str | None = None) -> str:
         """The address of a view-only live view of the execution's screen (live.py), started on first use;

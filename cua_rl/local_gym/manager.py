@@ -209,6 +209,9 @@ class Execution:
     # request's time limit (then no other evaluate of this execution starts until it ends)
     evaluating: asyncio.Lock = field(default_factory=asyncio.Lock)
     evaluation: asyncio.Future | None = None
+    # Calls of this execution that failed, by whose failure it was (LocalGym.act/screenshot): "gym" (its desktop
+    # or input failed) and "policy" (an action refused as malformed). Reported by describe and evaluate.
+    faults: dict = field(default_factory=lambda: {"gym": 0, "policy": 0})
 
 
 class GymManager:

@@ -46,7 +46,8 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
 
     @app.exception_handler(GymError)
     async def gym_error(_request: Request, exc: GymError) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+        body = {"detail": exc.detail} if exc.fault is None else {"detail": exc.detail, "fault": exc.fault}
+        return JSONResponse(body, status_code=exc.status)
 
     async def json_body(request: Request, expected: str, empty: object = None) -> object:
         """The body as JSON (``empty`` when there is none); 422 saying what was expected otherwise."""

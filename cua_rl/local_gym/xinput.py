@@ -38,6 +38,12 @@ FOCUS_WAIT_S = 3.0
 PING_WAIT_S = 1.0
 
 
+class InputRefused(ValueError):
+    """Input this desktop's keyboard cannot express (a character its layout has no key for): what the action
+    asked, not a failure of the gym. The action answers ``ok: false`` with ``fault: "policy"`` (env.act), nothing
+    sent; any other failure while playing an action is the gym's (docs/protocols.md 1.5)."""
+
+
 def keysym_for_name(name: str) -> int | None:
     """Keysym of a key name ("ctrl", "Return", "a", "F5", "ä"); None when unknown."""
     if not name:

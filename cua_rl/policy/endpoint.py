@@ -77,10 +77,12 @@ class EndpointSettings:
     # Screenshots kept in the prompt; older image parts are dropped before the processor runs. Every kept
     # image is re-encoded into every later turn's training row, so this bounds memory. null = keep all.
     max_screenshots_in_history: int | None = 3
-    # Pixel bounds per image (null = none). Qwen3-VL uses 32x32-pixel tokens: 1_003_520 pixels is about
-    # 1000 visual tokens for a 1280x800 desktop. The image itself is shrunk, so vLLM sees the same pixels.
+    # Pixel bounds per image (null = none), applied together with the processor's own: an image outside them is
+    # resized once, straight onto the processor's patch grid (images.fit_pixels), so vLLM sees the same pixels and
+    # neither processor resamples them again. Qwen3-VL's visual token is a 32x32-pixel cell: a 1280x800 desktop is
+    # 40x25 of them (1000 visual tokens) and is sent as the agent sent it at 1_024_000.
     min_pixels: int | None = None
-    max_pixels: int | None = 1_003_520
+    max_pixels: int | None = 1_024_000
     # Image parts are data: URLs (what our agents send). http(s) URLs only with allow_http_images (off: no request
     # is ever made for them, images.py), fetched within these caps (the byte cap holds for data URLs too).
     image_fetch_max_bytes: int = 20 * 1024 * 1024

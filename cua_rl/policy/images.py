@@ -19,6 +19,7 @@ import base64
 import binascii
 import io
 import logging
+import math
 import re
 from dataclasses import dataclass
 
@@ -133,22 +134,48 @@ async def fetch_http_image(url: str, session: aiohttp.ClientSession, limits: Ima
     return DecodedImage(b64=base64.b64encode(raw).decode("ascii"), image=image, source=scheme)
 
 
-def fit_pixels(decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> DecodedImage:
-    """Rescale (keeping the aspect ratio) into [min_pixels, max_pixels] and re-encode as PNG.
+def grid_size(width: int, height: int, factor: int, min_pixels: float, max_pixels: float) -> tuple[int, int]:
+    """(width, height) an image of this size takes on a Qwen-VL patch grid: both sides multiples of ``factor``
+    (patch size x merge size), the area within [min_pixels, max_pixels], the aspect ratio kept as closely as that
+    allows. The Qwen-VL image processors' own rule (``smart_resize`` in transformers' qwen2_vl image processing),
+    so an image already at its grid size is left as it is by them."""
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return max(factor, w_bar), max(factor, h_bar)
 
-    Why here and not in the processor's settings: the inference server runs its own processor on the
-    bytes we forward. Shrinking the image itself, once, means both processors see the same pixels and
-    only round to their patch grid the same way; changing our processor's limits alone would not.
+
+def fit_pixels(decoded: DecodedImage, min_pixels: int | None, max_pixels: float | None,
+               factor: int | None = None) -> DecodedImage:
+    """The image the engine is sent: resampled at most once, and not at all when it needs no resize.
+
+    With the processor's grid ``factor`` (and bounds that already include the processor's own, ``prompt.fit_for``):
+    an image whose grid rounding stays within the bounds is returned as it is (the agent's own bytes; a processor
+    rounds it to its grid, the same way on our side and vLLM's, at most one resampling); any other is resized
+    once, straight to its grid size within the bounds, and re-encoded as PNG, which the processors then keep as
+    it is. Without a factor (a processor that is not a Qwen-VL one) it is scaled into the bounds.
+
+    Why here and not in the processor's settings: the inference server runs its own processor on the bytes we
+    forward. Resizing the image itself means both processors see the same pixels; changing our processor's
+    limits alone would not.
     """
     w, h = decoded.image.size
-    area = w * h
-    if max_pixels and area > max_pixels:
-        scale = (max_pixels / area) ** 0.5
-    elif min_pixels and area < min_pixels:
-        scale = (min_pixels / area) ** 0.5
-    else:
+    low, high = min_pixels or 0, max_pixels or math.inf
+    if factor:
+        size = grid_size(w, h, factor, low, high)
+        rounded = (round(w / factor) * factor, round(h / factor) * factor)   # the processor's own rounding
+        if size == rounded:
+            return decoded
+    elif low <= w * h <= high:
         return decoded
-    size = (max(1, int(w * scale)), max(1, int(h * scale)))
+    else:
+        scale = math.sqrt((high if w * h > high else low) / (w * h))
+        size = (max(1, int(w * scale)), max(1, int(h * scale)))
     img = decoded.image.resize(size, Image.Resampling.BICUBIC)
     buf = io.BytesIO()
     img.save(buf, format="PNG")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import threading
 import weakref
 from dataclasses import dataclass
@@ -78,12 +79,35 @@ _SPLIT_OK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def prepare_image(processor, decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> PreparedImage:
-    """Shrink one image into the pixel bounds and, where the processor allows it, run its image processor on
-    it alone. CPU-bound and thread-safe: call it from a worker thread."""
-    fitted = fit_pixels(decoded, min_pixels, max_pixels)
+    """Resize one image at most once, straight onto the processor's patch grid within the policy's pixel bounds
+    and the processor's own (so neither our processor nor the inference server's resamples it again), and, where
+    the processor allows it, run its image processor on it alone. CPU-bound and thread-safe: call it from a
+    worker thread."""
+    fitted = fit_for(processor, decoded, min_pixels, max_pixels)
     if processor is None or not split_matches_whole(processor):
         return PreparedImage(fitted)
     return _image_tensors(processor, fitted)
+
+
+def fit_for(processor, decoded: DecodedImage, min_pixels: int | None, max_pixels: int | None) -> DecodedImage:
+    """The image the engine is sent for ``decoded``: resampled at most once, onto ``processor``'s grid, within
+    the tighter of the policy's bounds and the processor's (``images.fit_pixels``)."""
+    factor, low, high = image_grid(processor)
+    return fit_pixels(decoded, max(min_pixels or 0, low) or None, min(max_pixels or math.inf, high), factor)
+
+
+def image_grid(processor) -> tuple[int | None, int, float]:
+    """(grid factor, min pixels, max pixels) of a Qwen-VL image processor: patch size x merge size, and its
+    ``size`` bounds (``shortest_edge``/``longest_edge`` are pixel counts there, or ``min_pixels``/``max_pixels``
+    on older processors); (None, 0, inf) for a processor without that contract."""
+    ip = getattr(processor, "image_processor", None)
+    patch, merge = getattr(ip, "patch_size", None), getattr(ip, "merge_size", None)
+    if not (isinstance(patch, int) and isinstance(merge, int)):
+        return None, 0, math.inf
+    size = getattr(ip, "size", None) or {}
+    low = size.get("shortest_edge") or getattr(ip, "min_pixels", None) or 0
+    high = size.get("longest_edge") or getattr(ip, "max_pixels", None) or math.inf
+    return patch * merge, int(low), high
 
 
 def _image_tensors(processor, fitted: DecodedImage) -> PreparedImage:

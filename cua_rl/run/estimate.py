@@ -49,7 +49,10 @@ class Shape:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Bytes per GPU of the training side and the inference side, and the row length."""
+    """Bytes per GPU of the training side and the inference side, and the row length. ``reference_weights``: the
+    KL penalty's reference model on the actor's GPUs, what stays resident (its stored weights and any cast copy;
+    0 without a reference there); ``reference_forward``: one micro-batch's forward of it, which runs while the
+    actor's own activations are freed (AReaL computes the reference's logprobs before the update)."""
 
     weights: int
     grads: int
@@ -60,27 +63,43 @@ class Estimate:
     colocated: bool
     row_tokens: int
     screenshot_tokens: int
+    reference_weights: int = 0
+    reference_forward: int = 0
 
     @property
     def actor(self) -> int:
         return self.weights + self.grads + self.optimizer + self.compute_copy + self.activations
 
     @property
+    def reference(self) -> int:
+        return self.reference_weights + self.reference_forward
+
+    @property
+    def training(self) -> int:
+        """The actor's GPUs while training: the actor and, with a KL penalty, the reference beside it (its forward
+        in the room of the actor's activations, which are not alive then)."""
+        return self.actor + self.reference_weights + max(0, self.reference_forward - self.activations)
+
+    @property
     def peak(self) -> int:
-        """Colocated: AReaL offloads one side while the other works, so the larger of the two; else the
-        actor's GPUs (vLLM has its own)."""
-        return max(self.actor, self.vllm) if self.colocated else self.actor
+        """Colocated: AReaL offloads the actor while vLLM works and vLLM while the actor trains, so the larger of
+        the two sides (the reference's weights stay on the GPU on both); else the actor's GPUs (vLLM has its
+        own)."""
+        return max(self.training, self.vllm + self.reference_weights) if self.colocated else self.training
 
     def lines(self, gpu_gib: float | None, gpu_source: str = "") -> list[str]:
         g = lambda n: f"{n / GIB:.1f}"   # noqa: E731
         actor = (f"actor {g(self.actor)} GiB = weights {g(self.weights)} + gradients {g(self.grads)} + AdamW "
                  f"{g(self.optimizer)} + compute copy {g(self.compute_copy)} + activations {g(self.activations)} "
                  f"(one micro-batch)")
+        if self.reference:
+            actor += (f"; reference model (KL penalty) beside it: weights {g(self.reference_weights)} GiB resident, "
+                      f"forward {g(self.reference_forward)} GiB while the actor's activations are freed")
         if gpu_gib is None:
             memory = f"memory (estimated; the CPU stack, in host memory): {actor}"
         else:
             side = (f"colocated with vLLM on one GPU, each offloaded while the other works: peak {g(self.peak)} "
-                    f"GiB ({g(self.actor + self.vllm)} if both were resident)" if self.colocated
+                    f"GiB ({g(self.training + self.vllm)} if both were resident)" if self.colocated
                     else f"vLLM on GPUs of its own: peak {g(self.peak)} GiB")
             verdict = "fits" if self.peak <= gpu_gib * GIB else "DOES NOT FIT"
             memory = (f"memory (estimated per GPU, not measured on one): {actor}; vLLM {g(self.vllm)} GiB; {side}, "
@@ -111,16 +130,21 @@ def shape_of(model_path: str, min_pixels: int | None = None, max_pixels: int | N
 
 
 def _screenshot_tokens(model_path: str, merge: int, min_pixels: int | None, max_pixels: int | None) -> int | None:
-    """Tokens of a 1280x800 screenshot as the policy endpoint prepares it (``policy.min_pixels`` and
-    ``max_pixels``, then the model's own image processor); None when the processor cannot load."""
+    """Tokens of a 1280x800 screenshot as the policy endpoint prepares it (resized at most once onto the model's
+    processor grid within ``policy.min_pixels``/``max_pixels`` and the processor's own bounds, then the image
+    processor); None when the processor cannot load."""
     try:
+        from types import SimpleNamespace
+
         from PIL import Image
         from transformers import AutoImageProcessor
 
-        from cua_rl.policy.images import DecodedImage, fit_pixels
+        from cua_rl.policy.images import DecodedImage
+        from cua_rl.policy.prompt import fit_for
 
-        fitted = fit_pixels(DecodedImage("", Image.new("RGB", SCREEN), "estimate"), min_pixels, max_pixels)
         processor = AutoImageProcessor.from_pretrained(model_path)
+        fitted = fit_for(SimpleNamespace(image_processor=processor), DecodedImage("", Image.new("RGB", SCREEN),
+                                                                                   "estimate"), min_pixels, max_pixels)
         grid = processor(images=[fitted.image], return_tensors="pt")["image_grid_thw"][0]
         return int(grid.prod()) // (merge * merge)
     except Exception:   # noqa: BLE001 - an estimate: fall back to the patch arithmetic
@@ -129,10 +153,12 @@ def _screenshot_tokens(model_path: str, merge: int, min_pixels: int | None, max_
 
 def estimate(shape: Shape, *, dtype: str, optimizer_dtype: str, tokens_per_mb: int, row_tokens: int,
              dp: int = 1, gpu_memory_utilization: float = 0.0, gpu_gib: float = 0.0,
-             colocated: bool = False, adam: bool = True, dense_attention: bool = False) -> Estimate:
+             colocated: bool = False, adam: bool = True, dense_attention: bool = False,
+             reference_dtype: str | None = None) -> Estimate:
     """See the module docstring. ``dp``: the actor's data-parallel size (FSDP shards the stored state);
     ``dense_attention``: attention materialises its score matrices (sdpa's math kernel: the CPU), not a
-    flash or memory-efficient kernel (a GPU)."""
+    flash or memory-efficient kernel (a GPU); ``reference_dtype``: the storage dtype of a KL reference model on
+    the actor's GPUs, sharded like the actor (None: no reference there)."""
     store, compute = _DTYPE_BYTES[optimizer_dtype], _DTYPE_BYTES[dtype]
     p = shape.params
     weights, grads = p * store // dp, p * store // dp
@@ -144,9 +170,22 @@ def estimate(shape: Shape, *, dtype: str, optimizer_dtype: str, tokens_per_mb: i
     one_layer = 2 * t * (10 * shape.hidden + 4 * shape.intermediate) * compute
     scores = 2 * t * t * shape.heads * compute if dense_attention else 0   # scores and softmax, one layer
     logits = t * shape.vocab * (compute + 2 * 4)                          # logits, fp32 log-softmax and its gradient
+    reference_weights = reference_forward = 0
+    if reference_dtype is not None:   # logprobs only: its weights (and a cast copy if stored wider), one forward
+        ref_store = _DTYPE_BYTES[reference_dtype]
+        reference_weights = p * ref_store // dp + (p * compute if compute != ref_store else 0)
+        reference_forward = (t * (10 * shape.hidden + 4 * shape.intermediate) * compute
+                             + t * shape.vocab * (compute + 4) + scores // 2)
     return Estimate(weights=weights, grads=grads, optimizer=optimizer, compute_copy=compute_copy,
                     activations=saved + one_layer + scores + logits, vllm=int(gpu_memory_utilization * gpu_gib * GIB),
-                    colocated=colocated, row_tokens=row_tokens, screenshot_tokens=shape.tokens_per_screenshot())
+                    colocated=colocated, row_tokens=row_tokens, screenshot_tokens=shape.tokens_per_screenshot(),
+                    reference_weights=reference_weights, reference_forward=reference_forward)
+
+
+def _colocated(engine, target: str) -> bool:
+    strategy = getattr(engine, "scheduling_strategy", None)
+    kind = str(getattr(getattr(strategy, "type", ""), "value", getattr(strategy, "type", "")))
+    return kind == "colocation" and getattr(strategy, "target", None) == target
 
 
 def of_config(config) -> list[str]:
@@ -160,8 +199,8 @@ def of_config(config) -> list[str]:
     except Exception as exc:   # noqa: BLE001 - e.g. a Hub id on a machine without the Hub: say so, go on
         return [f"memory: no estimate (the model config of {config.actor.path} cannot be read here: "
                 f"{type(exc).__name__})"]
-    strategy = config.actor.scheduling_strategy
-    colocated = str(getattr(strategy, "type", "")) in ("colocation", "SchedulingStrategyType.colocation")
+    colocated = _colocated(config.actor, "rollout") or _colocated(config.rollout, "actor")
+    ref = config.ref if config.actor.kl_ctl > 0 else None
     try:
         dp = ModelAllocation.from_str(config.actor.backend, name="actor").parallel.dp_size
     except Exception:   # noqa: BLE001 - an allocation this version cannot parse: assume one shard
@@ -171,8 +210,12 @@ def of_config(config) -> list[str]:
                    row_tokens=config.gconfig.max_tokens, dp=max(dp, 1),
                    gpu_memory_utilization=config.vllm.gpu_memory_utilization, gpu_gib=gpu_gib or 0.0,
                    colocated=colocated, adam=config.actor.optimizer.type in ("adam", "adamw"),
-                   dense_attention=gpu_gib is None)
-    return est.lines(gpu_gib, gpu_source)
+                   dense_attention=gpu_gib is None,
+                   reference_dtype=ref.optimizer_dtype if ref is not None and _colocated(ref, "actor") else None)
+    lines = est.lines(gpu_gib, gpu_source)
+    if ref is not None and not _colocated(ref, "actor"):
+        lines.append("the KL penalty's reference model runs on GPUs of its own (its ref section): not in the figure")
+    return lines
 
 
 def _gpu_memory() -> tuple[float, str]:

@@ -5,9 +5,10 @@ agent run with ``model.baseUrl`` = the endpoint and ``apiKey`` = the key -> wait
 terminate (always, in ``finally``). The endpoint recorded every model turn exactly as the engine saw it.
 
 Outcomes: an episode is either evaluated (``EpisodeOutcome``) or dropped (``Dropped``, with its cause: the
-gym, the agent service or the model server failed, or the episode crashed), never given a reward it did not
-earn. A run that merely ends badly (timeout, the agent gave up, unparseable output, a prompt that outgrew the
-policy's context) is still evaluated and keeps its real, possibly zero, reward.
+gym, the agent service or the model server failed, or the episode crashed; the gym's failure also when the agent
+did not report it but the gym's evaluation counts faults of its own), never given a reward it did not earn. A run
+that merely ends badly (timeout, the agent gave up, unparseable output, a prompt that outgrew the policy's context)
+is still evaluated and keeps its real, possibly zero, reward.
 
 Used by the workflow (``CUAAgentWorkflow``: a GRPO group of these), by the held-out evaluation
 (``cua_rl.evaluate``) and by tests; ``EpisodeSetup`` is what every episode of one workflow shares.
@@ -99,6 +100,13 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
             run, turns = played
             evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
                                             execution_data=run.as_execution_data())
+            if evaluation.gym_faults:
+                # the gym failed calls of this execution (an action it could not play, a desktop that stopped
+                # answering): what the agent did next was not the policy's doing alone, whatever the agent said
+                # (a stock gbox-mini-agent sends no failure kind; docs/protocols.md 1.4 and 2.6)
+                why = f"the gym reported {evaluation.gym_faults} fault(s) of its own in this execution (faults.gym)"
+                logger.error("%s: %s; episode dropped", where, why)
+                return Dropped("gym", why)
     except (GenvError, MiniAgentError) as exc:
         cause = "gym" if isinstance(exc, GenvError) else "agent_service"
         logger.error("%s: %s failure, episode dropped: %s", where, cause.replace("_", " "), exc)

@@ -138,14 +138,17 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
 
 
 def _assert_the_regularisers_trained(logs: Path) -> None:
-    """Issue 37 item 2, on the same run: the KL penalty's reference model (a second training worker at the
-    starting weights, ``reference_model``) and the entropy term both ran, and every update's statistics carry
-    them: the entropy term is its coefficient times the mean entropy, the KL penalty's reward and the
-    sampler-vs-trained KL are there too (the names the monitor's run page charts, records.UPDATE_STATS)."""
+    """Issue 37 item 2, on the same run: the KL penalty's reference model (a second engine at the starting
+    weights in the actor's own worker, ``reference_model``: issue 59 item 4) and the entropy term both ran, and
+    every update's statistics carry them: the entropy term is its coefficient times the mean entropy, the KL
+    penalty's reward and the sampler-vs-trained KL are there too (the names the monitor's run page charts,
+    records.UPDATE_STATS)."""
     from cua_rl.monitor.records import UPDATE_STATS
     from cua_rl.run.summary import read_scalars
 
-    assert "for worker ref/0" in (logs / "ref.log").read_text(errors="replace"), "no reference worker ran"
+    actor_log = (logs / "actor.log").read_text(errors="replace")
+    assert "Engine 'ref/0'" in actor_log and "instantiated successfully" in actor_log, "no reference engine ran"
+    assert not (logs / "ref.log").exists(), "the reference got a worker process of its own"
     scalars = read_scalars(logs / "tensorboard")
     steps = {name: dict(scalars.get(UPDATE_STATS[name], [])) for name in ("entropy", "entropy_bonus", "kl_reward",
                                                                            "behave_kl")}

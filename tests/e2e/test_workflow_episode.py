@@ -14,7 +14,8 @@ from PIL import Image
 
 from cua_rl.mini_agent import MiniAgentClient
 from cua_rl.policy import close_loop_servers, tensor_sha256
-from cua_rl.policy.images import DecodedImage, fit_pixels
+from cua_rl.policy.images import DecodedImage
+from cua_rl.policy.prompt import fit_for
 from cua_rl.trajectory import group_batch
 from cua_rl.workflow import Dropped, play_episode
 from cua_rl.workflow.worker import worker_state
@@ -44,7 +45,7 @@ async def test_group_of_real_episodes_becomes_exact_rows(stack):
                 urls = [p["image_url"]["url"] for m in body["messages"] if isinstance(m.get("content"), list)
                         for p in m["content"] if p.get("type") == "image_url"][-2:]
                 imgs = [Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))).convert("RGB") for u in urls]
-                imgs = [fit_pixels(DecodedImage("", im, "data"), None, 200704).image for im in imgs]
+                imgs = [fit_for(proc, DecodedImage("", im, "data"), None, 200704).image for im in imgs]
                 ref = proc.image_processor(images=imgs, return_tensors="pt")
                 assert tensor_sha256(turn.multi_modal_input["pixel_values"]) == tensor_sha256(ref["pixel_values"])
                 reply = out.get("modelOutput") or out.get("response") or {}

@@ -13,8 +13,8 @@ import pytest
 from areal.api.cli_args import GenerationHyperparameters
 
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
-from cua_rl.policy.images import decode_data_url, fit_pixels
-from cua_rl.policy.prompt import expand_image_tokens, split_matches_whole
+from cua_rl.policy.images import decode_data_url
+from cua_rl.policy.prompt import expand_image_tokens, fit_for, split_matches_whole
 from tests.doubles.policy_helpers import EngineDouble, png_data_url
 
 MAX_PIXELS = 40_000  # the larger screenshots below are shrunk, as the endpoint does on every turn
@@ -60,13 +60,13 @@ def _messages(urls: list[str]) -> list[dict]:
 
 
 def _from_scratch(processor, urls: list[str], keep: int):
-    """The whole processor call on the same shrunk screenshots, with the oldest beyond the history cut as
+    """The whole processor call on the same resized screenshots, with the oldest beyond the history cut as
     text: what the endpoint's prompt must equal."""
     tpl = [{"role": "system", "content": "You operate a computer."}]
     images = []
     for i, url in enumerate(urls):
         if i >= len(urls) - keep:
-            images.append(fit_pixels(decode_data_url(url, EndpointSettings().image_limits), None, MAX_PIXELS).image)
+            images.append(fit_for(processor, decode_data_url(url, EndpointSettings().image_limits), None, MAX_PIXELS).image)
             part = {"type": "image"}
         else:
             part = None

@@ -79,7 +79,10 @@ def test_a_kl_penalty_gets_the_actors_starting_weights_as_its_reference(tmp_path
     ref, actor = config.ref, config.actor
     assert (ref.path, ref.backend, ref.dtype, ref.attn_impl) == (actor.path, actor.backend, actor.dtype, actor.attn_impl)
     assert [s.cmd for s in ref.scheduling_spec] == [s.cmd for s in actor.scheduling_spec] == \
-        ["python3 -m cua_rl.areal_ext.worker"]        # the reference's logprobs get the same patches
+        ["python3 -m cua_rl.areal_ext.worker"]
+    # in the actor's own (patched) workers, not a fork running AReaL's stock worker (issue 59 item 4)
+    strategy = ref.scheduling_strategy
+    assert (strategy.type, strategy.target, strategy.fork) == ("colocation", "actor", False)
     assert ref.optimizer is None and actor.optimizer is not None and config.entropy_bonus == 0.01
     for bad, match in (("entropy_bonus=-0.1", "entropy_bonus must be"), ("actor.kl_ctl=-1", "kl_ctl must be")):
         with pytest.raises(ConfigError, match=match):

@@ -3,12 +3,14 @@ key codes (``qcode``s of QMP ``input-send-event``), for a US keyboard layout in 
 
 Why a table: a VM has no keymap to ask (X11 desktops look keys up in the X server's), so the gym sends the
 physical key and Shift for what a US layout types with Shift. Characters that layout cannot type are
-refused with ``ValueError`` (the action answers ``ok: false``), never sent as some other key.
+refused with ``InputRefused`` (the action answers ``ok: false``, the policy's fault), never sent as some other key.
 """
 
 from __future__ import annotations
 
 from Xlib import XK
+
+from ..xinput import InputRefused
 
 _UNSHIFTED = {" ": "spc", "-": "minus", "=": "equal", "[": "bracket_left", "]": "bracket_right",
               "\\": "backslash", ";": "semicolon", "'": "apostrophe", "`": "grave_accent", ",": "comma",
@@ -27,14 +29,14 @@ MODIFIERS = ("ctrl", "alt", "shift", "meta_l")
 
 
 def char_qcode(ch: str) -> tuple[str, bool]:
-    """(qcode, with Shift) that types ``ch``; ``ValueError`` when a US layout has no key for it."""
+    """(qcode, with Shift) that types ``ch``; ``InputRefused`` when a US layout has no key for it."""
     if ch in _UNSHIFTED:
         return _UNSHIFTED[ch], False
     if "A" <= ch <= "Z":
         return ch.lower(), True
     if ch in _SHIFTED:
         return _UNSHIFTED[_SHIFTED[ch]], True
-    raise ValueError(f"the VM keyboard (US layout) has no key for {ch!r}")
+    raise InputRefused(f"the VM keyboard (US layout) has no key for {ch!r}")
 
 
 def keysym_qcode(sym: int) -> tuple[str, bool]:
@@ -43,4 +45,4 @@ def keysym_qcode(sym: int) -> tuple[str, bool]:
         return _BY_KEYSYM[sym], False
     if 0x20 <= sym <= 0x7E:
         return char_qcode(chr(sym))
-    raise ValueError(f"the VM keyboard has no key for keysym {sym:#x}")
+    raise InputRefused(f"the VM keyboard has no key for keysym {sym:#x}")
