@@ -34,7 +34,7 @@ EMBEDDED_GYM_IDS = ("desktop", "miniwob")
 EXISTING_RUN = ("refuse", "overwrite", "resume")
 EXPORT_STYLES = ("individual", "concat")
 # trajectory.mutation: the learning bench's mutations (cua_rl/trajectory/mutations.py), never for real training
-MUTATIONS = ("", "negate_advantages", "shift_loss_mask", "batch_recentring")
+MUTATIONS = ("", "negate_advantages", "shift_loss_mask", "batch_recentring", "gym_faults_as_policy")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
 _TAG = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _RANGE_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
@@ -91,6 +91,9 @@ class EmbeddedStackConfig:
     # points elsewhere. Its URL is printed at start-up; 0 = a free port.
     start_monitor: bool = True
     monitor_port: int = 0
+    # The learning bench's gym-fault mutation only: this share of the embedded gym's actions fails as the gym's
+    # fault (local_gym GymOptions.fault_rate); 0 for every real run.
+    fault_rate: float = 0.0
 
     def __post_init__(self):
         for name in ("gym_port", "agent_port", "monitor_port"):
@@ -98,6 +101,8 @@ class EmbeddedStackConfig:
                 raise ValueError(f"embedded.{name} must be 0..65535")
         if self.num_desktops < 1:
             raise ValueError("embedded.num_desktops must be >= 1")
+        if not 0 <= self.fault_rate < 1:
+            raise ValueError(f"embedded.fault_rate must be in [0, 1), got {self.fault_rate}")
         if self.reuse_browsers is not None and self.reuse_browsers < 0:
             raise ValueError(f"embedded.reuse_browsers must be 0 (never) or more, got {self.reuse_browsers}")
         if self.restart_in_page and (self.reuse_browsers or 0) < 2:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -52,6 +53,17 @@ class GymError(Exception):
     def __init__(self, status: int, detail: str, fault: str | None = None) -> None:
         super().__init__(detail)
         self.status, self.detail, self.fault = status, detail, fault
+
+
+class InjectedFault(RuntimeError):
+    """An action failed on purpose as the gym's (``GymOptions.fault_rate``: the learning bench's mutation)."""
+
+
+def _injected_fault(ex: Execution, rate: float) -> bool:
+    """Whether this execution's next action fails on purpose: a draw from a generator seeded by the execution's
+    id (the same execution fails the same actions whatever else runs)."""
+    rng = ex.state.setdefault("fault_rng", random.Random(ex.execution_id))
+    return rng.random() < rate
 
 
 def _fault(ex: Execution, who: str, status: int, detail: str) -> GymError:
@@ -208,6 +220,8 @@ class LocalGym:
             # Browser desktops: the action returns once the page has received its input (browser.py).
             inputs = await d.input_count() if hasattr(d, "input_count") else None
             try:
+                if self.manager.opt.fault_rate and _injected_fault(ex, self.manager.opt.fault_rate):
+                    raise InjectedFault(f"fault injected at rate {self.manager.opt.fault_rate} (GymOptions.fault_rate)")
                 await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
                 if inputs is not None:
                     await d.wait_input(inputs, page_events(action, d.xinput))

@@ -79,12 +79,18 @@ class GymOptions:
     #                                     reload (the MiniWoB++ package's way; the last episode's document stays)
     live_view_host: str = "127.0.0.1"   # where live views (live.py) listen; they have no password
     evaluate_timeout_s: float = 60.0    # an evaluate that takes longer fails (503); its execution's next ones wait
+    # The learning bench's gym-fault mutation only (never for real use): this share of actions fails as the gym's
+    # fault (``fault: "gym"``, nothing played), drawn per execution from its id, so a run shows what training
+    # gym faults as the policy's failures does (bench/learning_bench.py MUTATIONS)
+    fault_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.suite:
             self.suite = "miniwob" if self.gym_id == "miniwob" else "desktop"
         if self.suite not in SUITES:
             raise ValueError(f"suite must be one of {SUITES}, got {self.suite!r}")
+        if not 0 <= self.fault_rate < 1:
+            raise ValueError(f"fault_rate must be in [0, 1), got {self.fault_rate}")
         if not 0 < self.evaluate_timeout_s <= 3600:
             raise ValueError(f"evaluate_timeout_s must be in (0, 3600] seconds, got {self.evaluate_timeout_s}")
         if self.reuse_browsers is None:

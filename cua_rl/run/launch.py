@@ -137,7 +137,8 @@ def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
     tasks_dir = os.path.abspath(os.path.expanduser(emb.tasks_dir)) if emb.tasks_dir else None
     gym = start_gym_server(emb.host, emb.gym_port, gym_id=config.embedded_gym_id, pool_size=emb.num_desktops,
                            tasks_dir=tasks_dir, extra_tasks=config.custom_tasks(),
-                           reuse_browsers=emb.reuse_browsers, restart_in_page=emb.restart_in_page)
+                           reuse_browsers=emb.reuse_browsers, restart_in_page=emb.restart_in_page,
+                           fault_rate=emb.fault_rate)
     stack.callback(gym.stop)
     agent = start_agent_server(emb.host, emb.agent_port)
     stack.callback(agent.stop)

@@ -13,6 +13,10 @@ these on and reports whether the gate's judgement (``bench/learning_bench.py``, 
   (``actor.adv_norm.mean_level=batch``, which the config refuses otherwise while the workflow normalises
   within each group; set in ``cua_rl.config``).
 
+- ``gym_faults_as_policy``: the gym's faults trained as the policy's failures (issue 59 item 2 undone): an
+  episode the gym failed (an action it could not play) is evaluated and trained instead of dropped; acts in the
+  episode (``cua_rl.workflow.episode``), with the embedded gym failing actions at ``embedded.fault_rate``.
+
 Issue 33 (b), token weighting, is switched back on by its own option, ``trajectory.equal_episode_weight=false``;
 weight updates that never reach vLLM by the test double of a vLLM worker that ignores them
 (``vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates``, as bench/health_bench.py does).

@@ -100,7 +100,7 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
             run, turns = played
             evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
                                             execution_data=run.as_execution_data())
-            if evaluation.gym_faults:
+            if evaluation.gym_faults and setup.trajectory.mutation != "gym_faults_as_policy":
                 # the gym failed calls of this execution (an action it could not play, a desktop that stopped
                 # answering): what the agent did next was not the policy's doing alone, whatever the agent said
                 # (a stock gbox-mini-agent sends no failure kind; docs/protocols.md 1.4 and 2.6)
@@ -170,6 +170,10 @@ async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execu
         # own outcome, evaluated whatever the agent reported (a stock agent may call the 400 a model failure)
         logger.info("execution %s: the episode ended at its context overflow (%s); evaluated as the policy's",
                     execution_id, episode.overflow)
+    elif (setup.trajectory.mutation == "gym_faults_as_policy" and not run.service_failed
+          and run.failure == "env"):
+        logger.info("execution %s: the gym failed mid-run (%s); evaluated as the policy's (the learning bench's "
+                    "mutation gym_faults_as_policy)", execution_id, run.reason)
     elif run.infrastructure_failed:
         cause = "agent_service" if run.service_failed else {"env": "gym", "model": "model_server"}[run.failure]
         if cause == "model_server" and episode is not None and not _reached(episode):

@@ -193,3 +193,23 @@ async def test_input_the_keyboard_cannot_type_stays_the_policys(gym, agent, mode
     assert isinstance(outcome, EpisodeOutcome), outcome
     assert "invalid model replies" in outcome.info["reason"], outcome.info
     assert len(scripted.requests[""]) == 3, "the refusal was not fed back to the policy turn after turn"
+
+
+async def test_the_benchs_gym_fault_mutation_injects_faults_and_trains_them_as_the_policys(agent, model):
+    """The learning bench's mutation ``gym_faults_as_policy`` (bench/learning_bench.py MUTATIONS) is real: the
+    gym's ``fault_rate`` fails actions as the gym's, which the workflow drops; with the mutation the same
+    episode is evaluated and scored as the policy's."""
+    import dataclasses
+
+    scripted, url = model
+    with start_gym_server(gym_id="desktop", port=0, max_executions=2, pool_size=1, display_base=940,
+                          fault_rate=0.99) as faulty:
+        setup = _setup(faulty, agent, url)
+        scripted.script("", [CLICK])
+        dropped = await play_episode(setup, None, ROW, 0)
+        assert isinstance(dropped, Dropped) and dropped.cause == "gym", dropped
+        mutated = dataclasses.replace(setup, trajectory=TrajectoryConfig(mutation="gym_faults_as_policy"))
+        scripted.script("", [CLICK])
+        outcome = await play_episode(mutated, None, ROW, 0)
+        assert isinstance(outcome, EpisodeOutcome) and outcome.reward < 1.0, outcome
+        assert not faulty.manager.executions
