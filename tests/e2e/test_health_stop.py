@@ -23,6 +23,7 @@ import pytest
 
 from cua_rl.http.serve import free_port
 from tests.hosts import Service, pids
+from tests.warm_starts import trains_from_pinned
 
 ROOT = Path(__file__).resolve().parents[2]
 # the one-turn recipe: the quickest run of the embedded stack (this test needs no learning, and the
@@ -118,7 +119,8 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
                   "gym")
     gym.start()
     try:
-        rc, out = _train(tmp_path, env, ["--config", str(MULTITURN), "--gym", gym.url, "--gym-id", "desktop",
+        rc, out = _train(tmp_path, env, ["--config", str(MULTITURN), *trains_from_pinned("multiturn"),
+                                         "--gym", gym.url, "--gym-id", "desktop",
                                          "--agent", "embedded", "trial_name=stale",
                                          "vllm.worker_extension_cls=tests.doubles.stale_vllm.IgnoresWeightUpdates",
                                          *REGULARISED])

@@ -27,14 +27,16 @@ import pytest
 
 from cua_rl.trainer.resume import settle
 from tests.hosts import pids
+from tests.warm_starts import trains_from_pinned
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
 STEPS = 3
-# the one-turn recipe (its warm start is kept): with the multi-turn default a step took 6 s and the run ended
+# the one-turn recipe (its pinned warm start): with the multi-turn default a step took 6 s and the run ended
 # before the kill
-ARGS = ["--config", str(ROOT / "examples" / "cua_agent" / "config.learn.yaml"), f"total_train_steps={STEPS}",
-        "train_dataset.batch_size=1", "gconfig.n_samples=2", "task_source.repeat=2", "trial_name=resume"]
+ARGS = ["--config", str(ROOT / "examples" / "cua_agent" / "config.learn.yaml"), *trains_from_pinned("learn"),
+        f"total_train_steps={STEPS}", "train_dataset.batch_size=1", "gconfig.n_samples=2", "task_source.repeat=2",
+        "trial_name=resume"]
 
 
 def _trainer_pid(marker: str) -> int | None:

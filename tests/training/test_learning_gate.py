@@ -52,6 +52,7 @@ import pytest
 
 from cua_rl.trainer.health import BY_NAME
 from tests.hosts import pids
+from tests.warm_starts import pinned
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 16                    # the recipe's (config.multiturn.yaml says why 16)
@@ -81,6 +82,7 @@ def gate_run(tmp_path_factory):
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "learning_bench.py"), "--recipe", "multiturn", "--rl-seeds", "1",
+         "--warm-start", str(pinned("multiturn")),
          "--no-control", "--greedy-only", "--steps", str(STEPS), "--seeds-per-task", str(EPISODES),
          "--regimes", ",".join(_bench().GATED),
          "--workdir", str(tmp / "work"), "--out", str(out)],
@@ -131,8 +133,8 @@ def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_r
     from cua_rl.run.summary import read_scalars
 
     _, out, logs, ckpts, left = gate_run
-    # the default trains from the kept SFT warm start, not from the random tiny model
-    assert re.search(r"training from the SFT warm start \S+/warm-starts/sft-[0-9a-f]{16}", out), out[-4000:]
+    # the run trains from the pinned SFT warm start the gate was calibrated on, not from the random tiny model
+    assert f"AReaL launches vLLM on the CPU for {pinned('multiturn')}" in out, out[-4000:]
     # PPO steps ran and their weights reached vLLM (disk update -> /areal_update_weights -> worker extension)
     assert re.search(r"Train step 1/\d+ done", (logs / "train.log").read_text(errors="replace"))
     # the console shows one progress line per step instead of AReaL's statistics table
