@@ -103,9 +103,9 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     """vLLM acknowledges every weight update and keeps its first weights (tests/doubles/stale_vllm.py, a test
     double of AReaL's worker extension): AReaL labels every output with the new version, and only the
     weight probe sees it (cua_rl/trainer/weight_probe.py). The run must stop after the first update that
-    changed the trainer's weights, naming ``weights_unchanged``: step 2 when its groups' rewards differ (step
-    1's learning rate is 0, warm-up), else the next. The README's recipe (its warm start, which CI's learning
-    gate reuses), so the groups' rewards differ and the updates are real.
+    changed the trainer's weights, naming ``weights_unchanged``: the first step whose groups' rewards differ
+    (no recipe trains a step at learning rate 0). The README's recipe from its pinned warm start (the one CI's
+    learning gate trains from), so the groups' rewards differ and the updates are real.
 
     The run takes the path of a user with a gym of their own and no agent service: the gym is a process of
     its own (``cua-gym serve``) given with ``--gym``, and ``--agent embedded`` starts our agent service beside
