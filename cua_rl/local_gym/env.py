@@ -470,6 +470,7 @@ class LocalGym:
         async with parent.lock:
             if parent.execution_id not in self.manager.executions:
                 raise GymError(404, f"execution {parent.execution_id!r} was terminated")
+            history = list(parent.history)
             try:
                 frozen = await self.manager.run_blocking(desk.freeze, self.manager.workdir)
             except ForkRefused:
@@ -482,7 +483,7 @@ class LocalGym:
         async def one() -> None:
             child = await self.manager.run_blocking(type(desk).thaw, frozen, self.manager.workdir, timeout)
             ex = await self.manager.adopt(parent.task, child, room)
-            ex.seed, ex.begun, ex.mask = parent.seed, parent.begun, parent.mask
+            ex.seed, ex.begun, ex.mask, ex.history = parent.seed, parent.begun, parent.mask, list(history)
             ex.forked_from = parent.execution_id
             children.append(ex)
             self._prepare_screenshot(ex, child.screen.grab(), parent)
