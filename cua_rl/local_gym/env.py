@@ -360,6 +360,9 @@ class LocalGym:
                 "mask": [list(r) for r in parent.mask]}
 
     async def _fork_replay(self, parent: Execution, count: int, room: Reservation) -> list[Execution]:
+        """The parent is held (its actions wait) while its children are made: its state at the end is still its
+        state at the fork, give or take what its apps write by themselves a moment later (an editor saving its
+        settings file lazily), which the children are compared with (``_replay``)."""
         if parent.unreplayable:
             raise ForkRefused(parent.unreplayable)
         async with parent.lock:
@@ -368,14 +371,13 @@ class LocalGym:
             d = parent.desktop
             try:
                 frame = bytes(d.screen.frame_now())
-                state = await self.suite.fork_state(parent)
             except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
                 raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
-            capture = Capture(frame, state, list(parent.history), parent.seed, parent.mask, d.spec.width,
+            capture = Capture(frame, list(parent.history), parent.seed, parent.mask, d.spec.width,
                               d.spec.height)
-        children: list[Execution] = []
-        jobs = [self._replay_child(parent, capture, room, children) for _ in range(count)]
-        await self._all_or_none(jobs, children)
+            children: list[Execution] = []
+            jobs = [self._replay_child(parent, capture, room, children) for _ in range(count)]
+            await self._all_or_none(jobs, children)
         return children
 
     async def _all_or_none(self, jobs, children: list[Execution]) -> None:
@@ -415,11 +417,17 @@ class LocalGym:
         ex.forked_from = parent.execution_id
         async with ex.lock:   # nobody else acts on it (the reaper passes it by; terminate waits)
             await self._begin(ex, capture.seed)
-            frame = await self._replay(ex, capture)
+            frame = await self._replay(ex, parent, capture)
             ex.history = list(capture.steps)
             self._prepare_screenshot(ex, frame, parent)
 
-    async def _replay(self, ex: Execution, capture: Capture) -> bytearray:
+    async def _parent_state(self, parent: Execution) -> dict:
+        try:
+            return await self.suite.fork_state(parent)
+        except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
+            raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
+
+    async def _replay(self, ex: Execution, parent: Execution, capture: Capture) -> bytearray:
         """Play the parent's actions on the child, each once the child's screen is what the parent's was when
         it was played; then wait for the parent's frame and compare the task states. Returns the child's frame."""
         d, w, h, mask = ex.desktop, capture.width, capture.height, capture.mask
@@ -448,7 +456,7 @@ class LocalGym:
             raise ForkRefused(f"after replaying {n} actions the child's screen is not the parent's at the fork: "
                               f"{difference(capture.frame, d.screen.grab(), w, h, mask)}")
         deadline = time.monotonic() + STATE_WAIT_S
-        while (diff := state_difference(capture.state, await self.suite.fork_state(ex))) is not None:
+        while (diff := state_difference(await self._parent_state(parent), await self.suite.fork_state(ex))):
             if time.monotonic() > deadline:
                 raise ForkRefused(f"after replaying {n} actions the child's screen is the parent's but its task "
                                   f"state is not: {diff}")

@@ -39,7 +39,7 @@ MAX_COUNT = 16             # children per fork
 MAX_MASK = 0.02            # a task's volatile regions cover at most this share of the screen
 STEP_WAIT_S = 5.0          # how long a child may take to show the screen the parent played its next action on
 FINAL_WAIT_S = 5.0         # ... and the parent's screen at the fork, after the last action
-STATE_WAIT_S = 1.0         # ... and the parent's task state, once the screens are equal
+STATE_WAIT_S = 2.0         # ... and the parent's task state, once the screens are equal (apps write some lazily)
 HOME_READ_LIMIT = 64 << 20 # bytes of a HOME hashed for one state (the quota is 256 MiB; an agent's files are small)
 
 
@@ -63,10 +63,9 @@ class Step:
 
 @dataclass
 class Capture:
-    """The parent at the fork: its frame, task state, history, seed and mask (pixels)."""
+    """The parent at the fork: its frame, history, seed and mask (pixels)."""
 
     frame: bytes
-    state: dict
     steps: list[Step]
     seed: int | None
     mask: list[list[int]]
@@ -183,16 +182,38 @@ async def wait_for_screen(screen, want: Callable[[bytearray], bool], timeout_s: 
 # What apps keep in HOME for themselves with the time in it: not the task's state, and never equal across two
 # desktops (the editor's list of recent files records when each was opened).
 HOME_BOOKKEEPING = (".local/share/recently-used.xbel", ".cache")
+# Settings files that GLib's key-file writer rewrites whole, its groups in the order they were first set: two
+# desktops given the same input may set them in another order (the editor stores its window state when the
+# window maps, a moment before or after a setting the agent changed). Compared as their groups and keys.
+KEY_FILES = (".config/glib-2.0/settings/keyfile", ".config/pcmanfm/default/pcmanfm.conf",
+             ".config/libfm/libfm.conf")
 
 
 def home_state(home: Path, skip: tuple[str, ...] = HOME_BOOKKEEPING) -> dict:
-    """A desktop's files as ``{path: what}`` (``dir``, ``file <sha256>``, ``link <target>``, ``other``), paths
-    relative to HOME, ``skip`` and what is below it left out. Blocking. Nothing is followed: links are read as
-    links, files opened with O_NOFOLLOW and O_NONBLOCK (a FIFO the agent made never blocks the gym)."""
+    """A desktop's files as ``{path: what}`` (``dir``, ``file <sha256>``, ``keyfile <its groups and keys>``,
+    ``link <target>``, ``other``), paths relative to HOME, ``skip`` and what is below it left out. Blocking.
+    Nothing is followed: links are read as links, files opened with O_NOFOLLOW and O_NONBLOCK (a FIFO the agent
+    made never blocks the gym)."""
     out: dict[str, str] = {}
     budget = [HOME_READ_LIMIT]
     _walk(str(home), "", skip, out, budget)
     return out
+
+
+def key_file(text: str) -> str:
+    """A GLib key file in a canonical form: its groups sorted, each group's keys sorted (comments dropped)."""
+    groups: dict[str, dict[str, str]] = {}
+    group = groups.setdefault("", {})
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            group = groups.setdefault(line[1:-1], {})
+        else:
+            key, _, value = line.partition("=")
+            group[key.strip()] = value.strip()
+    return "\n".join(f"[{g}] {k}={v}" for g in sorted(groups) for k, v in sorted(groups[g].items()))
 
 
 def _walk(path: str, rel: str, skip, out: dict, budget: list[int]) -> None:
@@ -215,25 +236,29 @@ def _walk(path: str, rel: str, skip, out: dict, budget: list[int]) -> None:
         elif stat.S_ISLNK(mode):
             out[name] = f"link {os.readlink(entry.path)}"
         elif stat.S_ISREG(mode):
-            out[name] = _file_hash(entry.path, budget)
+            out[name] = _file_hash(entry.path, budget, name in KEY_FILES)
         else:
             out[name] = "other"
 
 
-def _file_hash(path: str, budget: list[int]) -> str:
+def _file_hash(path: str, budget: list[int], keyfile: bool = False) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         return f"unreadable {errno.errorcode.get(exc.errno, exc.errno)}"
-    digest = hashlib.sha256()
+    digest, data = hashlib.sha256(), []
     try:
         while chunk := os.read(fd, 1 << 20):
             budget[0] -= len(chunk)
             if budget[0] < 0:
                 return "file (over the fork's read limit)"
             digest.update(chunk)
+            if keyfile:
+                data.append(chunk)
     finally:
         os.close(fd)
+    if keyfile:
+        return "keyfile " + key_file(b"".join(data).decode("utf-8", errors="replace"))
     return f"file {digest.hexdigest()}"
 
 
