@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
-from .fork import (FINAL_WAIT_S, STATE_WAIT_S, STEP_WAIT_S, Capture, ForkRefused, Step, difference, fork_count,
+from .fork import (Capture, ForkRefused, Step, difference, fork_count,
                    frames_equal, screen_key, state_difference, wait_for_screen)
 from .live import LiveViewError
 from .manager import CapacityError, Execution, GymManager, GymOptions, Reservation
@@ -431,6 +431,7 @@ class LocalGym:
         """Play the parent's actions on the child, each once the child's screen is what the parent's was when
         it was played; then wait for the parent's frame and compare the task states. Returns the child's frame."""
         d, w, h, mask = ex.desktop, capture.width, capture.height, capture.mask
+        wait_s = self.options.fork_wait_s   # for each screen the child must show, and for its task state
         gone = lambda: self.manager.closed or ex.execution_id not in self.manager.executions  # noqa: E731
         n = len(capture.steps)
         for i, step in enumerate(capture.steps, 1):
@@ -438,11 +439,11 @@ class LocalGym:
             if action.type == "wait":   # time passing: the wait for the next action's screen covers it
                 continue
             frame = await wait_for_screen(d.screen, lambda f: screen_key(f, w, h, mask) == step.screen,
-                                          STEP_WAIT_S, gone)
+                                          wait_s, gone)
             if frame is None:
                 self._check_open(ex)
                 raise ForkRefused(f"the replay diverged before action {i} of {n} ({action.type}): within "
-                                  f"{STEP_WAIT_S:g} s the child's screen never showed what the parent's showed "
+                                  f"{wait_s:g} s the child's screen never showed what the parent's showed "
                                   "when it played that action")
             try:
                 await self._input(ex, action)
@@ -450,12 +451,12 @@ class LocalGym:
                 self._check_open(ex)
                 raise ForkRefused(f"action {i} of {n} ({action.type}) failed on the child: {exc}") from exc
         frame = await wait_for_screen(d.screen, lambda f: frames_equal(f, capture.frame, w, h, mask),
-                                      FINAL_WAIT_S, gone)
+                                      wait_s, gone)
         if frame is None:
             self._check_open(ex)
             raise ForkRefused(f"after replaying {n} actions the child's screen is not the parent's at the fork: "
                               f"{difference(capture.frame, d.screen.grab(), w, h, mask)}")
-        deadline = time.monotonic() + STATE_WAIT_S
+        deadline = time.monotonic() + wait_s
         while (diff := state_difference(await self._parent_state(parent), await self.suite.fork_state(ex))):
             if time.monotonic() > deadline:
                 raise ForkRefused(f"after replaying {n} actions the child's screen is the parent's but its task "

@@ -37,9 +37,6 @@ from zlib_ng import zlib_ng
 
 MAX_COUNT = 16             # children per fork
 MAX_MASK = 0.02            # a task's volatile regions cover at most this share of the screen
-STEP_WAIT_S = 5.0          # how long a child may take to show the screen the parent played its next action on
-FINAL_WAIT_S = 5.0         # ... and the parent's screen at the fork, after the last action
-STATE_WAIT_S = 2.0         # ... and the parent's task state, once the screens are equal (apps write some lazily)
 HOME_READ_LIMIT = 64 << 20 # bytes of a HOME hashed for one state (the quota is 256 MiB; an agent's files are small)
 
 

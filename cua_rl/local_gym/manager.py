@@ -84,6 +84,8 @@ class GymOptions:
     # fault (``fault: "gym"``, nothing played), drawn per execution from its id, so a run shows what training
     # gym faults as the policy's failures does (bench/learning_bench.py MUTATIONS)
     fault_rate: float = 0.0
+    fork_wait_s: float = 5.0            # how long a fork's child may take to show the parent's screen before each
+    #                                     replayed action, at the end, and to have its task state (fork.py); then 409
 
     def __post_init__(self) -> None:
         if not self.suite:
@@ -96,6 +98,8 @@ class GymOptions:
             raise ValueError(f"evaluate_timeout_s must be in (0, 3600] seconds, got {self.evaluate_timeout_s}")
         if self.reuse_browsers is None:
             self.reuse_browsers = SUITE_REUSE[self.suite]
+        if not 0 < self.fork_wait_s <= 600:
+            raise ValueError(f"fork_wait_s must be within (0, 600] s, got {self.fork_wait_s}")
         if self.reuse_browsers < 0:
             raise ValueError(f"reuse_browsers must be 0 (never) or more, got {self.reuse_browsers}")
         if self.restart_in_page and self.reuse_browsers < 2:
