@@ -16,7 +16,7 @@ first three boxes in turn), ``vm`` (the test guest, task 901, by snapshot: the d
 does not change what a fork does). Replay forks run with warm spares: before each fork the bench waits until the
 pool holds ``count`` spares (``pool_size`` is the largest count), as a gym sized for its forks would.
 
-  python bench/fork_bench.py                       # ~5 minutes on 2 cores
+  python bench/fork_bench.py                       # ~6 minutes on 2 cores
   python bench/fork_bench.py --backends desktop --reps 5 --depths 0,3,10 --counts 1,2,4,8
 """
 
@@ -125,7 +125,6 @@ async def bench_backend(backend: str, depths: list[int], counts: list[int], reps
         from cua_rl.local_gym.vm import guest_image
 
         os.environ.setdefault(guest_image.ENV, str(guest_image.ensure()))
-        depths = [1]
     out: dict = {"task": TASKS[backend], "cells": []}
     with start_gym_server(port=0, max_executions=big + 2, **opts) as gym:
         async with GenvClient(gym.url, gym.gym_id) as c:
@@ -153,19 +152,21 @@ async def bench_backend(backend: str, depths: list[int], counts: list[int], reps
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backends", default="desktop,miniwob,vm")
-    ap.add_argument("--depths", default="0,3,6", help="actions played before the fork (replay backends)")
+    ap.add_argument("--depths", default="0,3,6", help="actions played before the fork (the desktop backend)")
+    ap.add_argument("--miniwob-depths", default="0,3", help="the same for the miniwob backend (its spares cost more)")
     ap.add_argument("--counts", default="1,2,4", help="children per fork (the vm backend: those up to 2)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args()
-    depths = [int(d) for d in args.depths.split(",")]
+    depths = {"desktop": [int(d) for d in args.depths.split(",")],
+              "miniwob": [int(d) for d in args.miniwob_depths.split(",")], "vm": [1]}
     counts = [int(n) for n in args.counts.split(",")]
     result: dict = {"bench": "fork", "machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
                     "reps": args.reps, "backends": {}}
     t0 = time.monotonic()
     for backend in args.backends.split(","):
         result["backends"][backend] = asyncio.run(bench_backend(
-            backend, depths, [n for n in counts if backend != "vm" or n <= 2], args.reps))
+            backend, depths[backend], [n for n in counts if backend != "vm" or n <= 2], args.reps))
     result["machine"]["loadavg_end"] = os.getloadavg()
     result["wall_s"] = round(time.monotonic() - t0)
     text = json.dumps(result, indent=1)

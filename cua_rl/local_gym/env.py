@@ -324,7 +324,7 @@ class LocalGym:
         return view.url(viewer_host)
 
     # ---- forks (fork.py) --------------------------------------------------------------------------------
-    async def fork(self, eid: str, body: object = None) -> dict:
+    async def fork(self, eid: str, body: object = {}) -> dict:  # noqa: B006 - never mutated
         """``count`` new executions in the state execution ``eid`` is in now (``body``: ``{"count": N}``); the
         parent goes on untouched. Replayed on X11 and browser desktops, resumed from a snapshot on VMs (fork.py).
         422: a bad body; 404: no such execution; 409: the task is not forkable, or a child did not reach the

@@ -35,6 +35,8 @@ from typing import Callable
 import numpy as np
 from zlib_ng import zlib_ng
 
+from .home_paths import OPEN_DIR, OPEN_FILE
+
 MAX_COUNT = 16             # children per fork
 MAX_MASK = 0.02            # a task's volatile regions cover at most this share of the screen
 HOME_READ_LIMIT = 64 << 20 # bytes of a HOME hashed for one state (the quota is 256 MiB; an agent's files are small)
@@ -72,8 +74,9 @@ class Capture:
 
 
 def fork_count(body: object) -> int:
-    """The ``count`` of a fork request (``{"count": N}``, 1..MAX_COUNT); ``ValueError`` saying what is wrong."""
-    if body is None or body == {}:
+    """The ``count`` of a fork request (``{"count": N}``, 1..MAX_COUNT; ``{}``, what no body reads as, is one);
+    ``ValueError`` saying what is wrong (a JSON ``null`` too: as create's, a body is an object)."""
+    if body == {}:
         return 1
     if not isinstance(body, dict):
         raise ValueError(f'the fork body must be a JSON object such as {{"count": 4}}, got {type(body).__name__}')
@@ -189,11 +192,16 @@ KEY_FILES = (".config/glib-2.0/settings/keyfile", ".config/pcmanfm/default/pcman
 def home_state(home: Path, skip: tuple[str, ...] = HOME_BOOKKEEPING) -> dict:
     """A desktop's files as ``{path: what}`` (``dir``, ``file <sha256>``, ``keyfile <its groups and keys>``,
     ``link <target>``, ``other``), paths relative to HOME, ``skip`` and what is below it left out. Blocking.
-    Nothing is followed: links are read as links, files opened with O_NOFOLLOW and O_NONBLOCK (a FIFO the agent
-    made never blocks the gym)."""
+    Walked as ``home_paths`` opens HOME: each folder opened relative to the one above it, nothing followed (links
+    are read as links), files opened O_NOFOLLOW|O_NONBLOCK and read only when the descriptor is a regular file
+    (a FIFO the agent made never blocks the gym, a link it swaps in is never read through)."""
     out: dict[str, str] = {}
     budget = [HOME_READ_LIMIT]
-    _walk(str(home), "", skip, out, budget)
+    fd = os.open(home, OPEN_DIR)
+    try:
+        _walk(fd, "", skip, out, budget)
+    finally:
+        os.close(fd)
     return out
 
 
@@ -213,47 +221,47 @@ def key_file(text: str) -> str:
     return "\n".join(f"[{g}] {k}={v}" for g in sorted(groups) for k, v in sorted(groups[g].items()))
 
 
-def _walk(path: str, rel: str, skip, out: dict, budget: list[int]) -> None:
-    try:
-        entries = sorted(os.scandir(path), key=lambda e: e.name)
-    except OSError as exc:
-        out[rel or "."] = f"unreadable {errno.errorcode.get(exc.errno, exc.errno)}"
-        return
-    for entry in entries:
-        name = f"{rel}/{entry.name}" if rel else entry.name
-        if name in skip:
+def _walk(dir_fd: int, rel: str, skip, out: dict, budget: list[int]) -> None:
+    for name in sorted(os.listdir(dir_fd)):
+        path = f"{rel}/{name}" if rel else name
+        if path in skip:
             continue
         try:
-            mode = entry.stat(follow_symlinks=False).st_mode
+            mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
         except OSError:
             continue
-        if stat.S_ISDIR(mode):
-            out[name] = "dir"
-            _walk(entry.path, name, skip, out, budget)
-        elif stat.S_ISLNK(mode):
-            out[name] = f"link {os.readlink(entry.path)}"
-        elif stat.S_ISREG(mode):
-            out[name] = _file_hash(entry.path, budget, name in KEY_FILES)
+        if stat.S_ISLNK(mode):
+            out[path] = f"link {os.readlink(name, dir_fd=dir_fd)}"
+        elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+            try:
+                fd = os.open(name, OPEN_DIR if stat.S_ISDIR(mode) else OPEN_FILE, dir_fd=dir_fd)
+            except OSError as exc:   # swapped for a link or removed since the look above
+                out[path] = f"unreadable {errno.errorcode.get(exc.errno, exc.errno)}"
+                continue
+            try:
+                kind = os.fstat(fd).st_mode
+                if stat.S_ISDIR(kind):
+                    out[path] = "dir"
+                    _walk(fd, path, skip, out, budget)
+                elif stat.S_ISREG(kind):
+                    out[path] = _file_hash(fd, budget, path in KEY_FILES)
+                else:
+                    out[path] = "other"
+            finally:
+                os.close(fd)
         else:
-            out[name] = "other"
+            out[path] = "other"
 
 
-def _file_hash(path: str, budget: list[int], keyfile: bool = False) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        return f"unreadable {errno.errorcode.get(exc.errno, exc.errno)}"
+def _file_hash(fd: int, budget: list[int], keyfile: bool = False) -> str:
     digest, data = hashlib.sha256(), []
-    try:
-        while chunk := os.read(fd, 1 << 20):
-            budget[0] -= len(chunk)
-            if budget[0] < 0:
-                return "file (over the fork's read limit)"
-            digest.update(chunk)
-            if keyfile:
-                data.append(chunk)
-    finally:
-        os.close(fd)
+    while chunk := os.read(fd, 1 << 20):
+        budget[0] -= len(chunk)
+        if budget[0] < 0:
+            return "file (over the fork's read limit)"
+        digest.update(chunk)
+        if keyfile:
+            data.append(chunk)
     if keyfile:
         return "keyfile " + key_file(b"".join(data).decode("utf-8", errors="replace"))
     return f"file {digest.hexdigest()}"

@@ -15,8 +15,8 @@ from cua_rl.local_gym.vm import layers
 
 
 def test_the_count_is_an_integer_in_range_and_nothing_else_is_accepted():
-    assert F.fork_count(None) == 1 and F.fork_count({}) == 1 and F.fork_count({"count": 4}) == 4
-    for bad in ({"count": 0}, {"count": F.MAX_COUNT + 1}, {"count": "2"}, {"count": True}, {"count": 2.0},
+    assert F.fork_count({}) == 1 and F.fork_count({"count": 4}) == 4
+    for bad in (None, {"count": 0}, {"count": F.MAX_COUNT + 1}, {"count": "2"}, {"count": True}, {"count": 2.0},
                 {"count": 2, "depth": 1}, [2], "2"):
         with pytest.raises(ValueError):
             F.fork_count(bad)
