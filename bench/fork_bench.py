@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # this clone's cua_rl, whatever is installed
 
 from cua_rl.genv import GenvClient, GenvError   # noqa: E402
 from cua_rl.local_gym import curriculum, start_gym_server   # noqa: E402
