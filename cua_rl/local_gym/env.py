@@ -282,7 +282,7 @@ class LocalGym:
         first screenshot is usually this frame."""
         fmt, quality = like.state.get("shot_format", ("png", 85))
         ex.state["shot_format"] = (fmt, quality)
-        asyncio.get_running_loop().run_in_executor(None, ex.desktop.screen.encode, frame, fmt, quality)
+        asyncio.get_running_loop().run_in_executor(self._encoder, ex.desktop.screen.encode, frame, fmt, quality)
 
     async def evaluate(self, eid: str, body: dict | None = None) -> dict:
         """The task's validators on the execution's final state (``body``: e.g. ``{"answer_text": ...}``).
@@ -482,8 +482,6 @@ class LocalGym:
             history = list(parent.history)
             try:
                 frozen = await self.manager.run_blocking(desk.freeze, self.manager.workdir)
-            except ForkRefused:
-                raise
             except Exception as exc:  # noqa: BLE001 - QEMU refused: the parent runs on (freeze resumes it)
                 logger.error("freezing the VM of execution %s failed: %s", parent.execution_id, exc)
                 raise GymError(503, f"could not snapshot the VM of execution {parent.execution_id}: {exc}") from exc
