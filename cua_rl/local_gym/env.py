@@ -429,11 +429,15 @@ class LocalGym:
 
     async def _replay(self, ex: Execution, parent: Execution, capture: Capture) -> bytearray:
         """Play the parent's actions on the child, each once the child's screen is what the parent's was when
-        it was played; then wait for the parent's frame and compare the task states. Returns the child's frame."""
+        it was played; then wait for the parent's frame and compare the task states. Returns the child's frame.
+
+        A screen of the parent's that the child never shows may have been a passing one (the parent acted while
+        its screen still changed: a page still painting when an action came at once): the child plays on, and
+        only when the next screen does not come either is the replay refused. The final comparisons decide."""
         d, w, h, mask = ex.desktop, capture.width, capture.height, capture.mask
         wait_s = self.options.fork_wait_s   # for each screen the child must show, and for its task state
         gone = lambda: self.manager.closed or ex.execution_id not in self.manager.executions  # noqa: E731
-        n = len(capture.steps)
+        n, missed, passing = len(capture.steps), 0, []
         for i, step in enumerate(capture.steps, 1):
             action = parse_action(step.action)
             if action.type == "wait":   # time passing: the wait for the next action's screen covers it
@@ -442,25 +446,33 @@ class LocalGym:
                                           wait_s, gone)
             if frame is None:
                 self._check_open(ex)
-                raise ForkRefused(f"the replay diverged before action {i} of {n} ({action.type}): within "
-                                  f"{wait_s:g} s the child's screen never showed what the parent's showed "
-                                  "when it played that action")
+                missed += 1
+                passing.append(i)
+                if missed > 1:
+                    raise ForkRefused(f"the replay diverged before action {i} of {n} ({action.type}): within "
+                                      f"{wait_s:g} s each, the child's screen never showed what the parent's showed "
+                                      f"when it played that action nor the one before")
+                logger.info("fork child %s never showed the parent's screen before action %d of %d: playing on",
+                            ex.execution_id, i, n)
+            else:
+                missed = 0
             try:
                 await self._input(ex, action)
             except Exception as exc:  # noqa: BLE001 - the child's display refused what the parent's took
                 self._check_open(ex)
                 raise ForkRefused(f"action {i} of {n} ({action.type}) failed on the child: {exc}") from exc
+        unseen = f" (it never showed the parent's screen before action {passing[0]})" if passing else ""
         frame = await wait_for_screen(d.screen, lambda f: frames_equal(f, capture.frame, w, h, mask),
                                       wait_s, gone)
         if frame is None:
             self._check_open(ex)
-            raise ForkRefused(f"after replaying {n} actions the child's screen is not the parent's at the fork: "
-                              f"{difference(capture.frame, d.screen.grab(), w, h, mask)}")
+            raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is not the parent's at the "
+                              f"fork: {difference(capture.frame, d.screen.grab(), w, h, mask)}")
         deadline = time.monotonic() + wait_s
         while (diff := state_difference(await self._parent_state(parent), await self.suite.fork_state(ex))):
             if time.monotonic() > deadline:
-                raise ForkRefused(f"after replaying {n} actions the child's screen is the parent's but its task "
-                                  f"state is not: {diff}")
+                raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is the parent's but its "
+                                  f"task state is not: {diff}")
             await asyncio.sleep(0.05)
         return frame
 
