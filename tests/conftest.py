@@ -38,7 +38,9 @@ SLOW_FIXTURES = {"vllm_server", "dist_env"}
 # Tests (node id prefixes) of many seconds each, with what they cost in a quick-tier run on 2 cores.
 SLOW_TESTS = {
     "tests/local_gym/test_miniwob.py": "a Chromium per desktop, 90 s for the file",
-    "tests/local_gym/test_vm_gym.py": "QEMU guests under TCG, 110 s (+ 6 keyboard-suite tasks, 20 s)",
+    "tests/local_gym/test_vm_gym.py": "QEMU guests under TCG, 110 s (+ 6 keyboard-suite tasks, 20 s; + a fork, 31 s)",
+    "tests/local_gym/test_fork_miniwob.py": "a MiniWoB++ page forked into two Chromium desktops, 12-24 s",
+    "tests/local_gym/test_fork.py::test_a_declared_volatile_region": "five xterm desktops with a clock forked, 5 s",
     "tests/local_gym/test_vm.py": "QEMU without a guest OS",
     "tests/local_gym/test_task_solutions.py": "every built-in task and the keyboard suite solved on desktops, 31 + 35 s",
     "tests/local_gym/test_curriculum.py::test_scripted_solutions": "every curriculum family solved, 13 s",

@@ -2,8 +2,8 @@
 
 from .client import GenvClient, GenvTimeouts
 from .errors import GenvError
-from .models import DIFFICULTY_TAGS, Execution, Task, difficulty_from_tags
+from .models import DIFFICULTY_TAGS, Execution, Fork, Task, difficulty_from_tags
 from .reward import Evaluation, ValidatorResult, extract_reward
 
-__all__ = ["GenvClient", "GenvTimeouts", "GenvError", "Task", "Execution", "Evaluation", "ValidatorResult",
+__all__ = ["GenvClient", "GenvTimeouts", "GenvError", "Task", "Execution", "Fork", "Evaluation", "ValidatorResult",
            "extract_reward", "difficulty_from_tags", "DIFFICULTY_TAGS"]

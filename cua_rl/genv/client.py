@@ -25,7 +25,7 @@ import httpx
 from ..http.client import async_client
 from ..http.retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .errors import GenvError
-from .models import Execution, Task
+from .models import Execution, Fork, Task
 from .reward import Evaluation
 
 logger = logging.getLogger(__name__)
@@ -167,6 +167,22 @@ class GenvClient:
         logger.info("evaluated execution %s: reward=%.3f (%s) success=%s", execution_id, evaluation.reward,
                     evaluation.source, evaluation.success)
         return evaluation
+
+    async def fork(self, execution_id: str, count: int = 1, *, busy_wait_s: float = 0.0) -> Fork:
+        """``count`` new executions in the state ``execution_id`` is in now (our gym's extension,
+        docs/protocols.md §1.9); the parent goes on untouched. Sent once, as create is (it makes executions),
+        except when the gym answered 429 or 503 or was not reached (nothing was made): asked again within
+        ``busy_wait_s``. A 409 (the task is not forkable, or a child did not reach the parent's state) raises
+        at once. The caller terminates every child (``Fork.executions``) as it would an execution it created."""
+        body = await ask_until_done(
+            lambda: self._json("POST", self._url("executions", execution_id, "fork"), idempotent=False,
+                               json={"count": count}, timeout=self.timeouts.create),
+            nothing_done=lambda exc: isinstance(exc, GenvError)
+            and (exc.status_code in (429, 503) or never_sent(exc)),
+            budget_s=busy_wait_s, what=f"forking execution {execution_id}")
+        fork = Fork.from_raw(body)
+        logger.info("forked execution %s into %s", execution_id, ", ".join(c.execution_id for c in fork.executions))
+        return fork
 
     async def terminate(self, execution_id: str) -> dict:
         """Release the execution; retried like a read (see the module docstring). The gym's TTL reaper is

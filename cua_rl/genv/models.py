@@ -165,3 +165,32 @@ class Execution:
                    device_id=None if device_id is None else str(device_id),
                    instruction=instruction.strip() if isinstance(instruction, str) and instruction.strip() else None,
                    seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None, raw=raw)
+
+
+@dataclass(frozen=True)
+class Fork:
+    """Reply of a fork (docs/protocols.md §1.9): the children, each a create reply, and ``mask``, the pixel
+    rectangles ``(x0, y0, x1, y1)`` (x1, y1 exclusive) outside which every child's screen equalled the parent's
+    at the fork (empty: equal everywhere)."""
+
+    executions: tuple[Execution, ...]
+    mask: tuple[tuple[int, int, int, int], ...] = ()
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> "Fork":
+        """Requires ``executions``, a non-empty list of objects with an ``execution_id`` (or ``id``), and a
+        ``mask`` of four-integer lists when present; anything else is a ``GenvError``."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("executions"), list) or not raw["executions"]:
+            raise GenvError(f"fork reply has no list of executions: {str(raw)[:300]}")
+        children = []
+        for entry in raw["executions"]:
+            if isinstance(entry, dict) and "execution_id" not in entry and isinstance(entry.get("id"), str):
+                entry = {**entry, "execution_id": entry["id"]}
+            children.append(Execution.from_raw(entry))
+        mask = raw.get("mask") or []
+        if not isinstance(mask, list) or not all(
+                isinstance(r, list) and len(r) == 4 and all(isinstance(v, int) and not isinstance(v, bool) for v in r)
+                for r in mask):
+            raise GenvError(f"fork reply's mask is not a list of [x0, y0, x1, y1] pixel rectangles: {str(mask)[:200]}")
+        return cls(executions=tuple(children), mask=tuple(tuple(r) for r in mask), raw=raw)

@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--evaluate-timeout", type=float, default=60.0,
                    help="seconds an evaluate may take; a longer one fails (503) and keeps its execution from "
                         "evaluating again until it ends")
+    s.add_argument("--fork-wait", type=float, default=5.0,
+                   help="seconds a fork's child may take to show each screen of the parent's it replays, and to have "
+                        "the parent's task state, before the fork is refused with 409 (docs/local_gym.md, Forks)")
     s.add_argument("--log-level", default="info")
     l = sub.add_parser("list", help="print the tasks and exit")
     l.add_argument("--tasks-dir", default=None)
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                           tasks_dir=args.tasks_dir, display_base=args.display_base,
                           miniwob_time_limit_s=args.miniwob_time_limit, reuse_browsers=args.reuse_browsers,
                           restart_in_page=args.restart_in_page, live_view_host=args.live_view_host,
-                          evaluate_timeout_s=args.evaluate_timeout)
+                          evaluate_timeout_s=args.evaluate_timeout, fork_wait_s=args.fork_wait)
         app = create_app(opts)
     except ValueError as exc:   # a bad option or task file: say which and why, no traceback
         print(f"cua-gym: {exc}", file=sys.stderr)

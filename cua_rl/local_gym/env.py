@@ -24,8 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
+from .fork import (Capture, ForkRefused, Step, difference, fork_count,
+                   frames_equal, screen_key, state_difference, wait_for_screen)
 from .live import LiveViewError
-from .manager import CapacityError, Execution, GymManager, GymOptions
+from .manager import CapacityError, Execution, GymManager, GymOptions, Reservation
 from .screen import settle
 from .suite import OptionsError, create_options, make_suite
 from .tasks import TaskDef, TaskSet
@@ -145,7 +147,8 @@ class LocalGym:
         ex = self.execution(eid)
         return {"execution_id": ex.execution_id, "status": "running", "task_id": ex.task.task_id,
                 "screen": {"width": ex.desktop.spec.width, "height": ex.desktop.spec.height},
-                "age_s": round(time.monotonic() - ex.created, 3), "faults": dict(ex.faults)}
+                "age_s": round(time.monotonic() - ex.created, 3), "faults": dict(ex.faults),
+                "actions": len(ex.history), "forked_from": ex.forked_from}
 
     # ---- the episode -----------------------------------------------------------------------------------
     async def reset(self, task_id: str, body: object = None) -> dict:
@@ -164,14 +167,30 @@ class LocalGym:
             logger.error("create execution of %s failed: %s", task_id, exc)
             raise GymError(503, f"could not start a desktop: {exc}") from exc
         try:
-            extra = await self.suite.begin(ex, seed)
-        except Exception as exc:  # noqa: BLE001 - the execution is ended, the caller told why
-            logger.error("starting task %s in execution %s failed: %s", task_id, ex.execution_id, exc)
+            extra = await self._begin(ex, seed)
+        except BaseException:
             await self.manager.terminate(ex.execution_id)
-            raise GymError(503, f"could not start task {task.task_id}: {exc}") from exc
+            raise
+        return self._reply(ex, extra)
+
+    async def _begin(self, ex: Execution, seed: int | None) -> dict:
+        """The task's start on a new execution (``suite.begin``): its create reply's extra fields; remembers
+        what a fork of it needs. A failure is a 503; the caller ends the execution."""
+        try:
+            extra = await self.suite.begin(ex, seed)
+        except Exception as exc:  # noqa: BLE001 - the caller ends the execution, the client is told why
+            logger.error("starting task %s in execution %s failed: %s", ex.task.task_id, ex.execution_id, exc)
+            raise GymError(503, f"could not start task {ex.task.task_id}: {exc}") from exc
+        d = ex.desktop
+        ex.seed, ex.begun = extra.get("seed", seed), extra
+        ex.mask = self.suite.volatile(ex.task, d.spec.width, d.spec.height)
+        return extra
+
+    def _reply(self, ex: Execution, extra: dict) -> dict:
+        """The create reply of an execution (a fork's children get one each)."""
         d = ex.desktop
         kind = getattr(d, "device_type", "browser" if self.suite.kind == "miniwob" else "desktop")
-        return {"execution_id": ex.execution_id, "task_id": task.task_id, "status": "running",
+        return {"execution_id": ex.execution_id, "task_id": ex.task.task_id, "status": "running",
                 "device": {"type": kind, "display": d.display, "width": d.spec.width, "height": d.spec.height},
                 "warm": ex.from_pool, "reused": ex.reused,
                 # our extension: where to watch it (started on first request)
@@ -217,14 +236,11 @@ class LocalGym:
                 before = d.screen.arm_and_grab()
             except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
                 raise _fault(ex, "gym", 503, f"desktop of execution {eid} is not responding: {exc}") from exc
-            # Browser desktops: the action returns once the page has received its input (browser.py).
-            inputs = await d.input_count() if hasattr(d, "input_count") else None
+            screen_at = screen_key(before, d.spec.width, d.spec.height, ex.mask)   # what a fork replays it on
             try:
                 if self.manager.opt.fault_rate and _injected_fault(ex, self.manager.opt.fault_rate):
                     raise InjectedFault(f"fault injected at rate {self.manager.opt.fault_rate} (GymOptions.fault_rate)")
-                await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
-                if inputs is not None:
-                    await d.wait_input(inputs, page_events(action, d.xinput))
+                await self._input(ex, action)
             except InputRefused as exc:   # the keyboard has no key for what was asked: the policy's, nothing sent
                 ex.faults["policy"] += 1
                 return {"ok": False, "error": str(exc), "fault": "policy", "screen_changed": False}
@@ -233,7 +249,12 @@ class LocalGym:
                 ex.faults["gym"] += 1
                 with contextlib.suppress(Exception):
                     d.xinput.reset_modifiers()
+                if not isinstance(exc, InjectedFault):   # an injected one played nothing
+                    ex.unreplayable = ex.unreplayable or (
+                        f"action {len(ex.history) + 1} ({action.type}) failed on the display midway ({exc}): what it "
+                        "did cannot be replayed")
                 return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "fault": "gym", "screen_changed": False}
+            ex.history.append(Step(raw_action, screen_at))
             try:
                 changed, frame = await settle(d.screen, before, CHANGE_WAIT_S.get(action.type, 0.0))
             except Exception as exc:  # noqa: BLE001 - played, then the desktop stopped answering: not to be resent
@@ -246,6 +267,22 @@ class LocalGym:
             fmt, quality = ex.state.get("shot_format", ("png", 85))
             asyncio.get_running_loop().run_in_executor(self._encoder, d.screen.encode, frame, fmt, quality)
         return {"ok": True, "screen_changed": changed}
+
+    async def _input(self, ex: Execution, action) -> None:
+        """Play a parsed action on the execution's desktop; on a browser desktop, return once the page has
+        received its input (browser.py). Raises what the display said when it refused."""
+        d = ex.desktop
+        inputs = await d.input_count() if hasattr(d, "input_count") else None
+        await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
+        if inputs is not None:
+            await d.wait_input(inputs, page_events(action, d.xinput))
+
+    def _prepare_screenshot(self, ex: Execution, frame, like: Execution) -> None:
+        """Start encoding ``frame`` of a new child in the format its parent's agent asked for last: the child's
+        first screenshot is usually this frame."""
+        fmt, quality = like.state.get("shot_format", ("png", 85))
+        ex.state["shot_format"] = (fmt, quality)
+        asyncio.get_running_loop().run_in_executor(self._encoder, ex.desktop.screen.encode, frame, fmt, quality)
 
     async def evaluate(self, eid: str, body: dict | None = None) -> dict:
         """The task's validators on the execution's final state (``body``: e.g. ``{"answer_text": ...}``).
@@ -285,6 +322,196 @@ class LocalGym:
         except LiveViewError as exc:
             raise GymError(501, str(exc)) from exc
         return view.url(viewer_host)
+
+    # ---- forks (fork.py) --------------------------------------------------------------------------------
+    async def fork(self, eid: str, body: object = {}) -> dict:  # noqa: B006 - never mutated
+        """``count`` new executions in the state execution ``eid`` is in now (``body``: ``{"count": N}``); the
+        parent goes on untouched. Replayed on X11 and browser desktops, resumed from a snapshot on VMs (fork.py).
+        422: a bad body; 404: no such execution; 409: the task is not forkable, or a child did not reach the
+        parent's state (nothing is left of the fork); 429: the children do not fit under ``max_executions``;
+        503: a desktop could not start."""
+        try:
+            count = fork_count(body)
+        except ValueError as exc:
+            raise GymError(422, str(exc)) from exc
+        parent = self.execution(eid)
+        refusal = self.suite.fork_refusal(parent.task)
+        if refusal is not None:
+            raise GymError(409, refusal)
+        t0 = time.monotonic()
+        snapshot = hasattr(parent.desktop, "freeze")
+        try:
+            async with self.manager.reserve(count) as room:
+                if snapshot:
+                    children = await self._fork_snapshot(parent, count, room)
+                else:
+                    children = await self._fork_replay(parent, count, room)
+        except CapacityError as exc:
+            raise GymError(429, str(exc)) from exc
+        except ForkRefused as exc:
+            logger.warning("fork of execution %s (task %s) refused: %s", eid, parent.task.task_id, exc.reason)
+            raise GymError(409, exc.reason) from exc
+        took = time.monotonic() - t0
+        logger.info("forked execution %s into %d (%s, %d actions) in %.0f ms", eid, count,
+                    "snapshot" if snapshot else "replay", len(parent.history), took * 1e3)
+        return {"parent": eid, "task_id": parent.task.task_id, "mechanism": "snapshot" if snapshot else "replay",
+                "actions": len(children[0].history), "seconds": round(took, 3),
+                "executions": [{"id": c.execution_id, **self._reply(c, c.begun)} for c in children],
+                "mask": [list(r) for r in parent.mask]}
+
+    async def _fork_replay(self, parent: Execution, count: int, room: Reservation) -> list[Execution]:
+        """The parent is held (its actions wait) while its children are made: its state at the end is still its
+        state at the fork, give or take what its apps write by themselves a moment later (an editor saving its
+        settings file lazily), which the children are compared with (``_replay``)."""
+        if parent.unreplayable:
+            raise ForkRefused(parent.unreplayable)
+        async with parent.lock:
+            if parent.execution_id not in self.manager.executions:
+                raise GymError(404, f"execution {parent.execution_id!r} was terminated")
+            d = parent.desktop
+            try:
+                frame = bytes(d.screen.frame_now())
+            except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
+                raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
+            capture = Capture(frame, list(parent.history), parent.seed, parent.mask, d.spec.width,
+                              d.spec.height)
+            children: list[Execution] = []
+            jobs = [self._replay_child(parent, capture, room, children) for _ in range(count)]
+            await self._all_or_none(jobs, children)
+        return children
+
+    async def _all_or_none(self, jobs, children: list[Execution]) -> None:
+        """Run a fork's ``jobs`` (each makes one child and appends it to ``children``); when any fails, or the
+        fork is cancelled, end every child made and raise the failure that says most (409, then 429, 503)."""
+        try:
+            results = await asyncio.gather(*jobs, return_exceptions=True)
+        except BaseException:
+            await asyncio.shield(self._end_all(children))
+            raise
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if not failures:
+            return
+        await self._end_all(children)
+        if self.manager.closed:
+            raise CapacityError("the gym is shutting down")
+        rank = lambda e: (0 if isinstance(e, ForkRefused) else 1 if isinstance(e, CapacityError)  # noqa: E731
+                          else 2 if isinstance(e, GymError) else 3)
+        worst = min(failures, key=rank)
+        if rank(worst) == 3:
+            logger.error("a fork's child failed: %r", worst)
+            raise GymError(503, f"a child could not be made: {type(worst).__name__}: {worst}") from worst
+        raise worst
+
+    async def _end_all(self, children: list[Execution]) -> None:
+        await asyncio.gather(*(self.manager.terminate(c.execution_id) for c in children), return_exceptions=True)
+
+    async def _replay_child(self, parent: Execution, capture: Capture, room: Reservation,
+                            children: list[Execution]) -> None:
+        try:
+            ex = await self.manager.create(parent.task, reserved=room)
+        except RuntimeError as exc:
+            if isinstance(exc, CapacityError):
+                raise
+            raise GymError(503, f"could not start a desktop: {exc}") from exc
+        children.append(ex)
+        ex.forked_from = parent.execution_id
+        async with ex.lock:   # nobody else acts on it (the reaper passes it by; terminate waits)
+            await self._begin(ex, capture.seed)
+            frame = await self._replay(ex, parent, capture)
+            ex.history = list(capture.steps)
+            self._prepare_screenshot(ex, frame, parent)
+
+    async def _parent_state(self, parent: Execution) -> dict:
+        try:
+            return await self.suite.fork_state(parent)
+        except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
+            raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
+
+    async def _replay(self, ex: Execution, parent: Execution, capture: Capture) -> bytearray:
+        """Play the parent's actions on the child, each once the child's screen is what the parent's was when
+        it was played; then wait for the parent's frame and compare the task states. Returns the child's frame.
+
+        A screen of the parent's that the child never shows may have been a passing one (the parent acted while
+        its screen still changed: a page still painting when an action came at once): the child plays on, and
+        only when the next screen does not come either is the replay refused. The final comparisons decide."""
+        d, w, h, mask = ex.desktop, capture.width, capture.height, capture.mask
+        wait_s = self.options.fork_wait_s   # for each screen the child must show, and for its task state
+        gone = lambda: self.manager.closed or ex.execution_id not in self.manager.executions  # noqa: E731
+        n, missed, passing = len(capture.steps), 0, []
+        for i, step in enumerate(capture.steps, 1):
+            action = parse_action(step.action)
+            if action.type == "wait":   # time passing: the wait for the next action's screen covers it
+                continue
+            frame = await wait_for_screen(d.screen, lambda f: screen_key(f, w, h, mask) == step.screen,
+                                          wait_s, gone)
+            if frame is None:
+                self._check_open(ex)
+                missed += 1
+                passing.append(i)
+                if missed > 1:
+                    raise ForkRefused(f"the replay diverged before action {i} of {n} ({action.type}): within "
+                                      f"{wait_s:g} s each, the child's screen never showed what the parent's showed "
+                                      f"when it played that action nor the one before")
+                logger.info("fork child %s never showed the parent's screen before action %d of %d: playing on",
+                            ex.execution_id, i, n)
+            else:
+                missed = 0
+            try:
+                await self._input(ex, action)
+            except Exception as exc:  # noqa: BLE001 - the child's display refused what the parent's took
+                self._check_open(ex)
+                raise ForkRefused(f"action {i} of {n} ({action.type}) failed on the child: {exc}") from exc
+        unseen = f" (it never showed the parent's screen before action {passing[0]})" if passing else ""
+        frame = await wait_for_screen(d.screen, lambda f: frames_equal(f, capture.frame, w, h, mask),
+                                      wait_s, gone)
+        if frame is None:
+            self._check_open(ex)
+            raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is not the parent's at the "
+                              f"fork: {difference(capture.frame, d.screen.grab(), w, h, mask)}")
+        deadline = time.monotonic() + wait_s
+        while (diff := state_difference(await self._parent_state(parent), await self.suite.fork_state(ex))):
+            if time.monotonic() > deadline:
+                raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is the parent's but its "
+                                  f"task state is not: {diff}")
+            await asyncio.sleep(0.05)
+        return frame
+
+    def _check_open(self, ex: Execution) -> None:
+        """A child's wait ended early because the gym closed or the child was ended: say so, not 'diverged'."""
+        if self.manager.closed:
+            raise CapacityError("the gym is shutting down")
+        if ex.execution_id not in self.manager.executions:
+            raise GymError(503, f"the child {ex.execution_id} was ended while the fork made it")
+
+    async def _fork_snapshot(self, parent: Execution, count: int, room: Reservation) -> list[Execution]:
+        """VMs: the parent's machine frozen once (paused meanwhile), each child resumed from that on a disk
+        overlay of its own (vm/backend.py)."""
+        desk = parent.desktop
+        timeout = self.options.start_timeout_s
+        async with parent.lock:
+            if parent.execution_id not in self.manager.executions:
+                raise GymError(404, f"execution {parent.execution_id!r} was terminated")
+            history = list(parent.history)
+            try:
+                frozen = await self.manager.run_blocking(desk.freeze, self.manager.workdir)
+            except Exception as exc:  # noqa: BLE001 - QEMU refused: the parent runs on (freeze resumes it)
+                logger.error("freezing the VM of execution %s failed: %s", parent.execution_id, exc)
+                raise GymError(503, f"could not snapshot the VM of execution {parent.execution_id}: {exc}") from exc
+        children: list[Execution] = []
+
+        async def one() -> None:
+            child = await self.manager.run_blocking(type(desk).thaw, frozen, self.manager.workdir, timeout)
+            ex = await self.manager.adopt(parent.task, child, room)
+            ex.seed, ex.begun, ex.mask, ex.history = parent.seed, parent.begun, parent.mask, list(history)
+            ex.forked_from = parent.execution_id
+            children.append(ex)
+            self._prepare_screenshot(ex, child.screen.grab(), parent)
+
+        try:
+            await self._all_or_none([one() for _ in range(count)], children)
+        finally:
+            await asyncio.to_thread(frozen.release)
+        return children
 
     async def terminate(self, eid: str) -> dict:
         if not await self.manager.terminate(eid):

@@ -21,6 +21,7 @@ from typing import Iterator
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+OPEN_DIR, OPEN_FILE = _DIR, _FILE   # the flags for other walkers of a HOME (fork.home_state)
 
 
 class PathRefused(ValueError):

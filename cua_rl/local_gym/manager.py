@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import fcntl
 import functools
 import logging
@@ -83,6 +84,8 @@ class GymOptions:
     # fault (``fault: "gym"``, nothing played), drawn per execution from its id, so a run shows what training
     # gym faults as the policy's failures does (bench/learning_bench.py MUTATIONS)
     fault_rate: float = 0.0
+    fork_wait_s: float = 5.0            # how long a fork's child may take to show the parent's screen before each
+    #                                     replayed action, at the end, and to have its task state (fork.py); then 409
 
     def __post_init__(self) -> None:
         if not self.suite:
@@ -95,6 +98,8 @@ class GymOptions:
             raise ValueError(f"evaluate_timeout_s must be in (0, 3600] seconds, got {self.evaluate_timeout_s}")
         if self.reuse_browsers is None:
             self.reuse_browsers = SUITE_REUSE[self.suite]
+        if not 0 < self.fork_wait_s <= 600:
+            raise ValueError(f"fork_wait_s must be within (0, 600] s, got {self.fork_wait_s}")
         if self.reuse_browsers < 0:
             raise ValueError(f"reuse_browsers must be 0 (never) or more, got {self.reuse_browsers}")
         if self.restart_in_page and self.reuse_browsers < 2:
@@ -194,6 +199,13 @@ class CapacityError(RuntimeError):
     pass
 
 
+@dataclass
+class Reservation:
+    """Room for executions not yet registered (``GymManager.reserve``); ``left``: how many it still holds."""
+
+    left: int
+
+
 def pool_key(spec: DesktopSpec):
     """Which spares can serve ``spec``: its ``pool_key`` when it has one, else the spec itself."""
     return getattr(spec, "pool_key", spec)
@@ -218,6 +230,16 @@ class Execution:
     # Calls of this execution that failed, by whose failure it was (LocalGym.act/screenshot): "gym" (its desktop
     # or input failed) and "policy" (an action refused as malformed). Reported by describe and evaluate.
     faults: dict = field(default_factory=lambda: {"gym": 0, "policy": 0})
+    # What a fork needs (fork.py): the seed the task began with and its create reply's extra fields, the screen
+    # regions the task declares volatile (pixels), the actions played so far with the screen each was played
+    # on, why they can no longer be replayed (an action the display refused midway), and the execution this
+    # one was forked from.
+    seed: int | None = None
+    begun: dict = field(default_factory=dict)
+    mask: list = field(default_factory=list)
+    history: list = field(default_factory=list)
+    unreplayable: str | None = None
+    forked_from: str | None = None
 
 
 class GymManager:
@@ -449,14 +471,65 @@ class GymManager:
                 "profiles": len(self._recent), "bare_x": len(self._bare_x)}
 
     # -- executions ---------------------------------------------------------------------------------
-    async def create(self, task: TaskDef) -> Execution:
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_room(self, n: int) -> None:
         if self._closed:
             raise CapacityError("the gym is shutting down")
         running = len(self.executions) + self._reserved
-        if running >= self.opt.max_executions:
+        if running + n > self.opt.max_executions:
+            more = f"{n} more" if n > 1 else "one more"
             raise CapacityError(f"concurrency cap reached: {running} executions running, at most "
-                                f"{self.opt.max_executions}; terminate one or retry later")
-        self._reserved += 1
+                                f"{self.opt.max_executions} ({more} asked for); terminate one or retry later")
+
+    @contextlib.asynccontextmanager
+    async def reserve(self, n: int):
+        """Room for ``n`` executions, held until the block ends: a fork's children all fit, or none is made
+        (``CapacityError``). ``create(task, reserved=r)`` and ``adopt(task, desk, r)`` take their room from the
+        reservation ``r`` this yields."""
+        self._check_room(n)
+        reservation = Reservation(n)
+        self._reserved += n
+        try:
+            yield reservation
+        finally:
+            self._reserved -= reservation.left
+
+    def _take_room(self, reserved: "Reservation | None") -> None:
+        """An execution is about to be registered: its room leaves the reservation (it counts as running)."""
+        if reserved is not None:
+            if reserved.left <= 0:
+                raise RuntimeError("more executions registered than were reserved")
+            reserved.left -= 1
+            self._reserved -= 1
+
+    async def run_blocking(self, fn, *args):
+        """``fn(*args)`` on a create spawner thread (``procs``: what it starts dies with the gym)."""
+        return await asyncio.wrap_future(self._create_spawner.submit(functools.partial(fn, *args)))
+
+    async def adopt(self, task: TaskDef, desk: Desktop, reserved: "Reservation") -> Execution:
+        """A desktop made outside the pool (a forked VM) as a new execution of ``task``; destroyed instead when
+        the gym is closing (``CapacityError``)."""
+        if self._closed:
+            await self._destroy_async(desk)
+            raise CapacityError("the gym is shutting down")
+        self._take_room(reserved)
+        now = time.monotonic()
+        ex = Execution(uuid.uuid4().hex, task, desk, now, now, from_pool=False)
+        self.executions[ex.execution_id] = ex
+        return ex
+
+    async def create(self, task: TaskDef, reserved: "Reservation | None" = None) -> Execution:
+        """A new execution of ``task`` on a spare (or a desktop built now); ``reserved``: its room comes from
+        that reservation (``reserve``: a fork's child) instead of being checked here."""
+        if reserved is None:
+            self._check_room(1)
+        elif self._closed:
+            raise CapacityError("the gym is shutting down")
+        own = reserved is None
+        self._reserved += own
         try:
             spec = task.desktop_spec(self.opt.width, self.opt.height)
             self._touch(spec)
@@ -474,10 +547,11 @@ class GymManager:
             if self._closed:
                 await self._destroy_async(desk)
                 raise CapacityError("the gym is shutting down")
+            self._take_room(reserved)
             self.executions[ex.execution_id] = ex
             self._refill()
         finally:
-            self._reserved -= 1
+            self._reserved -= own
         logger.info("execution %s of task %s on %s (%s)", ex.execution_id, task.task_id, desk.display,
                     "warm" if from_pool else "cold")
         return ex

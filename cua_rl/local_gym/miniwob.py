@@ -117,6 +117,18 @@ class MiniwobTask:
         """The task in general; each seeded instance has its own concrete utterance (create's reply)."""
         return self.description
 
+    @property
+    def fork_note(self) -> str | None:
+        """Why a fork of this page is refused (None: it may be forked). The package's own flags: a page it
+        marks nondeterministic is not pinned by its seed; the pages it leaves unregistered change with time
+        (items that move, a button that appears after a delay, a sequence shown in turn)."""
+        if "nondeterministic" in self.flags:
+            return "the MiniWoB++ package marks this page nondeterministic (its seed does not pin the instance)"
+        if "unregistered" in self.flags:
+            return ("the MiniWoB++ package leaves this page unregistered: it changes with time (animations, delays), "
+                    "so no replay reaches the parent's state")
+        return None
+
     def desktop_spec(self, width: int, height: int) -> BrowserSpec:
         """Chromium over the whole screen, the task area scaled to fill it (3x on the default 480x630)."""
         zoom = round(min(width / TASK_CSS_SIZE[0], height / TASK_CSS_SIZE[1]), 3)
@@ -133,6 +145,7 @@ class MiniwobTask:
             "evaluation": {"reward": "miniwob_page", "score": "clip(raw_reward, 0, 1) once the episode is done",
                            "notes": list(self.notes)},
             "examples": list(self.examples), "utterance_fields": list(self.fields),
+            "forkable": self.fork_note is None,
         }
 
 
@@ -257,6 +270,31 @@ _UTTERANCE_JS = """(() => {
 _STATE_JS = """(() => ({token: window.__cuaEpisode || null, done: !!WOB_DONE_GLOBAL, env_reward: WOB_REWARD_GLOBAL,
   raw_reward: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON === undefined ? null : WOB_REWARD_REASON}))()"""
 _PAGE_READY_JS = "typeof core === 'object' && !!document.getElementById('sync-task-cover')"
+# A fork's task state (fork.py): the document without the hidden HUD (its countdown and time-scaled reward tick),
+# every form field's value and checked state, the focus and selection, what is scrolled, and the task's globals
+# (done, the raw reward, its reason, the utterance). The episode's token and start time are the execution's own.
+_FORK_STATE_JS = """(() => {
+  const path = e => { const parts = [];
+    for (let n = e; n && n.nodeType === 1 && n !== document.documentElement; n = n.parentElement)
+      parts.unshift(n.tagName.toLowerCase() + (n.id ? '#' + n.id : '') + ':'
+                    + (n.parentElement ? Array.prototype.indexOf.call(n.parentElement.children, n) : 0));
+    return parts.join('>'); };
+  const doc = document.documentElement.cloneNode(true);
+  const hud = doc.querySelector('#reward-display'); if (hud) hud.remove();
+  const fields = [], scrolled = [];
+  document.querySelectorAll('input, textarea, select').forEach(
+    e => fields.push([path(e), e.value, !!e.checked, e.selectedIndex === undefined ? null : e.selectedIndex]));
+  document.querySelectorAll('*').forEach(e => { if (e.scrollTop || e.scrollLeft) scrolled.push([path(e), e.scrollTop, e.scrollLeft]); });
+  const a = document.activeElement; let range = null;
+  try { range = a && a.selectionStart !== undefined ? [a.selectionStart, a.selectionEnd] : null; } catch (x) {}
+  const u = core.getUtterance();
+  return {dom: doc.outerHTML, fields: JSON.stringify(fields), focus: a ? path(a) : null,
+          selection: JSON.stringify([range, String(window.getSelection() || '')]),
+          scroll: JSON.stringify([scrollX, scrollY, scrolled]),
+          task: JSON.stringify({done: !!WOB_DONE_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL,
+                                reason: typeof WOB_REWARD_REASON === 'undefined' ? null : WOB_REWARD_REASON,
+                                utterance: (u && typeof u === 'object') ? u : String(u)})};
+})()"""
 
 
 def score_of(raw_reward: float, done: bool) -> float:
@@ -317,6 +355,18 @@ class MiniwobSuite:
             if state["ready"] or time.monotonic() > deadline:
                 return {"utterance": state["utterance"], "fields": state["fields"]}
             await asyncio.sleep(0.01)
+
+    def fork_refusal(self, task: MiniwobTask) -> str | None:
+        note = task.fork_note
+        return None if note is None else f"task {task.task_id} is not forkable: {note}"
+
+    async def fork_state(self, ex) -> dict:
+        """The page's task state (``_FORK_STATE_JS``), which a fork's children must share with their parent."""
+        return await ex.desktop.aevaluate(_FORK_STATE_JS)
+
+    def volatile(self, task: MiniwobTask, width: int, height: int) -> list[list[int]]:
+        """No page of the package draws on its own outside the time-dependent ones, which are not forkable."""
+        return []
 
     async def evaluate(self, ex, body: dict) -> dict:
         """The genv evaluate reply, from the page's own reward variables."""

@@ -124,6 +124,13 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
             return JSONResponse({"execution_id": eid, "url": url})
         return RedirectResponse(url, status_code=303)
 
+    @app.post("/api/v1/{gym_id}/executions/{eid}/fork")
+    async def fork(gym_id: str, eid: str, request: Request) -> dict:
+        """Our extension of genv: ``count`` new executions in the execution's state now (docs/protocols.md §1.9)."""
+        check_gym(gym_id)
+        gym.execution(eid)   # an unknown execution is a 404 before the body is looked at
+        return await gym.fork(eid, await json_body(request, '{"count": N}', empty={}))
+
     @app.post("/api/v1/{gym_id}/executions/{eid}/terminate")
     async def terminate(gym_id: str, eid: str) -> dict:
         check_gym(gym_id)

@@ -2,7 +2,9 @@
 
 A suite has ``tasks`` (``.tasks``, ``.get(key)``, ``len``), ``begin(execution, seed)`` (run once on a fresh
 execution before create-execution answers; returns extra reply fields) and ``evaluate(execution, body)``
-(the genv evaluate reply). Two suites exist:
+(the genv evaluate reply), and what a fork needs (``fork.py``): ``fork_refusal(task)`` (why a task cannot be
+forked, or None), ``fork_state(execution)`` (the task state a child must share with its parent) and
+``volatile(task, width, height)`` (the screen regions the task declares volatile, in pixels). Two suites exist:
 
 - ``desktop``: the YAML tasks on X11 app desktops, or on VMs for tasks whose setup names one (``tasks.py``,
   ``vm/backend.py``), scored by validators on the HOME or the guest's files. Fixed
@@ -20,6 +22,7 @@ import asyncio
 import threading
 
 from . import curriculum, validators
+from .fork import home_state, mask_pixels
 from .tasks import TASKS_DIR, load_tasks
 
 MAX_SEED = 2 ** 53 - 1   # JSON numbers are exact up to here (and so are JavaScript's)
@@ -98,6 +101,23 @@ class DesktopSuite:
         await asyncio.to_thread(curriculum.show, ex.desktop, instance)
         ex.state["seed"], ex.state["instance"] = instance.seed, instance
         return {"seed": instance.seed, "instruction": instance.instruction, "instance": instance.to_wire()}
+
+    def fork_refusal(self, task) -> str | None:
+        """Why ``task`` cannot be forked (None: it can). A VM task always can (a snapshot holds its whole state);
+        an X11 task unless it is marked ``forkable: false`` (its apps do not replay to one state)."""
+        if task.setup.vm is None and not task.forkable:
+            return f"task {task.task_id} is not forkable: {task.fork_note}"
+        return None
+
+    async def fork_state(self, ex) -> dict:
+        """The task state a child must share: the desktop's files (a VM's are its disk, which its snapshot
+        carries)."""
+        if ex.task.setup.vm is not None:
+            return {}
+        return await asyncio.to_thread(home_state, ex.desktop.home)
+
+    def volatile(self, task, width: int, height: int) -> list[list[int]]:
+        return mask_pixels(task.volatile, width, height)
 
     async def evaluate(self, ex, body: dict) -> dict:
         answer = validators.answer_from(body)

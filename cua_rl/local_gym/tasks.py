@@ -24,6 +24,7 @@ from .apps import APPS
 from .curriculum import FAMILIES
 from .desktop import AppLaunch, DesktopSpec
 from .home_paths import home_file_parts
+from .fork import MAX_MASK, mask_share
 from .validators import ValidatorSpec
 from .vm.backend import GUEST_OSES, VMDesktopSpec
 from .vm.machine import VMSpec
@@ -151,6 +152,12 @@ class TaskDef(BaseModel):
     # A seeded family (curriculum.py): the instance, its instruction, validators and solution come from
     # create's seed; the task's own instruction describes the family and it has no fixed validators.
     family: str | None = None
+    # Forks (fork.py): whether a replay of its actions reaches one state (false: a fork is refused with
+    # fork_note, the reason), and the screen regions where its apps draw on their own (a clock, a spinner:
+    # fractions x0, y0, x1, y1; at most 2 % of the screen), which a fork's children may differ in.
+    forkable: bool = True
+    fork_note: str | None = None
+    volatile: list[tuple[float, float, float, float]] = []
 
     @model_validator(mode="after")
     def _family_or_fixed(self) -> "TaskDef":
@@ -162,6 +169,20 @@ class TaskDef(BaseModel):
             raise ValueError(f"unknown family {self.family!r}; known: {sorted(FAMILIES)}")
         if self.validators or self.solution:
             raise ValueError("a family task takes its validators and solution from the seeded instance")
+        return self
+
+    @model_validator(mode="after")
+    def _fork_fields(self) -> "TaskDef":
+        if not self.forkable and not (self.fork_note or "").strip():
+            raise ValueError("a task marked forkable: false says why in fork_note")
+        for region in self.volatile:
+            x0, y0, x1, y1 = region
+            if not (0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1):
+                raise ValueError(f"a volatile region is x0, y0, x1, y1 with 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, "
+                                 f"got {list(region)}")
+        share = mask_share(self.volatile)
+        if share > MAX_MASK:
+            raise ValueError(f"volatile regions cover {share:.1%} of the screen; at most {MAX_MASK:.0%}")
         return self
 
     @field_validator("tags")
@@ -220,6 +241,7 @@ class TaskDef(BaseModel):
                            {"type": "desktop", "apps": [a.app for a in self.setup.apps],
                             **({"family": self.family} if self.family else {})}),
             "evaluation": {"validators": [v.model_dump(exclude_none=True) for v in self.validators]},
+            "forkable": self.forkable or self.setup.vm is not None,
         }
 
 

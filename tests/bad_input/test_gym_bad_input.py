@@ -84,6 +84,14 @@ CASES = [
     act("act wait overflow", {"type": "wait", "ms": 1e300}, "ms"),
     Case("act NaN coordinate", "POST", E + "/actions", content=b'{"action": {"type": "move", "x": NaN, "y": 0.5}}',
          headers=JSON, says="number"),
+    # fork bodies (docs/protocols.md §1.9): refused before any child is made
+    Case("fork unknown", "POST", G + "/executions/nope/fork", json={"count": 1}, status=404, says="unknown execution"),
+    Case("fork count 0", "POST", E + "/fork", json={"count": 0}, status=422, says="count"),
+    Case("fork count text", "POST", E + "/fork", json={"count": "2"}, status=422, says="count"),
+    Case("fork count huge", "POST", E + "/fork", json={"count": 10**9}, status=422, says="count"),
+    Case("fork null body", "POST", E + "/fork", content=b"null", headers=JSON, status=422, says="JSON object"),
+    Case("fork array body", "POST", E + "/fork", json=[2], status=422, says="JSON object"),
+    Case("fork unknown field", "POST", E + "/fork", json={"count": 1, "depth": 3}, status=422, says="unknown fork"),
     # evaluate bodies
     Case("evaluate non-JSON", "POST", E + "/evaluate", content=b"answer=42", says="not valid JSON"),
     Case("evaluate array body", "POST", E + "/evaluate", json=["answer"], says="object"),

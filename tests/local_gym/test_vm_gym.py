@@ -256,6 +256,49 @@ async def test_a_vm_that_dies_mid_episode_ends_that_execution_cleanly(guest):
         assert (await gym.evaluate(other))["result"]["validators"][0]["pass"] is True
 
 
+async def test_a_vm_forks_into_children_in_its_exact_state_each_on_a_disk_of_its_own(guest, monkeypatch):
+    """A fork by snapshot (vm/backend.py VMDesktop.freeze/thaw): two children whose screens are the parent's
+    byte for byte and whose disks hold its files; an action on one changes neither the parent nor its sibling, and
+    the parent goes on; a child that does not load the parent's screen is a 409 that leaves no machine; after
+    terminate no QEMU runs and no frozen disk layer is left."""
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0, x_spares=0)) as gym:
+        eid = (await gym.reset(TASK))["execution_id"]
+        assert (await gym.act(eid, {"type": "type", "text": "echo one > /root/a.txt\n"}))["ok"]
+        before, _ = await gym.screenshot(eid)
+        fork = await gym.fork(eid, {"count": 2})
+        kids = [c["id"] for c in fork["executions"]]
+        assert fork["mechanism"] == "snapshot" and fork["mask"] == [] and fork["actions"] == 1
+        assert [(await gym.screenshot(x))[0] for x in (eid, *kids)] == [before] * 3
+        desk = {x: gym.manager.executions[x].desktop for x in (eid, *kids)}
+        assert {x: d.files.read("a.txt", 100) for x, d in desk.items()} == {x: "one\n" for x in desk}
+        assert len({d.machine.overlay for d in desk.values()}) == 3
+
+        assert (await gym.act(kids[0], {"type": "type", "text": "echo two > /root/b.txt\n"}))["ok"]
+        assert (await gym.act(eid, {"type": "type", "text": "echo three > /root/c.txt\n"}))["ok"]
+        got = {x: (d.files.read("b.txt", 100), d.files.read("c.txt", 100)) for x, d in desk.items()}
+        assert got == {eid: (None, "three\n"), kids[0]: ("two\n", None), kids[1]: (None, None)}
+        assert (await gym.screenshot(kids[1]))[0] == before
+
+        workdir = gym.manager.workdir
+        running = _qemu_pids(workdir)
+        real_freeze = backend.VMDesktop.freeze
+
+        def freeze_with_another_frame(self, folder):
+            frozen = real_freeze(self, folder)
+            frozen.frame = frozen.frame[:-1] + bytes([frozen.frame[-1] ^ 0xFF])   # one pixel the parent never had
+            return frozen
+
+        monkeypatch.setattr(backend.VMDesktop, "freeze", freeze_with_another_frame)
+        with pytest.raises(GymError) as err:
+            await gym.fork(kids[1], {"count": 2})
+        assert err.value.status == 409 and "is not the parent's: 1 pixels differ" in err.value.detail, err.value.detail
+        assert set(gym.manager.executions) == {eid, *kids} and wait_gone(_qemu_pids(workdir) - running) == set()
+        assert not list((workdir / "vm-layers").glob("*.state")), "a refused fork left its saved state"
+        for x in (eid, *kids):
+            await gym.terminate(x)
+        assert _qemu_pids(workdir) == set() and list((workdir / "vm-layers").iterdir()) == []
+
+
 def test_a_task_naming_a_missing_image_is_refused_at_load(tmp_path, guest, monkeypatch):
     text = (TASKS / "901-vm-shell-files.yaml").read_text()
     with monkeypatch.context() as m:

@@ -16,6 +16,9 @@ driven through QEMU's own machine protocol (no agent in the guest needed to see 
   saved machine's own overlay (``base=``). That is how the gym's VM desktops start without booting
   (``backend.py``). ``save_snapshot``/``load_snapshot`` keep internal snapshots inside one overlay (a reset
   of a running machine).
+- Forks: ``pause``, ``switch_disk`` (the machine goes on writing to a new overlay over its old one, which is
+  frozen from then on), ``save_state``, ``resume``; the children start with ``incoming`` on overlays over the
+  frozen one and ``wait_loaded`` (they load paused, as the parent was saved; ``backend.VMDesktop.freeze``).
 """
 
 from __future__ import annotations
@@ -59,10 +62,11 @@ class Machine:
     proc: subprocess.Popen | None = field(default=None, repr=False)
     qmp: QMP | None = field(default=None, repr=False)
     accel: str = ""
+    disk: Path | None = None   # the overlay the machine writes, once a fork moved it off ``root/overlay.qcow2``
 
     @property
     def overlay(self) -> Path:
-        return self.root / "overlay.qcow2"
+        return self.disk or self.root / "overlay.qcow2"
 
     # -- start --------------------------------------------------------------------------------------
     @property
@@ -224,6 +228,42 @@ class Machine:
 
     def status(self) -> str:
         return (self.qmp.execute("query-status") or {}).get("status", "")
+
+    # -- forks (backend.VMDesktop.freeze/thaw) ----------------------------------------------------------
+    def pause(self) -> None:
+        self.qmp.execute("stop")
+
+    def resume(self) -> None:
+        """Run again: after ``pause``, or after ``save_state`` (QEMU takes its disks back and goes on)."""
+        self.qmp.execute("cont")
+
+    def wait_loaded(self, timeout_s: float) -> str:
+        """Wait until a machine started with ``incoming`` has loaded its state: its status then (``paused``
+        when the saved machine was paused, as a fork's is)."""
+        deadline = time.monotonic() + timeout_s
+        while (status := self.status()) in ("inmigrate", "prelaunch", "restore-vm"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"VM {self.root.name} did not load its saved state (status {status!r}; QEMU said: "
+                                   f"{self.log_tail()})")
+            time.sleep(0.01)
+        return status
+
+    def switch_disk(self, new: Path, backing: Path) -> None:
+        """From now on write to a new overlay ``new`` whose backing file is ``backing`` (a link to the overlay the
+        machine wrote so far, which no one writes again): QMP ``blockdev-snapshot-sync`` in ``existing`` mode, so
+        the new overlay's header names ``backing`` (not the old overlay's own path). Pause the machine first."""
+        block = self.qmp.execute("query-block") or []
+        device = next((b for b in block if b.get("inserted")), None)
+        if device is None:
+            raise QMPError("the machine has no disk")
+        size = device["inserted"]["image"]["virtual-size"]
+        made = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-u", "-b", str(backing), "-F", "qcow2",
+                               str(new), str(size)], capture_output=True, text=True, timeout=30)
+        if made.returncode != 0:
+            raise RuntimeError(f"qemu-img could not create an overlay on {backing}: {made.stderr.strip()[-300:]}")
+        self.qmp.execute("blockdev-snapshot-sync", device=device["device"], **{"snapshot-file": str(new)},
+                         format="qcow2", mode="existing")
+        self.disk = new
 
     # -- stop ---------------------------------------------------------------------------------------
     def stop(self, keep_files: bool = False) -> None:
