@@ -12,7 +12,8 @@ times="${1:?how many runs}" hogs="${2:?how many CPU hogs}"; shift 2
 source scripts/env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled   # as scripts/test.sh
 pids=()
-for _ in $(seq "$hogs"); do (while :; do :; done) & pids+=($!); done
+# each hog ends with this script even when it is killed (a hog once outlived its script by an hour)
+for _ in $(seq "$hogs"); do (while kill -0 $$ 2>/dev/null; do :; done) & pids+=($!); done
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 files=() opts=()
 while (($#)); do
