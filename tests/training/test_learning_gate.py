@@ -3,16 +3,17 @@
 The run is ``bench/learning_bench.py --recipe multiturn --rl-seeds 1 --no-control --greedy-only``: the
 README's ``train.sh`` on a machine without a GPU (config.multiturn.yaml: the key-sequence curriculum family,
 three key presses with the reward only at the end, one of them "the previous key again" so the history
-matters; the SFT warm start of a demonstrator biased to see yellow as red and cyan as blue; GRPO through the
+matters; the SFT warm start of a demonstrator biased to see yellow as red; GRPO through the
 embedded stack: Xvfb desktops, the agent service, the policy endpoint, AReaL's vLLM on the CPU, AReaL's
 trainer) for ``STEPS`` steps, then ``python -m cua_rl.evaluate --greedy``: held-out greedy success of the warm
 start and of the last step on ``EPISODES`` instances of each gated regime of the learning yardstick (unseen
-instances of the trained key sequences; unseen key sequences, held out by content). One start-up serves two
-tests (docs/testing.md: the time budget):
+instances of the trained key sequences; unseen key sequences, held out by content). When seed 1 fails the gate,
+seed 2 runs once (CI's one rerun, about 10 minutes more; the gate's false-pass rate with it is what the
+calibration's ``with_rerun`` measures). One start-up serves two tests (docs/testing.md: the time budget):
 
 - ``test_grpo_flips_the_biased_slices_and_serves_every_step``, the learning gate: the bench's bar (its
   docstring, THE BAR, fixed before any run): in each gated regime a greedy rise of ``RISE_MIN`` with its
-  cluster-bootstrap interval above 0, each biased slice (yellow, cyan) up by ``SLICE_GAIN`` from a warm start
+  cluster-bootstrap interval above 0, the biased slice (yellow) up by ``SLICE_GAIN`` from a warm start
   wrong there, the rest kept within ``REST_DROP``; the sampled rollouts must not collapse (``COLLAPSE``) and
   every step's weights must have been served (vLLM loaded weight versions 1, 2, ... in order). The judgement
   (``gate_failures``) is the bench's, which applies it to its controls and mutations too; its false-pass rate
@@ -71,18 +72,15 @@ def _bench():
     return module
 
 
-@pytest.fixture(scope="module")
-def gate_run(tmp_path_factory):
-    """The bench's one run: (its JSON, the GRPO run's console output, its log dir, its checkpoint dir)."""
-    tmp = tmp_path_factory.mktemp("learning-gate")
+def _run_bench(tmp: Path, seed: int) -> dict:
+    """The bench's run of GRPO seed ``seed`` from the pinned warm start, judged by the gate: its JSON."""
     env = {**os.environ, "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
-    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
-    out = tmp / "learning.json"
+    out = tmp / f"learning-s{seed}.json"
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "learning_bench.py"), "--recipe", "multiturn", "--rl-seeds", "1",
-         "--warm-start", str(pinned("multiturn")),
+         "--first-seed", str(seed), "--warm-start", str(pinned("multiturn")),
          "--no-control", "--greedy-only", "--steps", str(STEPS), "--seeds-per-task", str(EPISODES),
          "--regimes", ",".join(_bench().GATED),
          "--workdir", str(tmp / "work"), "--out", str(out)],
@@ -99,34 +97,52 @@ def gate_run(tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
         pytest.fail(f"the learning bench ran past 2300 s\n{(stdout + stderr)[-6000:]}")
-    print(f"learning bench: {time.monotonic() - started:.0f} s (exit code {proc.returncode})")
+    print(f"learning bench, seed {seed}: {time.monotonic() - started:.0f} s (exit code {proc.returncode})")
     assert proc.returncode == 0, (stdout + stderr)[-6000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def gate_run(tmp_path_factory):
+    """The bench's run of seed 1, and of seed 2 only when seed 1 fails the gate (CI's one rerun: the gate's
+    false-pass rate with it is the calibration's ``with_rerun``, docs/learning.md): (the JSONs in order, seed
+    1's console output, its log dir, its checkpoint dir, what was left running)."""
+    tmp = tmp_path_factory.mktemp("learning-gate")
+    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
+    results = [_run_bench(tmp, 1)]
+    if results[0]["seeds"][0]["gate_failures"]:
+        print(f"seed 1 failed the gate {results[0]['seeds'][0]['gate_failures']}: CI's one rerun, seed 2")
+        results.append(_run_bench(tmp, 2))
     fileroot = tmp / "work" / "fileroot"
     logs = next(fileroot.glob("logs/*/cua-learn-multiturn/grpo-s1"))
     ckpts = next(fileroot.glob("checkpoints/*/cua-learn-multiturn/grpo-s1"))
     time.sleep(2)
     left = {"Xvfb": pids("^Xvfb") - xvfb_before, "vLLM": pids("areal_vllm_server") - vllm_before}
-    return json.loads(out.read_text()), (tmp / "work" / "grpo-s1.log").read_text(errors="replace"), logs, ckpts, left
+    return results, (tmp / "work" / "grpo-s1.log").read_text(errors="replace"), logs, ckpts, left
 
 
 def test_grpo_flips_the_biased_slices_and_serves_every_step(gate_run):
-    result, _, _, _, _ = gate_run
-    [run] = result["seeds"]
-    regimes = {name: (r["greedy_before"], r["greedy_after"], r["rise_ci95"]) for name, r in result["regimes"].items()}
-    print(f"LEARNING GATE: held-out greedy success per regime (warm start, step {STEPS}, cluster 95% interval of the "
-          f"rise): {regimes}; biased slices {run['gate']['slices']}; rollout success per step "
-          f"{run['rollout_success']}; {result['episodes_per_checkpoint']['greedy']} instances; warm start's score "
-          f"{'kept' if result['baseline']['reused'] else 'measured now'}; wall {result['wall_s']}")
+    results, _, _, _, _ = gate_run
     bench = _bench()
-    assert set(bench.GATED) <= set(result["regimes"]), result["regimes"]
-    assert all(result["regimes"][r]["instances"] == EPISODES for r in bench.GATED)
-    assert result["dropped_episodes"] == 0 and result["model_errors"] == 0, result
-    # the warm start's greedy choice is wrong where its demonstrator was biased: it can be flipped, not sharpened
-    assert result["warm_start"]["precondition_failures"] == [], result["warm_start"]
-    # each gated regime's rise (cluster interval above 0), the gain on both biased slices, the rest kept, no
+    for result in results:
+        [run] = result["seeds"]
+        regimes = {name: (r["greedy_before"], r["greedy_after"], r["rise_ci95"])
+                   for name, r in result["regimes"].items()}
+        print(f"LEARNING GATE seed {run['seed']}: held-out greedy success per regime (warm start, step {STEPS}, cluster "
+              f"95% interval of the rise): {regimes}; biased slices {run['gate']['slices']}; rollout success per "
+              f"step {run['rollout_success']}; {result['episodes_per_checkpoint']['greedy']} instances; warm "
+              f"start's score {'kept' if result['baseline']['reused'] else 'measured now'}; wall "
+              f"{result['wall_s']}; gate failures {run['gate_failures']}")
+        assert set(bench.GATED) <= set(result["regimes"]), result["regimes"]
+        assert all(result["regimes"][r]["instances"] == EPISODES for r in bench.GATED)
+        assert result["dropped_episodes"] == 0 and result["model_errors"] == 0, result
+        # the warm start's greedy choice is wrong where its demonstrator was biased: it can be flipped, not
+        # sharpened
+        assert result["warm_start"]["precondition_failures"] == [], result["warm_start"]
+    # each gated regime's rise (cluster interval above 0), the gain on the biased slice, the rest kept, no
     # collapse of the sampled rollouts, every step's weights served: what the bench's controls and mutations
-    # must fail (the bench's THE BAR; docs/learning.md)
-    assert run["gate_failures"] == [], run["gate_failures"]
+    # must fail (the bench's THE BAR; docs/learning.md), by seed 1 or, failing that, by seed 2
+    assert results[-1]["seeds"][0]["gate_failures"] == [], [r["seeds"][0]["gate_failures"] for r in results]
 
 
 def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_run):
