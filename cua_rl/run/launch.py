@@ -28,10 +28,12 @@ import threading
 import time
 from pathlib import Path
 
+from cua_rl import own_command
 from cua_rl.trainer.health import UnhealthyRun
 from cua_rl.trainer.resume import newest_resumable, resume_point
 from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
+from cua_rl.progress import console as console_progress
 from cua_rl.run import cli
 from cua_rl.run.console import TrainerConsole
 from cua_rl.run.preflight import PreflightError, check_embedded, missing_binaries, user_namespace_error
@@ -178,13 +180,13 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
     if proc is None:
         proc = subprocess.Popen(cmd, cwd=trainer_cwd(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+    progress = console_progress()
     console = None if os.environ.get("CUA_RL_CONSOLE") == "full" else \
-        TrainerConsole(total_steps, str(log_file), quiet=True)
+        TrainerConsole(total_steps, str(log_file), quiet=True, progress=progress)
 
     def show(lines: list[str]) -> None:
         for text in lines:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
+            progress.write(text.rstrip("\n"))
 
     def pump() -> None:
         with open(log_file, "ab") as f:
@@ -227,6 +229,7 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
         with contextlib.suppress(ProcessLookupError):  # helpers the trainer forked
             os.killpg(proc.pid, signal.SIGKILL)
         reader.join(10)
+        progress.end()
         for s, h in old.items():
             signal.signal(s, h)
     if rc != 0 and stopped_by:   # asked to stop (Ctrl-C, SIGTERM): not a failure, no traceback to show
@@ -447,8 +450,15 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
         except KeyboardInterrupt:
             logger.warning("interrupted; shutting everything down")
             rc, stopped_by = 130, signal.SIGINT
-    print_summary(paths, time.monotonic() - started, rc, stopped_by)
+    print_summary(paths, time.monotonic() - started, rc, stopped_by, train_command())
     return rc
+
+
+def train_command() -> str:
+    """How a user starts this launcher from a fresh shell: this clone's ``train.sh`` by its full path, else the
+    installed ``cua-train`` (its PATH may lack this environment)."""
+    script = CLONE / "examples" / "cua_agent" / "train.sh" if CLONE else None
+    return str(script) if script and script.is_file() else own_command("cua-train", "cua_rl.run.launch")
 
 
 if __name__ == "__main__":
