@@ -438,8 +438,8 @@ class PolicyEndpoint:
                 # An image/video placeholder in the output would make the trainer's forward count more image
                 # tokens than image features and fail the whole step: never train on it, sample again.
                 self._tally(ep, "vision_token_outputs")
-                logger.warning("episode %s: the model sampled vision placeholder token(s) %s; regenerating, try %d",
-                               ep.id, sorted(sampled_vision), attempt + 1)
+                logger.info("episode %s: the model sampled vision placeholder token(s) %s; regenerating, try %d",
+                            ep.id, sorted(sampled_vision), attempt + 1)   # counted for the summary too
                 continue
             if self.backend != "vllm" or (len(set(resp.output_versions)) <= 1 and not resumed_chat):
                 return resp

@@ -73,6 +73,10 @@ def clock(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def step_line(step: int, total: int | None, outcome: dict[str, float] | None, step_s: float, elapsed_s: float,
               eta_s: float | None) -> str:
     """The console's line for trained step ``step`` (1-based) of ``total``."""
@@ -80,8 +84,8 @@ def step_line(step: int, total: int | None, outcome: dict[str, float] | None, st
     if outcome is None:
         what = "no episode outcome in the trained rows"
     else:
-        what = (f"success {outcome['success']:.3f}, reward {outcome['reward']:.3f} ({outcome['episodes']} episodes, "
-                f"{outcome['groups']} groups, {outcome['rows']} rows)")
+        what = (f"success {outcome['success']:.3f}, reward {outcome['reward']:.3f} ({_count(outcome['episodes'], 'episode')}, "
+                f"{_count(outcome['groups'], 'group')}, {_count(outcome['rows'], 'row')})")
     timing = f"{clock(step_s)}, elapsed {clock(elapsed_s)}" + (f", ETA {clock(eta_s)}" if eta_s is not None else "")
     return f"{head}: {what}; {timing}"
 

@@ -73,7 +73,7 @@ def test_each_commit_prints_its_line_and_appends_its_metrics(tmp_path, monkeypat
     assert progress.stats() == {"trained/episodes": 2.0, "trained/groups": 1.0, "trained/rows": 2.0,
                                 "trained/reward": 0.75, "trained/success": 0.5}
     line = progress.committed(0, {"ppo_actor/update/loss/avg": 0.25, "note": "not a number", **progress.stats()})
-    assert line == ("[cua-rl] step 1/4: success 0.500, reward 0.750 (2 episodes, 1 groups, 2 rows); 30s, elapsed 30s, "
+    assert line == ("[cua-rl] step 1/4: success 0.500, reward 0.750 (2 episodes, 1 group, 2 rows); 30s, elapsed 30s, "
                     "ETA 1m30s")
     progress.trained(batch)
     progress.committed(1, {})

@@ -3,6 +3,8 @@
 (data/cpu_run_start.txt) shows its milestones and the trainer's own lines, the rollout workers' per-episode lines
 stay in the logs, and an error keeps its traceback's last line."""
 
+import re
+import sys
 from pathlib import Path
 
 from cua_rl.run.console import TrainerConsole
@@ -213,3 +215,72 @@ def test_the_model_server_watch_stops_a_run_only_when_its_server_is_gone(tmp_pat
     log = tmp_path / "train.log"
     log.write_text(f"(AReaL) cua-train ERROR: {GONE.format(addr=addrs[1], seconds=15)}: it exited ...\n")
     assert failure_cause(log).startswith(f"the model server at {addrs[1]} stopped answering")
+
+
+# --- the whole console of a run, counted -------------------------------------------------------------
+# A real 2-step run of this code (train.sh --config examples/cua_agent/config.cpu.yaml on 2 cores, 2026-11-29):
+# its train.log (everything the trainer printed: AReaL, vLLM, the rollout worker's per-episode lines, the
+# trainer's step lines) and the console train.sh printed, as recorded (not a terminal: plain lines).
+RUN_LOG = (Path(__file__).parent / "data" / "cpu_run_2steps_train.log").read_text()
+RUN_CONSOLE = (Path(__file__).parent / "data" / "cpu_run_2steps_console.txt").read_text().splitlines()
+SECONDS = re.compile(r" \(\d+ s\)$")
+
+
+def _trainer_part(console: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(the launcher's lines up to starting the trainer, the trainer's, the rest: the monitor's and the summary)."""
+    start = next(i for i, line in enumerate(console) if "starting the trainer" in line) + 1
+    end = next(i for i, line in enumerate(console) if "Training Monitor stopped" in line)
+    return console[:start], console[start:end], console[end:]
+
+
+def test_the_recorded_console_is_what_the_filter_makes_of_the_recorded_train_log():
+    """The recording is faithful: the real filter turns the run's train.log into the trainer's part of its
+    console, line for line (the start-up milestones' seconds aside: they count from when the trainer began)."""
+    _, recorded, _ = _trainer_part(RUN_CONSOLE)
+    made = [line.rstrip("\n") for line in _run(TrainerConsole(total_steps=2, quiet=True), RUN_LOG)]
+    assert [SECONDS.sub("", line) for line in made] == [SECONDS.sub("", line) for line in recorded]
+    assert sum("INFO cua_rl." in line for line in RUN_LOG.splitlines()) >= 40, "the per-episode lines are there"
+
+
+def _sixteen_steps(log: str) -> str:
+    """The recorded train.log as a 16-step run: its second step's output (from step 1's line to step 2's)
+    repeated for steps 2 to 16."""
+    lines = log.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith("[cua-rl] step 1/2:"))
+    second = next(i for i, line in enumerate(lines) if line.startswith("[cua-rl] step 2/2:"))
+    head = [line.replace("step 1/2:", "step 1/16:") for line in lines[:first + 1]]
+    steps = [line.replace("step 2/2:", f"step {n}/16:") for n in range(2, 17) for line in lines[first + 1:second + 1]]
+    return "".join(head + steps + lines[second + 1:])
+
+
+def _warm_start_lines(tmp_path, capsys) -> list[str]:
+    """What building the SFT warm start prints (cua_rl/sft/warm_start.py) for the default recipe's 128
+    demonstrations and 20 steps, from a child printing the SFT's log lines."""
+    from cua_rl.sft.warm_start import _run_showing_progress
+
+    child = ("import sys\n"
+             "for i in range(1, 129): print(f'2026-11-29 05:40:00,000 cua_rl.sft INFO recorded {i}/128 demonstrations')\n"
+             "for i in range(1, 21): print(f'2026-11-29 05:44:00,000 cua_rl.sft INFO SFT step {i}/20: loss 0.5 "
+             "(1.0 s a step, 9 s to go)')\n"
+             "print('{\"demonstrations\": 128}')\n")
+    capsys.readouterr()
+    _run_showing_progress([sys.executable, "-c", child], tmp_path / "warm_start.log", None)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed and all(line.startswith("[cua-rl] ") for line in printed), printed
+    return printed
+
+
+def test_the_default_runs_console_is_at_most_80_lines_for_16_steps(tmp_path, capsys):
+    """The recorded run's console with its trainer part as the filter makes it of 16 steps, plus the default
+    recipe's warm start: kept (two lines: reusing it, training from it) or built in the run (its start, its
+    progress lines, where it went). The run of 2026-11-29 before this filter printed 2,049 lines for 16 steps."""
+    launcher, _, rest = _trainer_part(RUN_CONSOLE)
+    trainer = _run(TrainerConsole(total_steps=16, quiet=True), _sixteen_steps(RUN_LOG))
+    steps = [line for line in trainer if line.startswith("[cua-rl] step ")]
+    assert [line.split(":")[0] for line in steps] == [f"[cua-rl] step {n}/16" for n in range(1, 17)]
+    kept = 2
+    built = 3 + len(_warm_start_lines(tmp_path, capsys))
+    for warm_start in (kept, built):
+        total = len(launcher) + warm_start + len(trainer) + len(rest)
+        print(f"console lines for 16 steps, warm start {'kept' if warm_start == kept else 'built'}: {total}")
+        assert total <= 80, (total, launcher, trainer, rest)
