@@ -428,11 +428,11 @@ def main(argv: list[str] | None = None) -> int | None:
         return gym_main(argv)
     from areal.api.cli_args import load_expr_config
 
-    from cua_rl.config import CUAConfig
+    from cua_rl.config import CUAConfig, hydra_overrides
 
     setup_logging()
     checkpoints, options, config_args = _split_argv(argv)
-    config, _ = load_expr_config(config_args, CUAConfig)
+    config, _ = load_expr_config(hydra_overrides(config_args), CUAConfig)
     evaluate_checkpoints(config, checkpoints, **options)
     return 0
 

@@ -83,8 +83,8 @@ FLAGS: tuple[Flag, ...] = (
 EPILOG = """\
 [ENV -> key]: the flag's environment variable and the config key it sets.
 Other arguments are Hydra overrides passed through unchanged, after the flags' own, e.g.
-actor.optimizer.lr=1e-6 or task_source.kind=file task_source.task_file=/path/tasks.jsonl (keys missing from
-the config file need a leading '+'). `--` ends the flags. Every flag falls back to its environment variable
+actor.optimizer.lr=1e-6 or task_source.kind=file task_source.task_file=/path/tasks.jsonl (every config key,
+listed in the config file or not; a new entry of a mapping takes a '+'). `--` ends the flags. Every flag falls back to its environment variable
 (in brackets), also read from examples/cua_agent/.env and <repo>/.env (data, never executed); installed
 from the wheel (cua-train), from ./.env. Precedence: flags > environment > <repo>/.env (or ./.env) >
 examples/cua_agent/.env > config file."""

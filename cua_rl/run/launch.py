@@ -88,12 +88,12 @@ def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str
     naming the flag that set it (``flag_keys``: config key -> flag, from ``cli.parse``)."""
     from areal.api.cli_args import load_expr_config
 
-    from cua_rl.config import CUAConfig
+    from cua_rl.config import CUAConfig, hydra_overrides
 
     if not Path(config_file).is_file():
         raise ConfigError(f"config file not found: {config_file}")
     try:
-        config, _ = load_expr_config(["--config", config_file, *overrides], CUAConfig)
+        config, _ = load_expr_config(["--config", config_file, *hydra_overrides(overrides)], CUAConfig)
     except Exception as exc:  # Hydra's parse errors, OmegaConf's type errors, our __post_init__ checks
         raise ConfigError(_config_error(config_file, exc, flag_keys or {})) from None
     if config.trial_name == AUTO_TRIAL:
@@ -113,6 +113,9 @@ def _drop_saved_config(config) -> None:
 
 def _config_error(config_file: str, exc: Exception, flag_keys: dict[str, str]) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
+    cause = exc.__cause__   # Hydra's "Error merging override k=v" holds OmegaConf's reason as its cause
+    if cause is not None and str(cause).strip() and str(cause).strip() not in str(exc):
+        text += ": " + " ".join(str(cause).split())
     flags = sorted({flag for key, flag in flag_keys.items() if key in text})
     source = f" (set by {', '.join(flags)})" if flags else ""
     return f"invalid configuration {config_file} + overrides: {text}{source}"
