@@ -273,8 +273,10 @@ class CUAAgentWorkflow(RolloutWorkflow):
         try:
             outcome = await play_episode(self.episode_setup, endpoint, data, index, report, seed=seed)
         except BaseException as exc:
-            if report is not None:  # cancelled = AReaL dropped the rollout (e.g. the trainer is stopping)
-                report.failed("cancelled" if isinstance(exc, asyncio.CancelledError) else f"{type(exc).__name__}: {exc}")
+            if report is not None and isinstance(exc, asyncio.CancelledError):   # AReaL dropped it (the run ended)
+                report.cancelled("cancelled: the run stopped while the episode was in flight")
+            elif report is not None:
+                report.failed(f"{type(exc).__name__}: {exc}")
             raise
         if report is not None and isinstance(outcome, Dropped):
             report.failed(f"episode dropped ({outcome.cause}: {outcome.reason})", {"task_id": str(data["task_id"])})
