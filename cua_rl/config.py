@@ -619,9 +619,14 @@ SCHEMA = "cua_rl_config"
 
 
 def _register_schema() -> None:
+    """Every key with its default, as plain values: Hydra then knows each key, while the types are checked where
+    they were before, when AReaL merges the composed config into CUAConfig (a typed node would refuse to take a
+    whole section for an optional one that is null, e.g. ``eval_task_source={tags: [test]}``)."""
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
-    ConfigStore.instance().store(name=SCHEMA, node=CUAConfig)
+    defaults = OmegaConf.to_container(OmegaConf.structured(CUAConfig), resolve=False, enum_to_str=True)
+    ConfigStore.instance().store(name=SCHEMA, node=OmegaConf.create(defaults))
 
 
 _register_schema()

@@ -245,9 +245,10 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
 
 def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
     """(config file, why it was chosen, its loaded config). Given: that file. Else with a GPU config.yaml;
-    without one config.multiturn.yaml when the run is embedded on the desktop gym (the learning recipe, whose
-    curriculum lives there), config.cpu.yaml when it names a gym or the embedded MiniWoB++ gym: the embedded
-    question is answered by the loaded config itself (``embedded_enabled``)."""
+    without one config.multiturn.yaml when the run is embedded on the desktop gym's built-in tasks (the learning
+    recipe, whose curriculum lives there), config.cpu.yaml when it names a gym, the embedded MiniWoB++ gym or
+    tasks of its own (``embedded.tasks_dir``): the embedded question is answered by the loaded config itself
+    (``embedded_enabled``)."""
     overrides, keys = request.overrides, request.flag_keys
     if request.config_file:
         # relative to the caller's directory; a link (examples/cua_agent/config*.yaml) keeps the name it was given
@@ -258,12 +259,17 @@ def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
         return path, "default: a GPU is present", load_config(path, overrides, keys)
     path = str(RECIPES / "config.multiturn.yaml")
     config = load_config(path, overrides, keys)
-    if config.embedded_enabled and config.embedded_gym_id == "desktop":
+    if config.embedded_enabled and config.embedded_gym_id == "desktop" and not config.embedded.tasks_dir:
         return path, "default: no GPU found, embedded stack: the learning recipe", config
     _drop_saved_config(config)   # loaded only to ask; its experiment's log directory must not stay behind
     path = str(RECIPES / "config.cpu.yaml")
-    why = (f"default: no GPU found, the embedded {config.embedded_gym_id} gym: the plain CPU stack (the learning "
-           "recipe is the desktop curriculum's)" if config.embedded_enabled else "default: no GPU found, your gym")
+    if not config.embedded_enabled:
+        why = "default: no GPU found, your gym"
+    elif config.embedded.tasks_dir:   # the learning recipe trains the built-in curriculum's task 054
+        why = "default: no GPU found, the embedded gym on your tasks (embedded.tasks_dir): the plain CPU stack"
+    else:
+        why = (f"default: no GPU found, the embedded {config.embedded_gym_id} gym: the plain CPU stack (the learning "
+               "recipe is the desktop curriculum's)")
     return path, why, load_config(path, overrides, keys)
 
 
@@ -365,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train.sh: {exc}", file=sys.stderr)
         return 2
     if request is None:
-        cli.print_help()
+        cli.print_help("cua-train" if CLONE is None or Path(sys.argv[0]).name == "cua-train" else "train.sh")
         return 0
     os.environ.update(request.environ)   # .env values and the token reach every child through it
     apply_process_defaults()
