@@ -27,12 +27,12 @@ import re
 import time
 
 from cua_rl.progress import Progress
+from cua_rl.trainer.progress import read_step_line
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TABLE_START = ("│", "┌", "├", "└", "╭", "╰", "╒", "╞", "╘")   # box drawing: AReaL's tables only
 STEP_DONE = re.compile(r"StatsLogger INFO: Epoch \d+/\d+ Step \d+/\d+ Train step (\d+)/\d+ done")
 HIDDEN = re.compile(r"StatsLogger INFO:\s*(Stats \(\d+/\d+\):)?\s*$")
-STEP_LINE = re.compile(r"^\[cua-rl\] step (\d+)(?:/(\d+))?: (?:success ([0-9.]+))?")
 # The level of a log line in the three formats the trainer's output mixes: ours and Python's default
 # ("2026-01-01 10:00:00,123 INFO name: ..."), AReaL's ("(AReaL) 20260101-10:00:00.123 Name INFO: ..."),
 # vLLM's ("(EngineCore pid=1) WARNING 01-01 10:00:00 [file.py:1] ...").
@@ -96,7 +96,7 @@ class TrainerConsole:
         self.in_table = bool(STEP_DONE.search(stripped))
         if self.in_table or HIDDEN.search(stripped):
             return out
-        step = STEP_LINE.match(stripped)
+        step = read_step_line(stripped) if stripped.startswith("[cua-rl] step ") else None
         if step:
             self._step(step)
         shown = not self.quiet or worth_showing(stripped)
@@ -158,10 +158,10 @@ class TrainerConsole:
         if done == len(MILESTONES):   # the steps' bar from here: it shows the first step's time while it runs
             p.phase("steps", self.total_steps, unit="steps")
 
-    def _step(self, m: re.Match) -> None:
+    def _step(self, line: dict) -> None:
         if self.progress is None or not self.progress.tty:
             return
-        step, total = int(m.group(1)), int(m.group(2)) if m.group(2) else self.total_steps
+        step, total = line["step"], line["total"] or self.total_steps
         if not self.progress.showing:
             self.progress.phase("steps", total, unit="steps", done=step - 1)
-        self.progress.advance(step, f"success {m.group(3)}" if m.group(3) else "", total=total)
+        self.progress.advance(step, "" if line["success"] is None else f"success {line['success']:.3f}", total=total)

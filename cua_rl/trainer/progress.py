@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,34 @@ def step_line(step: int, total: int | None, outcome: dict[str, float] | None, st
                 f"{_count(outcome['groups'], 'group')}, {_count(outcome['rows'], 'row')})")
     timing = f"{clock(step_s)}, elapsed {clock(elapsed_s)}" + (f", ETA {clock(eta_s)}" if eta_s is not None else "")
     return f"{head}: {what}; {timing}"
+
+
+# The step line read back (the console's progress bar, the benches' step times): one definition beside its writer.
+STEP_LINE = re.compile(r"^\[cua-rl\] step (?P<step>\d+)(?:/(?P<total>\d+))?: (?:success (?P<success>[0-9.]+), reward "
+                       r"(?P<reward>[0-9.-]+) \((?P<episodes>\d+) episodes?, (?P<groups>\d+) groups?, (?P<rows>\d+) "
+                       r"rows?\)|no episode outcome in the trained rows); (?P<seconds>\w+), elapsed (?P<elapsed>\w+)")
+_CLOCK = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def seconds_of(clock_text: str) -> float:
+    """``clock``'s text back to seconds (``1m05s`` -> 65.0)."""
+    m = _CLOCK.match(clock_text)
+    if not m or not clock_text:
+        raise ValueError(f"not a clock: {clock_text!r}")
+    h, mnt, sec = (int(g or 0) for g in m.groups())
+    return float(3600 * h + 60 * mnt + sec)
+
+
+def read_step_line(line: str) -> dict[str, Any] | None:
+    """A step line's values (``step``, ``total``, ``success``, ``reward``, ``episodes``, ``groups``, ``rows``,
+    ``seconds``, ``elapsed``; None where the line has none), or None for any other line."""
+    m = STEP_LINE.match(line.strip())
+    if m is None:
+        return None
+    out: dict[str, Any] = {k: (None if v is None else float(v) if k in ("success", "reward") else int(v))
+                           for k, v in m.groupdict().items() if k not in ("seconds", "elapsed")}
+    out["seconds"], out["elapsed"] = seconds_of(m.group("seconds")), seconds_of(m.group("elapsed"))
+    return out
 
 
 class StepProgress:

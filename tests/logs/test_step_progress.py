@@ -11,7 +11,7 @@ import torch
 
 from cua_rl.policy.records import Turn
 from cua_rl.runs import EPISODE_REWARD, EPISODE_SHARE, EPISODE_SUCCESS, RunPaths
-from cua_rl.trainer.progress import METRICS, StepProgress, read_metrics, step_line, trained_outcome
+from cua_rl.trainer.progress import METRICS, StepProgress, read_metrics, read_step_line, step_line, trained_outcome
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 from cua_rl.workflow.group import episode_columns
 
@@ -88,8 +88,14 @@ def test_each_commit_prints_its_line_and_appends_its_metrics(tmp_path, monkeypat
     assert len(read_metrics(tmp_path)) == 3
 
 
-def test_step_line_without_a_total():
+def test_step_line_without_a_total_and_each_line_read_back():
     assert step_line(2, None, None, 5, 10, None) == "[cua-rl] step 2: no episode outcome in the trained rows; 5s, elapsed 10s"
+    outcome = {"episodes": 16, "groups": 4, "rows": 1, "reward": 0.5, "success": 0.625}
+    line = step_line(3, 16, outcome, 65.4, 3725, 120)
+    assert read_step_line(line) == {"step": 3, "total": 16, "success": 0.625, "reward": 0.5, "episodes": 16,
+                                    "groups": 4, "rows": 1, "seconds": 65.0, "elapsed": 3720.0}
+    assert read_step_line(step_line(2, None, None, 5, 10, None))["seconds"] == 5.0
+    assert read_step_line("[cua-rl] step 1: something else") is None
 
 
 def _paths(tmp_path) -> RunPaths:
