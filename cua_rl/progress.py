@@ -53,16 +53,22 @@ class Progress:
     def showing(self) -> bool:
         return self._bar is not None
 
-    def phase(self, name: str, total: int | None, unit: str = "it", done: int = 0) -> None:
-        """A bar for ``name`` (``total`` None: a counter without ETA); nothing when not on a terminal."""
+    # a phase counted in stages (the start-up's milestones): no rate, no bar, the stage's name
+    STAGES = "{desc}: {n}/{total}{postfix} [{elapsed}]"   # tqdm's postfix comes with its ", "
+    BAR = "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}<{remaining}{postfix}]"
+
+    def phase(self, name: str, total: int | None, unit: str = "it", done: int = 0, stages: bool = False) -> None:
+        """A bar for ``name`` (``total`` None: a counter without ETA; ``stages``: named stages, no rate or bar);
+        nothing when not on a terminal."""
         if not self.tty:
             return
         from tqdm import tqdm
 
         with self._lock:
             self._close_bar()
+            form = self.STAGES if stages else self.BAR if total else "{desc}: {n_fmt} {unit} [{elapsed}{postfix}]"
             self._bar = tqdm(total=total, initial=done, desc=name, unit=unit, file=self.out, leave=True,
-                             dynamic_ncols=True, bar_format=None if total else "{desc}: {n_fmt} {unit} [{elapsed}]")
+                             dynamic_ncols=True, bar_format=form)
             self.name = name
             self._redirect_logging()
             if self._ticker is None:

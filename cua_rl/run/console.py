@@ -153,7 +153,7 @@ class TrainerConsole:
     def _startup_bar(self, done: int, note: str) -> None:
         p = self.progress
         if done == 1 or not p.showing:
-            p.phase("start-up", len(MILESTONES), unit="milestones", done=done - 1)
+            p.phase("start-up", len(MILESTONES), unit="milestones", done=done - 1, stages=True)
         p.advance(done, note)
         if done == len(MILESTONES):   # the steps' bar from here: it shows the first step's time while it runs
             p.phase("steps", self.total_steps, unit="steps")

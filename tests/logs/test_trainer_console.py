@@ -159,8 +159,8 @@ def test_on_a_terminal_the_steps_draw_a_bar_and_the_lines_print_above_it():
     assert not any(line.startswith("[cua-rl] training engine ready") for line in out), "a bar, not lines"
     assert [line for line in out if line.startswith("[cua-rl] step")] == steps
     drawn = buffer.getvalue()
-    assert "start-up: 100%" in drawn and "4/4" in drawn, drawn[-2000:]
-    assert "steps: 100%" in drawn and "2/2" in drawn and "success 0.200" in drawn, drawn[-2000:]
+    assert "start-up: 4/4, inference engine ready; rollouts begin [" in drawn, drawn[-2000:]
+    assert "steps: 100%" in drawn and "| 2/2 [" in drawn and ", success 0.200]" in drawn, drawn[-2000:]
 
 
 def test_the_summary_lists_each_steps_value_and_marks_a_missing_one():
