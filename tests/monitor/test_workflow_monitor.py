@@ -115,21 +115,27 @@ def test_a_group_cancelled_in_flight_reports_its_rollouts_cancelled_not_failed(s
     monitor, token = our_monitor
     monkeypatch.setenv("PROJECT_TOKEN", token)
 
-    async def cancelled_group(wf):
+    async def cancelled_group(wf, training_id):
         task = asyncio.ensure_future(wf.arun_episode(stack["engine"], await first_task(stack)))
-        for _ in range(300):   # until both episodes are running on the gym
-            await asyncio.sleep(0.1)
-            if len(stack["gym"].manager.executions) == 2:
-                break
+        async with httpx.AsyncClient() as client:
+            for _ in range(600):   # until both episodes play: a model turn of each reported (executions made)
+                await asyncio.sleep(0.1)
+                listed = (await client.get(f"{monitor.url}/api/trainings/{training_id}/rollouts")).json()["rollouts"]
+                if len(listed) == 2 and all(r.get("current_phase") == "agent" for r in listed):
+                    break
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         await wf.monitor_flush(30)
+        for _ in range(150):   # the terminates run shielded from the cancel
+            if not stack["gym"].manager.executions:
+                break
+            await asyncio.sleep(0.1)
 
     with training_run(monitor.url, "p1", "cua", "e2e-cancel", token=token) as training_id:
         wf = make_workflow(stack, monitor=MonitorTarget(base_url=monitor.url, project_id="p1", training_id=training_id))
         try:
-            asyncio.run(cancelled_group(wf))
+            asyncio.run(cancelled_group(wf, training_id))
         finally:
             asyncio.run(close_loop_servers())
     rollouts = httpx.get(f"{monitor.url}/api/trainings/{training_id}/rollouts").json()["rollouts"]
