@@ -139,5 +139,7 @@ def test_a_group_cancelled_in_flight_reports_its_rollouts_cancelled_not_failed(s
         finally:
             asyncio.run(close_loop_servers())
     rollouts = httpx.get(f"{monitor.url}/api/trainings/{training_id}/rollouts").json()["rollouts"]
-    assert [r["status"] for r in rollouts] == ["cancelled", "cancelled"], rollouts
+    # an episode of the tiny model may end (evaluated) between the check above and the cancel: completed then
+    statuses = [r["status"] for r in rollouts]
+    assert len(statuses) == 2 and "cancelled" in statuses and set(statuses) <= {"cancelled", "completed"}, rollouts
     assert not stack["gym"].manager.executions, "a cancelled episode left its execution running"
