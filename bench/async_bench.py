@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP = re.compile(r"\[cua-rl\] step (\d+)/(\d+): .*?~(\d+) episodes .*?step ([\d.]+) s")
+sys.path.insert(0, str(ROOT))
+from cua_rl.trainer.progress import read_step_line   # noqa: E402  (the step line, read as it is written)
 EVALUATED = re.compile(r"\[cua-rl\] episodes:\s+(\d+) evaluated")
 
 
@@ -35,7 +36,7 @@ def throughput(log: Path) -> dict:
     """Trained episodes per hour of one run from its console: the episodes each step trained over the step's
     time, steps 2 to the last (the first also waits for the first rollouts of a fresh engine)."""
     text = log.read_text(errors="replace")
-    steps = [(int(m.group(3)), float(m.group(4))) for m in STEP.finditer(text)]
+    steps = [(s["episodes"] or 0, s["seconds"]) for s in map(read_step_line, text.splitlines()) if s]
     evaluated = EVALUATED.search(text)
     if len(steps) < 2 or evaluated is None:
         raise SystemExit(f"{log}: no step times or episode count (did the run finish?)")

@@ -41,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.e2e.test_faults import Service, _free_port   # noqa: E402  (the faults test's service runner)
+from cua_rl.http.serve import free_port   # noqa: E402
+from tests.e2e.test_faults import Service   # noqa: E402  (the faults test's service runner)
 
 TRAIN = ["bash", str(ROOT / "examples/cua_agent/train.sh")]
 NO_WARM_START = ["sft.warm_start=false"]   # the policy section is part of the warm start's key
@@ -69,8 +70,8 @@ def _train(name: str, args: list[str], work: Path, env: dict) -> dict:
 
 
 def _gym_down(work: Path, env: dict, steps: int) -> dict:
-    gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], _free_port(), work, "gym")
-    agent = Service(["cua_rl.local_agent", "serve"], _free_port(), work, "agent")
+    gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), work, "gym")
+    agent = Service(["cua_rl.local_agent", "serve"], free_port(), work, "agent")
     log = work / "gym_down.log"
     started = time.monotonic()
     gym.start()

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from cua_rl.run.launch import load_config   # noqa: E402
 from cua_rl.run.summary import read_scalars   # noqa: E402
+from cua_rl.trainer.progress import read_metrics   # noqa: E402
 from learning_bench import run_record   # noqa: E402
 
 TIMEPERF = {"train_step_s": "timeperf/train_step", "recompute_logp_s": "timeperf/recompute_logp",
@@ -58,8 +59,7 @@ def _run(name: str, config: str, steps: int, work: Path, local_shards: bool) -> 
     logs = next((work / "fileroot" / "logs").rglob(f"{name}/tensorboard"))
     scalars = read_scalars(logs)
     record = {key: _median_after_first([v for _, v in scalars.get(tag, [])]) for key, tag in TIMEPERF.items()}
-    step_s = re.findall(r"\[cua-rl\] step \d+/\d+: .*step ([0-9.]+) s", out)
-    record["step_s"] = _median_after_first([float(s) for s in step_s])
+    record["step_s"] = _median_after_first([r["step_seconds"] for r in read_metrics(logs.parent)])
     experiment = load_config(config, []).experiment_name
     record["rollout_success"] = run_record(work, experiment, name, steps)["rollout_success"]
     record["run_s"] = round(time.monotonic() - started, 1)

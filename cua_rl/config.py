@@ -4,6 +4,9 @@
 
     config, config_file = load_expr_config(["--config", "config.yaml", *overrides], CUAConfig)
 
+Importing this module registers CUAConfig as Hydra's schema (``SCHEMA``, named in config.yaml's defaults list), so
+every field is a plain ``key=value`` override, listed in the YAML or not.
+
 The flat keys (`gym_base_url`, `max_turns`, ...) keep the names of the original example so that every
 train.sh flag maps onto one key (the flag table is `cua_rl/run/cli.py`; values are checked here, once). Settings
 that only this project has live in small nested sections: `policy`, `embedded`, `task_source`.
@@ -609,6 +612,37 @@ class CUAConfig(GRPOConfig):
         if self.embedded.enabled is None:
             return not self.gym_base_url
         return self.embedded.enabled
+
+
+# Hydra's schema of every config: config.yaml's defaults list starts from it (``defaults: [cua_rl_config, _self_]``),
+# so Hydra knows every field of CUAConfig, AReaL's included, and any of them is set on the command line as a plain
+# ``key=value``, whether the YAML lists it or not (without it, Hydra refused a key the YAML lacked unless written
+# ``+key=value``). Registered when this module is imported, which every loader of a CUAConfig does (AReaL's
+# ``load_expr_config(argv, CUAConfig)`` is handed the class); entries of an open mapping (``health.thresholds``)
+# are new keys and still take '+'.
+SCHEMA = "cua_rl_config"
+
+
+def _register_schema() -> None:
+    """Every key with its default, as plain values: Hydra then knows each key, while the types are checked where
+    they were before, when AReaL merges the composed config into CUAConfig (a typed node would refuse to take a
+    whole section for an optional one that is null, e.g. ``eval_task_source={tags: [test]}``)."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    defaults = OmegaConf.to_container(OmegaConf.structured(CUAConfig), resolve=False, enum_to_str=True)
+    ConfigStore.instance().store(name=SCHEMA, node=OmegaConf.create(defaults))
+
+
+_register_schema()
+
+
+def hydra_overrides(args: list[str]) -> list[str]:
+    """Command-line arguments with each single leading '+' made '++' (Hydra's add-or-override). With the schema
+    every field is in the config, and Hydra refuses '+key=value' for a key that has a value: commands written
+    when a key missing from the YAML needed '+' keep working. Every loader of ours passes its arguments
+    through this."""
+    return ["+" + a if a.startswith("+") and not a.startswith("++") and "=" in a else a for a in args]
 
 
 # The modules LoRA may adapt: the language model's attention and MLP projections (Qwen-VL's names; the vision

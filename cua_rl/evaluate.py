@@ -341,6 +341,9 @@ def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
     usage = ("usage: python -m cua_rl.evaluate --config CONFIG --checkpoints DIR [DIR ...] [--seeds-per-task N] "
              "[--concurrency N] [--samples K] [--greedy | --both] [--regimes A,B] [key=value ...]")
     if "--checkpoints" not in argv:
+        if "--checkpoint" in argv:   # the gym mode's flag, without --gym
+            raise SystemExit(f"--checkpoint is cua-eval's, with --gym URL --gym-id ID; the curriculum mode takes "
+                             f"--checkpoints DIR [DIR ...]\n{usage}")
         raise SystemExit(usage)
     i = argv.index("--checkpoints")
     j = i + 1
@@ -371,11 +374,20 @@ def _split_argv(argv: list[str]) -> tuple[list[str], dict[str, int], list[str]]:
     return checkpoints, options, config_args
 
 
+CURRICULUM_HELP = """\
+the other mode, without --gym: the seeded curriculum's held-out instances (the learning bench's yardstick):
+  python -m cua_rl.evaluate --config CONFIG --checkpoints DIR [DIR ...] [--seeds-per-task N] [--concurrency N]
+      [--samples K] [--greedy | --both] [--regimes A,B] [key=value ...]
+  --checkpoints (plural) takes the directories after it; --checkpoint (repeated) is this mode's, with --gym.
+  docs/learning.md says what it prints."""
+
+
 def _gym_parser():
     import argparse
 
     ap = argparse.ArgumentParser(prog="cua-eval", description="Held-out success of checkpoints on your gym "
-                                 "(JSON per checkpoint). Other arguments are Hydra overrides of the config.")
+                                 "(JSON per checkpoint). Other arguments are Hydra overrides of the config.",
+                                 epilog=CURRICULUM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gym", required=True, help="gym server base URL (genv API)")
     ap.add_argument("--gym-id", required=True)
     ap.add_argument("--checkpoint", action="append", required=True, help="a model directory (repeatable)")
@@ -428,11 +440,11 @@ def main(argv: list[str] | None = None) -> int | None:
         return gym_main(argv)
     from areal.api.cli_args import load_expr_config
 
-    from cua_rl.config import CUAConfig
+    from cua_rl.config import CUAConfig, hydra_overrides
 
     setup_logging()
     checkpoints, options, config_args = _split_argv(argv)
-    config, _ = load_expr_config(config_args, CUAConfig)
+    config, _ = load_expr_config(hydra_overrides(config_args), CUAConfig)
     evaluate_checkpoints(config, checkpoints, **options)
     return 0
 

@@ -16,7 +16,11 @@ Shared records under the run's log directory:
   nothing for, one line in ``<logs>/dropped_stream/``, which the trainer's loader counts as consumed
   (cua_rl/trainer/resume.py);
 - ``STREAM_KEY``: the stream index the trainer's loader gives each task row, which the workflow copies into
-  its rows.
+  its rows;
+- ``EPISODE_COLUMNS``: each training row's episode outcome (the gym's reward, success, and the row's share of
+  its episode), which the workflow copies into its rows so the trainer reports what each step trained
+  (cua_rl/trainer/progress.py): AReaL's own rollout statistics are exported when a step commits, not per
+  trained batch, so they belong to whichever episodes finished before the commit.
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ logger = logging.getLogger("cua_rl.runs")
 
 STREAM_KEY = "cua_stream_index"   # in the task row the workflow gets, and as a [rows] tensor in its batch
 DROPPED_DIR = "dropped_stream"     # under the run's log directory: one file of dropped indices per worker process
+# [rows] float64 tensors in every batch the workflow returns: the row's episode's reward from the gym (before any
+# shaping and the GRPO normalisation), 1.0 when the gym judged it a success, and 1 / the episode's rows (their
+# sum over a batch counts its episodes; a weighted mean over rows is a mean over episodes)
+EPISODE_REWARD, EPISODE_SUCCESS, EPISODE_SHARE = "cua_episode_reward", "cua_episode_success", "cua_episode_share"
+EPISODE_COLUMNS = (EPISODE_REWARD, EPISODE_SUCCESS, EPISODE_SHARE)
 
 
 @dataclass

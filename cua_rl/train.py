@@ -19,7 +19,7 @@ setup_logging()  # before AReaL's imports start swapping the root logger
 from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
-from cua_rl.config import CUAConfig, resolve_project_token
+from cua_rl.config import CUAConfig, hydra_overrides, resolve_project_token
 from cua_rl.areal_ext import entropy_bonus, lora_vlm
 from cua_rl.dataset import load_task_datasets
 from cua_rl.monitor import training_run
@@ -47,7 +47,7 @@ def main(args: list[str]) -> None:
     # A health check that stops the run between steps uses the same signal: exit code 3 then.
     signal.signal(signal.SIGTERM,
                   lambda signum, _frame: sys.exit(UnhealthyRun.CODE if stop_requested() else 128 + signum))
-    config, _ = load_expr_config(args, CUAConfig)
+    config, _ = load_expr_config(hydra_overrides(args), CUAConfig)
     wandb_environment(config)
     # the training workers read these when they start (cua_rl/areal_ext/worker.py)
     os.environ[entropy_bonus.ENV] = repr(config.entropy_bonus)

@@ -5,10 +5,13 @@
 #   scripts/setup.sh            # install what is missing, print nothing else when all is there
 #   source scripts/env.sh       # (what train.sh and the test command do) activate it afterwards
 #
-# CUA_RL_APT picks the Debian packages: embedded (the default: the embedded stack's, scripts/apt-packages.txt),
-# test (those and the tests' own, scripts/apt-packages-test.txt: what scripts/test.sh asks for) or none
-# (what train.sh asks for: a run against your own gym needs no Debian package, and the launcher installs the
-# embedded stack's when the run turns out to be embedded: cua_rl/run/preflight.py).
+# CUA_RL_APT picks the Debian packages: embedded (the default: all of the embedded stack's,
+# scripts/apt-packages.txt), test (those and the tests' own, scripts/apt-packages-test.txt: what scripts/test.sh
+# asks for), none (what train.sh asks for: a run against your own gym needs no Debian package), or what needs
+# them, a comma-separated list of apt-packages.txt's second column (desktop, miniwob, live, vm): the launcher
+# asks for its embedded gym's alone when the run turns out to be embedded and a binary is missing
+# (cua_rl/run/preflight.py). The packages to install are named on one line before apt starts.
+# CUA_RL_APT_ONLY=1 stops after the Debian packages (the launcher's preflight runs inside the environment).
 #
 # CUA_RL_HOME (default ~/.cache/cua-rl) holds the environments and the package cache.
 set -euo pipefail
@@ -36,14 +39,23 @@ exec 9>"$CUA_RL_HOME/.setup.lock"
 flock 9
 
 # --- Debian packages -------------------------------------------------------------------------
-case "${CUA_RL_APT:-embedded}" in
-  none) lists=() ;;
+APT="${CUA_RL_APT:-embedded}"
+lists=() tags=""
+case "$APT" in
+  none) ;;
   embedded) lists=("$ROOT/scripts/apt-packages.txt") ;;
   test) lists=("$ROOT/scripts/apt-packages.txt" "$ROOT/scripts/apt-packages-test.txt") ;;
-  *) log "CUA_RL_APT must be none, embedded or test, got '$CUA_RL_APT'"; exit 2 ;;
+  *) known="$(grep -v '^\s*#' "$ROOT/scripts/apt-packages.txt" | awk 'NF>1{print $2}' | tr ',' '\n' | sort -u)"
+     for t in ${APT//,/ }; do
+       grep -qx "$t" <<<"$known" || { log "CUA_RL_APT must be none, embedded, test or some of: $(echo $known); got '$APT'"; exit 2; }
+     done
+     lists=("$ROOT/scripts/apt-packages.txt") tags="$APT" ;;
 esac
 pkgs=()
-((${#lists[@]} == 0)) || mapfile -t pkgs < <(cat "${lists[@]}" | grep -v '^\s*#' | awk 'NF{print $1}')
+# a package's line: its name, then (apt-packages.txt) the comma-separated list of what needs it
+((${#lists[@]} == 0)) || mapfile -t pkgs < <(cat "${lists[@]}" | grep -v '^\s*#' | awk -v tags=",$tags," '
+  NF { if (tags == ",,") { print $1; next }
+       n = split($2, need, ","); for (i = 1; i <= n; i++) if (index(tags, "," need[i] ",")) { print $1; break } }')
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -51,8 +63,9 @@ done
 if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
+  log "Debian packages to install${tags:+ for $tags} (${#missing[@]}): ${missing[*]}"
   step "updating the Debian package lists" $SUDO apt-get update -qq
-  step "installing ${#missing[@]} Debian packages: ${missing[*]}" \
+  step "installing the ${#missing[@]} Debian packages" \
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
   # The font caches, for every font directory: on a fresh Debian 12 the packages' trigger left one font
   # directory (URW's Type 1 fonts) uncached, and the desktops' apps run under their own uid with the cache
@@ -60,6 +73,8 @@ if ((${#missing[@]})); then
   # (scripts/debian_root_check.sh found it; a machine where anything had run fc-cache as root hid it).
   if command -v fc-cache >/dev/null; then step "updating the font caches" $SUDO fc-cache -s; fi
 fi
+
+[ "${CUA_RL_APT_ONLY:-0}" = 1 ] && exit 0
 
 command -v "$PYTHON" >/dev/null || { log "no $PYTHON here: install Python 3.11 (Debian: python3 python3-venv, which CUA_RL_APT=embedded installs) or point CUA_RL_PYTHON at one"; exit 2; }
 

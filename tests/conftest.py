@@ -55,6 +55,8 @@ SLOW_TESTS = {
         "three swapping files (one grabbing its X server) under evaluates for 3 s, SIGTERM, 14 s",
     "tests/local_gym/test_api.py::test_a_save_as_whose_file_chooser_is_stopped":
         "a keyboard-suite save-as with mousepad stopped for 5 s, 9 s",
+    "tests/local_model/test_serve_checkpoint.py": "AReaL's saver, cua-model export, vLLM started on the export, 58 s",
+    "tests/docs/test_documented_commands.py": "every documented command's --help or --dry-run (17 dry-runs in process, 21 --help forms 2 at a time), 75 s at load 8 on 2 cores, 280 s at load 13",
 }
 
 

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import own_command
 from ..http.serve import ServedApp, serve_app_in_thread
 from .blobs import BlobStore
 from .server import build_app
@@ -100,8 +101,8 @@ def monitor_for_embedded_run(config, run_dir: str | Path, env: dict[str, str],
 
     def stop() -> None:
         monitor.stop()
-        print(f"[cua-rl] Training Monitor stopped; browse this run again with: cua-monitor serve --data-dir "
-              f"{data_dir}", flush=True)
+        print(f"[cua-rl] Training Monitor stopped; browse this run again with: "
+              f"{own_command('cua-monitor', 'cua_rl.monitor')} serve --data-dir {data_dir}", flush=True)
 
     stack.callback(stop)
     return overrides

@@ -217,7 +217,7 @@ class EpisodeReporter:
 
 
 class RolloutReport:
-    """One rollout's end, reported once: ``finished`` (evaluated) or ``failed`` (dropped)."""
+    """One rollout's end, reported once: ``finished`` (evaluated), ``failed`` (dropped) or ``cancelled``."""
 
     def __init__(self, reporter: EpisodeReporter, rollout_uuid: str, identity: dict) -> None:
         self.reporter, self.uuid = reporter, rollout_uuid
@@ -296,12 +296,18 @@ class RolloutReport:
             return out
         self.reporter._chain(self.uuid, _async(build))
 
-    def failed(self, error: str, summary: dict | None = None) -> None:
+    def failed(self, error: str, summary: dict | None = None, *, status: str = "failed") -> None:
+        """The rollout ended without a reward: ``failed`` (dropped: ``error`` says why) or, with ``status``
+        "cancelled", stopped from outside before it could end (``cancelled``)."""
         if self._close():
             body = {**(summary or {}), "error": error}
             self.reporter._chain(self.uuid, _async(lambda: [rollout_record(
-                self.uuid, status="failed", end_time=now_iso(), summary_json=json.dumps(body, default=str),
+                self.uuid, status=status, end_time=now_iso(), summary_json=json.dumps(body, default=str),
                 **self.identity)]))
+
+    def cancelled(self, reason: str) -> None:
+        """AReaL cancelled the rollout (the run ended while it was in flight): not a failure of the episode."""
+        self.failed(reason, status="cancelled")
 
     def _close(self) -> bool:
         """True the first time; and only when the reporter sends at all."""

@@ -58,6 +58,8 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "max_completio
 HARMLESS_FIELDS = {"model", "messages", "stream", "n", "tools", "tool_choice", "logprobs", "top_logprobs",
                    "stream_options", "return_token_ids", "user", "metadata", "parallel_tool_calls",
                    "response_format", "extra_body", "chat_template_kwargs", "skip_special_tokens"}
+# The ignored fields this process has logged (the agent sends the same ones on every turn of every episode).
+_IGNORED_LOGGED: set[str] = set()
 
 
 @dataclass
@@ -275,10 +277,11 @@ class PolicyEndpoint:
         """Answer one request. A successful answer's Turn is recorded once the server has delivered it
         (``_delivered``): a reply the agent never received was never played, so it is never trained."""
         ignored = {k for k in body if k not in HARMLESS_FIELDS}  # sampling fields and anything unknown
-        if ignored - ep.ignored_params:
-            logger.info("episode %s: ignoring client fields %s (sampling comes from the trainer's gconfig)",
-                        ep.id, sorted(ignored - ep.ignored_params))
-            ep.ignored_params |= ignored
+        ep.ignored_params |= ignored
+        if ignored - _IGNORED_LOGGED:   # once per field and process: every agent sends them on every turn
+            logger.info("ignoring client fields %s (sampling comes from the trainer's gconfig; said once per "
+                        "process)", sorted(ignored - _IGNORED_LOGGED))
+            _IGNORED_LOGGED.update(ignored)
         if body.get("n") not in (None, 1):
             return Answer(400, error_body(400, "n must be 1"))
         if ep.overflow:   # the episode ended at its overflow: nothing after it is the policy's
@@ -435,16 +438,17 @@ class PolicyEndpoint:
                 # An image/video placeholder in the output would make the trainer's forward count more image
                 # tokens than image features and fail the whole step: never train on it, sample again.
                 self._tally(ep, "vision_token_outputs")
-                logger.warning("episode %s: the model sampled vision placeholder token(s) %s; regenerating, try %d",
-                               ep.id, sorted(sampled_vision), attempt + 1)
+                logger.info("episode %s: the model sampled vision placeholder token(s) %s; regenerating, try %d",
+                            ep.id, sorted(sampled_vision), attempt + 1)   # counted for the summary too
                 continue
             if self.backend != "vllm" or (len(set(resp.output_versions)) <= 1 and not resumed_chat):
                 return resp
             ep.dropped_straddles += 1
             self.totals["straddles"] += 1
-            logger.warning("episode %s: output was interrupted (%d attempts, policy versions %s) and vLLM "
-                           "resumes a vision request by regenerating from the messages; regenerating, try %d",
-                           ep.id, proof.attempts, sorted(set(resp.output_versions)), attempt + 1)
+            # normal under async RL (a weight update paused the engine mid-output): counted for the summary
+            logger.info("episode %s: output was interrupted (%d attempts, policy versions %s) and vLLM "
+                        "resumes a vision request by regenerating from the messages; regenerating, try %d",
+                        ep.id, proof.attempts, sorted(set(resp.output_versions)), attempt + 1)
         return None
 
     def _completion_json(self, ep: Episode, turn: Turn, tools: ToolRequest = ToolRequest()) -> dict[str, Any]:

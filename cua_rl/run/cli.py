@@ -41,7 +41,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--agent", "CUA_AGENT", ("agent_service",),
          "external: the agent service at --gbox-mini-url | embedded: ours, started here to play your gym's tasks "
          "(a gym of your own and no agent service)", metavar="KIND"),
-    Flag("--gbox-agent", "GBOX_AGENT", ("gbox_mini_agent_agent",), "agent prompt format: qwen3-vl | mai-ui",
+    Flag("--gbox-agent", "GBOX_AGENT", ("gbox_mini_agent_agent",), "agent prompt format: qwen3-vl | mai-ui | keyboard",
          metavar="NAME"),
     Flag("--standard-action-space", "STANDARD_ACTION_SPACE", ("gbox_mini_agent_standard_action_space",),
          "pc | mobile", metavar="NAME"),
@@ -83,11 +83,13 @@ FLAGS: tuple[Flag, ...] = (
 EPILOG = """\
 [ENV -> key]: the flag's environment variable and the config key it sets.
 Other arguments are Hydra overrides passed through unchanged, after the flags' own, e.g.
-actor.optimizer.lr=1e-6 or task_source.kind=file task_source.task_file=/path/tasks.jsonl (keys missing from
-the config file need a leading '+'). `--` ends the flags. Every flag falls back to its environment variable
-(in brackets), also read from examples/cua_agent/.env and <repo>/.env (data, never executed); installed
-from the wheel (cua-train), from ./.env. Precedence: flags > environment > <repo>/.env (or ./.env) >
-examples/cua_agent/.env > config file."""
+actor.optimizer.lr=1e-6 or task_source.kind=file task_source.task_file=/path/tasks.jsonl (every config key,
+listed in the config file or not; a new entry of a mapping takes a '+'). `--` ends the flags. Every flag
+falls back to its environment variable (in brackets), also read from {env_files} (data, never executed).
+Precedence: flags > environment > {precedence} > config file."""
+# the .env files as the help names them: a clone's two (train.sh), or the working directory's (cua-train)
+ENV_FILES = {"train.sh": ("examples/cua_agent/.env and <repo>/.env", "<repo>/.env > examples/cua_agent/.env"),
+             "cua-train": ("./.env", "./.env")}
 
 # Keys whose values are secrets: shown as **** wherever a command line or an override is printed.
 _SECRET_KEY = re.compile(r"(^|_)(token|api_key|apikey|secret|password)$")
@@ -171,10 +173,13 @@ def _names(flag: Flag) -> str:
     return f"[{flag.env}" + (f" -> {', '.join(flag.keys)}]" if flag.keys else "]")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Only for ``--help`` (``parse`` reads the command line itself: flags and overrides interleave)."""
+def build_parser(prog: str = "train.sh") -> argparse.ArgumentParser:
+    """Only for ``--help`` (``parse`` reads the command line itself: flags and overrides interleave); ``prog``:
+    train.sh in a clone, cua-train installed from the wheel."""
+    env_files, precedence = ENV_FILES.get(prog, ENV_FILES["train.sh"])
     parser = argparse.ArgumentParser(
-        prog="train.sh", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG.format(env_files=env_files, precedence=precedence),
         description=textwrap.fill(
             "Train a computer-use agent with GRPO on AReaL. Without --gym (and without GYM_BASE_URL) the "
             "embedded stack runs on this machine: a gym with X11 desktops, the agent service and, without a "
@@ -261,8 +266,8 @@ def parse(argv: list[str], environ: dict[str, str], env_files: list[Path]) -> Re
     return request
 
 
-def print_help() -> None:
-    build_parser().print_help(sys.stdout)
+def print_help(prog: str = "train.sh") -> None:
+    build_parser(prog).print_help(sys.stdout)
 
 
 def default_env_files(clone: Path | None) -> list[Path]:

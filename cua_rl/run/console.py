@@ -1,21 +1,33 @@
-"""What the launcher shows of the trainer's output: AReaL's per-step statistics table becomes one line.
+"""What the launcher shows of the trainer's output: a short console a person can follow.
 
-Why: AReaL prints a table of about 100 statistics after every step, so a researcher watching a run scrolls
-past pages of numbers to find whether reward moves. The launcher copies everything the trainer prints to
-``train.log`` unchanged (and AReaL writes the same statistics to TensorBoard); on the console,
-``TrainerConsole`` swaps each table for one progress line (step, reward, success, episodes, step time).
+Why: the trainer's output mixes AReaL's table of about 100 statistics after every step, AReaL's and vLLM's
+start-up chatter, and, copied in by AReaL's local scheduler, every line the rollout workers log: a 16-step run
+printed 2,049 lines, 1,954 of them per-episode lines (execution created, evaluated, terminated). The launcher
+copies all of it to ``train.log`` unchanged (and the rollout workers' lines are in ``rollout.log`` too); on the
+console, ``TrainerConsole`` keeps:
 
-Quiet (the launcher's default) also keeps back what only matters when digging: AReaL's and vLLM's INFO and
-WARNING lines (start-up, memory, placement, CPU-backend advice), library output without a log level (progress
-bars, Python warnings, the rollout workers' retry notes). It shows the progress lines, our own ``cua_rl``
-log lines and every ERROR. Nothing is lost: all of it is in ``train.log``, and when the trainer fails the
-launcher prints that file's last lines. ``CUA_RL_CONSOLE=full`` turns the filter off.
+- the trainer's own ``[cua-rl]`` lines: one per trained step (``[cua-rl] step N/T: success, reward, time,
+  ETA``, printed by the trainer from the batch it trained: cua_rl/trainer/progress.py), the health checks';
+- AReaL's start-up milestones, one line each with the seconds since the trainer started;
+- the trainer's own logger (``cua-train``), and ``cua_rl`` log lines at WARNING and above (at INFO they are the
+  workers' per-episode lines);
+- every ERROR and CRITICAL line, whatever its format; a traceback as its last line (the exception) plus where
+  the whole of it is (``train.log``).
+
+AReaL's statistics table is dropped: every value of it is in the step's line of ``metrics.jsonl`` (and in
+TensorBoard's event files). ``CUA_RL_CONSOLE=full`` turns the filter off.
+
+On a terminal (``cua_rl.progress``) the start-up and the steps also get a progress bar with the elapsed time
+and ETA; the step lines print above it. Elsewhere (a file, a pipe, CI) only the plain lines.
 """
 
 from __future__ import annotations
 
 import re
 import time
+
+from cua_rl.progress import Progress
+from cua_rl.trainer.progress import read_step_line
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TABLE_START = ("│", "┌", "├", "└", "╭", "╰", "╒", "╞", "╘")   # box drawing: AReaL's tables only
@@ -28,6 +40,7 @@ PY_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ (DEBUG|INFO|WARNIN
 AREAL_LINE = re.compile(r"^\(AReaL\) \S+ (.*?) (DEBUG|INFO|WARNING|ERROR|CRITICAL):")
 VLLM_LINE = re.compile(r"^\((?:APIServer|EngineCore|Worker)[^)]*\) (DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
 LOUD = ("ERROR", "CRITICAL")
+SHOWN_LEVELS = ("WARNING", *LOUD)
 # AReaL's start-up milestones, shown by a quiet console as one line each (start-up takes minutes on a CPU).
 MILESTONES = (
     (re.compile(r"TrainController INFO: TrainController initialization complete"), "training engine ready"),
@@ -35,13 +48,18 @@ MILESTONES = (
     (re.compile(r"Starting vLLM server on (\S+)"), "vLLM serving at {0}"),
     (re.compile(r"RolloutController INFO: All engines are initialized"), "inference engine ready; rollouts begin"),
 )
+# A Python traceback, as printed after "Traceback (most recent call last):": its frames are indented; chained
+# ones are joined by these lines; the first other line is the exception.
+TRACEBACK = "Traceback (most recent call last):"
+CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
 def worth_showing(plain: str) -> bool:
-    """Whether a quiet console shows this line (ANSI codes removed): every ERROR, our own log lines."""
+    """Whether a quiet console shows this line (ANSI codes removed): every ERROR, our lines worth a person's
+    attention (``cua_rl`` at WARNING and above, the trainer's ``cua-train`` logger, ``[cua-rl]`` lines)."""
     m = PY_LINE.match(plain)
     if m:
-        return m.group(1) in LOUD or m.group(2).split(".")[0] == "cua_rl"
+        return m.group(1) in LOUD or (m.group(2).split(".")[0] == "cua_rl" and m.group(1) in SHOWN_LEVELS)
     m = AREAL_LINE.match(plain)
     if m:   # our trainer's own logger ("cua-train") writes in AReaL's format
         return m.group(2) in LOUD or m.group(1).startswith("cua")
@@ -51,89 +69,99 @@ def worth_showing(plain: str) -> bool:
     return plain.startswith("[cua-rl]")
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 class TrainerConsole:
-    """Feed it the trainer's output line by line; it returns the lines to print."""
+    """Feed it the trainer's output line by line; it returns the lines to print (and moves ``progress``'s bar
+    on a terminal)."""
 
-    def __init__(self, total_steps: int | None = None, log_file: str = "", quiet: bool = False):
+    def __init__(self, total_steps: int | None = None, log_file: str = "", quiet: bool = False,
+                 progress: Progress | None = None):
         self.total_steps = total_steps
         self.quiet = quiet
         self.log_file = log_file
-        self.step: int | None = None
-        self.stats: dict[str, float] = {}
-        self.started = self.last_step_at = time.monotonic()
-        self.told_where = False
+        self.progress = progress
+        self.in_table = False
+        self.started = time.monotonic()
         self.milestones_shown: set[str] = set()
+        self.traceback: dict | None = None   # the traceback being read: whether hidden, its exception line
+        self.hidden_log_line = False         # the last log line was one the console hides
 
     def feed(self, line: str) -> list[str]:
-        plain = ANSI.sub("", line).strip()
-        if plain.startswith(TABLE_START) and self.step is not None:
-            self._collect(plain)
+        plain = ANSI.sub("", line).rstrip("\r\n")
+        out = self._traceback(plain) if self.quiet else []
+        if out is None:   # the line belongs to a traceback
             return []
-        out = self._flush()
-        m = STEP_DONE.search(plain)
-        if m:
-            self.step = int(m.group(1))
+        stripped = plain.strip()
+        if self.in_table and (stripped.startswith(TABLE_START) or HIDDEN.search(stripped)):
             return out
-        if HIDDEN.search(plain):
+        self.in_table = bool(STEP_DONE.search(stripped))
+        if self.in_table or HIDDEN.search(stripped):
             return out
-        if self.quiet and not worth_showing(plain):
-            return [*out, *self._milestone(plain)]
+        step = read_step_line(stripped) if stripped.startswith("[cua-rl] step ") else None
+        if step:
+            self._step(step)
+        shown = not self.quiet or worth_showing(stripped)
+        self.hidden_log_line = not shown and bool(PY_LINE.match(stripped) or AREAL_LINE.match(stripped)
+                                                  or VLLM_LINE.match(stripped))
+        if not shown:
+            return [*out, *self._milestone(stripped)]
         return [*out, line]
 
+    def close(self) -> list[str]:
+        """Lines still owed at the end of the output (a traceback that ended it)."""
+        return self._end_traceback()
+
+    # ---- tracebacks: their last line, and where the rest is -----------------------------------------
+    def _traceback(self, plain: str) -> list[str] | None:
+        """None when ``plain`` is part of a traceback (kept back); else the lines owed before it (a finished
+        traceback's summary)."""
+        if plain.startswith(TRACEBACK):
+            if self.traceback is None:   # the traceback of a log line the console hides stays hidden too
+                self.traceback = {"hidden": self.hidden_log_line, "exception": None}
+            self.traceback["exception"] = None   # a chained one: its own exception is the last word
+            return None
+        if self.traceback is None:
+            return []
+        inside = not plain.strip() or plain.startswith((" ", "\t"))
+        if self.traceback["exception"] is None:
+            if not inside:
+                self.traceback["exception"] = plain.strip()
+            return None
+        if inside or plain.startswith(CHAINED):
+            return None   # between chained tracebacks, or the exception's message going on
+        return self._end_traceback()
+
+    def _end_traceback(self) -> list[str]:
+        tb, self.traceback = self.traceback, None
+        if tb is None or tb["hidden"]:
+            return []
+        where = f" (the whole traceback: {self.log_file})" if self.log_file else ""
+        return [f"[cua-rl] traceback: {tb['exception'] or 'cut off'}{where}"]
+
+    # ---- progress ----------------------------------------------------------------------------------------
     def _milestone(self, plain: str) -> list[str]:
-        for pattern, text in MILESTONES:
+        for i, (pattern, text) in enumerate(MILESTONES):
             m = pattern.search(plain)
             if m and text not in self.milestones_shown:
                 self.milestones_shown.add(text)
-                return [f"[cua-rl] {text.format(*m.groups())} ({time.monotonic() - self.started:.0f} s)"]
+                shown = text.format(*m.groups())
+                if self.progress is not None and self.progress.tty:
+                    self._startup_bar(i + 1, shown)
+                    return []
+                return [f"[cua-rl] {shown} ({time.monotonic() - self.started:.0f} s)"]
         return []
 
-    def close(self) -> list[str]:
-        """Lines still owed at the end of the output (a table the trainer printed last)."""
-        return self._flush()
+    def _startup_bar(self, done: int, note: str) -> None:
+        p = self.progress
+        if done == 1 or not p.showing:
+            p.phase("start-up", len(MILESTONES), unit="milestones", done=done - 1, stages=True)
+        p.advance(done, note)
+        if done == len(MILESTONES):   # the steps' bar from here: it shows the first step's time while it runs
+            p.phase("steps", self.total_steps, unit="steps")
 
-    def _collect(self, row: str) -> None:
-        cells = [c.strip() for c in row.strip("│").split("│")]
-        for key, value in zip(cells[0::2], cells[1::2]):
-            number = _number(value)
-            if key and number is not None:
-                self.stats[key] = number
-
-    def _flush(self) -> list[str]:
-        if self.step is None or not self.stats:
-            return []
-        now = time.monotonic()
-        line = self.progress_line(self.step, self.total_steps, self.stats, now - self.last_step_at)
-        self.last_step_at, self.step, self.stats = now, None, {}
-        out = [line]
-        if not self.told_where:
-            self.told_where = True
-            where = f"{self.log_file} and " if self.log_file else ""
-            out.append(f"[cua-rl] (AReaL's full statistics of every step: {where}TensorBoard)")
-        return out
-
-    @staticmethod
-    def progress_line(step: int, total: int | None, stats: dict[str, float], wall_s: float) -> str:
-        parts = [f"[cua-rl] step {step}" + (f"/{total}" if total else "")]
-        for key, label in (("rollout/reward", "reward"), ("rollout/task_success", "success")):
-            if key in stats:
-                parts.append(f"{label} {stats[key]:.3f}")
-        # one row per turn, or per episode (trajectory.export_style: concat): the workflow records which
-        rows = stats.get("ppo_actor/n_seqs")
-        per_episode = stats.get("rollout/rows_per_episode") or stats.get("rollout/num_turns")
-        if rows and per_episode:
-            parts.append(f"~{rows / per_episode:.0f} episodes ({rows:.0f} rows)")
-        if "rollout/reward" not in stats:   # AReaL exported no rollout statistics with this step
-            parts.append("no rollout statistics this step")
-        train = sum(stats.get(k, 0.0) for k in ("timeperf/recompute_logp", "timeperf/train_step"))
-        if train:
-            parts.append(f"train {train:.1f} s")
-        parts.append(f"step {wall_s:.0f} s")
-        return parts[0] + ": " + ", ".join(parts[1:])
+    def _step(self, line: dict) -> None:
+        if self.progress is None or not self.progress.tty:
+            return
+        step, total = line["step"], line["total"] or self.total_steps
+        if not self.progress.showing:
+            self.progress.phase("steps", total, unit="steps", done=step - 1)
+        self.progress.advance(step, "" if line["success"] is None else f"success {line['success']:.3f}", total=total)

@@ -28,10 +28,12 @@ import threading
 import time
 from pathlib import Path
 
+from cua_rl import own_command
 from cua_rl.trainer.health import UnhealthyRun
 from cua_rl.trainer.resume import newest_resumable, resume_point
 from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
+from cua_rl.progress import console as console_progress
 from cua_rl.run import cli
 from cua_rl.run.console import TrainerConsole
 from cua_rl.run.preflight import PreflightError, check_embedded, missing_binaries, user_namespace_error
@@ -86,12 +88,12 @@ def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str
     naming the flag that set it (``flag_keys``: config key -> flag, from ``cli.parse``)."""
     from areal.api.cli_args import load_expr_config
 
-    from cua_rl.config import CUAConfig
+    from cua_rl.config import CUAConfig, hydra_overrides
 
     if not Path(config_file).is_file():
         raise ConfigError(f"config file not found: {config_file}")
     try:
-        config, _ = load_expr_config(["--config", config_file, *overrides], CUAConfig)
+        config, _ = load_expr_config(["--config", config_file, *hydra_overrides(overrides)], CUAConfig)
     except Exception as exc:  # Hydra's parse errors, OmegaConf's type errors, our __post_init__ checks
         raise ConfigError(_config_error(config_file, exc, flag_keys or {})) from None
     if config.trial_name == AUTO_TRIAL:
@@ -111,6 +113,9 @@ def _drop_saved_config(config) -> None:
 
 def _config_error(config_file: str, exc: Exception, flag_keys: dict[str, str]) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
+    cause = exc.__cause__   # Hydra's "Error merging override k=v" holds OmegaConf's reason as its cause
+    if cause is not None and str(cause).strip() and str(cause).strip() not in str(exc):
+        text += ": " + " ".join(str(cause).split())
     flags = sorted({flag for key, flag in flag_keys.items() if key in text})
     source = f" (set by {', '.join(flags)})" if flags else ""
     return f"invalid configuration {config_file} + overrides: {text}{source}"
@@ -179,13 +184,13 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
     if proc is None:
         proc = subprocess.Popen(cmd, cwd=trainer_cwd(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+    progress = console_progress()
     console = None if os.environ.get("CUA_RL_CONSOLE") == "full" else \
-        TrainerConsole(total_steps, str(log_file), quiet=True)
+        TrainerConsole(total_steps, str(log_file), quiet=True, progress=progress)
 
     def show(lines: list[str]) -> None:
         for text in lines:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
+            progress.write(text.rstrip("\n"))
 
     def pump() -> None:
         with open(log_file, "ab") as f:
@@ -228,6 +233,7 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
         with contextlib.suppress(ProcessLookupError):  # helpers the trainer forked
             os.killpg(proc.pid, signal.SIGKILL)
         reader.join(10)
+        progress.end()
         for s, h in old.items():
             signal.signal(s, h)
     if rc != 0 and stopped_by:   # asked to stop (Ctrl-C, SIGTERM): not a failure, no traceback to show
@@ -240,9 +246,10 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
 
 def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
     """(config file, why it was chosen, its loaded config). Given: that file. Else with a GPU config.yaml;
-    without one config.multiturn.yaml when the run is embedded on the desktop gym (the learning recipe, whose
-    curriculum lives there), config.cpu.yaml when it names a gym or the embedded MiniWoB++ gym: the embedded
-    question is answered by the loaded config itself (``embedded_enabled``)."""
+    without one config.multiturn.yaml when the run is embedded on the desktop gym's built-in tasks (the learning
+    recipe, whose curriculum lives there), config.cpu.yaml when it names a gym, the embedded MiniWoB++ gym or
+    tasks of its own (``embedded.tasks_dir``): the embedded question is answered by the loaded config itself
+    (``embedded_enabled``)."""
     overrides, keys = request.overrides, request.flag_keys
     if request.config_file:
         # relative to the caller's directory; a link (examples/cua_agent/config*.yaml) keeps the name it was given
@@ -253,12 +260,17 @@ def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
         return path, "default: a GPU is present", load_config(path, overrides, keys)
     path = str(RECIPES / "config.multiturn.yaml")
     config = load_config(path, overrides, keys)
-    if config.embedded_enabled and config.embedded_gym_id == "desktop":
+    if config.embedded_enabled and config.embedded_gym_id == "desktop" and not config.embedded.tasks_dir:
         return path, "default: no GPU found, embedded stack: the learning recipe", config
     _drop_saved_config(config)   # loaded only to ask; its experiment's log directory must not stay behind
     path = str(RECIPES / "config.cpu.yaml")
-    why = (f"default: no GPU found, the embedded {config.embedded_gym_id} gym: the plain CPU stack (the learning "
-           "recipe is the desktop curriculum's)" if config.embedded_enabled else "default: no GPU found, your gym")
+    if not config.embedded_enabled:
+        why = "default: no GPU found, your gym"
+    elif config.embedded.tasks_dir:   # the learning recipe trains the built-in curriculum's task 054
+        why = "default: no GPU found, the embedded gym on your tasks (embedded.tasks_dir): the plain CPU stack"
+    else:
+        why = (f"default: no GPU found, the embedded {config.embedded_gym_id} gym: the plain CPU stack (the learning "
+               "recipe is the desktop curriculum's)")
     return path, why, load_config(path, overrides, keys)
 
 
@@ -360,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train.sh: {exc}", file=sys.stderr)
         return 2
     if request is None:
-        cli.print_help()
+        cli.print_help("cua-train" if CLONE is None or Path(sys.argv[0]).name == "cua-train" else "train.sh")
         return 0
     os.environ.update(request.environ)   # .env values and the token reach every child through it
     apply_process_defaults()
@@ -448,8 +460,15 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
         except KeyboardInterrupt:
             logger.warning("interrupted; shutting everything down")
             rc, stopped_by = 130, signal.SIGINT
-    print_summary(paths, time.monotonic() - started, rc, stopped_by)
+    print_summary(paths, time.monotonic() - started, rc, stopped_by, train_command())
     return rc
+
+
+def train_command() -> str:
+    """How a user starts this launcher from a fresh shell: this clone's ``train.sh`` by its full path, else the
+    installed ``cua-train`` (its PATH may lack this environment)."""
+    script = CLONE / "examples" / "cua_agent" / "train.sh" if CLONE else None
+    return str(script) if script and script.is_file() else own_command("cua-train", "cua_rl.run.launch")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ lets bubblewrap make the user namespaces every desktop runs in.
 Why here and not in the gym: a missing ``wish`` or a container that forbids user namespaces otherwise shows up
 minutes later as desktops that never start, after vLLM and the trainer have come up. ``train.sh`` installs no
 Debian package itself (a run against your own gym needs none); when the run turns out to be embedded and a
-binary is missing, the launcher runs ``scripts/setup.sh`` for the embedded stack's packages (in a clone), or
-names the packages to install (installed from the wheel), before anything starts.
+binary is missing, the launcher runs ``scripts/setup.sh`` for that gym's packages alone (in a clone: a desktop
+run gets no Chromium, QEMU or VNC), saying so first, or names the packages to install (installed from the
+wheel), before anything starts.
 """
 
 from __future__ import annotations
@@ -52,18 +53,24 @@ def user_namespace_error(path: str | None = None) -> str | None:
 
 
 def check_embedded(gym_id: str, clone: Path | None, *, install: bool = True) -> list[str]:
-    """Raise ``PreflightError`` naming what is missing; in a clone, first install the embedded stack's Debian
-    packages (``scripts/setup.sh`` with ``CUA_RL_APT=embedded``) when a binary is missing and ``install``.
-    Returns what was done, for the log."""
+    """Raise ``PreflightError`` naming what is missing; in a clone, first install this gym's Debian packages
+    (``scripts/setup.sh`` with ``CUA_RL_APT=<gym id>``: the packages apt-packages.txt marks for it, nothing for
+    the live view, VMs or the other gym) when a binary is missing and ``install``. It says so on the console
+    before anything is installed; set-up names the packages on one line, then prints a line per step (apt's
+    own output goes to its log). Returns what was done, for the log."""
     done = []
     missing = missing_binaries(gym_id)
     if missing and install and clone is not None:
-        done.append(f"installing the embedded stack's Debian packages (missing: {', '.join(sorted(missing))})")
-        proc = subprocess.run(["bash", str(clone / "scripts" / "setup.sh")], env={**os.environ, "CUA_RL_APT": "embedded"},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        print(f"[cua-rl] preflight: the embedded {gym_id} gym needs {', '.join(sorted(missing))}, not installed: "
+              f"installing the {gym_id} gym's Debian packages with scripts/setup.sh (apt-get, as root or with "
+              f"sudo)", flush=True)
+        done.append(f"installed the {gym_id} gym's Debian packages (missing: {', '.join(sorted(missing))})")
+        proc = subprocess.run(["bash", str(clone / "scripts" / "setup.sh")],
+                              env={**os.environ, "CUA_RL_APT": gym_id, "CUA_RL_APT_ONLY": "1"},
+                              stdout=subprocess.DEVNULL)   # its progress (stderr) on the console, as it happens
         if proc.returncode != 0:
-            raise PreflightError(f"scripts/setup.sh could not install the embedded stack's Debian packages:\n"
-                                 f"{proc.stderr[-2000:]}")
+            raise PreflightError(f"scripts/setup.sh could not install the embedded {gym_id} gym's Debian packages "
+                                 f"(exit code {proc.returncode}; its last lines are above)")
         missing = missing_binaries(gym_id)
     if missing:
         packages = " ".join(sorted(set(missing.values())))

@@ -1,10 +1,13 @@
-"""What the launcher prints when a run ends: where its logs, checkpoints and statistics are, the policy
-endpoints' and episodes' counts, a failed run's cause and recover point, and the last rewards seen.
+"""What the launcher prints when a run ends: where its logs, checkpoints (the final one by name) and statistics
+are, the policy endpoints' and episodes' counts, a failed run's cause and recover point, each step's success
+and reward, how the step numbers of the console, AReaL, the checkpoints and the monitor map, and a verdict on
+learning when one was written. Every command it prints works from a fresh shell (full paths).
 
 Why a module of its own: all of it reads what the run left on disk after the trainer exited (the trainer's
-``train.log``, the rollout workers' ``policy_endpoint/*.json`` counts, the tensorboard event files, the
-checkpoints' recover point), none of it decides how a run starts (``launch.py``). The event files are read
-without TensorFlow (TFRecord framing plus tensorboardX's ``Event`` proto).
+``train.log``, the rollout workers' ``policy_endpoint/*.json`` counts, ``metrics.jsonl``, the checkpoints and
+their recover point, ``verdict.json``), none of it decides how a run starts (``launch.py``). ``read_scalars``
+reads TensorBoard's event files without TensorFlow (TFRecord framing plus tensorboardX's ``Event`` proto), for
+the tests and benches that check what AReaL logged.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from cua_rl.trainer.model_watch import GONE_RE
 from cua_rl.trainer.resume import settle
 from cua_rl.run.console import ANSI, TABLE_START
 from cua_rl.runs import RunPaths, read_counts
+from cua_rl.trainer.progress import METRICS, read_metrics
 
 logger = logging.getLogger("cua_rl.run.summary")
 
@@ -91,8 +95,25 @@ def failure_cause(train_log: Path) -> str | None:
     return None
 
 
-def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | None = None) -> None:
-    """What the run did; ``stopped_by``: the signal that asked the launcher to stop it (not a failure)."""
+CKPT = re.compile(r"^epoch(\d+)epochstep(\d+)globalstep(\d+)$")
+VERDICT = "verdict.json"   # in the run's log directory: {"summary": "...", "lines": ["...", ...]} (other keys ignored)
+
+
+def final_checkpoint(checkpoints: Path) -> Path | None:
+    """The newest model checkpoint AReaL's saver wrote (``<root>/default/epoch{E}epochstep{S}globalstep{G}``,
+    the highest G holding a ``config.json``), or None."""
+    found = []
+    for d in checkpoints.glob("*/epoch*epochstep*globalstep*"):
+        m = CKPT.match(d.name)
+        if m and (d / "config.json").is_file():
+            found.append((int(m.group(3)), d))
+    return max(found)[1] if found else None
+
+
+def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | None = None,
+                  train_command: str = "train.sh") -> None:
+    """What the run did; ``stopped_by``: the signal that asked the launcher to stop it (not a failure);
+    ``train_command``: how to start the launcher from a fresh shell (the resume hint)."""
     outcome = ("finished" if rc == 0 else f"stopped by {signal.Signals(stopped_by).name}" if stopped_by
                else f"STOPPED by a health check (exit code {rc})" if rc == UnhealthyRun.CODE
                else f"FAILED (exit code {rc})")
@@ -118,8 +139,11 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
               f"infrastructure failures (gym, agent service or model server: never given a reward"
               f"{'; ' + causes if causes else ''}), "
               f"{totals.get('groups_rejected', 0)} groups rejected for too few evaluated episodes")
-    saved = paths.checkpoints.is_dir() and any(p.is_file() for p in paths.checkpoints.rglob("*"))
-    print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if saved else "  (none written: see saver.freq_steps)"))
+    final = final_checkpoint(paths.checkpoints) if paths.checkpoints.is_dir() else None
+    print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if final else "  (none written: see saver.freq_steps)"))
+    if final is not None:
+        print(f"[cua-rl] final checkpoint: {final}  (Hugging Face format with its processor; serve it with vLLM: "
+              f"docs/policy-and-training.md, \"Serving and exporting a checkpoint\")")
     if rc != 0:
         cause = None if stopped_by else failure_cause(paths.logs / "train.log")
         if cause:
@@ -127,22 +151,43 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
         point = settle(paths.checkpoints) if paths.checkpoints.is_dir() else None   # the trainer is gone
         if point is not None:
             print(f"[cua-rl] recover point: after step {point['global_step'] + 1}; continue this run with: "
-                  f"train.sh --resume trial_name={paths.checkpoints.name} (and the same other arguments)")
-    print(f"[cua-rl] statistics:  {paths.tensorboard}  (tensorboard event files)")
-    try:
-        scalars = read_scalars(paths.tensorboard)
-    except Exception as exc:  # a summary must never hide the run's own exit code
-        print(f"[cua-rl] (could not read statistics: {exc})")
+                  f"{train_command} --resume trial_name={paths.checkpoints.name} (and the same other arguments)")
+    print_steps(read_metrics(paths.logs), paths.logs)
+    print_verdict(paths.logs)
+
+
+def print_steps(records: list[dict], logs: Path) -> None:
+    """Each trained step's sampled success and reward (``metrics.jsonl``), and how the step numbers map."""
+    print(f"[cua-rl] statistics:  {logs / METRICS}  (one JSON line per step: the trained episodes' outcome, "
+          f"every AReaL statistic; TensorBoard event files in {logs / 'tensorboard'})")
+    steps = {r["step"]: r for r in records if isinstance(r.get("step"), int)}
+    if not steps:
         return
-    wanted = ("rollout/reward", "rollout/task_success", "eval-rollout/reward", "eval-rollout/task_success")
-    for tag in (t for t in wanted if t in scalars):
-        print(f"[cua-rl]   {tag}: {by_step(scalars[tag])}")
+    for key, label in (("trained/success", "success"), ("trained/reward", "reward")):
+        print(f"[cua-rl]   {label} of the episodes each step trained (sampled): {by_step(steps, key)}")
+    last = max(steps)
+    print(f"[cua-rl] numbering:   console step N = AReaL global_step N-1 = checkpoint ...globalstep{{N-1}} = "
+          f"monitor step (policy version) N-1, which step N turned into version N (step {last}: globalstep{last - 1})")
 
 
-def by_step(points: list[tuple[int, float]]) -> str:
-    """``steps 1-24: 0.781 0.833 - ...``: AReaL's 0-based global steps numbered as the console numbers them,
-    '-' for a step without the statistic."""
-    values = dict(points)
-    first, last = min(values), max(values)
-    return f"steps {first + 1}-{last + 1}: " + " ".join(
-        f"{values[s]:.3f}" if s in values else "-" for s in range(first, last + 1))
+def by_step(steps: dict[int, dict], key: str) -> str:
+    """``steps 1-16: 0.781 0.833 - ...``: '-' for a step without the value."""
+    first, last = min(steps), max(steps)
+    return f"steps {first}-{last}: " + " ".join(
+        f"{steps[s][key]:.3f}" if s in steps and key in steps[s] else "-" for s in range(first, last + 1))
+
+
+def print_verdict(logs: Path) -> None:
+    """The run's verdict on learning, when something wrote one into its log directory (``VERDICT``)."""
+    path = logs / VERDICT
+    if not path.is_file():
+        return
+    try:
+        verdict = json.loads(path.read_text())
+        lines = [str(verdict["summary"]), *(str(line) for line in verdict.get("lines", []))]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        print(f"[cua-rl] verdict:     unreadable {path}: {type(exc).__name__}: {exc}")
+        return
+    print(f"[cua-rl] verdict:     {lines[0]}")
+    for line in lines[1:]:
+        print(f"[cua-rl]   {line}")

@@ -89,11 +89,11 @@ def run(config) -> dict:
 def main(argv: list[str]) -> None:
     from areal.api.cli_args import load_expr_config
 
-    from cua_rl.config import CUAConfig
+    from cua_rl.config import CUAConfig, hydra_overrides
 
     keep_stdlib_logging()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config, _ = load_expr_config(argv, CUAConfig)
+    config, _ = load_expr_config(hydra_overrides(argv), CUAConfig)
     print(json.dumps(run(config)))
 
 

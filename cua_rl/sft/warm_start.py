@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from cua_rl import cua_rl_home
+from cua_rl.progress import console
 
 logger = logging.getLogger("cua_rl.sft")
 
@@ -138,13 +139,16 @@ def _run_showing_progress(cmd: list[str], log_file: Path, env: dict[str, str] | 
     with open(log_file, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", env={**(env or os.environ), "PYTHONUNBUFFERED": "1"})
+        progress = console()
         try:
             shown: dict[str, int] = {}
             for line in proc.stdout:
                 log.write(line)
                 m = PROGRESS.search(line) if " cua_rl.sft" in line else None
-                # a few lines per phase on the console: the first, each quarter, the last
-                if m and shown.get(m.group(1)) != (quarter := 4 * int(m.group(2)) // max(1, int(m.group(3)))):
+                if m and progress.tty:   # a bar per phase on a terminal
+                    _advance(progress, m, line)
+                # elsewhere a few lines per phase: the first, each quarter, the last
+                elif m and shown.get(m.group(1)) != (quarter := 4 * int(m.group(2)) // max(1, int(m.group(3)))):
                     shown[m.group(1)] = quarter
                     print(f"[cua-rl] {line.split(' INFO ', 1)[-1].rstrip()}", flush=True)
                 elif line.startswith('{"demonstrations"'):
@@ -157,6 +161,22 @@ def _run_showing_progress(cmd: list[str], log_file: Path, env: dict[str, str] | 
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
+        finally:
+            progress.end()
     if rc != 0:
         raise SystemExit(f"SFT warm start failed (exit {rc}); see {log_file}")
     return result
+
+
+PHASES = {"recorded": ("SFT demonstrations", "demos"), "SFT step": ("SFT steps", "steps")}
+LOSS = re.compile(r"loss ([0-9.]+)")
+
+
+def _advance(progress, m: re.Match, line: str) -> None:
+    """The warm start's bar on a terminal: one per phase (demonstrations recorded, SFT steps), with the loss."""
+    name, unit = PHASES[m.group(1)]
+    done, total = int(m.group(2)), int(m.group(3))
+    if progress.name != name:
+        progress.phase(name, total, unit=unit)
+    loss = LOSS.search(line)
+    progress.advance(done, f"loss {loss.group(1)}" if loss else "")

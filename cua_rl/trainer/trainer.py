@@ -20,6 +20,7 @@ from areal.utils import logging
 from cua_rl.runs import RunPaths
 from cua_rl.trainer.health import Health, StallWatch, UnhealthyRun, log_stop
 from cua_rl.trainer.model_watch import server_addrs
+from cua_rl.trainer.progress import StepProgress
 from cua_rl.trainer.warm_up import warm_up
 from cua_rl.trainer.weight_probe import WeightProbe, adapter_probe, fingerprint, real_update
 
@@ -82,6 +83,8 @@ class Trainer(PPOTrainer):
     - The run's health after every step (cua_rl/trainer/health.py): ``health/*`` values join the step's
       statistics, a tripped check prints one line, and one that means garbage stops the run once the step's
       statistics are committed (its recover point is already written).
+    - One line per trained step and a line of ``metrics.jsonl`` (cua_rl/trainer/progress.py): the raw success
+      and reward of the episodes the step trained, read from its batch; ``trained/*`` join its statistics.
     - Under Ray, the cluster joined with our workers' patches and environment (``_init_scheduler``).
     - No evaluation rollout when there is nothing to evaluate. AReaL builds one whether or not a valid
       dataset is given: on the single controller that is one more RPC worker process (torch and AReaL
@@ -105,6 +108,15 @@ class Trainer(PPOTrainer):
                              policy_endpoint=not config.model_base_url)
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset, **kwargs)
         self._commit, self.stats_logger.commit = self.stats_logger.commit, self._commit_with_health
+        self.progress = StepProgress(RunPaths.of(config).logs)
+        prepare = self.actor.prepare_batch
+
+        def prepare_and_note(*args, **kwargs):   # the batch the step trains, before AReaL clears its tensors
+            batch = prepare(*args, **kwargs)
+            self.progress.trained(batch)
+            return batch
+
+        self.actor.prepare_batch = prepare_and_note
         # after each update, whether the servers took it (cua_rl/trainer/weight_probe.py): probed once the
         # inference side resumes, since AReaL keeps the engines paused through the update and the commit. With
         # LoRA the probe reads the adapter of the version served; not with another model's server.
@@ -130,11 +142,20 @@ class Trainer(PPOTrainer):
             return fingerprint
         return adapter_probe(config.gconfig.lora_name, lambda: self.rollout.get_version())
 
-    def train(self, *args, **kwargs):
+    def train(self, *args, total_epochs: int | None = None, **kwargs):
         refuse_dynamic_filter(*args, **kwargs)
         if self.weight_probe is not None:
             self.weight_probe.baseline()
-        return super().train(*args, **kwargs)
+        self.progress.start(*self._steps(total_epochs))
+        return super().train(*args, total_epochs=total_epochs, **kwargs)
+
+    def _steps(self, total_epochs: int | None) -> tuple[int, int]:
+        """(the run's last step, the global step training starts at), as AReaL's ``train`` counts them."""
+        steps = (total_epochs or self.config.total_train_epochs) * len(self.train_dataloader)
+        if self.config.total_train_steps is not None:
+            steps = min(steps, self.config.total_train_steps)
+        start = self.recover_info.last_step_info.next().global_step if self.recover_info is not None else 0
+        return steps, start
 
     def _check_weights(self) -> None:
         """The ``weights_unchanged`` check of the update committed last (see ``__init__``)."""
@@ -176,9 +197,12 @@ class Trainer(PPOTrainer):
         return False
 
     def _commit_with_health(self, epoch: int, epoch_step: int, global_step: int, stats: dict) -> None:
-        """AReaL's ``stats_logger.commit`` with the health checks before it and their verdict after it."""
+        """AReaL's ``stats_logger.commit`` with the trained episodes' outcome and the health checks before it, and
+        the step's line and the checks' verdict after it."""
+        stats = {**stats, **self.progress.stats()}
         findings = self.health.observe(global_step + 1, stats)
         self._commit(epoch, epoch_step, global_step, stats)
+        print(self.progress.committed(global_step, stats), flush=True)
         self.report_update(global_step + 1, stats, findings)
         self._probe_due = (global_step + 1, real_update(stats))
         for finding in findings:

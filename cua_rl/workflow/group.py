@@ -38,7 +38,8 @@ from cua_rl.logs import worker_logging
 from cua_rl.mini_agent import Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.runs import STREAM_KEY, RunPaths, record_dropped, write_counts
+from cua_rl.runs import (EPISODE_REWARD, EPISODE_SHARE, EPISODE_SUCCESS, STREAM_KEY, RunPaths,
+                         record_dropped, write_counts)
 from cua_rl.trajectory.mutations import mutate
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, episode_values, group_rows, rows_of, shuffle_rewards
 from cua_rl.trajectory.rows import new_rollout_uuid
@@ -215,6 +216,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/trainer/resume.py)
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)
+        if batch is not None:   # what the step that trains these rows reports (cua_rl/trainer/progress.py)
+            batch.update(episode_columns(outcomes, t.export_style, batch["input_ids"].shape[0]))
         return batch
 
     def _record_stats(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str]) -> None:
@@ -270,8 +273,10 @@ class CUAAgentWorkflow(RolloutWorkflow):
         try:
             outcome = await play_episode(self.episode_setup, endpoint, data, index, report, seed=seed)
         except BaseException as exc:
-            if report is not None:  # cancelled = AReaL dropped the rollout (e.g. the trainer is stopping)
-                report.failed("cancelled" if isinstance(exc, asyncio.CancelledError) else f"{type(exc).__name__}: {exc}")
+            if report is not None and isinstance(exc, asyncio.CancelledError):   # AReaL dropped it (the run ended)
+                report.cancelled("cancelled: the run stopped while the episode was in flight")
+            elif report is not None:
+                report.failed(f"{type(exc).__name__}: {exc}")
             raise
         if report is not None and isinstance(outcome, Dropped):
             report.failed(f"episode dropped ({outcome.cause}: {outcome.reason})", {"task_id": str(data["task_id"])})
@@ -299,6 +304,26 @@ class CUAAgentWorkflow(RolloutWorkflow):
             monitor=MonitorTarget(base_url=config.monitor_base_url, project_id=config.project_id,
                                   training_id=monitor_training_id),
             group_size=group_size, is_eval=is_eval, stats_dir=_stats_dir(config), seed=int(config.seed))
+
+
+def episode_columns(outcomes: list[EpisodeOutcome], style: str, n_rows: int) -> dict[str, torch.Tensor]:
+    """``cua_rl.runs.EPISODE_COLUMNS`` for a group's rows, which ``group_batch`` lays out episode by episode in
+    ``outcomes``' order (``rows_of`` each; an episode without a turn has none): per row its episode's gym reward
+    (unshaped, unshuffled), success, and 1 / its episode's rows."""
+    reward, success, share = [], [], []
+    for o in outcomes:
+        n = rows_of(o.turns, style)
+        if not n:
+            continue
+        reward += [float(o.info.get("env_reward", o.info.get("true_reward", o.reward)))] * n
+        success += [float(bool(o.info.get("success")))] * n
+        share += [1.0 / n] * n
+    if len(reward) != n_rows:   # a layout this function does not know: report nothing rather than mislabel rows
+        raise ValueError(f"episode columns for {len(reward)} rows, the batch has {n_rows}")
+    # float64: a share of 1/3 summed over its rows must give the episode back
+    return {EPISODE_REWARD: torch.tensor(reward, dtype=torch.float64),
+            EPISODE_SUCCESS: torch.tensor(success, dtype=torch.float64),
+            EPISODE_SHARE: torch.tensor(share, dtype=torch.float64)}
 
 
 def _stats_dir(config) -> str:

@@ -84,6 +84,16 @@ def test_help_lists_every_flag_with_its_variable_and_config_key(capsys):
         names = f"[{flag.env} -> {', '.join(flag.keys)}]" if flag.keys else f"[{flag.env}]"
         assert names in " ".join(text.split()), names   # argparse wraps long help lines
     assert "--dry-run" in text
+    assert text.startswith("usage: train.sh") and "examples/cua_agent/.env and <repo>/.env" in " ".join(text.split())
+    assert "qwen3-vl | mai-ui | keyboard" in " ".join(text.split())   # docs/local_gym.md's keyboard agent
+
+
+def test_installed_help_names_cua_train_and_the_env_file_it_reads(capsys):
+    """Installed from the wheel, the launcher is ``cua-train`` and reads ./.env only (it said train.sh and named
+    the clone's files first)."""
+    cli.print_help("cua-train")
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.startswith("usage: cua-train") and "read from ./.env (data" in text and "examples/cua_agent" not in text
 
 
 # --- .env files -----------------------------------------------------------------------------------
@@ -150,6 +160,11 @@ def test_config_choice_is_made_once_from_the_loaded_config(launcher):
     rc, report, _, _ = launcher(["--gym-id", "miniwob"])
     assert rc == 0 and report["mode"] == "embedded stack (gym id miniwob)"
     assert report["config"].startswith(f"{RECIPES / 'config.cpu.yaml'} (default: no GPU found, the embedded miniwob gym")
+    # tasks of the user's own on the embedded gym (docs/local_gym.md's commands): the plain CPU stack, not the
+    # learning recipe, whose task ids and warm start are the built-in curriculum's (before: config.multiturn.yaml)
+    rc, report, overrides, _ = launcher([f"embedded.tasks_dir={RECIPES}"])
+    assert rc == 0 and report["config"] == (f"{RECIPES / 'config.cpu.yaml'} (default: no GPU found, the embedded gym "
+                                            "on your tasks (embedded.tasks_dir): the plain CPU stack)")
     # a gym URL and embedded.enabled=true: the config decides, the embedded stack runs
     assert launcher(["gym_base_url=http://127.0.0.1:7", "embedded.enabled=true"])[1]["mode"] == "embedded stack (gym id desktop)"
 

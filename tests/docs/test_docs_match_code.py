@@ -10,9 +10,9 @@ Checked in README.md, examples/cua_agent/README.md and docs/*.md:
 - every `--flag` given to one of our commands (`train.sh`, `cua-gym`, `cua-agent`, `cua-monitor`, `cua-model`,
   `python -m cua_rl.sft|evaluate`, `bench/*.py`) is one that command defines;
 - every config key written in Hydra override form (`a.b=value`, `+a.b=value`) in a code span or a shell
-  code block is a key of the config the launcher loads from examples/cua_agent/config.yaml; without `+` it
-  must be in that YAML (Hydra refuses to override a key the YAML lacks), with `+` it must be a field of the
-  config classes that the YAML lacks (Hydra refuses to add a key that is there);
+  code block is a key of the config the launcher loads from examples/cua_agent/config.yaml, written without
+  `+` (config.yaml starts from CUAConfig's schema, so Hydra knows every field), except a new entry of a mapping;
+  and every field, with every documented key, loads written that way;
 - the README's layout block lists exactly the modules and packages of `cua_rl/`;
 - no file of the repository cites a document the repository does not ship, and every `docs/protocols.md §N`
   citation names a section of that page;
@@ -29,7 +29,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cua_rl.trainer.health import BY_NAME as HEALTH_CHECKS
 
@@ -260,8 +259,6 @@ def test_every_flag_the_docs_give_our_commands_exists():
 # ---- config keys ----------------------------------------------------------------------------------------
 # key=value; not a version pin (`torch==2.10.0`) and not an option list (QEMU's `file=x.qcow2,if=virtio`).
 OVERRIDE = re.compile(r"^(\+{0,2})([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)=(?!=)([^=]*)$")
-# The overlays that start from config.yaml (their defaults list): a '+' key must be missing from them too.
-OVERLAYS = [REPO / "examples/cua_agent/config.cpu.yaml", REPO / "examples/cua_agent/config.learn.yaml"]
 
 
 def overrides_in(snippet: Snippet) -> list[str]:
@@ -287,14 +284,18 @@ def loaded_config(tmp_path_factory):
         mp.undo()
 
 
-def _open_mapping(raw_yaml: dict, keys: list[str]) -> bool:
-    """Whether config.yaml has an empty mapping at ``keys`` (Hydra adds keys to it with '+')."""
-    obj = raw_yaml
+def _open_mapping(config, keys: list[str]) -> bool:
+    """Whether the loaded config has a mapping (not a section of fields) at ``keys``: Hydra adds its new
+    entries with '+'."""
+    obj = config
     for key in keys:
-        if not isinstance(obj, dict) or key not in obj:
+        if dataclasses.is_dataclass(obj) and key in {f.name for f in dataclasses.fields(obj)}:
+            obj = getattr(obj, key)
+        elif isinstance(obj, dict) and key in obj:
+            obj = obj[key]
+        else:
             return False
-        obj = obj[key]
-    return obj == {}
+    return isinstance(obj, dict)
 
 
 def has_path(obj, keys: list[str]) -> bool:
@@ -312,32 +313,95 @@ def has_path(obj, keys: list[str]) -> bool:
     return True
 
 
+def documented_overrides() -> list[tuple[Snippet, str, str, str]]:
+    """(where, the word, its '+' prefix, its key) of every override the docs write."""
+    return [(s, w, *OVERRIDE.match(w).groups()[:2]) for s in all_snippets() for w in overrides_in(s)]
+
+
 def test_every_config_key_the_docs_set_exists_and_has_the_right_prefix(loaded_config):
-    raw_yaml = yaml.safe_load(CONFIG.read_text())
-    assert "defaults" not in raw_yaml, "config.yaml has a defaults list: compose it before reading its keys"
-    overlays = [yaml.safe_load(p.read_text()) for p in OVERLAYS]
-    found = [(s, w) for s in all_snippets() for w in overrides_in(s)]
+    """Every field of the config is a plain ``key=value`` (config.yaml starts from the schema of CUAConfig,
+    cua_rl.config.SCHEMA); only a new entry of a mapping takes '+' (health.thresholds: the names it accepts)."""
+    found = documented_overrides()
     assert len(found) > 20, "the extraction found too few overrides: is the pattern broken?"
     problems = []
-    for s, word in found:
-        plus, key, _ = OVERRIDE.match(word).groups()
+    for s, word, plus, key in found:
         parts = key.split(".")
-        in_config, in_yaml = has_path(loaded_config, parts), has_path(raw_yaml, parts)
-        if not in_config and plus == "+" and _open_mapping(raw_yaml, parts[:-1]):
-            # a new key of a mapping config.yaml leaves empty (health.thresholds: the names it accepts)
+        if has_path(loaded_config, parts):
+            if plus:
+                problems.append(f"{s.where()}: {word}: {key} is a config field: set it without '{plus}'")
+        elif plus and _open_mapping(loaded_config, parts[:-1]):
             if parts[:-1] == ["health", "thresholds"] and parts[-1] not in HEALTH_CHECKS:
                 problems.append(f"{s.where()}: {word}: {parts[-1]} is not a health check")
-            continue
-        if not in_config:
+        elif _open_mapping(loaded_config, parts[:-1]):
+            problems.append(f"{s.where()}: {word}: {parts[-1]} is a new entry of the mapping {'.'.join(parts[:-1])}: "
+                            f"Hydra needs '+{key}=...'")
+        else:
             problems.append(f"{s.where()}: {word}: {key} is not a config key")
-        elif plus == "+" and in_yaml:
-            problems.append(f"{s.where()}: {word}: {key} is in config.yaml, so it is set without '+'")
-        elif plus == "+" and any(has_path(o, parts) for o in overlays):
-            problems.append(f"{s.where()}: {word}: {key} is in a CPU overlay, where '+' fails: add it to "
-                            f"config.yaml and drop the '+'")
-        elif plus == "" and not in_yaml:
-            problems.append(f"{s.where()}: {word}: {key} is not in config.yaml, so Hydra needs '+{key}=...'")
     assert not problems, "\n".join(sorted(set(problems)))
+
+
+def _value(value) -> str:
+    """A loaded config value written back as a Hydra override value."""
+    from cua_rl.run.cli import hydra_str
+
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return hydra_str(str(value))
+
+
+def _composed_has_section(key: str) -> bool:
+    """Whether Hydra's composition of config.yaml has the section holding ``key``: a section left null there,
+    such as ``eval_gconfig`` (AReaL copies it from ``gconfig`` after loading), is given whole or not at all."""
+    from omegaconf import OmegaConf
+
+    parent = key.rpartition(".")[0]
+    return not parent or OmegaConf.select(_composed(), parent) is not None
+
+
+@lru_cache(maxsize=None)
+def _composed():
+    from areal.api.cli_args import parse_cli_args
+
+    import cua_rl.config  # noqa: F401  registers the schema config.yaml starts from
+
+    return parse_cli_args(["--config", str(CONFIG)])[0]
+
+
+def _leaves(obj, prefix: str = ""):
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), prefix + f.name
+        if dataclasses.is_dataclass(value):
+            yield from _leaves(value, key + ".")
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            yield key, value
+
+
+def test_every_config_field_and_every_documented_key_is_set_without_a_plus(loaded_config):
+    """One load of config.yaml with every scalar field of the loaded CUAConfig (AReaL's included) and every key
+    the docs set, each written as a plain ``key=value`` (its loaded value, so the values stay consistent).
+    Hydra refused a key config.yaml lacked unless written '+key' (embedded.start_monitor=false,
+    stats_logger.wandb.project=... in the docs failed)."""
+    from cua_rl.run.launch import load_config
+
+    fields = {key: value for key, value in _leaves(loaded_config) if _composed_has_section(key)}
+    assert len(fields) > 300 and "embedded.start_monitor" in fields and "stats_logger.wandb.project" in fields
+    scalars = dict(_leaves(loaded_config))
+    documented = {key for _, _, plus, key in documented_overrides() if not plus and key in scalars}
+    assert len(documented) > 20 and documented <= set(fields), sorted(documented - set(fields))
+    overrides = [f"{key}={_value(value)}" for key, value in fields.items()]
+    config = load_config(str(CONFIG), overrides)
+    assert config.embedded.start_monitor == loaded_config.embedded.start_monitor
+    again = load_config(str(CONFIG), ["embedded.start_monitor=false", "stats_logger.wandb.project=cua",
+                                      "policy.max_images_per_request=16", "+health.thresholds.infra_lost_share=0.8"])
+    assert (again.embedded.start_monitor, again.stats_logger.wandb.project, again.policy.max_images_per_request,
+            again.health.thresholds) == (False, "cua", 16, {"infra_lost_share": 0.8})
+    # commands written when such keys needed '+' still work: the loaders make a single '+' Hydra's '++'
+    old = load_config(str(CONFIG), ["+embedded.start_monitor=false", "+policy.max_images_per_request=16"])
+    assert (old.embedded.start_monitor, old.policy.max_images_per_request) == (False, 16)
 
 
 # ---- the README's layout --------------------------------------------------------------------------------

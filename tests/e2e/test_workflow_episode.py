@@ -68,6 +68,14 @@ async def test_arun_episode_returns_a_group_batch_or_a_logged_none(stack):
         assert batch is not None
         assert {"input_ids", "loss_mask", "logprobs", "versions", "rewards", "multi_modal_input",
                 "mm_token_type_ids", "attention_mask"} <= set(batch)
+        # each row carries its episode's outcome for the step that trains it (cua_rl/trainer/progress.py)
+        from cua_rl.runs import EPISODE_COLUMNS, EPISODE_REWARD, EPISODE_SHARE
+        from cua_rl.trainer.progress import trained_outcome
+
+        assert all(batch[k].shape == batch["input_ids"].shape[:1] for k in EPISODE_COLUMNS)
+        outcome = trained_outcome([batch])
+        assert outcome["episodes"] == round(float(batch[EPISODE_SHARE].sum())) >= 1
+        assert all(0.0 <= r <= 1.0 for r in batch[EPISODE_REWARD].tolist()) and 0.0 <= outcome["success"] <= 1.0
         # an unreachable gym is an infrastructure failure: the group is rejected, nothing raises. The wait for a
         # gym or agent service that is down is bounded by max_task_time_seconds: a short one keeps this test short
         broken = make_workflow(stack, gym_base_url="http://127.0.0.1:9", max_task_time_seconds=4)

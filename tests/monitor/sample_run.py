@@ -60,27 +60,38 @@ def agent_steps() -> list[dict]:
     ]
 
 
+INSTRUCTION = "Open the editor and type the word shown on the card (instance 3: 'lemon')."
+
+
 async def send_sample_run(base_url: str, token: str, training_id: int, *, step: int = 0,
-                          rewards=(1.0, 0.0), is_eval: bool = False, task_id: str = "task-1") -> EpisodeReporter:
+                          rewards=(1.0, 0.0), is_eval: bool = False, task_id: str = "task-1",
+                          cancelled: int = 0) -> EpisodeReporter:
     """One GRPO group of ``len(rewards)`` rollouts at policy version ``step``, each with two turns; the
-    group's advantages follow, as the workflow sends them. Returns the (closed) reporter."""
+    group's advantages follow, as the workflow sends them; then ``cancelled`` rollouts the run's end cancelled
+    in flight, as the workflow reports them. Returns the (closed) reporter."""
     from cua_rl.trajectory import normalise_group
 
     rep = EpisodeReporter(base_url, "p1", training_id, token=token, retry=FAST)
     reports = []
     for i, reward in enumerate(rewards):
         report = rep.rollout(f"{task_id}-{step}-{int(is_eval)}-{i:02d}".ljust(32, "0"), task_id=task_id,
-                             task_name="Open the editor", step=step, source_type="step", is_eval=is_eval,
+                             task_name="Open the editor", task_description="Open the editor and type the word shown.",
+                             step=step, source_type="step", is_eval=is_eval,
                              env_index=i, group_id=f"{task_id}:0:{step}:{int(is_eval)}", max_turns=5,
                              model_path="/m")
         shots = [screenshot_png("#3070c0", f"r{i} t1"), screenshot_png("#c03070", f"r{i} t2")]
         report.finished(reward=reward, task_success=reward > 0.5, num_turns=2, num_validators=1,
                         evaluation={"score": reward, "validators": [{"name": "file_saved", "score": reward}]},
-                        summary={"task_id": task_id, "execution_id": f"ex{i}"},
+                        summary={"task_id": task_id, "execution_id": f"ex{i}", "instruction": INSTRUCTION},
                         turns=[make_turn(shots[0]), make_turn(shots[1], 4)], steps=agent_steps(),
                         tokenizer=PieceTokenizer())
         reports.append(report)
     for report, adv in zip(reports, normalise_group(list(rewards))):
         report.advantage(adv, 2)
+    for i in range(cancelled):
+        rep.rollout(f"{task_id}-{step}-{int(is_eval)}-c{i:02d}".ljust(32, "0"), task_id=task_id, task_name="Open the editor",
+                    step=step + 1, source_type="step", is_eval=is_eval, env_index=i,
+                    group_id=f"{task_id}:0:{step + 1}:{int(is_eval)}", max_turns=5, model_path="/m").cancelled(
+            "cancelled: the run stopped while the episode was in flight")
     await rep.aclose()
     return rep

@@ -3,10 +3,13 @@ Selenium): pages load, the screenshot and the action overlay render where the ac
 coloured, and a run in progress updates without a reload."""
 
 import asyncio
+import os
+import shutil
+from pathlib import Path
 
 import httpx
 import pytest
-from sample_run import SCREEN, send_sample_run
+from sample_run import INSTRUCTION, SCREEN, send_sample_run
 
 from cua_rl.monitor import training_run
 from cua_rl.trainer.health import BY_NAME, Finding
@@ -219,3 +222,71 @@ def test_a_live_view_address_that_is_not_http_is_no_link(our_monitor, browser):
             assert bool(css(browser, "[data-testid=live-view]")) == linked, client_id
             hrefs = [a.get_attribute("href") or "" for a in css(browser, "a")]
             assert not [h for h in hrefs if not h.startswith(("http://", "https://"))], hrefs
+
+
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+
+
+def _axes(driver, testid: str) -> dict:
+    return driver.execute_script("""
+        const svg = document.querySelector(`[data-testid=${arguments[0]}]`);
+        const all = (sel) => [...svg.querySelectorAll(sel)].map((t) => t.textContent);
+        return {x: all('text.x-tick'), y: all('text.y-tick'), xLabel: all('text.x-label')[0] || null,
+                yLabel: all('text.y-label')[0] || null, empty: all('[data-testid=chart-empty]')[0] || null};""", testid)
+
+
+def test_charts_have_axes_and_units_a_rollout_shows_its_instruction_and_cancelled_is_not_failed(
+        our_monitor, browser, tmp_path):
+    """Issue 62 item 5: every chart has an x axis (the step, named by its numbering) and a y axis (the quantity and
+    its unit), both with ticks; an empty held-out chart says why; the rollout page shows the task instruction the
+    agent got; the episodes the run's end cancelled in flight are "cancelled", not "failed". With
+    CUA_RL_DOCS_IMG=1 the run page's screenshot is written to docs/img."""
+    monitor, token = our_monitor
+    with training_run(monitor.url, "p1", "cua", "docs", token=token) as tid:
+        for step in range(6):
+            asyncio.run(send_sample_run(monitor.url, token, tid, step=step,
+                                        rewards=(1.0, 0.0, 1.0 if step >= 2 else 0.0, 1.0 if step >= 4 else 0.0)))
+            _trainer_sends(monitor.url, token, update_record(tid, step, train_step=step + 1, stats={
+                "ppo_actor/update/actor_loss/avg": 0.02 - 0.005 * step, "ppo_actor/update/entropy/avg": 1.9 - 0.1 * step,
+                "ppo_actor/update/grad_norm": 0.8 + 0.1 * step, "ppo_actor/update/lr": 5e-6,
+                "ppo_actor/update/approx_kl/avg": 1e-4 * (step + 1), "sampler_logprob_gap": 0.002},
+                health={"staleness": 0.0}, anomalies=[]))
+        asyncio.run(send_sample_run(monitor.url, token, tid, step=6, rewards=(1.0, 1.0), cancelled=2))
+    browser.set_window_size(1400, 1800)
+    browser.get(f"{monitor.url}/{tid}")
+    wait_for(browser, lambda d: len(css(d, "[data-testid=chart-reward_mean] circle.point")) == 7)
+    charts = [e.get_attribute("data-testid") for e in css(browser, "svg.chart")]
+    assert {"chart-reward_mean", "chart-success_rate", "chart-heldout", "chart-loss", "chart-lr"} <= set(charts)
+    for testid in charts:
+        axes = _axes(browser, testid)
+        if testid == "chart-heldout":
+            assert axes["empty"] == "no held-out evaluation in this run (no eval split)", axes
+            continue
+        assert len(axes["x"]) >= 2 and len(axes["y"]) >= 2 and axes["xLabel"] and axes["yLabel"], (testid, axes)
+    reward = _axes(browser, "chart-reward_mean")
+    assert reward["xLabel"] == "policy version sampled (= step − 1)" and reward["yLabel"] == "reward (gym score, 0–1)"
+    assert reward["x"][0] == "0" and reward["x"][-1] == "6" and reward["y"][0] == "0"
+    success = _axes(browser, "chart-success_rate")
+    assert success["y"][0] == "0%" and success["y"][-1] == "100%" and success["yLabel"] == "success (% of episodes)"
+    loss = _axes(browser, "chart-loss")
+    assert loss["xLabel"] == "training step" and loss["x"][0] == "1" and loss["x"][-1] == "6", loss
+    assert _axes(browser, "chart-entropy")["yLabel"] == "entropy (nats per token)"
+    # the cancelled episodes: cancelled in the list and in their step's summary, never failed
+    wait_for(browser, lambda d: css(d, "[data-testid=rollout-row]"))
+    statuses = [e.text for e in css(browser, "#rollouts [data-testid=status]")]
+    assert statuses.count("cancelled") == 2 and "failed" not in statuses, statuses
+    if os.environ.get("CUA_RL_DOCS_IMG") == "1":
+        browser.save_screenshot(str(tmp_path / "monitor-run-axes.png"))
+
+    rollouts = httpx.get(f"{monitor.url}/api/trainings/{tid}/rollouts?status=cancelled").json()["rollouts"]
+    browser.get(f"{monitor.url}/rollouts/{rollouts[0]['id']}")
+    wait_for(browser, lambda d: css(d, "[data-testid=rollout-error]"))
+    assert css(browser, "h1 [data-testid=status]")[0].text == "cancelled"
+    assert css(browser, "[data-testid=rollout-error]")[0].text.startswith("cancelled: the run stopped")
+    best = httpx.get(f"{monitor.url}/api/trainings/{tid}/rollouts?status=completed&min_reward=1").json()["rollouts"][0]
+    browser.get(f"{monitor.url}/rollouts/{best['id']}")
+    wait_for(browser, lambda d: d.execute_script(
+        "const i = document.querySelector('[data-testid=screenshot]'); return i && i.complete && i.naturalWidth"))
+    assert css(browser, "[data-testid=instruction]")[0].text == f"instruction: {INSTRUCTION}"
+    if os.environ.get("CUA_RL_DOCS_IMG") == "1":
+        shutil.copy(tmp_path / "monitor-run-axes.png", DOCS_IMG / "monitor-run-axes.png")

@@ -103,3 +103,43 @@ def test_real_episodes_record_turns_in_our_monitor(stack, our_monitor, monkeypat
             assert turn["metrics"]["pixel_sha256"] and turn["text"] is not None
             assert turn["advantage"] == pytest.approx(member["advantage"])
         assert rollout["validations"] and rollout["validations"][0]["success"] == rollout["task_success"]
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_group_cancelled_in_flight_reports_its_rollouts_cancelled_not_failed(stack, our_monitor, monkeypatch):
+    """AReaL cancels the episodes in flight when a run ends (the read-ahead of a step that never trains): their
+    rollouts are "cancelled" in our monitor, not "failed" (the 16-step run of 2026-11-29 listed 16 of them as red
+    failures), and their executions are still terminated."""
+    import httpx
+
+    monitor, token = our_monitor
+    monkeypatch.setenv("PROJECT_TOKEN", token)
+
+    async def cancelled_group(wf, training_id):
+        task = asyncio.ensure_future(wf.arun_episode(stack["engine"], await first_task(stack)))
+        async with httpx.AsyncClient() as client:
+            for _ in range(600):   # until both episodes play: a model turn of each reported (executions made)
+                await asyncio.sleep(0.1)
+                listed = (await client.get(f"{monitor.url}/api/trainings/{training_id}/rollouts")).json()["rollouts"]
+                if len(listed) == 2 and all(r.get("current_phase") == "agent" for r in listed):
+                    break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await wf.monitor_flush(30)
+        for _ in range(150):   # the terminates run shielded from the cancel
+            if not stack["gym"].manager.executions:
+                break
+            await asyncio.sleep(0.1)
+
+    with training_run(monitor.url, "p1", "cua", "e2e-cancel", token=token) as training_id:
+        wf = make_workflow(stack, monitor=MonitorTarget(base_url=monitor.url, project_id="p1", training_id=training_id))
+        try:
+            asyncio.run(cancelled_group(wf, training_id))
+        finally:
+            asyncio.run(close_loop_servers())
+    rollouts = httpx.get(f"{monitor.url}/api/trainings/{training_id}/rollouts").json()["rollouts"]
+    # an episode of the tiny model may end (evaluated) between the check above and the cancel: completed then
+    statuses = [r["status"] for r in rollouts]
+    assert len(statuses) == 2 and "cancelled" in statuses and set(statuses) <= {"cancelled", "completed"}, rollouts
+    assert not stack["gym"].manager.executions, "a cancelled episode left its execution running"

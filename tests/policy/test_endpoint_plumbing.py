@@ -225,7 +225,12 @@ async def test_a_tool_call_nested_thousands_deep_is_answered_as_text(processor):
         await close_loop_servers()
 
 
-async def test_vllm_output_straddling_a_weight_update_is_regenerated(processor):
+async def test_vllm_output_straddling_a_weight_update_is_regenerated(processor, caplog):
+    """...and said at INFO: an interrupted output is normal under async RL (the summary counts them), not a
+    warning the console shows per episode."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="cua_rl.policy.endpoint")
     n = len(processor.tokenizer("x", add_special_tokens=False)["input_ids"])
     engine = EngineDouble(processor.tokenizer, text="x")
     mixed = [0] * n + [1]  # the last token came from the next policy version
@@ -237,6 +242,8 @@ async def test_vllm_output_straddling_a_weight_update_is_regenerated(processor):
         msg = {"messages": [{"role": "user", "content": "hi"}]}
         assert (await _post(ep, msg, ep.key)).status_code == 200
         assert ep.dropped_straddles == 1 and len(engine.requests) == 2 and ep.turns[0].versions == {0}
+        said = [r for r in caplog.records if "output was interrupted" in r.getMessage()]
+        assert [r.levelname for r in said] == ["INFO"], said
         engine.versions = [mixed, mixed]
         r = await _post(ep, msg, ep.key)
         assert r.status_code == 503 and ep.failed_turns == 1 and len(ep.turns) == 1
@@ -429,3 +436,25 @@ def test_an_agent_on_another_host_is_given_an_address_it_can_reach():
                           "http://agent.example:3000") == ("0.0.0.0", "policy.example")
     assert endpoint_hosts(EndpointSettings(bind_host="10.1.2.3"), "http://agent.example:3000") == ("10.1.2.3",
                                                                                                   "10.1.2.3")
+
+
+async def test_ignored_sampling_fields_are_logged_once_per_process(endpoint, caplog, monkeypatch):
+    """Our agent sends temperature/top_p/max_tokens on every turn of every episode (informational): the endpoint
+    says once that it ignores them, not once per episode (the console and rollout.log had a line per episode)."""
+    import logging
+
+    from cua_rl.policy import endpoint as endpoint_module
+
+    monkeypatch.setattr(endpoint_module, "_IGNORED_LOGGED", set())
+    caplog.set_level(logging.INFO, logger="cua_rl.policy.endpoint")
+    body = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0.0, "max_tokens": 5, "top_p": 1.0}
+    for _ in range(3):
+        ep = await endpoint.open_episode()
+        assert (await _post(ep, body, ep.key)).status_code == 200
+        assert {"temperature", "max_tokens", "top_p"} <= ep.ignored_params   # still recorded per episode
+    said = [r for r in caplog.records if "ignoring client fields" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    ep = await endpoint.open_episode()   # a field not seen before is said once more
+    assert (await _post(ep, {**body, "seed": 3}, ep.key)).status_code == 200
+    said = [r.getMessage() for r in caplog.records if "ignoring client fields" in r.getMessage()]
+    assert len(said) == 2 and "['seed']" in said[1], said

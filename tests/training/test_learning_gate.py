@@ -153,9 +153,20 @@ def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_r
     assert f"AReaL launches vLLM on the CPU for {pinned('multiturn')}" in out, out[-4000:]
     # PPO steps ran and their weights reached vLLM (disk update -> /areal_update_weights -> worker extension)
     assert re.search(r"Train step 1/\d+ done", (logs / "train.log").read_text(errors="replace"))
-    # the console shows one progress line per step instead of AReaL's statistics table
-    assert re.search(r"\[cua-rl\] step 1(/\d+)?: reward [0-9.]+, success [0-9.]+", out), out[-4000:]
-    assert "timeperf/train_step" not in out
+    # the console: one line per trained step (the episodes it trained, from its batch), no statistics table, no
+    # per-episode lines; at most 80 lines in all for the 16 steps (the run of 2026-11-29 printed 2,049)
+    steps = re.findall(r"^\[cua-rl\] step (\d+)/(\d+): success [0-9.]+, reward [0-9.]+ \(16 episodes, 4 groups, \d+ rows?\)",
+                       out, re.M)
+    assert steps == [(str(n), str(STEPS)) for n in range(1, STEPS + 1)], out[-4000:]
+    assert "timeperf/train_step" not in out and "INFO cua_rl.genv" not in out
+    lines = out.splitlines()   # train.sh's whole console (the bench keeps its stdout and stderr)
+    print(f"console: {len(lines)} lines for {STEPS} steps")
+    assert len(lines) <= 80, "\n".join(lines)
+    # one line of metrics.jsonl per step, numbered as the console numbers them
+    from cua_rl.trainer.progress import read_metrics
+
+    assert [(r["step"], r["global_step"], r["trained/episodes"]) for r in read_metrics(logs)] == [
+        (n, n - 1, 16) for n in range(1, STEPS + 1)]
     rollout_log = (logs / "rollout.log").read_text(errors="replace")
     assert "areal_vllm_server" in rollout_log and "CPUWorkerExtension" in rollout_log, rollout_log[-3000:]
     assert re.search(r"vLLM worker loaded weights from \S*weight_update_v1", rollout_log), rollout_log[-3000:]
@@ -172,7 +183,8 @@ def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_r
     assert all(0.0 <= v <= 1.0 for _, v in scalars["rollout/reward"])
     assert scalars["rollout/num_turns"][0][1] >= 1  # the policy endpoint recorded real model turns
     # the launcher's summary tells the user where everything went
-    assert "[cua-rl] checkpoints:" in out and "[cua-rl] statistics:" in out
+    assert "[cua-rl] checkpoints:" in out and "[cua-rl] statistics:" in out and "[cua-rl] numbering:" in out
+    assert f"final checkpoint: {ckpts}/default/epoch0epochstep{STEPS - 1}globalstep{STEPS - 1}" in out
     _assert_monitor_has_the_trainer_logprobs(logs / "monitor" / "monitor.db")
     # nothing left running: no desktops, no vLLM (of the run, or of the evaluation after it)
     assert not any(left.values()), f"left running: {left}"

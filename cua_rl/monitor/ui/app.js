@@ -83,25 +83,61 @@ function renderRuns(runs) {
 }
 
 // ---- one run ------------------------------------------------------------------------------------
-function chart(points, key, label, color, { yMax = null, id = key, also = null } = {}) {
-  // also: { points, color, label } drawn on the same axes as dots (e.g. the baseline beside the evaluations)
-  const W = 420, H = 160, P = 32;
+// Round tick values for [lo, hi]: about n of them, at 1, 2 or 5 times a power of ten (whole numbers when
+// ``whole``: steps).
+function ticks(lo, hi, n, whole = false) {
+  const span = hi - lo || Math.abs(hi) || 1;
+  let step = Math.pow(10, Math.floor(Math.log10(span / n)));
+  for (const k of [1, 2, 5, 10]) { if (span / (k * step) <= n) { step *= k; break; } }
+  if (whole) step = Math.max(1, Math.round(step));
+  const out = [];
+  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
+  return out;
+}
+const tickText = (v) => (v !== 0 && Math.abs(v) < 0.01 ? v.toExponential(1).replace(".0e", "e")
+  : Number(v.toPrecision(3)).toString());
+
+// A line chart with axes: x the step (``xLabel`` says which numbering), y the quantity and its unit (``yLabel``),
+// both with ticks; ``empty`` is said when there is nothing to draw. ``also``: { points, color, label } drawn on
+// the same axes as dots (e.g. the baseline beside the evaluations); ``yFormat`` writes the y ticks (percent).
+function chart(points, key, label, color, { yMax = null, id = key, also = null, yLabel = label, xLabel = "step",
+  empty = "no values yet", yFormat = tickText } = {}) {
+  const W = 420, H = 200, L = 58, R = 14, T = 26, B = 40;
   const svg = s("svg", { class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-testid": `chart-${id}` });
-  const pts = points.filter((p) => p[key] !== null && p[key] !== undefined);
-  const more = also ? also.points.filter((p) => p[key] !== null && p[key] !== undefined) : [];
-  const title = s("text", { x: P, y: 16, "font-size": 12, fill: "#1d232b" });
-  title.textContent = label;
-  svg.append(title);
-  if (!pts.length && !more.length) return svg;
+  const text = (x, y, content, attrs = {}) => {
+    const t = s("text", { x, y, "font-size": 11, fill: "#6a7683", ...attrs });
+    t.textContent = content;
+    svg.append(t);
+    return t;
+  };
+  text(L, 16, label, { "font-size": 12, fill: "#1d232b", class: "chart-title" });
+  const pts = points.filter((p) => Number.isFinite(p[key]));
+  const more = also ? also.points.filter((p) => Number.isFinite(p[key])) : [];
+  if (!pts.length && !more.length) {
+    text(W / 2, H / 2, empty, { "text-anchor": "middle", "data-testid": "chart-empty" });
+    return svg;
+  }
   const xs = [...pts, ...more].map((p) => p.step), ys = [...pts, ...more].map((p) => p[key]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
-  const y0 = Math.min(0, ...ys), y1 = yMax !== null ? yMax : Math.max(1e-9, ...ys);
-  const X = (x) => P + ((x - x0) / (x1 - x0)) * (W - 2 * P);
-  const Y = (y) => H - P + 6 - ((y - y0) / (y1 - y0 || 1)) * (H - 2 * P);
-  svg.append(s("line", { x1: P, y1: Y(y0), x2: W - P, y2: Y(y0), stroke: "#bbb" }));
-  const axis = s("text", { x: 2, y: Y(y1) + 4, "font-size": 10, fill: "#6a7683" });
-  axis.textContent = y1 !== 0 && Math.abs(y1) < 0.01 ? Number(y1).toExponential(1) : num(y1, 2);   // e.g. a learning rate
-  svg.append(axis);
+  let y0 = Math.min(0, ...ys), y1 = yMax !== null ? Math.max(yMax, ...ys) : Math.max(...ys);
+  if (y1 <= y0) y1 = y0 + (Math.abs(y0) || 1);
+  const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
+  const Y = (y) => H - B - ((y - y0) / (y1 - y0)) * (H - T - B);
+  // the axes, their ticks and labels: x below, y on the left (the label turned along it)
+  svg.append(s("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#9aa4ae", class: "x-axis" }));
+  svg.append(s("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#9aa4ae", class: "y-axis" }));
+  for (const v of ticks(x0, x1, 6, true)) {
+    svg.append(s("line", { x1: X(v), y1: H - B, x2: X(v), y2: H - B + 4, stroke: "#9aa4ae" }));
+    text(X(v), H - B + 15, String(v), { "text-anchor": "middle", class: "x-tick" });
+  }
+  for (const v of ticks(y0, y1, 4)) {
+    svg.append(s("line", { x1: L, y1: Y(v), x2: W - R, y2: Y(v), stroke: "#eef0f2" }));
+    svg.append(s("line", { x1: L - 4, y1: Y(v), x2: L, y2: Y(v), stroke: "#9aa4ae" }));
+    text(L - 6, Y(v) + 4, yFormat(v), { "text-anchor": "end", class: "y-tick" });
+  }
+  text((L + W - R) / 2, H - 6, xLabel, { "text-anchor": "middle", class: "x-label", "data-testid": "x-label" });
+  text(12, (T + H - B) / 2, yLabel, { "text-anchor": "middle", class: "y-label", "data-testid": "y-label",
+    transform: `rotate(-90 12 ${(T + H - B) / 2})` });
   svg.append(s("polyline", { points: pts.map((p) => `${X(p.step)},${Y(p[key])}`).join(" "), fill: "none",
     stroke: color, "stroke-width": 2 }));
   for (const [series, colour, cls, name] of [[pts, color, "point", ""], [more, also && also.color, "point also",
@@ -109,18 +145,18 @@ function chart(points, key, label, color, { yMax = null, id = key, also = null }
     for (const p of series) {
       const dot = s("circle", { cx: X(p.step), cy: Y(p[key]), r: cls === "point" ? 3.5 : 5, fill: colour, class: cls });
       const tip = s("title", {});
-      tip.textContent = `${name}step ${p.step}: ${num(p[key])}`;
+      tip.textContent = `${name}${xLabel} ${p.step}: ${num(p[key])}`;
       dot.append(tip);
       svg.append(dot);
     }
   }
-  if (also && more.length) {
-    const key_ = s("text", { x: W - P, y: 16, "font-size": 11, fill: also.color, "text-anchor": "end" });
-    key_.textContent = "● " + also.label;
-    svg.append(key_);
-  }
+  if (also && more.length) text(W - R, 16, "● " + also.label, { "font-size": 11, fill: also.color, "text-anchor": "end" });
   return svg;
 }
+const percent = (v) => `${Math.round(100 * v)}%`;
+// The x axes: the rollout curves count policy versions (the rollouts of version k train console step k+1);
+// the trainer's curves count the training steps (console step N, checkpoint globalstep N-1).
+const VERSION_AXIS = "policy version sampled (= step − 1)", TRAIN_AXIS = "training step";
 
 function summaryCells(sm) {
   return [h("td", {}, sm.rollouts), h("td", {}, sm.completed), h("td", {}, num(sm.reward_mean)),
@@ -164,23 +200,32 @@ function renderRun(run) {
     h("h1", {}, `Run #${run.id} ${run.run_name || ""}`),
     h("p", { class: "muted" }, `${run.experiment_name || ""} / ${run.trial_name || ""} · project ${run.project || "?"}`),
     stats,
-    h("h2", {}, "Curves (training rollouts per step; held-out: the evaluations and the baseline)"),
-    h("div", { class: "cards" }, chart(run.curve, "reward_mean", "mean reward", "#1463b8"),
-      chart(run.curve, "success_rate", "success rate", "#3c9a5f", { yMax: 1 }),
+    h("h2", {}, "Curves (training rollouts per policy version; held-out: the evaluations and the baseline)"),
+    h("div", { class: "cards" },
+      chart(run.curve, "reward_mean", "mean reward of the rollouts", "#1463b8",
+        { yLabel: "reward (gym score, 0–1)", xLabel: VERSION_AXIS }),
+      chart(run.curve, "success_rate", "success rate of the rollouts", "#3c9a5f",
+        { yMax: 1, yLabel: "success (% of episodes)", xLabel: VERSION_AXIS, yFormat: percent }),
       chart((run.heldout_curve || []).filter((p) => p.kind === "eval"), "success_rate", "held-out success",
-        "#b8541c", { yMax: 1, id: "heldout", also: { points: (run.heldout_curve || []).filter((p) => p.kind === "baseline"),
-          color: "#6a7683", label: "baseline" } })),
+        "#b8541c", { yMax: 1, id: "heldout", yLabel: "success (% of episodes)", xLabel: VERSION_AXIS, yFormat: percent,
+          empty: "no held-out evaluation in this run (no eval split)",
+          also: { points: (run.heldout_curve || []).filter((p) => p.kind === "baseline"), color: "#6a7683",
+            label: "baseline" } })),
     h("h2", {}, "Training (the trainer's statistics per update)"),
-    h("div", { class: "cards" }, ...[["loss", "loss", "#8a4fd0"], ["entropy", "entropy", "#c07a14"],
-      ["approx_kl", "approx. KL (update)", "#b83a3a"], ["grad_norm", "grad norm", "#2f7f8a"],
-      ["lr", "learning rate", "#1463b8"], ["sampler_logprob_gap", "|trainer − engine| logprob", "#6a7683"],
-      ["behave_kl", "KL sampler → trained", "#7a5c2e", true], ["kl_reward", "KL penalty (to reference)", "#a0306a", true],
-      ["entropy_bonus", "entropy bonus", "#c07a14", true]]
+    h("div", { class: "cards" }, ...[["loss", "loss", "#8a4fd0", "loss (per token)"],
+      ["entropy", "entropy", "#c07a14", "entropy (nats per token)"],
+      ["approx_kl", "approx. KL (update)", "#b83a3a", "KL (nats per token)"],
+      ["grad_norm", "grad norm", "#2f7f8a", "gradient L2 norm"], ["lr", "learning rate", "#1463b8", "learning rate"],
+      ["sampler_logprob_gap", "|trainer − engine| logprob", "#6a7683", "|Δ logprob| (nats)"],
+      ["behave_kl", "KL sampler → trained", "#7a5c2e", "KL (nats per token)", true],
+      ["kl_reward", "KL penalty (to reference)", "#a0306a", "penalty (reward units)", true],
+      ["entropy_bonus", "entropy bonus", "#c07a14", "bonus (loss units)", true]]
       // the last three only when the run has them (stale rows, actor.kl_ctl > 0, entropy_bonus > 0)
-      .filter(([key, , , optional]) => !optional || (run.update_curve || []).some((p) => Number.isFinite(p[key])))
-      .map(([key, label, colour]) => chart(run.update_curve || [], key, label, colour))),
+      .filter(([key, , , , optional]) => !optional || (run.update_curve || []).some((p) => Number.isFinite(p[key])))
+      .map(([key, label, colour, yLabel]) => chart((run.update_curve || []).map((p) => ({ ...p, step: p.train_step ?? p.step + 1 })),
+        key, label, colour, { yLabel, xLabel: TRAIN_AXIS }))),
     h("h2", {}, "Health"), anomalyList(run.anomalies || []),
-    h("h2", {}, "Steps"), parentTable(run.steps, "steps", "step"),
+    h("h2", {}, "Steps"), parentTable(run.steps, "steps", "step (policy version)"),
     h("h2", {}, "Baseline (base model before training)"), parentTable(run.baselines, "baselines", "step"),
     h("h2", {}, "Evaluations"), parentTable(run.evals, "evals", "step"),
     h("h2", {}, "Rollouts"), rolloutsBox(run.id),
@@ -371,6 +416,9 @@ function validationView(vals) {
   });
 }
 
+// The task instruction the agent got: the instance's own (seeded tasks word it per instance), else the task's.
+const instructionOf = (r) => (r.summary && r.summary.instruction) || (r.task && r.task.description) || "";
+
 function renderRollout(r) {
   const turns = r.turns || [];
   if (state.turn >= turns.length) state.turn = Math.max(0, turns.length - 1);
@@ -383,6 +431,11 @@ function renderRollout(r) {
       // the gym's live view of the running execution (our gym; view-only, ended with the execution)
       r.status === "running" && webUrl(r.live_view) ? [" · ", h("a", { href: webUrl(r.live_view), target: "_blank",
         rel: "noopener", "data-testid": "live-view" }, "watch live")] : ""),
+    instructionOf(r) ? h("p", { class: "instruction", "data-testid": "instruction" },
+      h("span", { class: "muted" }, "instruction: "), instructionOf(r)) : null,
+    // why a rollout ended without a reward: dropped (failed) or stopped with the run (cancelled)
+    (r.status === "failed" || r.status === "cancelled") && r.summary && r.summary.error
+      ? h("p", { class: "muted", "data-testid": "rollout-error" }, r.summary.error) : null,
     h("div", { class: "cards" }, ...[["reward", num(r.reward)], ["advantage", num(r.advantage)],
       ["success", r.task_success === null || r.task_success === undefined ? "–" : String(r.task_success)],
       ["turns", r.num_turns ?? turns.length], ...(r.status === "running" ? [["phase", r.current_phase || "–"]] : [])]
