@@ -278,7 +278,7 @@ def _check_custom_tasks(config) -> None:
     """Tasks written in the config (``task_source.kind: custom``) are served by the embedded desktop gym, which
     the launcher starts with them; a gym of the user's evaluates only the tasks it defines."""
     if config.custom_tasks() and not (config.embedded_enabled and config.embedded_gym_id == "desktop"):
-        where = "the miniwob gym" if config.embedded_enabled else f"the gym at {config.gym_base_url}"
+        where = "the miniwob gym" if config.embedded_enabled else f"the gym(s) at {config.gym_base_url}"
         raise ConfigError(f"task_source kind=custom: tasks written in the config run on the embedded desktop gym "
                           f"only, not on {where} (a genv gym evaluates only the tasks it defines): add them to "
                           f"your gym and name them with kind=ids, or train without --gym")
@@ -312,10 +312,23 @@ def _warn_secret_overrides(overrides: list[str]) -> None:
                   "saved config.yaml; prefer the environment (e.g. PROJECT_TOKEN in .env)", file=sys.stderr)
 
 
+def _mode(config) -> str:
+    """Where the run's episodes play, in words (--dry-run's first line)."""
+    if config.embedded_enabled:
+        return f"embedded stack (gym id {config.embedded_gym_id})"
+    urls, ray = config.gym_urls, config.gym_fleet.ray_gyms.enabled
+    on_ray = "our gym on each Ray node with spare CPUs, once the trainer's workers are placed"
+    if len(urls) == 1 and not ray:
+        return f"external gym {urls[0]}"
+    if not urls:
+        return f"a fleet of gym hosts: {on_ray}"
+    return (f"a fleet of {len(urls)} gym hosts: {', '.join(urls)}" + (f", plus {on_ray}" if ray else "")
+            + " (each group placed on one host by capacity; docs/cluster.md)")
+
+
 def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> None:
     print("train.sh --dry-run: the config loads and checks; nothing is started")
-    print(f"mode: embedded stack (gym id {config.embedded_gym_id})" if config.embedded_enabled
-          else f"mode: external gym {config.gym_base_url}")
+    print(f"mode: {_mode(config)}")
     print(f"config: {config_file} ({why})")
     print(f"agent: {_agent_line(config)}")
     trial = "a new timestamped trial at start" if config.trial_name == AUTO_TRIAL else config.trial_name

@@ -20,7 +20,7 @@ from cua_rl.trainer.health import STOP_MARK, UnhealthyRun
 from cua_rl.trainer.model_watch import GONE_RE
 from cua_rl.trainer.resume import settle
 from cua_rl.run.console import ANSI, TABLE_START
-from cua_rl.runs import RunPaths, read_counts
+from cua_rl.runs import RunPaths, host_counts, read_counts
 
 logger = logging.getLogger("cua_rl.run.summary")
 
@@ -118,6 +118,8 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
               f"infrastructure failures (gym, agent service or model server: never given a reward"
               f"{'; ' + causes if causes else ''}), "
               f"{totals.get('groups_rejected', 0)} groups rejected for too few evaluated episodes")
+    for line in host_lines(totals):
+        print(line)
     saved = paths.checkpoints.is_dir() and any(p.is_file() for p in paths.checkpoints.rglob("*"))
     print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if saved else "  (none written: see saver.freq_steps)"))
     if rc != 0:
@@ -137,6 +139,21 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
     wanted = ("rollout/reward", "rollout/task_success", "eval-rollout/reward", "eval-rollout/task_success")
     for tag in (t for t in wanted if t in scalars):
         print(f"[cua-rl]   {tag}: {by_step(scalars[tag])}")
+
+
+def host_lines(totals: dict[str, int]) -> list[str]:
+    """With several gym hosts: the episodes each served, and one line per drained host with its counts."""
+    hosts = host_counts(totals)
+    if len(hosts) < 2 and not any(c.get("drains") for c in hosts.values()):
+        return []
+    lines = ["[cua-rl] gym hosts:   " + ", ".join(f"{url} {c.get('episodes', 0)} episodes"
+                                                    for url, c in sorted(hosts.items()))]
+    for url, c in sorted(hosts.items()):
+        if c.get("drains") or c.get("groups_drained"):
+            lines.append(f"[cua-rl] gym host drained: {url} ({c.get('drains', 0)}x): {c.get('groups_drained', 0)} "
+                         f"groups with {c.get('episodes_drained', 0)} episodes in flight there dropped, never trained, "
+                         f"and played again on other hosts; {c.get('episodes', 0)} episodes evaluated there")
+    return lines
 
 
 def by_step(points: list[tuple[int, float]]) -> str:
