@@ -278,7 +278,7 @@ def _check_custom_tasks(config) -> None:
     """Tasks written in the config (``task_source.kind: custom``) are served by the embedded desktop gym, which
     the launcher starts with them; a gym of the user's evaluates only the tasks it defines."""
     if config.custom_tasks() and not (config.embedded_enabled and config.embedded_gym_id == "desktop"):
-        where = "the miniwob gym" if config.embedded_enabled else f"the gym(s) at {config.gym_base_url}"
+        where = "the miniwob gym" if config.embedded_enabled else f"the gym at {config.gym_base_url}"
         raise ConfigError(f"task_source kind=custom: tasks written in the config run on the embedded desktop gym "
                           f"only, not on {where} (a genv gym evaluates only the tasks it defines): add them to "
                           f"your gym and name them with kind=ids, or train without --gym")
