@@ -61,13 +61,13 @@ def _die_with_parent() -> None:
 class GymNode:
     """The Ray actor: one ``cua-gym serve`` on this node (made a Ray actor class by ``RayGyms.start``)."""
 
-    def __init__(self, argv_tail: list[str], log_dir: str) -> None:
+    def __init__(self, argv_tail: list, log_dir: str, port: int = 0) -> None:
         import ray
 
         from cua_rl.http.serve import free_port
 
         self.host = ray.util.get_node_ip_address()
-        self.port = free_port(self.host)
+        self.port = port or free_port(self.host)
         argv = gym_argv(self.host, self.port, *argv_tail)
         os.makedirs(log_dir, exist_ok=True)
         self.log = os.path.join(log_dir, f"ray-gym-{self.host}-{self.port}.log")
@@ -140,7 +140,7 @@ class RayGyms:
                     actor = actor_class.options(
                         num_cpus=n * opts.cpus_per_desktop, name=None,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-                    ).remote([n, gym_id, config.embedded], log_dir)
+                    ).remote([n, gym_id, config.embedded], log_dir, opts.port)
                     gyms.actors.append(actor)
                     plan.append((address, n))
             gyms.urls = ray.get([a.url.remote() for a in gyms.actors], timeout=READY_TIMEOUT_S + 30)

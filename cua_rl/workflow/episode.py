@@ -126,11 +126,12 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
     seconds = time.monotonic() - started
     reward = shaped_reward(float(evaluation.reward), run.steps, setup.trajectory.format_reward,
                            setup.trajectory.action_reward)
-    logger.info("%s: reward=%.3f%s run_ok=%s reason=%s turns=%d %.1fs", where, reward,
+    logger.info("%s: reward=%.3f%s run_ok=%s reason=%s turns=%d %.1fs on %s", where, reward,
                 f" (task {evaluation.reward:.3f} + shaping)" if reward != evaluation.reward else "", run.ok,
-                run.reason, len(turns), seconds)
+                run.reason, len(turns), seconds, gym_url)
     info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
             "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed, "gym_host": gym_url,
+            "evaluated_at": time.time(),
             "instruction": execution.instruction, "env_reward": float(evaluation.reward)}
     if report is not None:
         report.finished(reward=reward, task_success=bool(evaluation.success),

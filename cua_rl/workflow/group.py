@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
@@ -219,6 +220,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
         if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/trainer/resume.py)
             batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
                                            dtype=torch.long)
+        if batch is not None:   # where its episodes played and when the last was evaluated (what a fleet must show)
+            last = max(o.info.get("evaluated_at", 0.0) for o in outcomes)
+            logger.info("task %s: group %s returned for training: %d episodes on %s, the last evaluated at %s",
+                        task_id, group[1], len(outcomes), _host, time.strftime("%H:%M:%S", time.localtime(last))
+                        + f".{int(last * 1000) % 1000:03d}")
         return batch
 
     def _record_stats(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str]) -> None:

@@ -6,7 +6,7 @@ training workflow and for ``cua-eval`` alike:
 - the group's episodes all play on the host its placement chose (a task row's own gym URL only says which
   fleet it belongs to: ``fleet_for``); an execution never leaves its host;
 - a group whose host drains while an episode of it is unfinished is dropped: its episodes are cancelled (each
-  still terminates its execution), never trained, and counted as drained, not lost (the lost-episode health
+  still asks the host to terminate its execution, in the background), never trained, and counted as drained, not lost (the lost-episode health
   check reads lost episodes only); its task item is played again, same seeds, on another host, so nothing is
   recorded as dropped for resume. A group whose episodes were all evaluated is kept, whatever the host does
   next. An episode dropped as the gym's (or crashed) makes the fleet ask that host again (``Fleet.suspect``):
@@ -30,6 +30,7 @@ from cua_rl.trajectory import EpisodeOutcome
 from .episode import Dropped
 
 logger = logging.getLogger(__name__)
+_ENDING: set[asyncio.Future] = set()   # cancelled episodes of drained groups, still ending their executions
 
 # play(gym_url, index, placement) -> the episode's outcome; the placement (None without a fleet) hears of its
 # create: ``busy(error)`` on each 429, ``created()`` once the execution exists (play_episode's ``placement``)
@@ -92,11 +93,14 @@ async def _play_placed(fleet: Fleet, placement, n: int, play: Play) -> list | No
             return None
         for task in episodes:
             task.cancel(f"gym host {placement.url} drained")
-        await asyncio.gather(together, return_exceptions=True)   # each episode ends its execution first
+        # each cancelled episode still asks its dead host to end its execution (retried for ~30 s when the host
+        # is blackholed): that finishes on its own while the task item is played again elsewhere
+        _ENDING.add(together)
+        together.add_done_callback(_ENDING.discard)
         return None
     finally:
         lost.cancel()
-        if not together.done():   # cancelled from outside (AReaL stopping): the episodes go with it
+        if not together.done() and together not in _ENDING:   # cancelled from outside (AReaL stopping)
             together.cancel()
             with contextlib.suppress(BaseException):
                 await together
