@@ -132,7 +132,7 @@ class LocalGym:
                 "executions": len(m.executions), "pool": m.pool_stats()}
 
     def capacity(self) -> dict:
-        """``GET .../capacity``: ``{"free": n, "max": m}`` executions (docs/protocols.md §1.9)."""
+        """``GET .../capacity``: ``{"free": n, "max": m}`` executions (docs/protocols.md §1.10)."""
         return self.manager.capacity()
 
     def metrics_text(self) -> str:

@@ -5,7 +5,7 @@ What a host shows: its executions by state (``creating``, ``running``, ``evaluat
 state present from start-up, at 0), its capacity (``max_executions`` and what is free of it), creates refused
 because it was full (429) or failed (503), executions created and ended, and latency histograms of create
 (an execution's start, its task's set-up included), step (one action and the wait for its screen to settle)
-and evaluate. docs/protocols.md §1.9 lists the names.
+and evaluate. docs/protocols.md §1.10 lists the names.
 """
 
 from __future__ import annotations

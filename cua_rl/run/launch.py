@@ -322,7 +322,8 @@ def _mode(config) -> str:
         return f"external gym {urls[0]}"
     if not urls:
         return f"a fleet of gym hosts: {on_ray}"
-    return (f"a fleet of {len(urls)} gym hosts: {', '.join(urls)}" + (f", plus {on_ray}" if ray else "")
+    return (f"a fleet of {len(urls)} gym host{'s' if len(urls) > 1 else ''}: {', '.join(urls)}"
+            + (f", plus {on_ray}" if ray else "")
             + " (each group placed on one host by capacity; docs/cluster.md)")
 
 
