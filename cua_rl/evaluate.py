@@ -8,7 +8,8 @@
         [--episodes-per-task N] [--samples K] [--greedy | --both] [--gbox-mini-url URL | --agent embedded]
         [--model-url URL] [--concurrency N] [--config FILE] [--out FILE] [key=value ...]
 
-``cua-eval`` (``evaluate_on_gym``) plays the tasks of the configured task source on the gym at ``--gym``
+``cua-eval`` (``evaluate_on_gym``) plays the tasks of the configured task source on the gym at ``--gym`` (several:
+``URL,URL,...`` or ``@FILE``, each episode placed on one host as training places a group: cua_rl/workflow/placement.py)
 (``--split``: the eval split, the default, as ``gym_eval_number_range``/``gym_train_ratio`` make it; the train
 split; or all), ``--episodes-per-task`` instances of each (instance seeds the curriculum's held-out list gives;
 a gym that draws no instances by seed plays the task again), with the agent service at ``--gbox-mini-url`` or
