@@ -115,6 +115,7 @@ def gym_urls(spec: str) -> tuple[str, ...]:
 class Host:
     url: str
     up: bool | None = None           # None: not asked yet
+    was_up: bool = False             # it answered once (a drained host comes back; a late one comes up)
     free: int | None = None          # its last capacity report; None: the gym has no capacity route
     max: int | None = None
     pending: int = 0                 # episodes this process placed here that have not created their execution
@@ -310,9 +311,10 @@ class Fleet:
         host.fails = 0
         if host.up is not True:
             if host.up is False:
-                logger.warning("gym host %s is back (down %.0f s): it takes work again", host.url,
-                               time.monotonic() - (host.down_since or time.monotonic()))
-            host.up, host.down_since, host.why_down = True, None, ""
+                logger.warning("gym host %s is %s (down %.0f s): it takes work%s", host.url,
+                               "back" if host.was_up else "up", time.monotonic() - (host.down_since or time.monotonic()),
+                               " again" if host.was_up else "")
+            host.up, host.was_up, host.down_since, host.why_down = True, True, None, ""
         await self._capacity(host)
 
     async def _capacity(self, host: Host) -> None:
