@@ -25,6 +25,7 @@ from typing import Any
 
 from areal.api.cli_args import GRPOConfig
 
+from cua_rl.genv.fleet import join_gym_urls, parse_gym_urls
 from cua_rl.trainer.health import HealthConfig
 from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 from cua_rl.policy import EndpointSettings
@@ -122,6 +123,54 @@ def _plain(value):
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
+def gym_spec(value, key: str = "gym_base_url") -> str:
+    """A gym URL setting in its one written form, ``URL`` or ``URL,URL,...``: from one URL, a comma list, a
+    YAML list, or ``@FILE`` (one URL a line; read now). A bad URL raises ``ValueError`` naming ``key``."""
+    try:
+        return join_gym_urls(parse_gym_urls(_plain(value) or ""))
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+
+
+@dataclass
+class RayGymsConfig:
+    """Our gym server on the Ray cluster's nodes for this run (``scheduler.type=ray``; cua_rl/areal_ext/ray_gyms.py):
+    once AReaL's workers are placed, one Ray actor on each node with spare CPUs runs ``cua-gym serve`` on the
+    node's address, taking ``cpus_per_desktop`` Ray CPUs per execution it may run; the gyms join the run's fleet
+    and end with the run. They serve ``gym_id`` (default desktop) with the embedded gym's settings (``embedded.*``:
+    tasks_dir, num_desktops, reuse_browsers)."""
+
+    enabled: bool = False
+    cpus_per_desktop: float = 0.25
+    min_per_node: int = 1       # a node with room for fewer executions gets no gym
+    max_per_node: int = 16      # executions one node's gym runs at most
+    port: int = 0               # 0 = a free port on each node
+
+    def __post_init__(self):
+        if not self.cpus_per_desktop > 0:
+            raise ValueError(f"gym_fleet.ray_gyms.cpus_per_desktop must be > 0, got {self.cpus_per_desktop}")
+        if not 1 <= self.min_per_node <= self.max_per_node:
+            raise ValueError(f"gym_fleet.ray_gyms: need 1 <= min_per_node <= max_per_node, got {self.min_per_node}, "
+                             f"{self.max_per_node}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError("gym_fleet.ray_gyms.port must be 0..65535")
+
+
+@dataclass
+class GymFleetConfig:
+    """Several gym hosts in one run (``gym_base_url`` a list; cua_rl/genv/fleet.py): how often each host's health
+    is asked and how long an answer may take (two failed checks in a row drain a host), and our gyms started on
+    the Ray cluster's nodes."""
+
+    health_interval_seconds: float = 2.0
+    health_timeout_seconds: float = 3.0
+    ray_gyms: RayGymsConfig = field(default_factory=RayGymsConfig)
+
+    def __post_init__(self):
+        if not (self.health_interval_seconds > 0 and self.health_timeout_seconds > 0):
+            raise ValueError("gym_fleet.health_interval_seconds and health_timeout_seconds must be > 0")
+
+
 @dataclass
 class TaskSourceConfig:
     """Where training tasks come from (dataset.py). Tag filter, split and limit (the gym_* keys)
@@ -145,7 +194,7 @@ class TaskSourceConfig:
     tags: list[str] | None = None      # this source's tag filter instead of gym_tags
     limit: int | None = None           # at most N tasks of this source per split instead of gym_limit
     seed: int | None = None            # this source's split and sampling seed instead of gym_seed
-    gym_base_url: str = ""             # this source's gym instead of the run's (rows carry their gym)
+    gym_base_url: Any = ""             # this source's gym(s) instead of the run's (rows carry their gym)
     gym_id: str = ""
     # Share of the training rows per epoch among task_sources (relative; the number of rows stays what the
     # sources give with repeat: each source's tasks cycle to fill its share)
@@ -163,6 +212,7 @@ class TaskSourceConfig:
             raise ValueError(f"task_source.difficulty: each of easy, normal (medium), hard; got {self.difficulty}")
         if self.kind not in TASK_SOURCE_KINDS:
             raise ValueError(f"task_source.kind must be one of {TASK_SOURCE_KINDS}, got {self.kind!r}")
+        self.gym_base_url = gym_spec(self.gym_base_url, "task_source.gym_base_url")
         if self.kind == "file" and not self.task_file:
             raise ValueError("task_source.kind=file needs task_source.task_file")
         if self.kind == "ids" and not self.task_ids:
@@ -303,8 +353,10 @@ class CUAConfig(GRPOConfig):
     max_task_time_seconds: int = 600
     max_turn_time_seconds: int = 120
 
-    # --- gym server (genv API). Empty gym_base_url = the embedded gym (see `embedded`).
-    gym_base_url: str = ""
+    # --- gym server (genv API). Empty gym_base_url = the embedded gym (see `embedded`). Several gyms (a fleet:
+    # groups placed by capacity, a dead host drained; gym_fleet): URL,URL,... or a YAML list or @FILE (one URL a
+    # line), held as "URL,URL,...".
+    gym_base_url: Any = ""
     gym_id: str = ""
     gym_train_ratio: float = 0.8
     # Which split trains: "train" (default), "eval" or "all" (every task; a sanity/overfit run).
@@ -372,9 +424,16 @@ class CUAConfig(GRPOConfig):
     sft: SFTConfig = field(default_factory=SFTConfig)
     # per-step health checks: what an anomaly does (--on-anomaly) and thresholds (cua_rl/trainer/health.py)
     health: HealthConfig = field(default_factory=HealthConfig)
+    gym_fleet: GymFleetConfig = field(default_factory=GymFleetConfig)
 
     def __post_init__(self):
         super().__post_init__()
+        self.gym_base_url = gym_spec(self.gym_base_url)
+        if self.gym_fleet.ray_gyms.enabled:
+            if self.scheduler.type != "ray":
+                raise ValueError(f"gym_fleet.ray_gyms.enabled starts gyms on the Ray cluster's nodes: it needs "
+                                 f"scheduler.type=ray (got {self.scheduler.type!r})")
+            self.gym_id = self.gym_id or self.embedded.gym_id   # what they serve (and a named gym must serve too)
         for name in ("max_turns", "max_task_time_seconds", "max_turn_time_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -607,10 +666,15 @@ class CUAConfig(GRPOConfig):
         return out
 
     @property
+    def gym_urls(self) -> list[str]:
+        """The run's gym hosts (``gym_base_url`` as a list; empty for the embedded gym)."""
+        return parse_gym_urls(self.gym_base_url)
+
+    @property
     def embedded_enabled(self) -> bool:
-        """Whether launch.py starts the embedded stack."""
+        """Whether launch.py starts the embedded stack: no gym named and none started on Ray, unless forced."""
         if self.embedded.enabled is None:
-            return not self.gym_base_url
+            return not self.gym_base_url and not self.gym_fleet.ray_gyms.enabled
         return self.embedded.enabled
 
 

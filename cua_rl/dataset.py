@@ -13,7 +13,8 @@ gives the eval tasks instead of the split. Then, for every source (its own setti
 3. `gym_split_type` picks what trains: the train split, the eval split, or all tasks;
 4. `gym_limit` caps each split with a seeded sample (order kept).
 
-Rows: task_id, number, name, instruction, description, tags, difficulty, gym_base_url, gym_id.
+Rows: task_id, number, name, instruction, description, tags, difficulty, gym_base_url, gym_id. With several gym
+hosts (``URL,URL,...``) a row carries them all and the workflow places each group on one of them.
 Bad input raises `TaskSourceError` naming the file and line, the gym, or the missing ids.
 """
 
@@ -31,6 +32,7 @@ from datasets import Dataset, Features, Sequence, Value
 
 from cua_rl.config import CUAConfig, TaskSourceConfig, parse_number_ranges
 from cua_rl.genv import GenvClient, GenvError, Task
+from cua_rl.genv.fleet import first_answering, gym_urls
 
 logger = logging.getLogger(__name__)
 
@@ -260,21 +262,37 @@ def gym_of(config: CUAConfig, source: TaskSourceConfig) -> tuple[str, str]:
     return source.gym_base_url or config.gym_base_url, source.gym_id or config.gym_id
 
 
+def own_gym_tasks(gym_id: str, tasks_dir: str = "") -> list[Task]:
+    """The tasks our gym serves for ``gym_id`` (its built-in suite, or ``tasks_dir``'s files), read here without
+    asking a server: the run's gyms on the Ray cluster start only once the trainer's workers are placed."""
+    from cua_rl.local_gym.manager import GymOptions
+    from cua_rl.local_gym.suite import make_suite
+
+    folder = str(Path(tasks_dir).expanduser().resolve()) if tasks_dir else None
+    return [Task.from_raw(t.to_wire()) for t in make_suite(GymOptions(gym_id=gym_id, tasks_dir=folder)).tasks.tasks]
+
+
 async def aload_tasks(config: CUAConfig, source: TaskSourceConfig | None = None) -> list[Task]:
     """Every task of ``source`` (default: ``task_source``), before filtering and splitting."""
     source = source or config.task_source
     if source.kind == "file":
         return read_task_file(source.task_file)
     url, gym_id = gym_of(config, source)
+    if not url and gym_id and config.gym_fleet.ray_gyms.enabled:
+        tasks = own_gym_tasks(gym_id, config.embedded.tasks_dir)   # what our gyms on the Ray cluster will serve
+        return select_ids(tasks, source.task_ids) if source.kind in ("ids", "custom") else tasks
     if not url or not gym_id:
         raise TaskSourceError(
             f"task_source.kind={source.kind} needs gym_base_url and gym_id (got {url!r}, {gym_id!r}): pass "
             f"--gym/--gym-id, let launch.py start the embedded gym, or set the source's own gym_base_url/gym_id")
-    async with GenvClient(url, gym_id) as gym:
-        try:
-            tasks = await fetch_gym_tasks(gym)
-        except GenvError as exc:
-            raise TaskSourceError(f"cannot list the tasks of gym {gym_id!r}: {exc}") from exc
+    async def listed(host: str) -> list[Task]:
+        async with GenvClient(host, gym_id) as gym:
+            return await fetch_gym_tasks(gym)
+
+    try:   # a fleet's hosts serve the same tasks: the first that answers lists them
+        tasks = await first_answering(gym_urls(url), listed)
+    except GenvError as exc:
+        raise TaskSourceError(f"cannot list the tasks of gym {gym_id!r}: {exc}") from exc
     # custom: the tasks written in the config, which the embedded gym serves (task_ids holds their ids)
     return select_ids(tasks, source.task_ids) if source.kind in ("ids", "custom") else tasks
 

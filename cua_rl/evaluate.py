@@ -4,11 +4,12 @@
     python -m cua_rl.evaluate --config examples/cua_agent/config.cpu.yaml \
         --checkpoints SFT_DIR STEP1_DIR ... [--seeds-per-task 16] [--concurrency 4] [--samples K]
         [--greedy | --both] [--regimes instances,content] [key=value ...]
-    cua-eval --gym URL --gym-id ID --checkpoint DIR [--checkpoint DIR ...] [--split eval|train|all]
+    cua-eval --gym URL[,URL...] --gym-id ID --checkpoint DIR [--checkpoint DIR ...] [--split eval|train|all]
         [--episodes-per-task N] [--samples K] [--greedy | --both] [--gbox-mini-url URL | --agent embedded]
         [--model-url URL] [--concurrency N] [--config FILE] [--out FILE] [key=value ...]
 
-``cua-eval`` (``evaluate_on_gym``) plays the tasks of the configured task source on the gym at ``--gym``
+``cua-eval`` (``evaluate_on_gym``) plays the tasks of the configured task source on the gym at ``--gym`` (several:
+``URL,URL,...`` or ``@FILE``, each episode placed on one host as training places a group: cua_rl/workflow/placement.py)
 (``--split``: the eval split, the default, as ``gym_eval_number_range``/``gym_train_ratio`` make it; the train
 split; or all), ``--episodes-per-task`` instances of each (instance seeds the curriculum's held-out list gives;
 a gym that draws no instances by seed plays the task again), with the agent service at ``--gbox-mini-url`` or
@@ -167,14 +168,21 @@ async def _evaluate_loaded(workflow, endpoint, plays: list[tuple[dict, list[int]
     """Every (task row, seed) of ``plays`` ``samples`` times: (the episodes, how many were dropped, how many
     model errors)."""
     from cua_rl.workflow import Dropped, play_episode
+    from cua_rl.workflow.placement import play_group
 
     gate = asyncio.Semaphore(concurrency)
     episodes: list[Episode] = []
     failed = {"dropped": 0, "model_errors": 0}
 
     async def one(row: dict, index: int, seed: int) -> None:
-        async with gate:
-            outcome = await play_episode(workflow.episode_setup, endpoint, row, index, seed=seed)
+        async with gate:   # on one gym host, placed when there are several (a drained host's episode plays again)
+            (outcome,), _ = await play_group(
+                workflow.fleet(row), row.get("gym_base_url") or workflow.gym.base_url, 1,
+                lambda url, _i, placement: play_episode(workflow.episode_setup, endpoint,
+                                                        {**row, "gym_base_url": url}, index, seed=seed,
+                                                        placement=placement))
+        if isinstance(outcome, BaseException):
+            raise outcome
         success, turns = False, 0
         if isinstance(outcome, Dropped):
             failed["dropped"] += 1
@@ -388,7 +396,8 @@ def _gym_parser():
     ap = argparse.ArgumentParser(prog="cua-eval", description="Held-out success of checkpoints on your gym "
                                  "(JSON per checkpoint). Other arguments are Hydra overrides of the config.",
                                  epilog=CURRICULUM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gym", required=True, help="gym server base URL (genv API)")
+    ap.add_argument("--gym", required=True, help="gym server base URL (genv API); several: URL,URL,... or @FILE "
+                    "(one URL a line), each episode placed on one host")
     ap.add_argument("--gym-id", required=True)
     ap.add_argument("--checkpoint", action="append", required=True, help="a model directory (repeatable)")
     ap.add_argument("--config", default="", help="recipe (default: config.yaml with a GPU, config.cpu.yaml without)")
@@ -409,6 +418,7 @@ def _gym_parser():
 
 def gym_main(argv: list[str]) -> int:
     """``cua-eval``: parse, load the config as the launcher does, evaluate, print and write the JSON."""
+    from cua_rl.run.cli import hydra_str
     from cua_rl.run.launch import RECIPES, apply_process_defaults, has_gpu, load_config
 
     args, overrides = _gym_parser().parse_known_args(argv)
@@ -417,7 +427,7 @@ def gym_main(argv: list[str]) -> int:
     apply_process_defaults()
     setup_logging()
     config_file = args.config or str(RECIPES / ("config.yaml" if has_gpu() else "config.cpu.yaml"))
-    overrides = [f"gym_base_url={args.gym}", f"gym_id={args.gym_id}", *overrides]
+    overrides = [f"gym_base_url={hydra_str(args.gym)}", f"gym_id={hydra_str(args.gym_id)}", *overrides]
     if args.gbox_mini_url:
         overrides.append(f"gbox_mini_agent_base_url={args.gbox_mini_url}")
     if args.agent:

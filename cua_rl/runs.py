@@ -105,6 +105,24 @@ def claim_run_dir(paths: RunPaths, trial: str, existing_run: str) -> None:
 
 
 # ---- the records the run's processes share ------------------------------------------------------------------
+HOST_KEY = "gym_host:"   # per gym host counts: gym_host:<url>:<name> (the workflow's; the summary's lines)
+
+
+def host_key(url: str, name: str) -> str:
+    """The count ``name`` of gym host ``url`` (episodes, drains, groups_drained, episodes_drained)."""
+    return f"{HOST_KEY}{url}:{name}"
+
+
+def host_counts(totals: dict[str, int]) -> dict[str, dict[str, int]]:
+    """url -> {name: count} of the per-host counts in ``totals`` (``host_key``)."""
+    out: dict[str, dict[str, int]] = {}
+    for key, value in totals.items():
+        if key.startswith(HOST_KEY):
+            url, name = key[len(HOST_KEY):].rsplit(":", 1)
+            out.setdefault(url, {})[name] = value
+    return out
+
+
 def read_counts(logs: Path, kind: str | None = None) -> dict[str, int]:
     """The counts every process wrote under ``<logs>/policy_endpoint/`` (of ``kind``, or all), summed."""
     out: dict[str, int] = {}

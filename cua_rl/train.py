@@ -22,12 +22,13 @@ from areal.utils import logging
 from cua_rl.config import CUAConfig, hydra_overrides, resolve_project_token
 from cua_rl.areal_ext import entropy_bonus, lora_vlm
 from cua_rl.dataset import load_task_datasets
+from cua_rl.genv.fleet import join_gym_urls
 from cua_rl.monitor import training_run
 from cua_rl.runs import RunPaths
 from cua_rl.trainer.health import UnhealthyRun, stop_requested
 from cua_rl.trainer.model_watch import watch_model_servers
 from cua_rl.trainer.resume import install, resume_point
-from cua_rl.trainer.trainer import Trainer, evaluate_baseline, run, stall_watch, update_reporter
+from cua_rl.trainer.trainer import Trainer, evaluate_baseline, ray_gyms, run, stall_watch, update_reporter
 from cua_rl.workflow import CUAAgentWorkflow
 
 logger = logging.getLogger("cua-train")
@@ -78,13 +79,16 @@ def main(args: list[str]) -> None:
             os.environ["PROJECT_ID"] = config.project_id
     with training_run(config.monitor_base_url, config.project_id, config.experiment_name, config.trial_name,
                       token=token, enabled=int(os.environ.get("RANK", "0")) == 0,
-                      config=asdict(config)) as training_id:
+                      config=asdict(config)) as training_id, \
+            Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer, \
+            ray_gyms(config) as added:
+        # gyms started on the Ray cluster's spare CPUs once AReaL's workers are placed join the fleet
+        config.gym_base_url = join_gym_urls([*config.gym_urls, *added])
         workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig, group_size,
                                                               monitor_training_id=training_id)
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
                                                                    is_eval=True, monitor_training_id=training_id)
-        with Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer, \
-                update_reporter(config, token, training_id) as trainer.report_update:
+        with update_reporter(config, token, training_id) as trainer.report_update:
             # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/trainer/resume.py)
             install(trainer, point, RunPaths.of(config).logs)
             if point is not None and trainer.recover_info is None:

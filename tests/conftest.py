@@ -46,7 +46,10 @@ SLOW_TESTS = {
     "tests/local_gym/test_curriculum.py::test_scripted_solutions": "every curriculum family solved, 13 s",
     "tests/config/test_cli.py::test_train_sh_dry_run_end_to_end": "train.sh with set-up and the launcher, 58 s",
     "tests/logs/test_keep_stdlib_logging.py": "launcher and AReaL subprocesses, 26 s",
-    "tests/config/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s",
+    "tests/config/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s; a gym "
+        "host's venv (the wheel's base install from uv's cache) serving a real desktop, 15 s",
+    "tests/genv/test_fleet.py::test_a_group_whose_host_dies_mid_episode_is_played_again_on_another_host":
+        "two gyms, four real desktops, one gym stopped mid-episode, 7 s",
     "tests/config/test_embedded_gym_options.py": "the embedded stack's MiniWoB++ gym, two Chromium episodes, 9 s",
     "tests/policy/test_tool_calls.py::test_the_parser_is_vllms_hermes_parser": "imports vLLM's chat serving, 10 s",
     "tests/local_gym/test_live_view.py::test_a_desktop_cannot_reconfigure_its_live_view":

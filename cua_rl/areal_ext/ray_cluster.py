@@ -108,12 +108,14 @@ def check_addresses(config, nodes: int) -> None:
 
     from cua_rl.policy.endpoint import is_loopback   # the endpoint's own rule for "this machine only"
 
-    local = {name: url for name, url in (("gym_base_url", config.gym_base_url),
-                                         ("gbox_mini_agent_base_url", config.gbox_mini_agent_base_url))
-             if url and is_loopback(urlsplit(url).hostname or "")}
+    from cua_rl.genv.fleet import parse_gym_urls
+
+    named = [("gym_base_url", url) for url in parse_gym_urls(config.gym_base_url)]   # every host of a fleet
+    local = [(name, url) for name, url in (*named, ("gbox_mini_agent_base_url", config.gbox_mini_agent_base_url))
+             if url and is_loopback(urlsplit(url).hostname or "")]
     if local:
         raise SystemExit(
-            f"scheduler.type=ray on {nodes} nodes: {', '.join(f'{k}={v}' for k, v in local.items())} is this "
+            f"scheduler.type=ray on {nodes} nodes: {', '.join(f'{k}={v}' for k, v in local)} is this "
             "node's loopback, which rollout workers on the other nodes cannot reach (the embedded stack and "
             "--agent embedded serve there). Give routable URLs (--gym, --gbox-mini-url) with services of your "
             "own, or run on one node; docs/cluster.md")

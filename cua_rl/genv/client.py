@@ -17,7 +17,7 @@ import base64
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 from urllib.parse import quote
 
 import httpx
@@ -115,19 +115,23 @@ class GenvClient:
 
     # -- executions ---------------------------------------------------------------------------------
     async def create_execution(self, task_id: str, options: dict | None = None, *,
-                               busy_wait_s: float = 0.0) -> Execution:
+                               busy_wait_s: float = 0.0, on_busy: Callable[[GenvError], None] | None = None
+                               ) -> Execution:
         """Start an execution (a fresh desktop/device). Not retried on transport errors or 5xx: a retry could
         leak a second one. The exceptions create nothing: a gym at capacity (429/503) and a gym that could not
         be reached at all (down or restarting); those are asked again, waiting 2 s doubling to 30 s, for at
         most ``busy_wait_s`` seconds in all (0: raise at once). ``max_concurrent_rollouts`` x group size
-        executions may well exceed a gym's capacity."""
+        executions may well exceed a gym's capacity. ``on_busy(error)`` hears of each 429 (a fleet then places the
+        next groups elsewhere: cua_rl/genv/fleet.py)."""
         payload = {"options": options} if options else {}
         body = await ask_until_done(
             lambda: self._json("POST", self._url("tasks", task_id), idempotent=False, json=payload,
                                timeout=self.timeouts.create),
             nothing_done=lambda exc: isinstance(exc, GenvError)
             and (exc.status_code in (429, 503) or never_sent(exc)),
-            budget_s=busy_wait_s, what=f"creating an execution of task {task_id}")
+            budget_s=busy_wait_s, what=f"creating an execution of task {task_id}",
+            on_wait=None if on_busy is None else
+            lambda exc: on_busy(exc) if getattr(exc, "status_code", None) == 429 else None)
         execution = Execution.from_raw(body)
         logger.info("created execution %s of task %s (device %s)", execution.execution_id, task_id,
                     execution.device_id)
@@ -192,13 +196,13 @@ class GenvClient:
         return body if isinstance(body, dict) else {"value": body}
 
     @contextlib.asynccontextmanager
-    async def execution(self, task_id: str, options: dict | None = None, *,
-                        busy_wait_s: float = 0.0) -> AsyncIterator[Execution]:
+    async def execution(self, task_id: str, options: dict | None = None, *, busy_wait_s: float = 0.0,
+                        on_busy: Callable[[GenvError], None] | None = None) -> AsyncIterator[Execution]:
         """Create an execution (``create_execution``) and always terminate it, even on error or cancellation.
 
         A failing terminate is logged, not raised, so it never hides the error of the body.
         """
-        execution = await self.create_execution(task_id, options, busy_wait_s=busy_wait_s)
+        execution = await self.create_execution(task_id, options, busy_wait_s=busy_wait_s, on_busy=on_busy)
         try:
             yield execution
         finally:

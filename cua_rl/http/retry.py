@@ -131,10 +131,11 @@ def never_sent(exc: BaseException) -> bool:
 
 
 async def ask_until_done(send: Callable[[], Awaitable[T]], *, nothing_done: Callable[[Exception], bool],
-                         budget_s: float, what: str) -> T:
+                         budget_s: float, what: str, on_wait: Callable[[Exception], None] | None = None) -> T:
     """``send()``, asked again while it fails in a way that did nothing on the server (``nothing_done``: a
     busy answer, or a request that never arrived because the service is down or restarting), waiting 2 s
-    doubling to 30 s, for at most ``budget_s`` seconds in all (0: raise at once). Other failures raise."""
+    doubling to 30 s, for at most ``budget_s`` seconds in all (0: raise at once). Other failures raise.
+    ``on_wait(exc)`` hears of each failure that is waited on (a fleet sends later work elsewhere)."""
     give_up, wait_s = time.monotonic() + budget_s, 2.0
     while True:
         try:
@@ -144,5 +145,7 @@ async def ask_until_done(send: Callable[[], Awaitable[T]], *, nothing_done: Call
                 raise
             level = logging.WARNING if never_sent(exc) else logging.INFO
             logger.log(level, "%s: %s; asking again in %.0fs", what, exc, wait_s)
+            if on_wait is not None:
+                on_wait(exc)
             await asyncio.sleep(wait_s)
             wait_s = min(30.0, wait_s * 2)

@@ -131,6 +131,16 @@ class LocalGym:
         return {"ok": True, "gym_id": self.gym_id, "suite": self.suite.kind, "tasks": len(self.tasks),
                 "executions": len(m.executions), "pool": m.pool_stats()}
 
+    def capacity(self) -> dict:
+        """``GET .../capacity``: ``{"free": n, "max": m}`` executions (docs/protocols.md §1.10)."""
+        return self.manager.capacity()
+
+    def metrics_text(self) -> str:
+        """``GET /metrics``: Prometheus text (metrics.py)."""
+        m = self.manager
+        room = m.capacity()
+        return m.metrics.render(m.states(), room["free"], room["max"])
+
     def task(self, task_id: str) -> TaskDef:
         task = self.tasks.get(task_id)
         if task is None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from . import mounts, procs
 from .desktop import Desktop, DesktopSpec, SandboxLimits
 from .live import LiveView, LiveViewError
+from .metrics import GymMetrics
 from .tasks import TaskDef
 from .vm.backend import forget_templates
 
@@ -247,6 +248,8 @@ class GymManager:
         self.opt = options
         self.executions: dict[str, Execution] = {}
         self._reserved = 0                       # creates in flight (count against the cap)
+        self._terminating = 0                    # terminations in progress (metrics)
+        self.metrics = GymMetrics()              # GET /metrics (metrics.py)
         # All keyed by pool_key(spec); _recent maps a key to the spec its next spares are built with.
         self._spares: dict[object, collections.deque[Desktop]] = collections.defaultdict(collections.deque)
         self._building: collections.Counter[object] = collections.Counter()
@@ -471,6 +474,19 @@ class GymManager:
                 "profiles": len(self._recent), "bare_x": len(self._bare_x)}
 
     # -- executions ---------------------------------------------------------------------------------
+    def capacity(self) -> dict:
+        """``{"free": n, "max": m}``: executions it can still create now, and at most at once (a fleet places
+        groups by it: cua_rl/genv/fleet.py)."""
+        most = self.opt.max_executions
+        return {"free": max(0, most - len(self.executions) - self._reserved), "max": most}
+
+    def states(self) -> dict[str, int]:
+        """Executions by state now (metrics.STATES)."""
+        evaluating = sum(1 for ex in self.executions.values()
+                         if ex.evaluation is not None and not ex.evaluation.done())
+        return {"creating": self._reserved, "running": len(self.executions) - evaluating,
+                "evaluating": evaluating, "terminating": self._terminating}
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -566,12 +582,17 @@ class GymManager:
         ex = self.executions.pop(execution_id, None)
         if ex is None:
             return False
-        async with ex.lock:  # let an action in flight finish first
-            if ex.live is not None:
-                await asyncio.wrap_future(self._create_spawner.submit(ex.live.stop))
-                ex.live = None
-            if not await self._recycle(ex.desktop):
-                await self._destroy_async(ex.desktop)
+        self._terminating += 1
+        try:
+            async with ex.lock:  # let an action in flight finish first
+                if ex.live is not None:
+                    await asyncio.wrap_future(self._create_spawner.submit(ex.live.stop))
+                    ex.live = None
+                if not await self._recycle(ex.desktop):
+                    await self._destroy_async(ex.desktop)
+        finally:
+            self._terminating -= 1
+            self.metrics.count("terminated")
         logger.info("terminated execution %s", execution_id)
         return True
 

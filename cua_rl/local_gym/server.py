@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field, fields
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from ..http.serve import ServedApp, serve_app_in_thread
 from ..http.input import MiB, BadJSON, limit_body, parse_json
@@ -67,6 +68,17 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
     async def health() -> dict:
         return gym.health()
 
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        """Prometheus text (metrics.py): executions by state, capacity, create/step/evaluate latencies."""
+        return PlainTextResponse(gym.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/api/v1/{gym_id}/capacity")
+    async def capacity(gym_id: str) -> dict:
+        """Our extension of genv: ``{"free": n, "max": m}`` executions; a fleet places groups by it."""
+        check_gym(gym_id)
+        return gym.capacity()
+
     @app.get("/api/v1/{gym_id}/tasks")
     async def list_tasks(gym_id: str) -> dict:
         check_gym(gym_id)
@@ -85,7 +97,16 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         body = await json_body(request, expected, empty={})
         if body is None:    # JSON null is not "no body": a caller that sends it has a bug worth hearing about
             raise HTTPException(422, f"the body must be a JSON object ({expected}) or absent, not null")
-        return await gym.reset(task_id, body)
+        counts, started = gym.manager.metrics, time.monotonic()
+        try:
+            created = await gym.reset(task_id, body)
+        except GymError as exc:
+            if exc.status in (429, 503):
+                counts.count("refused_full" if exc.status == 429 else "create_failed")
+            raise
+        counts.create.observe(time.monotonic() - started)
+        counts.count("created")
+        return created
 
     @app.get("/api/v1/{gym_id}/executions/{eid}")
     async def get_execution(gym_id: str, eid: str) -> dict:
@@ -103,7 +124,8 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         check_gym(gym_id)
         gym.execution(eid)   # an unknown execution is a 404 before the body is looked at
         body = await json_body(request, "{\"action\": {...}}")
-        return await gym.act(eid, body.get("action", body) if isinstance(body, dict) else body)
+        with gym.manager.metrics.step.time():
+            return await gym.act(eid, body.get("action", body) if isinstance(body, dict) else body)
 
     @app.post("/api/v1/{gym_id}/executions/{eid}/evaluate")
     async def evaluate(gym_id: str, eid: str, request: Request) -> dict:
@@ -112,7 +134,8 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         body = await json_body(request, "an object such as {\"answer_text\": \"...\"} (or no body)", empty={})
         if not isinstance(body, dict):
             raise HTTPException(422, f"evaluate body must be a JSON object (or empty), got {type(body).__name__}")
-        return await gym.evaluate(eid, body)
+        with gym.manager.metrics.evaluate.time():
+            return await gym.evaluate(eid, body)
 
     @app.get("/api/v1/{gym_id}/executions/{eid}/live")
     async def live(gym_id: str, eid: str, request: Request) -> Response:

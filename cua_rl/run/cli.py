@@ -32,8 +32,9 @@ class Flag:
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("--gym", "GYM_BASE_URL", ("gym_base_url",), "gym server base URL (genv API); none: the embedded stack",
-         metavar="URL"),
+    Flag("--gym", "GYM_BASE_URL", ("gym_base_url",),
+         "gym server base URL (genv API); several: URL,URL,... or @FILE (one URL a line), each GRPO group placed on "
+         "one host by capacity (docs/cluster.md); none: the embedded stack", metavar="URL"),
     Flag("--gym-id", "GYM_ID", ("gym_id",),
          "gym id on that server (without --gym: the embedded gym's, desktop or miniwob)", metavar="ID"),
     Flag("--gbox-mini-url", "GBOX_MINI_AGENT_BASE_URL", ("gbox_mini_agent_base_url",),
@@ -62,8 +63,9 @@ FLAGS: tuple[Flag, ...] = (
          kind="number", metavar="SECONDS"),
     Flag("--max-step-time", "MAX_STEP_TIME", ("max_turn_time_seconds",), "time limit of one turn",
          kind="number", metavar="SECONDS"),
-    Flag("--max-concurrent-rollouts", "MAX_CONCURRENT_ROLLOUTS", ("rollout.max_concurrent_rollouts",),
-         "episodes in flight", kind="number", metavar="N"),
+    Flag("--max-concurrent-groups", "MAX_CONCURRENT_ROLLOUTS", ("rollout.max_concurrent_rollouts",),
+         "GRPO groups in flight (AReaL's rollouts), each gconfig.n_samples episodes at once on one gym host",
+         kind="number", aliases=("--max-concurrent-rollouts",), metavar="N"),
     Flag("--gym-train-ratio", "GYM_TRAIN_RATIO", ("gym_train_ratio",), "train share when splitting by ratio",
          kind="number", metavar="R"),
     Flag("--gym-seed", "GYM_SEED", ("gym_seed",), "seed of the split and the limit sample", kind="number",

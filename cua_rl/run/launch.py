@@ -324,10 +324,24 @@ def _warn_secret_overrides(overrides: list[str]) -> None:
                   "saved config.yaml; prefer the environment (e.g. PROJECT_TOKEN in .env)", file=sys.stderr)
 
 
+def _mode(config) -> str:
+    """Where the run's episodes play, in words (--dry-run's first line)."""
+    if config.embedded_enabled:
+        return f"embedded stack (gym id {config.embedded_gym_id})"
+    urls, ray = config.gym_urls, config.gym_fleet.ray_gyms.enabled
+    on_ray = "our gym on each Ray node with spare CPUs, once the trainer's workers are placed"
+    if len(urls) == 1 and not ray:
+        return f"external gym {urls[0]}"
+    if not urls:
+        return f"a fleet of gym hosts: {on_ray}"
+    return (f"a fleet of {len(urls)} gym host{'s' if len(urls) > 1 else ''}: {', '.join(urls)}"
+            + (f", plus {on_ray}" if ray else "")
+            + " (each group placed on one host by capacity; docs/cluster.md)")
+
+
 def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> None:
     print("train.sh --dry-run: the config loads and checks; nothing is started")
-    print(f"mode: embedded stack (gym id {config.embedded_gym_id})" if config.embedded_enabled
-          else f"mode: external gym {config.gym_base_url}")
+    print(f"mode: {_mode(config)}")
     print(f"config: {config_file} ({why})")
     print(f"agent: {_agent_line(config)}")
     trial = "a new timestamped trial at start" if config.trial_name == AUTO_TRIAL else config.trial_name

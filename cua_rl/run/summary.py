@@ -23,7 +23,7 @@ from cua_rl.trainer.health import STOP_MARK, UnhealthyRun
 from cua_rl.trainer.model_watch import GONE_RE
 from cua_rl.trainer.resume import settle
 from cua_rl.run.console import ANSI, TABLE_START
-from cua_rl.runs import RunPaths, read_counts
+from cua_rl.runs import RunPaths, host_counts, read_counts
 from cua_rl.trainer.progress import METRICS, read_metrics
 
 logger = logging.getLogger("cua_rl.run.summary")
@@ -139,6 +139,8 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
               f"infrastructure failures (gym, agent service or model server: never given a reward"
               f"{'; ' + causes if causes else ''}), "
               f"{totals.get('groups_rejected', 0)} groups rejected for too few evaluated episodes")
+    for line in host_lines(totals):
+        print(line)
     final = final_checkpoint(paths.checkpoints) if paths.checkpoints.is_dir() else None
     print(f"[cua-rl] checkpoints: {paths.checkpoints}" + ("" if final else "  (none written: see saver.freq_steps)"))
     if final is not None:
@@ -191,3 +193,18 @@ def print_verdict(logs: Path) -> None:
     print(f"[cua-rl] verdict:     {lines[0]}")
     for line in lines[1:]:
         print(f"[cua-rl]   {line}")
+
+
+def host_lines(totals: dict[str, int]) -> list[str]:
+    """With several gym hosts: the episodes each served, and one line per drained host with its counts."""
+    hosts = host_counts(totals)
+    if len(hosts) < 2 and not any(c.get("drains") for c in hosts.values()):
+        return []
+    lines = ["[cua-rl] gym hosts:   " + ", ".join(f"{url} {c.get('episodes', 0)} episodes"
+                                                    for url, c in sorted(hosts.items()))]
+    for url, c in sorted(hosts.items()):
+        if c.get("drains") or c.get("groups_drained"):
+            lines.append(f"[cua-rl] gym host drained: {url} ({c.get('drains', 0)}x): {c.get('groups_drained', 0)} "
+                         f"groups with {c.get('episodes_drained', 0)} episodes in flight there dropped, never trained, "
+                         f"and played again on other hosts; {c.get('episodes', 0)} episodes evaluated there")
+    return lines

@@ -46,8 +46,8 @@ def _output_dir(config) -> str:
 @contextlib.contextmanager
 def _gym(config):
     """(url, gym id) of the configured gym, or of an embedded one for the duration."""
-    if config.gym_base_url:
-        yield config.gym_base_url, config.gym_id
+    if config.gym_base_url:   # the demonstrations play on one host: a fleet's first
+        yield config.gym_urls[0], config.gym_id
         return
     from cua_rl.local_gym import start_gym_server
 

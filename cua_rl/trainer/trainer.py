@@ -45,6 +45,22 @@ def stall_watch(trainer: "Trainer", config, group_size: int):
 
 
 @contextlib.contextmanager
+def ray_gyms(config):
+    """The URLs of our gyms started on the Ray cluster's nodes for the body (``gym_fleet.ray_gyms``;
+    cua_rl/areal_ext/ray_gyms.py), ended after it; [] when off. Call once AReaL's workers are placed."""
+    if not config.gym_fleet.ray_gyms.enabled:
+        yield []
+        return
+    from cua_rl.areal_ext.ray_gyms import RayGyms
+
+    gyms = RayGyms.start(config, str(RunPaths.of(config).logs))
+    try:
+        yield list(gyms.urls)
+    finally:
+        gyms.stop()
+
+
+@contextlib.contextmanager
 def update_reporter(config, token: str, training_id: int | None):
     """``report(train_step, stats, findings)``: each update's statistics and health to the Training Monitor's
     step row of the rollouts it trained (the run page draws them), sent from a daemon thread; a no-op when

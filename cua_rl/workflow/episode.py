@@ -35,7 +35,9 @@ logger = logging.getLogger(__name__)
 
 # Why an episode was dropped (``Dropped.cause``); the summary counts each (``episodes_lost_<cause>``).
 # policy_unreached: the agent's model calls failed and not one of them reached the policy endpoint (the URL
-# the agent was given does not route to it from the agent's host: policy.bind_host / advertised_host)
+# the agent was given does not route to it from the agent's host: policy.bind_host / advertised_host).
+# Not a cause: a group whose gym host drained (cua_rl/workflow/placement.py) is played again elsewhere, its
+# episodes counted as drained, never as lost.
 CAUSES = ("gym", "agent_service", "model_server", "policy_unreached", "crash")
 
 
@@ -70,13 +72,20 @@ class EpisodeSetup:
 
 
 async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: dict, index: int,
-                       report: RolloutReport | None = None, seed: int | None = None) -> EpisodeOutcome | Dropped:
+                       report: RolloutReport | None = None, seed: int | None = None,
+                       placement=None) -> EpisodeOutcome | Dropped:
     """One episode of task row ``data`` (the ``index``-th of its group, on instance ``seed``): create an
     execution on the gym, let the agent play it against ``endpoint`` (None: the agent calls
     ``setup.model.base_url``, another model, and no turn is recorded), evaluate it, terminate it (always).
     An evaluated episode is an ``EpisodeOutcome`` with its (shaped) reward and recorded turns; one the
-    infrastructure failed is ``Dropped`` with its cause. ``report``: the monitor's record of this rollout."""
+    infrastructure failed is ``Dropped`` with its cause. ``report``: the monitor's record of this rollout.
+    The gym is one host: the row's ``gym_base_url`` (placed by the group when the run has several) or the
+    setup's; ``placement`` (cua_rl.genv.fleet.Placement, with a fleet) hears of each 429 of the create
+    (``busy``) and of the execution once it exists (``created``)."""
     gym_url = data.get("gym_base_url") or setup.gym.base_url
+    if "," in gym_url:
+        raise ValueError(f"play_episode plays on one gym host, got {gym_url!r}: place the group first "
+                         "(cua_rl.workflow.placement.play_group)")
     gym_id = data.get("gym_id") or setup.gym.gym_id
     task_id = str(data["task_id"])
     started = time.monotonic()
@@ -87,7 +96,10 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
         # a gym at capacity, down or restarting is waited for (the client's back-off), within the episode's
         # time limit: nothing was created, so no data position is spent on a service's gap
         async with GenvClient(gym_url, gym_id) as gym, \
-                gym.execution(task_id, options, busy_wait_s=limits.max_task_time_seconds) as execution:
+                gym.execution(task_id, options, busy_wait_s=limits.max_task_time_seconds,
+                              on_busy=placement.busy if placement is not None else None) as execution:
+            if placement is not None:
+                placement.created()
             if report is not None:
                 live = execution.raw.get("live_view")
                 report.execution(execution.execution_id,
@@ -109,16 +121,17 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
                 return Dropped("gym", why)
     except (GenvError, MiniAgentError) as exc:
         cause = "gym" if isinstance(exc, GenvError) else "agent_service"
-        logger.error("%s: %s failure, episode dropped: %s", where, cause.replace("_", " "), exc)
+        logger.error("%s: %s failure on %s, episode dropped: %s", where, cause.replace("_", " "), gym_url, exc)
         return Dropped(cause, f"{type(exc).__name__}: {exc}")   # reported by the workflow (its monitor record)
     seconds = time.monotonic() - started
     reward = shaped_reward(float(evaluation.reward), run.steps, setup.trajectory.format_reward,
                            setup.trajectory.action_reward)
-    logger.info("%s: reward=%.3f%s run_ok=%s reason=%s turns=%d %.1fs", where, reward,
+    logger.info("%s: reward=%.3f%s run_ok=%s reason=%s turns=%d %.1fs on %s", where, reward,
                 f" (task {evaluation.reward:.3f} + shaping)" if reward != evaluation.reward else "", run.ok,
-                run.reason, len(turns), seconds)
+                run.reason, len(turns), seconds, gym_url)
     info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
-            "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed,
+            "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed, "gym_host": gym_url,
+            "evaluated_at": time.time(),
             "instruction": execution.instruction, "env_reward": float(evaluation.reward)}
     if report is not None:
         report.finished(reward=reward, task_success=bool(evaluation.success),

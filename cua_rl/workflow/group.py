@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ from cua_rl.trajectory.rows import new_rollout_uuid
 
 from . import seeding
 from .episode import Dropped, EpisodeSetup, play_episode
+from .placement import Drained, fleet_for, play_group
 from .worker import worker_state
 from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 
@@ -167,9 +169,12 @@ class CUAAgentWorkflow(RolloutWorkflow):
         endpoint = None if self.model.base_url else self.policy_endpoint(engine)
         seeds = self.episode_seeds(engine, data)
         group = self.group_identity(engine, data)
-        results = await asyncio.gather(*(self._reported_episode(engine, endpoint, data, i, seeds[i], group)
-                                         for i in range(self.group_size)),
-                                       return_exceptions=True)
+        # every episode of the group on one gym host (placed when the run has several: cua_rl/workflow/placement.py)
+        results, _host = await play_group(
+            self.fleet(data), data.get("gym_base_url") or self.gym.base_url, self.group_size,
+            lambda url, i, placement: self._reported_episode(engine, endpoint, {**data, "gym_base_url": url}, i,
+                                                             seeds[i], group, placement),
+            on_drained=self._drained)
         outcomes: list[EpisodeOutcome] = []
         lost: list[str] = []
         for i, res in enumerate(results):
@@ -218,6 +223,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
                                            dtype=torch.long)
         if batch is not None:   # what the step that trains these rows reports (cua_rl/trainer/progress.py)
             batch.update(episode_columns(outcomes, t.export_style, batch["input_ids"].shape[0]))
+        if batch is not None:   # where its episodes played and when the last was evaluated (what a fleet must show)
+            last = max(o.info.get("evaluated_at", 0.0) for o in outcomes)
+            logger.info("task %s: group %s returned for training: %d episodes on %s, the last evaluated at %s",
+                        task_id, group[1], len(outcomes), _host, time.strftime("%H:%M:%S", time.localtime(last))
+                        + f".{int(last * 1000) % 1000:03d}")
         return batch
 
     def _record_stats(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str]) -> None:
@@ -239,6 +249,18 @@ class CUAAgentWorkflow(RolloutWorkflow):
             scope.scalar(episode_lost=1.0)
         if len(outcomes) >= 2:
             scope.scalar(zero_reward_variance=float(len({o.reward for o in outcomes}) == 1))
+
+    def fleet(self, data: dict[str, Any]):
+        """The fleet of gym hosts this row's group is placed on, or None for a single gym."""
+        g = self.gym
+        return fleet_for(str(data.get("gym_base_url") or ""), g.base_url, str(data.get("gym_id") or g.gym_id),
+                         interval_s=g.health_interval_s, timeout_s=g.health_timeout_s)
+
+    def _drained(self, drained: Drained) -> None:
+        """A placement of this group lost to its host's drain: counted apart from lost episodes (never in the
+        lost-episode health check), and written for the run's summary."""
+        self._worker.count_drained(drained.url, drained.episodes)
+        write_counts(self._kind, self.stats_dir, self._worker.totals())
 
     def _dropped(self, data: dict[str, Any]) -> None:
         """A training row this workflow returns nothing for: the trainer's loader must count it consumed
@@ -267,19 +289,24 @@ class CUAAgentWorkflow(RolloutWorkflow):
         return self.episode_seeds(engine, data)[0]
 
     async def _reported_episode(self, engine, endpoint, data: dict, index: int, seed: int | None = None,
-                                group: tuple[int, str] | None = None) -> EpisodeOutcome | Dropped:
-        """``play_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed."""
+                                group: tuple[int, str] | None = None, placement=None) -> EpisodeOutcome | Dropped:
+        """``play_episode`` with its monitor rollout record; a crash or a dropped episode is marked failed.
+        ``placement``: the group's on a fleet of gym hosts (told of the episode's create)."""
         report = self._report(engine, data, str(data["task_id"]), index, group)
         try:
-            outcome = await play_episode(self.episode_setup, endpoint, data, index, report, seed=seed)
+            outcome = await play_episode(self.episode_setup, endpoint, data, index, report, seed=seed,
+                                         placement=placement)
         except BaseException as exc:
-            if report is not None and isinstance(exc, asyncio.CancelledError):   # AReaL dropped it (the run ended)
-                report.cancelled("cancelled: the run stopped while the episode was in flight")
+            if report is not None and isinstance(exc, asyncio.CancelledError):   # AReaL dropped it (the run
+                #  ended), or its gym host drained (the message says which)
+                report.cancelled(f"cancelled: {exc}" if str(exc) else
+                                 "cancelled: the run stopped while the episode was in flight")
             elif report is not None:
                 report.failed(f"{type(exc).__name__}: {exc}")
             raise
         if report is not None and isinstance(outcome, Dropped):
-            report.failed(f"episode dropped ({outcome.cause}: {outcome.reason})", {"task_id": str(data["task_id"])})
+            report.failed(f"episode dropped ({outcome.cause}: {outcome.reason})",
+                          {"task_id": str(data["task_id"]), "gym_host": data.get("gym_base_url")})
         if report is not None and isinstance(outcome, EpisodeOutcome):
             outcome.info["monitor_report"] = report
         return outcome
@@ -294,7 +321,9 @@ class CUAAgentWorkflow(RolloutWorkflow):
             gconfig=gconfig,
             model=ModelTarget(path=config.actor.path, base_url=config.model_base_url, name=config.model_name),
             gym=GymTarget(base_url=config.gym_base_url, gym_id=config.gym_id,
-                          seed_instances=bool(config.gym_seed_instances)),
+                          seed_instances=bool(config.gym_seed_instances),
+                          health_interval_s=config.gym_fleet.health_interval_seconds,
+                          health_timeout_s=config.gym_fleet.health_timeout_seconds),
             agent=AgentTarget(base_url=config.gbox_mini_agent_base_url, agent=config.gbox_mini_agent_agent,
                               action_space=config.gbox_mini_agent_standard_action_space,
                               extra=dict(config.gbox_mini_agent_extra)),

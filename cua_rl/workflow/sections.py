@@ -16,12 +16,16 @@ from dataclasses import dataclass, field
 
 @dataclass
 class GymTarget:
-    """The genv gym episodes run on (a task row's own ``gym_base_url``/``gym_id`` win). ``seed_instances``:
-    every episode of a group asks for one instance seed (see ``cua_rl.workflow.seeding``)."""
+    """The genv gym episodes run on (a task row's own ``gym_base_url``/``gym_id`` win): one URL, or several
+    (``URL,URL,...``: a fleet, each group placed on one host, ``cua_rl.workflow.placement``; each host's health
+    asked every ``health_interval_s``, within ``health_timeout_s``). ``seed_instances``: every episode of a
+    group asks for one instance seed (see ``cua_rl.workflow.seeding``)."""
 
     base_url: str
     gym_id: str
     seed_instances: bool = True
+    health_interval_s: float = 2.0
+    health_timeout_s: float = 3.0
 
 
 @dataclass

@@ -23,6 +23,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from cua_rl.genv.fleet import DRAINS
+from cua_rl.runs import host_key
 from cua_rl.trajectory import trained_tokens
 
 logger = logging.getLogger(__name__)
@@ -32,7 +34,8 @@ logger = logging.getLogger(__name__)
 class WorkerState:
     kind: str
     # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected, groups_zero_variance;
-    # env_steps, desktop_ms and trained_tokens of the evaluated episodes (count_use)
+    # env_steps, desktop_ms and trained_tokens of the evaluated episodes (count_use); groups_drained and
+    # episodes_drained (count_drained); per gym host (runs.host_key) its episodes, drains and drained groups
     episodes: collections.Counter[str] = field(default_factory=collections.Counter)
     # training groups started per (task, policy version): the nth of their seeds (rows without a stream index)
     groups_run: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
@@ -69,19 +72,30 @@ class WorkerState:
             self.episodes[f"episodes_lost_{cause}"] += 1
         self.episodes["groups_rejected"] += rejected
 
+    def count_drained(self, url: str, episodes: int) -> None:
+        """A group dropped because its gym host drained (played again elsewhere): never a lost episode."""
+        self.episodes["groups_drained"] += 1
+        self.episodes["episodes_drained"] += episodes
+        self.episodes[host_key(url, "groups_drained")] += 1
+        self.episodes[host_key(url, "episodes_drained")] += episodes
+
     def count_use(self, outcomes: list) -> None:
         """What a group's evaluated episodes used (the learning bench's ``method_comparison``): environment steps
         (policy turns, each one action or the final answer), desktop time (milliseconds, execution created to
-        evaluated) and the trained (output) tokens."""
+        evaluated) and the trained (output) tokens; and the gym host each played on."""
         for o in outcomes:
+            if o.info.get("gym_host"):
+                self.episodes[host_key(o.info["gym_host"], "episodes")] += 1
             self.episodes["env_steps"] += len(o.turns)
             self.episodes["desktop_ms"] += int(1000 * o.info.get("seconds", 0.0))
             self.episodes["trained_tokens"] += trained_tokens(o)
 
     def totals(self) -> dict[str, int]:
-        """This worker's episode counts and its endpoints' turn counts, summed."""
+        """This worker's episode counts and its endpoints' turn counts, summed; each gym host's drains."""
         out = collections.Counter(self.episodes)
         out.update(self._retired)
+        if self.kind == "train" or "train" not in _WORKERS:   # the process's drains, written once
+            out.update({host_key(url, "drains"): n for url, n in DRAINS.items()})
         for _, endpoint in self._endpoints.values():
             out.update(endpoint.totals)
         return dict(out)

@@ -210,6 +210,30 @@ def test_an_agent_url_is_refused_where_our_agent_runs(launcher):
         assert rc == 2 and "agent URL http://10.1.1.3:3000 would be ignored" in out.err, out.err
 
 
+def test_a_fleet_of_gyms_is_one_flag_and_the_dry_run_names_every_host(launcher, tmp_path):
+    """Issue 64: --gym takes URL,URL,... or @FILE; the dry run says where the episodes play; a flag named
+    for what it counts (groups: AReaL's rollouts), its old name kept."""
+    rc, report, overrides, out = launcher(["--gym", "http://10.1.1.2:5010,http://10.1.1.4:5010", "--gym-id", "desktop",
+                                           "--max-concurrent-groups", "3"])
+    assert rc == 0, out.err
+    assert report["mode"].startswith("a fleet of 2 gym hosts: http://10.1.1.2:5010, http://10.1.1.4:5010 (each "
+                                     "group placed on one host by capacity"), report["mode"]
+    assert "gym_base_url='http://10.1.1.2:5010,http://10.1.1.4:5010'" in overrides
+    assert "rollout.max_concurrent_rollouts=3" in overrides
+    hosts = tmp_path / "gyms.txt"
+    hosts.write_text("http://10.1.1.5:5010\n")
+    rc, report, _, out = launcher(["--gym", f"@{hosts}", "--max-concurrent-rollouts", "2", "scheduler.type=ray",
+                                   "gym_fleet.ray_gyms.enabled=true"])
+    assert rc == 0, out.err
+    assert report["mode"] == ("a fleet of 1 gym host: http://10.1.1.5:5010, plus our gym on each Ray node with spare "
+                              "CPUs, once the trainer's workers are placed (each group placed on one host by capacity; "
+                              "docs/cluster.md)"), report["mode"]
+    rc, report, _, out = launcher(["scheduler.type=ray", "gym_fleet.ray_gyms.enabled=true"])
+    assert rc == 0 and report["mode"].startswith("a fleet of gym hosts: our gym on each Ray node"), out.err
+    rc, _, _, out = launcher(["--gym", "http://10.1.1.2:5010,10.1.1.3"])
+    assert rc == 2 and "gym URL '10.1.1.3': expected http(s)://host[:port]" in out.err, out.err
+
+
 def test_secret_overrides_are_masked_and_warned_about(launcher):
     rc, _, overrides, out = launcher(["project_token=hunter2"])
     assert rc == 0, out.err

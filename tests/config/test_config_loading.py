@@ -277,3 +277,27 @@ def test_a_health_threshold_is_set_as_the_docs_say_and_a_misspelt_one_refused():
     assert config.health.thresholds == {"idle_seconds": 600.0} and config.health.on_anomaly == "warn"
     with pytest.raises(BaseException, match="unknown invariants"):
         load_config(str(EXAMPLE / "config.yaml"), ["+health.thresholds.idle_second=600"])
+
+
+def test_several_gyms_from_the_flag_a_yaml_list_or_a_file(tmp_path):
+    """Issue 64: ``gym_base_url`` is one URL or a fleet, held in one written form (``URL,URL``) whatever way it was
+    given; a bad URL fails at load naming the flag; a fleet's every host must be routable on Ray (ray_cluster)."""
+    request = cli.parse(["--gym", "http://10.0.0.1:5010,http://10.0.0.2:5010/", "--gym-id", "desktop"], {}, [])
+    cfg = load(tmp_path, *request.overrides, "trial_name=t1")
+    assert cfg.gym_base_url == "http://10.0.0.1:5010,http://10.0.0.2:5010" and not cfg.embedded_enabled
+    assert cfg.gym_urls == ["http://10.0.0.1:5010", "http://10.0.0.2:5010"]
+    assert load(tmp_path, "gym_base_url=[http://a:1,http://b:2]", "trial_name=t2").gym_urls == ["http://a:1", "http://b:2"]
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("http://a:1\n# spare\nhttp://c:3\n")
+    request = cli.parse(["--gym", f"@{hosts}"], {}, [])
+    assert load(tmp_path, *request.overrides, "trial_name=t3").gym_base_url == "http://a:1,http://c:3"
+    from cua_rl.run.launch import ConfigError, load_config
+
+    request = cli.parse(["--gym", "http://a:1,ftp://b"], {}, [])
+    with pytest.raises(ConfigError, match=r"gym_base_url: gym URL 'ftp://b'.*\(set by --gym / GYM_BASE_URL\)"):
+        load_config(str(EXAMPLE / "config.yaml"), [*request.overrides, f"cluster.fileroot={tmp_path}"],
+                    request.flag_keys)
+    with pytest.raises(ValueError, match="needs scheduler.type=ray"):
+        load(tmp_path, "gym_fleet.ray_gyms.enabled=true", "trial_name=t4")
+    ray = load(tmp_path, "gym_fleet.ray_gyms.enabled=true", "scheduler.type=ray", "trial_name=t5")
+    assert not ray.embedded_enabled and ray.gym_id == "desktop"   # our gyms on Ray: no embedded stack

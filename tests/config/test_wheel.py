@@ -4,15 +4,22 @@ from there, the wheel's ``cua_rl`` from its own site-packages), and ``cua-train`
 no clone on the path, the recipes and ``.env.example`` read as package data, ``./.env`` read as the user's.
 
 The environment layering is the one set-up step a user on an existing AReaL environment does differently
-(``pip install cua_rl-*.whl`` there); nothing else is stood in for."""
+(``pip install cua_rl-*.whl`` there); nothing else is stood in for.
+
+Issue 64 item 3: a gym host installs without the trainer. The wheel goes into a venv of its own with its base
+dependencies only (no ``train`` extra; resolved from uv's cache, at the versions scripts/requirements-gym.lock
+pins): no AReaL, torch, vLLM or Ray in it; its size is measured; ``cua-gym serve`` from it creates, plays,
+evaluates and ends a real desktop, ``cua-agent serve`` answers, and ``cua-train`` says what to install."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
@@ -79,7 +86,7 @@ def test_the_wheel_carries_every_file_of_the_package(wheel):
     assert {"cua_rl/recipes/config.yaml", "cua_rl/recipes/config.multiturn.yaml", "cua_rl/recipes/.env.example",
             "cua_rl/local_gym/board.tcl"} <= names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "cua-train = cua_rl.run.launch:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "cua-train = cua_rl.run.entry:train" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_cua_train_dry_run_outside_a_clone(installed, tmp_path):
@@ -106,3 +113,74 @@ def test_cua_train_dry_run_outside_a_clone(installed, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "mode: external gym http://10.77.9.8:5010" in proc.stdout and "gym_id=from-dotenv" in proc.stdout
     assert f"config: {empty / 'mine.yaml'} (given)" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def gym_host(wheel, tmp_path_factory) -> Path:
+    """A fresh venv holding the wheel and its base dependencies: a gym or agent host's install (no trainer)."""
+    venv = tmp_path_factory.mktemp("gym-host")
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    uv = Path(cua_rl_home()) / "tools" / "bin" / "uv"
+    out = subprocess.run([str(uv), "pip", "install", "-q", "--offline", "--python", str(venv / "bin" / "python"),
+                          "--constraint", str(ROOT / "scripts" / "requirements-gym.lock"), str(wheel)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "UV_CACHE_DIR": str(Path(cua_rl_home()) / "uv-cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return venv
+
+
+def _size_mib(path: Path) -> float:
+    return sum(f.lstat().st_size for f in path.rglob("*") if not f.is_symlink() and f.is_file()) / 2**20
+
+
+@pytest.mark.desktop
+def test_a_gym_host_installs_and_serves_without_the_trainer(gym_host, tmp_path):
+    from cua_rl.http.serve import free_port
+
+    python = str(gym_host / "bin" / "python")
+    found = _run(gym_host, tmp_path, python, "-c", "import importlib.util as u; print([m for m in "
+                 "('areal', 'torch', 'vllm', 'ray', 'transformers', 'datasets') if u.find_spec(m)])")
+    assert found.stdout.strip() == "[]", found.stdout + found.stderr
+    size = _size_mib(gym_host)
+    print(f"gym host install: {size:.0f} MiB in {gym_host}")
+    assert size < 400, f"the gym host's install is {size:.0f} MiB"
+
+    refused = _run(gym_host, tmp_path, "cua-train", "--dry-run", "--gym", "http://10.77.9.9:5010")
+    assert refused.returncode == 2 and "pip install 'cua_rl[train]'" in refused.stderr, refused.stderr
+
+    gym_port, agent_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{gym_host / 'bin'}:{env['PATH']}"
+    procs = [subprocess.Popen(["cua-gym", "serve", "--port", str(gym_port), "--max-executions", "2", "--pool-size",
+                               "0", "--x-spares", "0", "--display-base", "760"], cwd=tmp_path, env=env,
+                              stdout=open(tmp_path / "gym.log", "w"), stderr=subprocess.STDOUT),
+             subprocess.Popen(["cua-agent", "serve", "--port", str(agent_port)], cwd=tmp_path, env=env,
+                              stdout=open(tmp_path / "agent.log", "w"), stderr=subprocess.STDOUT)]
+    try:
+        import httpx
+
+        for port, log in ((gym_port, "gym.log"), (agent_port, "agent.log")):
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, (tmp_path / log).read_text()[-3000:]
+                time.sleep(0.3)
+        api = f"http://127.0.0.1:{gym_port}/api/v1/desktop"
+        assert httpx.get(f"{api}/capacity").json() == {"free": 2, "max": 2}
+        eid = httpx.post(f"{api}/tasks/002", json={"options": {"seed": 3}}, timeout=60).json()["execution_id"]
+        assert httpx.get(f"{api}/executions/{eid}/screenshot", timeout=30).content[:4] == b"\x89PNG"
+        assert httpx.post(f"{api}/executions/{eid}/actions", json={"action": {"type": "key", "keys": ["r"]}},
+                          timeout=60).json()["ok"]
+        assert httpx.post(f"{api}/executions/{eid}/evaluate", json={}, timeout=60).json()["task_id"].startswith("002")
+        httpx.post(f"{api}/executions/{eid}/terminate", timeout=60).raise_for_status()
+        assert 'cua_gym_executions{state="running"} 0' in httpx.get(f"http://127.0.0.1:{gym_port}/metrics").text
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(60) for proc in procs]
+    assert set(codes) <= {0, -signal.SIGTERM}, codes   # uvicorn re-raises the signal once it has shut down

@@ -1,6 +1,6 @@
 """Joining a Ray cluster for ``scheduler.type=ray`` (cua_rl/areal_ext/ray_cluster.py), without a cluster.
 
-The run itself under Ray (two nodes, gym and agent on other hosts) is tests/e2e/test_three_hosts.py. Here:
+The run itself under Ray (two nodes, gyms and agent on other hosts) is tests/e2e/test_gym_fleet.py. Here:
 what of the trainer's environment its Ray workers get (the monitor token and vLLM's CPU settings yes, the
 trainer's PATH and HOME no: they belong to the worker's own node), and that a wrong cluster address fails at
 once with the address and what to do, where ``ray.init`` alone retried for 13 minutes; a loopback gym or
@@ -52,7 +52,15 @@ def test_loopback_services_are_refused_on_a_cluster_of_several_nodes(caplog):
         assert "gbox_mini_agent_base_url" not in str(exc)
     else:
         raise AssertionError("a loopback gym on two nodes was accepted")
+    fleet = SimpleNamespace(gym_base_url="http://10.0.0.2:5010,http://127.0.0.1:5011",
+                            gbox_mini_agent_base_url="http://10.0.0.3:3000", monitor_base_url="")
+    try:   # every host of a fleet of gyms is checked
+        check_addresses(fleet, 2)
+    except SystemExit as exc:
+        assert "gym_base_url=http://127.0.0.1:5011 is this node's loopback" in str(exc) and "10.0.0.2" not in str(exc)
+    else:
+        raise AssertionError("a loopback gym host in a fleet on two nodes was accepted")
     routable = SimpleNamespace(gym_base_url="http://10.0.0.2:5010", gbox_mini_agent_base_url="http://10.0.0.3:3000",
                                monitor_base_url="http://localhost:8700")
-    check_addresses(routable, 2)   # the three-host test's set-up; the monitor only warned about
+    check_addresses(routable, 2)   # the fleet test's set-up; the monitor only warned about
     assert "Training Monitor at http://localhost:8700 is this node's loopback" in caplog.text

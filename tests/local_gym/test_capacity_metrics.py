@@ -1,0 +1,66 @@
+"""Our gym's capacity route and its Prometheus ``/metrics`` (docs/protocols.md §1.9), through the real server.
+
+From start-up every execution state is there at 0 and capacity is all free; after one execution is created,
+acted on, evaluated and terminated (a real desktop), the counts and the three latency histograms say so, and
+a create refused as full (429) is counted."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from cua_rl.local_gym.metrics import STATES
+from cua_rl.local_gym.server import start_gym_server
+
+
+def _metrics(url: str) -> dict[str, float]:
+    response = httpx.get(f"{url}/metrics", timeout=10)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    values = {}
+    for line in response.text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    # every sample line is a name, optional labels and a number; every metric has HELP and TYPE
+    assert all(re.fullmatch(r'[a-z_]+(\{[a-z]+="[^"]+"\})?', n) for n in values), values
+    assert set(re.findall(r"^# TYPE (\S+)", response.text, re.M)) >= {"cua_gym_executions", "cua_gym_step_seconds"}
+    return values
+
+
+def test_capacity_and_metrics_from_start_up():
+    with start_gym_server(port=0, max_executions=3, pool_size=0, x_spares=0) as gym:
+        assert httpx.get(f"{gym.url}/api/v1/desktop/capacity").json() == {"free": 3, "max": 3}
+        assert httpx.get(f"{gym.url}/api/v1/other/capacity").status_code == 404
+        m = _metrics(gym.url)
+        assert {f'cua_gym_executions{{state="{s}"}}' for s in STATES} <= set(m)
+        assert all(m[f'cua_gym_executions{{state="{s}"}}'] == 0 for s in STATES)
+        assert m["cua_gym_capacity_free"] == 3 and m["cua_gym_capacity_max"] == 3
+        for h in ("create", "step", "evaluate"):
+            assert m[f"cua_gym_{h}_seconds_count"] == 0 and m[f'cua_gym_{h}_seconds_bucket{{le="+Inf"}}'] == 0
+
+
+@pytest.mark.desktop
+def test_an_execution_shows_in_capacity_and_metrics():
+    with start_gym_server(port=0, max_executions=1, pool_size=0, x_spares=0) as gym:
+        base = f"{gym.url}/api/v1/desktop"
+        eid = httpx.post(f"{base}/tasks/002", json={}, timeout=60).json()["execution_id"]
+        assert httpx.get(f"{base}/capacity").json() == {"free": 0, "max": 1}
+        assert httpx.post(f"{base}/tasks/002", json={}, timeout=60).status_code == 429
+        m = _metrics(gym.url)
+        assert m['cua_gym_executions{state="running"}'] == 1 and m["cua_gym_capacity_free"] == 0
+        assert m["cua_gym_created_total"] == 1 and m["cua_gym_refused_full_total"] == 1
+        assert m["cua_gym_create_seconds_count"] == 1 and m["cua_gym_create_seconds_sum"] > 0
+        for _ in range(2):
+            assert httpx.post(f"{base}/executions/{eid}/actions", json={"action": {"type": "wait", "ms": 10}},
+                              timeout=60).json()["ok"]
+        httpx.post(f"{base}/executions/{eid}/evaluate", json={}, timeout=60).raise_for_status()
+        httpx.post(f"{base}/executions/{eid}/terminate", timeout=60).raise_for_status()
+        m = _metrics(gym.url)
+        assert m["cua_gym_step_seconds_count"] == 2 and m["cua_gym_evaluate_seconds_count"] == 1
+        assert m["cua_gym_terminated_total"] == 1 and m["cua_gym_capacity_free"] == 1
+        assert all(m[f'cua_gym_executions{{state="{s}"}}'] == 0 for s in STATES)
+        # cumulative buckets: never decreasing, the last one is the count
+        buckets = [v for k, v in m.items() if k.startswith("cua_gym_step_seconds_bucket")]
+        assert buckets == sorted(buckets) and buckets[-1] == 2
