@@ -7,7 +7,7 @@ docstring, THE BAR), then many seeds of both kinds are run from one pinned warm 
 (tests/data/warm-starts/multiturn) and the outcome counted:
 
 - ``null``: the controls (no signal): ``runs``, ``passed``, the two-sided 95% Clopper-Pearson upper bound of their
-  pass rate (``cp95_upper``) and ``p_pass_fit``, a normal fit to the controls' gate statistic (the smaller
+  pass rate (``cp95_upper``) and ``p_pass_fit``, a normal fit to the controls' gate statistic (the smallest
   biased-slice gain, ``learning_bench.gate_statistic``) giving the chance that it reaches the bar's
   ``SLICE_GAIN`` in one run (and ``p_pass_fit_with_rerun``: with CI's one rerun);
 - ``power``: the GRPO seeds: ``runs``, ``passed``, the Clopper-Pearson lower bound (``cp95_lower``) and the same
