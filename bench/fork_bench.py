@@ -36,6 +36,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # this clone's cu
 from cua_rl.genv import GenvClient, GenvError   # noqa: E402
 from cua_rl.local_gym import curriculum, start_gym_server   # noqa: E402
 from gym_bench import summary   # noqa: E402 - p50/p90/p99 and n
+from miniwob_bench import pss_kib, tree   # noqa: E402 - a process tree's PSS
 
 TASKS = {"desktop": "054", "miniwob": "click-checkboxes", "vm": "901"}
 SEED = 7
@@ -53,27 +54,7 @@ def actions(backend: str, depth: int) -> list[dict]:
 
 def pss_mib(pids: list[int]) -> float:
     """Proportional set size of ``pids`` and everything below them, in MiB."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    seen, todo, kib = set(), list(pids), 0
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        todo.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                kib += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
-        except (OSError, StopIteration):
-            continue
-    return kib / 1024
+    return pss_kib(set(pids).union(*(tree(pid) for pid in pids))) / 1024
 
 
 def child_pids(desk) -> list[int]:
