@@ -19,7 +19,7 @@ class ScriptedEpisodes:
         self.script = script                       # task id -> [(turns, reward) or Dropped, per episode index]
         self.calls: list[tuple[str, int, int | None]] = []   # (task id, episode index, instance seed)
 
-    async def __call__(self, setup, endpoint, data, index, report=None, seed=None):
+    async def __call__(self, setup, endpoint, data, index, report=None, seed=None, placement=None):
         task_id = str(data["task_id"])
         self.calls.append((task_id, index, seed))
         played = self.script[task_id][index]
