@@ -75,6 +75,7 @@ from cua_rl.runs import read_counts
 from cua_rl.trainer.health import STOP_MARK
 from cua_rl.run.launch import load_config   # the config the stages will see, loaded as the launcher does
 from cua_rl.sft.warm_start import STAMP, ensure_warm_start
+from cua_rl.verdict import BOOTSTRAP, GATED, RISE_MIN, SCORE_SOURCES, cluster_rise, hash_sources  # noqa: F401 (the bar's)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cua_agent"
@@ -82,7 +83,6 @@ EXAMPLE = ROOT / "examples" / "cua_agent"
 RECIPES = {"onestep": (EXAMPLE / "config.learn.yaml", ("sampled",)),
            "multiturn": (EXAMPLE / "config.multiturn.yaml", ("sampled", "greedy"))}
 REUSE_RUNS = False                # --reuse-runs
-BOOTSTRAP = 2000                  # resamples of the held-out instances for rise_ci95
 # --recipe multiturn: the negative controls, each a GRPO run from the same warm start with one override
 CONTROLS = {"shuffled_rewards": "trajectory.shuffle_rewards=true",          # which episode succeeded is lost
             "shuffled_screenshots": "trajectory.shuffle_screenshots=true"}  # which screen an action saw is lost
@@ -104,8 +104,8 @@ MUTATIONS = {"negate_advantages": "trajectory.mutation=negate_advantages",   # p
 # The learning gate's bar (the docstring's THE BAR): CI's gate (tests/training/test_learning_gate.py) judges its
 # one run with ``gate_failures``, and the bench judges every run with it, the controls and mutations included
 # (they must fail). Decided 2026-11-29 before any run of the yardstick task (docs/learning.md "The yardstick").
-GATED = ("instances", "content")   # the regimes the gate judges (curriculum.regimes: the gated ones)
-RISE_MIN = 0.10                    # greedy rise in each gated regime, with its cluster interval above 0
+# GATED (the regimes the gate judges) and RISE_MIN (the greedy rise in each, with its cluster interval above 0)
+# are the run's verdict's (cua_rl/verdict.py), imported above: one definition for the gate and the verdict.
 SLICE_GAIN = 0.25                  # gain of each confused slice over the gated regimes together
 SLICE_BEFORE_MAX = 0.4             # the warm start must be wrong on each confused slice (precondition)
 REST_DROP = 0.15                   # the rest may fall at most this much where the warm start was right
@@ -178,14 +178,6 @@ def _rl(label: str, config: str, warm: Path | None, steps: int, work: Path, env:
     return seconds, ckpts
 
 
-# What a checkpoint's held-out score depends on besides the checkpoint: the evaluation's own path (the episode,
-# the endpoint, the agent, the gym that renders and scores, the clients, vLLM's configuration, the config's
-# loading); not the trainer, the launcher, the monitor, the rows or SFT, whose edits used to measure the warm
-# start's score again (about 4 minutes) for nothing.
-SCORE_SOURCES = ("evaluate.py", "config.py", "workflow", "policy", "local_agent", "local_gym", "genv", "mini_agent",
-                 "local_model", "http", "areal_ext/vllm_config.py")
-
-
 def baseline_file(warm: Path, config: str, extra: list[str], seeds_per_task: int, concurrency: int) -> Path:
     """Where the warm start's held-out score is kept: ``<CUA_RL_HOME>/heldout-scores``, named by a hash of
     everything that decides it (see the module docstring; ``SCORE_SOURCES``). The warm start counts by its
@@ -199,12 +191,8 @@ def baseline_file(warm: Path, config: str, extra: list[str], seeds_per_task: int
                     and p.name != STAMP):
         h.update(f.name.encode())
         h.update(f.read_bytes())
-    package = ROOT / "cua_rl"
-    sources = [package / rel for rel in SCORE_SOURCES]
-    files = sorted(f for path in sources for f in ([path] if path.is_file() else path.rglob("*"))
-                   if f.is_file() and "__pycache__" not in f.parts)
-    files += sorted(Path(config).parent.glob("*.yaml")) + [Path(config)]
-    for f in files:
+    hash_sources(h)
+    for f in sorted(Path(config).parent.glob("*.yaml")) + [Path(config)]:
         h.update(str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f).encode())
         h.update(f.read_bytes())
     return Path(cua_rl_home()) / "heldout-scores" / f"{h.hexdigest()[:16]}.json"
@@ -244,39 +232,6 @@ def across_seeds(rises: list[float]) -> list[float]:
     sd = (sum((r - mean) ** 2 for r in rises) / (n - 1)) ** 0.5
     half = T95[min(n - 2, len(T95) - 1)] * sd / n ** 0.5
     return [round(mean - half, 4), round(mean + half, 4)]
-
-
-def cluster_rise(before: list[list], afters: list[list[list]], regime: str | None = None,
-                 resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
-    """The rise of success from ``before`` to the mean of ``afters`` (one per RL seed) over the instances of
-    ``regime`` (all when None), and its 95% interval from a cluster bootstrap over content units
-    (evaluate.py's ``outcomes``: [task, seed, successes, regime, content unit]): whole content units are
-    resampled, with all their instances, the same draw for every run. Repeats of one key sequence are not
-    independent under greedy decoding, so resampling instances alone made the interval up to 2.3x too narrow."""
-    import random
-
-    keys = [tuple(o[:2]) for o in before]
-    for after in afters:
-        if [tuple(o[:2]) for o in after] != keys:
-            raise ValueError("the checkpoints were evaluated on different instances")
-    clusters: dict[str, list[float]] = {}
-    for i, o in enumerate(before):
-        if regime is None or (len(o) > 3 and o[3] == regime):
-            unit = o[4] if len(o) > 4 else f"{o[0]}:{o[1]}"
-            clusters.setdefault(unit, []).append(sum(a[i][2] for a in afters) / len(afters) - o[2])
-    if not clusters:
-        raise ValueError(f"no instance of regime {regime!r} was evaluated")
-    units = list(clusters.values())
-    n = sum(len(u) for u in units)
-    rng = random.Random(seed)
-    means = []
-    for _ in range(resamples):
-        drawn = [units[rng.randrange(len(units))] for _ in units]
-        means.append(sum(sum(u) for u in drawn) / sum(len(u) for u in drawn))
-    means.sort()
-    return {"rise": round(sum(sum(u) for u in units) / n, 4),
-            "ci95": [round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)],
-            "units": len(units), "instances": n}
 
 
 def welch(a: list[float], b: list[float]) -> list[float] | None:
@@ -557,8 +512,13 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     runs: dict[str, Path] = {}
     overrides: dict[str, list[str]] = {}    # run label -> its own overrides (after --overrides)
 
+    # each run judges itself when that is this bench's evaluation (greedy, the gated regimes), else not at all
+    own_verdict = ([f"verdict.instances={args.seeds_per_task}", f"verdict.concurrency={args.eval_concurrency}"]
+                   if decodings == ("greedy",) and tuple(r for r in args.regimes.split(",") if r) == GATED
+                   else ["verdict.enabled=false"])
+
     def train(label: str, own: list[str]) -> None:
-        wall[label], ckpts = _rl(label, config, run_warm, steps, work, env, [*extra, *own])
+        wall[label], ckpts = _rl(label, config, run_warm, steps, work, env, [*extra, *own, *own_verdict])
         runs[label], overrides[label] = ckpts[steps], own
 
     for seed in rl_seeds:
@@ -581,12 +541,22 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     for name, given in variants.items():
         for seed in variant_seeds:
             train(f"{name}-s{seed}", [f"seed={seed}", *given])
-    todo = ([] if baseline else [warm]) + list(runs.values())
-    wall["evaluate"], scores = _evaluate(todo, config, extra, args, work, env, decodings, samples)
+    experiment = _experiment(config, extra)
+    # a run that judged itself (its verdict: cua_rl/verdict.py) played these instances already, greedily
+    judged_by_run = {label: v for label in runs if (v := run_verdict(work, experiment, label, runs[label], args,
+                                                                     decodings))}
+    if baseline is None and judged_by_run and not args.fresh_baseline:
+        baseline = [next(iter(judged_by_run.values()))["before"]]
+        _keep(kept, {"scores": baseline})
+    todo = ([] if baseline else [warm]) + [ckpt for label, ckpt in runs.items() if label not in judged_by_run]
+    wall["evaluate"], scores = _evaluate(todo, config, extra, args, work, env, decodings, samples) if todo else (0.0, [])
     per = {}   # checkpoint label -> {"sampled": score, "greedy": score}
-    labels = ([] if baseline else ["sft"]) + list(runs)
+    labels = ([] if baseline else ["sft"]) + [label for label in runs if label not in judged_by_run]
     for i, label in enumerate(labels):
         per[label] = {d: scores[i * len(decodings) + j] for j, d in enumerate(decodings)}
+    for label, v in judged_by_run.items():
+        per[label] = {"greedy": v["after"]}
+        scores.append(v["after"])
     if baseline:
         per["sft"] = dict(zip(decodings, baseline))
     else:   # measured now: kept for the next run with the same key
@@ -594,7 +564,6 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
 
     before = per["sft"]["greedy"]
     regimes = _regimes_of(before)
-    experiment = _experiment(config, extra)
     lag = load_config(config, extra).rollout.max_head_offpolicyness
 
     @functools.lru_cache(maxsize=None)
@@ -663,6 +632,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "wrong_demonstrations", "rows", "steps",
                                         "loss_before", "loss_after")},
         "baseline": {"kept": str(kept), "reused": baseline is not None},
+        "judged_by_their_verdict": sorted(judged_by_run),
         "dropped_episodes": sum(r["dropped"] for r in scores),
         "model_errors": sum(r["model_errors"] for r in scores),
         "wall_s": {**wall, "total": round(time.monotonic() - started, 1)},
@@ -859,6 +829,24 @@ def run_record(work: Path, experiment: str, label: str, steps: int) -> dict:
                     "desktop_seconds": round(counts["desktop_ms"] / 1000, 1) if "desktop_ms" in counts else None,
                     "episodes": counts.get("episodes_evaluated")},
             "logs": str(logs)}
+
+
+def run_verdict(work: Path, experiment: str, label: str, final: Path, args, decodings: tuple[str, ...]) -> dict | None:
+    """The run's own verdict (``verdict.json``: cua_rl/verdict.py) when it played exactly what this bench would
+    (greedy only, the gated regimes, ``--seeds-per-task`` instances, ``--eval-concurrency``, this final
+    checkpoint), else None (then the bench evaluates the checkpoint itself)."""
+    from cua_rl.run.summary import VERDICT
+
+    logs = next((work / "fileroot" / "logs").glob(f"*/{experiment}/{label}"), None)
+    path = logs / VERDICT if logs else None
+    if decodings != ("greedy",) or path is None or not path.is_file():
+        return None
+    v = json.loads(path.read_text())
+    wanted = tuple(r for r in args.regimes.split(",") if r) if args.regimes else None
+    if (v.get("instances") != args.seeds_per_task or v.get("concurrency") != args.eval_concurrency
+            or wanted != GATED or Path(v["after"]["checkpoint"]).resolve() != final.resolve()):
+        return None
+    return v
 
 
 def _keep(kept: Path, score: dict) -> None:

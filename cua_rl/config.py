@@ -336,6 +336,21 @@ class SFTConfig:
             raise ValueError("sft.lr must be positive and sft.seed_offset >= 0")
 
 
+@dataclass
+class VerdictConfig:
+    """The run's verdict on learning (cua_rl/verdict.py): after a finished run on the embedded curriculum, held-out
+    greedy success of the starting policy and the last step on the learning yardstick's gated regimes."""
+
+    enabled: bool = True
+    instances: int = 64             # held-out instances per gated regime (the learning gate's)
+    concurrency: int = 16           # episodes at once, each on a desktop of its own (the learning gate's)
+
+    def __post_init__(self):
+        if self.instances < 1 or self.concurrency < 1:
+            raise ValueError(f"verdict.instances and verdict.concurrency must be >= 1, got {self.instances} and "
+                             f"{self.concurrency}")
+
+
 # AReaL sends top_k=1e8 (its default) for "no top-k"; anything from here up cannot truncate a vocabulary.
 NEUTRAL_TOP_K = 1_000_000
 
@@ -425,6 +440,8 @@ class CUAConfig(GRPOConfig):
     # per-step health checks: what an anomaly does (--on-anomaly) and thresholds (cua_rl/trainer/health.py)
     health: HealthConfig = field(default_factory=HealthConfig)
     gym_fleet: GymFleetConfig = field(default_factory=GymFleetConfig)
+    # the verdict on learning at the end of a run (cua_rl/verdict.py; verdict.enabled=false turns it off)
+    verdict: VerdictConfig = field(default_factory=VerdictConfig)
 
     def __post_init__(self):
         super().__post_init__()

@@ -204,7 +204,7 @@ async def _evaluate_loaded(workflow, endpoint, plays: list[tuple[dict, list[int]
 
 async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str],
                         plays: list[tuple[dict, list[int]]], concurrency: int, samples: int,
-                        decodings: tuple[str, ...]) -> list[CheckpointResult]:
+                        decodings: tuple[str, ...], echo: bool = True) -> list[CheckpointResult]:
     """Every checkpoint in turn, in one event loop: the engine's and the endpoint's sessions are bound to the
     loop that first used them (a loop per checkpoint failed every later request with HTTP 500)."""
     from cua_rl.http.client import async_client
@@ -223,11 +223,12 @@ async def _evaluate_all(workflow, engine, model_url: str, checkpoints: list[str]
                 greedy = decoding == "greedy"
                 endpoint.gconfig = sampling.new(greedy=greedy)   # no episode is in flight between passes
                 results.append(await _one_pass(workflow, endpoint, checkpoint, plays, concurrency,
-                                               1 if greedy else samples, greedy))
+                                               1 if greedy else samples, greedy, echo))
     return results
 
 
-async def _one_pass(workflow, endpoint, checkpoint, plays, concurrency, samples, greedy) -> CheckpointResult:
+async def _one_pass(workflow, endpoint, checkpoint, plays, concurrency, samples, greedy,
+                    echo: bool = True) -> CheckpointResult:
     started = time.monotonic()
     episodes, dropped, model_errors = await _evaluate_loaded(workflow, endpoint, plays,
                                                              concurrency, samples)
@@ -237,14 +238,16 @@ async def _one_pass(workflow, endpoint, checkpoint, plays, concurrency, samples,
                 "errors, %.0f s): %s", result.success, " (greedy)" if greedy else "", result.per_task,
                 {k: v["success"] for k, v in result.regimes.items()}, result.slices, result.mean_turns, result.episodes, result.dropped, result.model_errors,
                 result.seconds, checkpoint)
-    print(json.dumps(result.__dict__), flush=True)
+    if echo:
+        print(json.dumps(result.__dict__), flush=True)
     return result
 
 
 def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int = 16, concurrency: int = 4,
                          samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
                          log_dir: str | Path | None = None, prefix_caching: bool = False,
-                         regimes: tuple[str, ...] = ()) -> list[CheckpointResult]:
+                         regimes: tuple[str, ...] = (), tasks: list[str] | None = None,
+                         echo: bool = True) -> list[CheckpointResult]:
     """Held-out success of each checkpoint (see the module docstring), in the order given; each result is
     also printed as a JSON line as soon as it is known.
 
@@ -253,20 +256,24 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
     episode. Safe here, unlike in training: the weights change only between checkpoints, with no request in
     flight, and AReaL's weight-update route clears the cache. Off by default: with it on, the learning gate
     failed twice in a row on 2026-11-26 (docs/learning.md) and its held-out scores had not been compared with
-    it off on the same checkpoints beyond 2 x 64 episodes (on 0.78/0.81, off 0.72/0.75)."""
+    it off on the same checkpoints beyond 2 x 64 episodes (on 0.78/0.81, off 0.72/0.75).
+
+    ``tasks``: the family tasks to play (default ``sft.tasks``); ``echo=False`` prints no JSON line (the run's
+    verdict keeps the console quiet)."""
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.local_gym.server import start_gym_server
 
     if not checkpoints:
         raise ValueError("no checkpoints to evaluate")
-    plays = curriculum_plays(list(config.sft.tasks), seeds_per_task, regimes)
+    tasks = list(config.sft.tasks) if tasks is None else tasks
+    plays = curriculum_plays(tasks, seeds_per_task, regimes)
     if not plays:
-        raise SystemExit(f"no held-out regime named {regimes} for the tasks {list(config.sft.tasks)}")
+        raise SystemExit(f"no held-out regime named {regimes} for the tasks {tasks}")
     with start_gym_server(gym_id="desktop", pool_size=concurrency, max_executions=concurrency) as gym, \
             start_agent_server() as agent:
         return _run(config, checkpoints, plays, gym=(gym.url, gym.gym_id),
                     agent_url=agent.url, concurrency=concurrency, samples=samples, decodings=decodings,
-                    log_dir=log_dir, prefix_caching=prefix_caching)
+                    log_dir=log_dir, prefix_caching=prefix_caching, echo=echo)
 
 
 def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", episodes_per_task: int = 1,
@@ -308,7 +315,7 @@ def _gym_rows(config, split: str) -> list[dict]:
 
 def _run(config, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *, gym: tuple[str, str],
          agent_url: str, concurrency: int, samples: int, decodings, log_dir, prefix_caching: bool = False,
-         model_url: str | None = None) -> list[CheckpointResult]:
+         model_url: str | None = None, echo: bool = True) -> list[CheckpointResult]:
     """The model (a CPU vLLM server for the first checkpoint, or the one at ``model_url``), AReaL's engine on it,
     the workflow pointed at ``gym`` and ``agent_url``, and every checkpoint evaluated in turn."""
     from areal.api.cli_args import InferenceEngineConfig
@@ -337,7 +344,7 @@ def _run(config, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *,
                                      max_turn_time_seconds=config.max_turn_time_seconds),
                 policy=config.policy, group_size=1, is_eval=True)
             return asyncio.run(_evaluate_all(workflow, engine, url, checkpoints, plays, concurrency,
-                                             samples, tuple(decodings)))
+                                             samples, tuple(decodings), echo))
         finally:
             engine.destroy()
 

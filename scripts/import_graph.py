@@ -31,7 +31,7 @@ PACKAGE = "cua_rl"
 # trainer imports neither); what runs inside AReaL's workers; the monitor; the agent and the rows; the
 # clients and servers; and on the ground what every room shares. A new group must be placed here.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("cua_rl.train", "cua_rl.evaluate"),
+    ("cua_rl.train", "cua_rl.evaluate", "cua_rl.verdict"),
     ("cua_rl.run",),
     ("cua_rl.sft",),
     ("cua_rl.dataset", "cua_rl.workflow", "cua_rl.local_model"),

@@ -450,9 +450,11 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
     log_to_file(paths.logs / "launcher.log", quiet_console=os.environ.get("CUA_RL_CONSOLE") != "full")
     if named:   # a new timestamped trial has no records to forget
         _clear_name_records(config)
+    run_overrides = list(overrides)   # the user's and the trial's: what the verdict loads its config with
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
     env = dict(os.environ)
     rc, stopped_by = 1, None
+    start = Path(config.actor.path)   # the policy the run starts from (the verdict's "before")
     with contextlib.ExitStack() as stack:
         try:
             if not gpu:
@@ -462,6 +464,7 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
 
                 model = ensure_warm_start(config, config_file, overrides, paths.logs / "warm_start.log", env)
                 overrides.append(f"actor.path={model}")
+                start = Path(model)
                 logger.info("training from the SFT warm start %s", model)
             if config.embedded_enabled:
                 overrides += _start_embedded(config, stack)
@@ -474,8 +477,35 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
         except KeyboardInterrupt:
             logger.warning("interrupted; shutting everything down")
             rc, stopped_by = 130, signal.SIGINT
-    print_summary(paths, time.monotonic() - started, rc, stopped_by, train_command())
+    elapsed = time.monotonic() - started   # the training's; the verdict's own time is in its lines
+    if rc == 0 and config.verdict.enabled and config.embedded_enabled:   # on your gym: cua-eval (docs/learning.md)
+        give_verdict(config_file, run_overrides, start, paths.logs, env)
+    print_summary(paths, elapsed, rc, stopped_by, train_command())
     return rc
+
+
+def give_verdict(config_file: str, overrides: list[str], start: Path, logs: Path, env: dict) -> None:
+    """The run's verdict on learning after a finished run (``python -m cua_rl.verdict``, a process of its own as
+    the trainer is: cua_rl/verdict.py decides whether it applies and prints its plan); ``overrides``: the run's
+    own, without the embedded services' addresses. Its failure or a Ctrl-C is reported, never the run's. The
+    run's saved config.yaml is put back afterwards (AReaL's config loader writes it again)."""
+    cmd = [sys.executable, "-m", "cua_rl.verdict", "--config", config_file, "--start", str(start), *overrides]
+    saved = logs / "config.yaml"
+    kept = saved.read_bytes() if saved.is_file() else None
+    print(f"[cua-rl] verdict:     judging the run on held-out tasks (python -m cua_rl.verdict, about 2 minutes a "
+          f"checkpoint on 2 CPU cores; verdict.enabled=false skips it; log: {logs / 'verdict.log'})", flush=True)
+    with open(logs / "verdict.log", "ab") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        print("[cua-rl] verdict:     interrupted; the run itself finished", flush=True)
+        rc = proc.wait()
+    finally:
+        if kept is not None:
+            saved.write_bytes(kept)
+    if rc not in (0, -signal.SIGINT, 130):
+        print(f"[cua-rl] verdict:     FAILED (exit code {rc}): see verdict.log in the run's log directory", flush=True)
 
 
 def train_command() -> str:

@@ -190,8 +190,28 @@ def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_r
     assert re.search(rf"final checkpoint: {re.escape(str(ckpts))}/default/epoch\d+epochstep\d+globalstep{STEPS - 1} ",
                      out), out[-3000:]
     _assert_monitor_has_the_trainer_logprobs(logs / "monitor" / "monitor.db")
+    _assert_the_run_gave_its_verdict(gate_run[0][0], out, logs)
     # nothing left running: no desktops, no vLLM (of the run, or of the evaluation after it)
     assert not any(left.values()), f"left running: {left}"
+
+
+def _assert_the_run_gave_its_verdict(result: dict, out: str, logs: Path) -> None:
+    """The run ended with its verdict on learning (cua_rl/verdict.py): held-out greedy success of the warm start
+    and the last step on the gated regimes, each rise with its interval, printed and kept in verdict.json; the
+    bench judged the run by that same evaluation instead of playing the instances again."""
+    from cua_rl.verdict import GATED
+
+    verdict = json.loads((logs / "verdict.json").read_text())
+    assert re.search(r"^\[cua-rl\] verdict:     (LEARNED|MIXED|WORSE|NO CLEAR LEARNING)", out, re.M), out[-3000:]
+    for name in GATED:
+        r = verdict["regimes"][name]
+        assert r["instances"] == EPISODES and r["ci95"][0] <= r["rise"] <= r["ci95"][1], r
+        line = (f"[cua-rl]   {name}: {r['before']:.3f} -> {r['after']:.3f}, rise {r['rise']:+.3f} (95% interval "
+                f"[{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}]")
+        assert line in out, out[-3000:]
+        # the same evaluation the gate judged: the bench took the run's, not a second one
+        assert result["regimes"][name]["greedy_after"] == r["after"], (result["regimes"][name], r)
+    assert result["judged_by_their_verdict"] == ["grpo-s1"], result.get("judged_by_their_verdict")
 
 
 def _assert_monitor_has_the_trainer_logprobs(db: Path) -> None:
