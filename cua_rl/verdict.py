@@ -197,8 +197,65 @@ def judge(config, start: Path, final: Path, logs: Path) -> dict:
                "concurrency": config.verdict.concurrency, "tasks": tasks, "greedy": True,
                "start_kept": before_kept,
                "seconds": round(time.monotonic() - started, 1), "before": before, "after": after}
+    try:
+        verdict["in_monitor"] = file_in_monitor(logs, verdict, config.trial_name)
+    except Exception:  # noqa: BLE001 - the verdict stands without the monitor's copy; the log says why
+        logger.exception("could not file the verdict in the run's Training Monitor")
+        verdict["in_monitor"] = False
     (logs / VERDICT).write_text(json.dumps(verdict) + "\n")
     return verdict
+
+
+def file_in_monitor(logs: Path, verdict: dict, trial: str) -> bool:
+    """The verdict in the run's own Training Monitor store (the embedded monitor's ``monitor/monitor.db`` in the
+    log directory, which ``cua-monitor serve --data-dir`` shows after the run; ``file_in_store``). False when
+    the run had no embedded monitor."""
+    from cua_rl.monitor.store import Store, sqlite_url
+
+    db = logs / "monitor" / "monitor.db"
+    if not db.is_file():
+        return False
+    store = Store.open(sqlite_url(db))
+    try:
+        return file_in_store(store, verdict, trial)
+    finally:
+        store.close()
+
+
+def file_in_store(store, verdict: dict, trial: str) -> bool:
+    """The verdict on the newest run named ``trial`` of a monitor ``store``: the starting policy as the run's
+    baseline (step 0) and the last step as an evaluation at its policy version, each held-out instance a
+    rollout (reward = success; regime and content unit in its summary), so the held-out chart shows both; the
+    summary and lines on the run (the run page's verdict box). Filing it again changes nothing."""
+    import re
+    import uuid
+
+    from cua_rl.monitor import views
+    from cua_rl.monitor.ingest import parse_batch
+    from cua_rl.monitor.records import eval_record, rollout_record
+
+    version = int(re.search(r"globalstep(\d+)$", Path(verdict["after"]["checkpoint"]).name).group(1)) + 1
+    run = next((r for r in views.trainings(store) if r.get("trial_name") == trial), None)
+    if run is None:
+        return False
+    tid = run["id"]
+    body: dict = {"training": {"training_id": tid, "verdict": {"summary": verdict["summary"],
+                                                               "lines": verdict["lines"]}}}
+    for result, step, baseline in ((verdict["before"], 0, True), (verdict["after"], version, False)):
+        parent = eval_record(tid, step, baseline=baseline, model_path=result["checkpoint"], status="completed",
+                             purpose="the run's verdict (cua_rl/verdict.py): held-out greedy")
+        body.setdefault(parent.kind, []).append(parent.to_payload())
+        link = "baseline_id" if baseline else "eval_id"
+        for task, seed, successes, regime, unit in result["outcomes"]:
+            rid = uuid.uuid5(uuid.NAMESPACE_URL, f"verdict/{tid}/{step}/{regime}/{task}/{seed}").hex
+            body.setdefault("rollouts", []).append(rollout_record(
+                rid, status="completed", source_type="baseline" if baseline else "eval", is_eval=True,
+                model_path=result["checkpoint"], end_time=parent.fields["start_time"], reward=float(successes),
+                task_success=bool(successes), validation_passed=bool(successes),
+                summary_json=json.dumps({"task": task, "seed": seed, "regime": regime, "content": unit}),
+                **{link: parent.client_id}).to_payload())
+    store.ingest(run["project_id"], parse_batch(body))
+    return True
 
 
 def describe(regimes: dict[str, dict]) -> tuple[str, list[str]]:

@@ -14,9 +14,23 @@ from sample_run import INSTRUCTION, SCREEN, send_sample_run
 from cua_rl.monitor import training_run
 from cua_rl.trainer.health import BY_NAME, Finding
 from cua_rl.monitor.records import trainer_logprobs_record, update_record
+from cua_rl.verdict import GATED, describe, file_in_store
 from tests.chromium import css, wait_for
 
 pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+
+
+def _verdict() -> dict:
+    """A verdict as cua_rl/verdict.py writes it: two held-out instances of each gated regime, failed by the
+    starting policy and solved by step 2."""
+    regimes = {name: {"before": 0.0, "after": 1.0, "rise": 1.0, "ci95": [1.0, 1.0], "units": 2, "instances": 2}
+               for name in GATED}
+    summary, lines = describe(regimes)
+    outcomes = [["054", seed, 0, name, f"unit{seed}"] for name in GATED for seed in (1, 2)]
+    return {"summary": summary, "lines": lines,
+            "before": {"checkpoint": "/warm-start", "outcomes": outcomes},
+            "after": {"checkpoint": "/ckpt/default/epoch1epochstep0globalstep1",
+                      "outcomes": [[*o[:2], 1, *o[3:]] for o in outcomes]}}
 
 
 def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
@@ -36,6 +50,9 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
                                      "ppo_actor/update/grad_norm": float("nan"), "sampler_logprob_gap": 0.31,
                                      "ppo_actor/update/entropy_bonus/avg": 0.0017},
         health={"sampler_logprob_gap": 0.31, "staleness": 0.0}, anomalies=[gap.as_dict()]))
+    # the run's verdict on learning, filed after the run (cua_rl/verdict.py): a box on the run page, the starting
+    # policy as the baseline and the last step as an evaluation on the held-out chart
+    assert file_in_store(monitor.store, _verdict(), "browser")
 
     browser.get(f"{monitor.url}/")
     wait_for(browser, lambda d: css(d, "[data-testid=run-row]"))
@@ -50,6 +67,12 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
     # the regularisers' charts only when the run has them: an entropy term here, no KL penalty
     assert len(css(browser, "[data-testid=chart-entropy_bonus] circle.point")) == 1
     assert not css(browser, "[data-testid=chart-kl_reward]") and css(browser, "[data-testid=chart-grad_norm]")
+    assert css(browser, "[data-testid=verdict]")[0].text.startswith("LEARNED: held-out greedy success rose")
+    assert "instances: 0.000 -> 1.000, rise +1.000" in css(browser, "[data-testid=verdict]")[0].text
+    assert len(css(browser, "[data-testid=chart-heldout] circle.point")) >= 1
+    if os.environ.get("CUA_RL_DOCS_IMG") == "1":   # docs/img/monitor-verdict.png (docs/learning.md)
+        browser.set_window_size(1400, 900)
+        browser.save_screenshot(str(DOCS_IMG / "monitor-verdict.png"))
     assert css(browser, "[data-testid=health-anomaly]")[0].text == "sampler_logprob_gap 0.310 (warn)"
     [finding] = css(browser, "[data-testid=health-finding]")
     assert finding.text.startswith("warn · training step 1: [cua-rl] health step 1: sampler_logprob_gap 0.31")

@@ -189,6 +189,15 @@ function anomalyList(anomalies) {
     h("b", {}, `${a.action === "stop" ? "STOP" : "warn"} · training step ${a.train_step}: `), a.line)));
 }
 
+// The run's verdict on learning (cua_rl/verdict.py), filed on the run when it finished: held-out greedy success
+// of the starting policy (the baseline, step 0) and the last step (an evaluation), each rise with its interval.
+function verdictBox(verdict) {
+  if (!verdict || !verdict.summary) return [];
+  return [h("h2", {}, "Verdict on learning (held-out, greedy: the baseline is the starting policy)"),
+    h("div", { class: "card", "data-testid": "verdict" }, h("b", {}, verdict.summary),
+      h("ul", {}, ...(verdict.lines || []).map((line) => h("li", {}, line))))];
+}
+
 function renderRun(run) {
   const sm = run.summary;
   const stats = h("div", { class: "cards" },
@@ -200,6 +209,7 @@ function renderRun(run) {
     h("h1", {}, `Run #${run.id} ${run.run_name || ""}`),
     h("p", { class: "muted" }, `${run.experiment_name || ""} / ${run.trial_name || ""} · project ${run.project || "?"}`),
     stats,
+    ...verdictBox(run.verdict),
     h("h2", {}, "Curves (training rollouts per policy version; held-out: the evaluations and the baseline)"),
     h("div", { class: "cards" },
       chart(run.curve, "reward_mean", "mean reward of the rollouts", "#1463b8",
