@@ -75,7 +75,8 @@ from cua_rl.runs import read_counts
 from cua_rl.trainer.health import STOP_MARK
 from cua_rl.run.launch import load_config   # the config the stages will see, loaded as the launcher does
 from cua_rl.sft.warm_start import STAMP, ensure_warm_start
-from cua_rl.verdict import BOOTSTRAP, GATED, RISE_MIN, SCORE_SOURCES, cluster_rise, hash_sources  # noqa: F401 (the bar's)
+from cua_rl.local_gym.curriculum import GATED
+from cua_rl.verdict import BOOTSTRAP, RISE_MIN, SCORE_SOURCES, cluster_rise, hash_sources  # noqa: F401 (the bar's)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cua_agent"
@@ -104,8 +105,8 @@ MUTATIONS = {"negate_advantages": "trajectory.mutation=negate_advantages",   # p
 # The learning gate's bar (the docstring's THE BAR): CI's gate (tests/training/test_learning_gate.py) judges its
 # one run with ``gate_failures``, and the bench judges every run with it, the controls and mutations included
 # (they must fail). Decided 2026-11-29 before any run of the yardstick task (docs/learning.md "The yardstick").
-# GATED (the regimes the gate judges) and RISE_MIN (the greedy rise in each, with its cluster interval above 0)
-# are the run's verdict's (cua_rl/verdict.py), imported above: one definition for the gate and the verdict.
+# GATED (the regimes the gate judges: curriculum.GATED) and RISE_MIN (the greedy rise in each, with its cluster
+# interval above 0: the run's verdict's, cua_rl/verdict.py) are imported above: one definition for both.
 SLICE_GAIN = 0.25                  # gain of each confused slice over the gated regimes together
 SLICE_BEFORE_MAX = 0.4             # the warm start must be wrong on each confused slice (precondition)
 REST_DROP = 0.15                   # the rest may fall at most this much where the warm start was right

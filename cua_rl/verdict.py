@@ -36,9 +36,11 @@ import logging
 import time
 from pathlib import Path
 
+from cua_rl.local_gym.curriculum import GATED      # the regimes the learning gate and the verdict judge
+from cua_rl.run.launch import verdict_tasks        # whether the verdict applies (the launcher asks it first)
+
 logger = logging.getLogger("cua-verdict")
 
-GATED = ("instances", "content")   # the regimes the learning gate and the verdict judge (curriculum.regimes)
 RISE_MIN = 0.10                    # the gate's rise per gated regime (with its interval above 0)
 BOOTSTRAP = 2000                   # resamples of the content units for an interval
 BIG_FILE = 64 << 20                # starting-weight files above this are keyed by name, size and mtime, not read
@@ -106,29 +108,6 @@ def cluster_rise(before: list[list], afters: list[list[list]], regime: str | Non
             "units": len(units), "instances": n}
 
 
-def tasks_judged(config) -> tuple[list[str], str | None]:
-    """(the run's training tasks the verdict plays, None) or ([], why there is no verdict for this run)."""
-    if not config.verdict.enabled:
-        return [], "off (verdict.enabled=false)"
-    if not config.embedded_enabled:
-        return [], "the held-out yardstick is the embedded gym's curriculum; on your gym, cua-eval evaluates checkpoints"
-    if config.cluster.n_gpus_per_node:
-        return [], ("the verdict serves the model with vLLM on the CPU (cua_rl/evaluate.py); with GPUs, evaluate "
-                    "checkpoints with cua-eval --model-url")
-    source = config.task_source
-    if config.task_sources or source.kind != "ids" or not source.task_ids:
-        return [], "the run does not train on curriculum family tasks by id (task_source.kind: ids)"
-    from cua_rl.local_gym import load_tasks
-    from cua_rl.local_gym.curriculum import regimes
-
-    tasks = load_tasks()
-    for key in source.task_ids:
-        task = tasks.get(str(key))
-        if task is None or task.family is None or not set(GATED) <= {r.name for r in regimes(task.family)}:
-            return [], f"task {key} has no held-out regimes {list(GATED)} (curriculum family key-sequence has)"
-    return [str(k) for k in source.task_ids], None
-
-
 def _inputs(config, tasks: list[str]) -> dict:
     """The settings a held-out episode reads (evaluate.py ``_run``), as JSON-able values."""
     def plain(value):
@@ -168,7 +147,7 @@ def judge(config, start: Path, final: Path, logs: Path) -> dict:
     return it (``summary``, ``lines``, ``regimes``; ``before``/``after``: evaluate.py's results)."""
     from cua_rl.run.summary import VERDICT
 
-    tasks, why_not = tasks_judged(config)
+    tasks, why_not = verdict_tasks(config)
     if why_not:
         raise ValueError(f"no verdict for this run: {why_not}")
     started = time.monotonic()
@@ -297,7 +276,7 @@ then says why)."""
     setup_logging()
     config = load_config(args.config, overrides)
     paths = RunPaths.of(config)
-    tasks, why_not = tasks_judged(config)
+    tasks, why_not = verdict_tasks(config)
     final = final_checkpoint(paths.checkpoints) if paths.checkpoints.is_dir() else None
     if why_not or final is None:
         why_not = why_not or "no checkpoint of the last step (saver.freq_steps)"

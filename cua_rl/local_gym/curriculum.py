@@ -355,6 +355,11 @@ REGIMES = {
 }
 
 
+# The yardstick's gated regimes: what the learning gate (bench/learning_bench.py) and a run's verdict
+# (cua_rl/verdict.py) judge; a family has both only when it has held-out content (key-sequence).
+GATED = ("instances", "content")
+
+
 def regimes(family: str) -> tuple[Regime, ...]:
     """Where the yardstick measures ``family``'s held-out success; a family without content regimes has one:
     its unseen instances."""

@@ -478,10 +478,40 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
             logger.warning("interrupted; shutting everything down")
             rc, stopped_by = 130, signal.SIGINT
     elapsed = time.monotonic() - started   # the training's; the verdict's own time is in its lines
-    if rc == 0 and config.verdict.enabled and config.embedded_enabled:   # on your gym: cua-eval (docs/learning.md)
-        give_verdict(config_file, run_overrides, start, paths.logs, env)
+    if rc == 0 and config.verdict.enabled:
+        _, why_not = verdict_tasks(config)
+        if why_not is None:
+            give_verdict(config_file, run_overrides, start, paths.logs, env)
+        else:
+            print(f"[cua-rl] verdict:     none: {why_not}", flush=True)
     print_summary(paths, elapsed, rc, stopped_by, train_command())
     return rc
+
+
+def verdict_tasks(config) -> tuple[list[str], str | None]:
+    """(the run's training tasks its verdict plays, None) or ([], why there is no verdict for this run)
+    (cua_rl/verdict.py: the embedded curriculum on the CPU, family tasks with both gated regimes)."""
+    from cua_rl.local_gym.curriculum import GATED
+
+    if not config.verdict.enabled:
+        return [], "off (verdict.enabled=false)"
+    if not config.embedded_enabled:
+        return [], "the held-out yardstick is the embedded gym's curriculum; on your gym, cua-eval evaluates checkpoints"
+    if config.cluster.n_gpus_per_node:
+        return [], ("the verdict serves the model with vLLM on the CPU (cua_rl/evaluate.py); with GPUs, evaluate "
+                    "checkpoints with cua-eval --model-url")
+    source = config.task_source
+    if config.task_sources or source.kind != "ids" or not source.task_ids:
+        return [], "the run does not train on curriculum family tasks by id (task_source.kind: ids)"
+    from cua_rl.local_gym import load_tasks
+    from cua_rl.local_gym.curriculum import regimes
+
+    tasks = load_tasks()
+    for key in source.task_ids:
+        task = tasks.get(str(key))
+        if task is None or task.family is None or not set(GATED) <= {r.name for r in regimes(task.family)}:
+            return [], f"task {key} has no held-out regimes {list(GATED)} (curriculum family key-sequence has)"
+    return [str(k) for k in source.task_ids], None
 
 
 def give_verdict(config_file: str, overrides: list[str], start: Path, logs: Path, env: dict) -> None:

@@ -14,7 +14,8 @@ from sample_run import INSTRUCTION, SCREEN, send_sample_run
 from cua_rl.monitor import training_run
 from cua_rl.trainer.health import BY_NAME, Finding
 from cua_rl.monitor.records import trainer_logprobs_record, update_record
-from cua_rl.verdict import GATED, describe, file_in_store
+from cua_rl.local_gym.curriculum import GATED
+from cua_rl.verdict import describe, file_in_store
 from tests.chromium import css, wait_for
 
 pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)

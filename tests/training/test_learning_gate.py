@@ -199,7 +199,7 @@ def _assert_the_run_gave_its_verdict(result: dict, out: str, logs: Path) -> None
     """The run ended with its verdict on learning (cua_rl/verdict.py): held-out greedy success of the warm start
     and the last step on the gated regimes, each rise with its interval, printed and kept in verdict.json; the
     bench judged the run by that same evaluation instead of playing the instances again."""
-    from cua_rl.verdict import GATED
+    from cua_rl.local_gym.curriculum import GATED
 
     verdict = json.loads((logs / "verdict.json").read_text())
     assert re.search(r"^\[cua-rl\] verdict:     (LEARNED|MIXED|WORSE|NO CLEAR LEARNING)", out, re.M), out[-3000:]

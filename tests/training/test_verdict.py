@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from cua_rl import verdict
-from cua_rl.run.launch import give_verdict, load_config
+from cua_rl.run.launch import give_verdict, load_config, verdict_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "cua_rl" / "recipes"
@@ -38,14 +38,14 @@ def test_the_summary_says_learned_only_when_every_gated_regime_rose_with_its_int
 
 
 def test_the_verdict_applies_to_the_embedded_curriculum_on_the_cpu_and_says_why_not_elsewhere():
-    assert verdict.tasks_judged(load_config(str(RECIPES / "config.multiturn.yaml"), [])) == (["054"], None)
-    _, why = verdict.tasks_judged(load_config(str(RECIPES / "config.multiturn.yaml"), ["verdict.enabled=false"]))
+    assert verdict_tasks(load_config(str(RECIPES / "config.multiturn.yaml"), [])) == (["054"], None)
+    _, why = verdict_tasks(load_config(str(RECIPES / "config.multiturn.yaml"), ["verdict.enabled=false"]))
     assert why == "off (verdict.enabled=false)"
-    _, why = verdict.tasks_judged(load_config(str(RECIPES / "config.cpu.yaml"),
+    _, why = verdict_tasks(load_config(str(RECIPES / "config.cpu.yaml"),
                                               ["gym_base_url=http://gym.example:8080", "gym_id=desktop"]))
     assert "cua-eval" in why
     # a family without the content regime (click-square: unseen instances only) has no gated pair to judge
-    _, why = verdict.tasks_judged(load_config(str(RECIPES / "config.multiturn.yaml"), ["task_source.task_ids=[050]"]))
+    _, why = verdict_tasks(load_config(str(RECIPES / "config.multiturn.yaml"), ["task_source.task_ids=[050]"]))
     assert why and "050" in why
 
 
