@@ -546,8 +546,10 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     # a run that judged itself (its verdict: cua_rl/verdict.py) played these instances already, greedily
     judged_by_run = {label: v for label in runs if (v := run_verdict(work, experiment, label, runs[label], args,
                                                                      decodings))}
+    baseline_from = "kept" if baseline is not None else "measured now"
     if baseline is None and judged_by_run and not args.fresh_baseline:
         baseline = [next(iter(judged_by_run.values()))["before"]]
+        baseline_from = "the run's verdict"
         _keep(kept, {"scores": baseline})
     todo = ([] if baseline else [warm]) + [ckpt for label, ckpt in runs.items() if label not in judged_by_run]
     wall["evaluate"], scores = _evaluate(todo, config, extra, args, work, env, decodings, samples) if todo else (0.0, [])
@@ -632,7 +634,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
                             "regimes": over_seeds(methods[name])} for name, given in variants.items()},
         "sft": {k: sft.get(k) for k in ("checkpoint", "demonstrations", "wrong_demonstrations", "rows", "steps",
                                         "loss_before", "loss_after")},
-        "baseline": {"kept": str(kept), "reused": baseline is not None},
+        "baseline": {"kept": str(kept), "reused": baseline_from == "kept", "from": baseline_from},
         "judged_by_their_verdict": sorted(judged_by_run),
         "dropped_episodes": sum(r["dropped"] for r in scores),
         "model_errors": sum(r["model_errors"] for r in scores),

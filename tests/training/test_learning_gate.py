@@ -132,7 +132,7 @@ def test_grpo_flips_the_biased_slices_and_serves_every_step(gate_run):
         print(f"LEARNING GATE seed {run['seed']}: held-out greedy success per regime (warm start, step {STEPS}, cluster "
               f"95% interval of the rise): {regimes}; biased slices {run['gate']['slices']}; rollout success per "
               f"step {run['rollout_success']}; {result['episodes_per_checkpoint']['greedy']} instances; warm "
-              f"start's score {'kept' if result['baseline']['reused'] else 'measured now'}; wall "
+              f"start's score {result['baseline']['from']}; wall "
               f"{result['wall_s']}; gate failures {run['gate_failures']}")
         assert set(bench.GATED) <= set(result["regimes"]), result["regimes"]
         assert all(result["regimes"][r]["instances"] == EPISODES for r in bench.GATED)
