@@ -78,7 +78,9 @@ def normal_tail(values: list[float], threshold: float) -> float | None:
 def seed_records(result: dict, source: str) -> list[dict]:
     """One record per judged run of a learning-bench JSON: GRPO seeds and shuffled-rewards control seeds."""
     bench = _bench()
-    warm = result.get("sft", {}).get("checkpoint") or result.get("warm_start_dir")
+    warm = str(result.get("sft", {}).get("checkpoint") or result.get("warm_start_dir"))
+    if "tests/data/warm-starts/" in warm:   # the pinned warm start, whichever clone ran it
+        warm = "tests/data/warm-starts/" + warm.split("tests/data/warm-starts/", 1)[1] + " (pinned)"
     records = []
 
     def record(kind: str, seed: int, run: dict) -> dict:
