@@ -76,7 +76,7 @@ from cua_rl.trainer.health import STOP_MARK
 from cua_rl.run.launch import load_config   # the config the stages will see, loaded as the launcher does
 from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 from cua_rl.local_gym.curriculum import GATED
-from cua_rl.verdict import BOOTSTRAP, RISE_MIN, SCORE_SOURCES, cluster_rise, hash_sources  # noqa: F401 (the bar's)
+from cua_rl.verdict import BOOTSTRAP, RISE_MIN, SCORE_SOURCES, cluster_rise, hash_sources, hash_weights  # noqa: F401 (the bar's)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cua_agent"
@@ -188,10 +188,7 @@ def baseline_file(warm: Path, config: str, extra: list[str], seeds_per_task: int
 
     h = hashlib.sha256()
     h.update(f"{extra}|{seeds_per_task}|{concurrency}".encode())
-    for f in sorted(p for p in warm.iterdir() if p.is_file() and p.suffix in (".json", ".safetensors", ".jinja")
-                    and p.name != STAMP):
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
+    hash_weights(h, warm)
     hash_sources(h)
     for f in sorted(Path(config).parent.glob("*.yaml")) + [Path(config)]:
         h.update(str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f).encode())

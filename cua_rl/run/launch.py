@@ -515,9 +515,9 @@ def verdict_tasks(config) -> tuple[list[str], str | None]:
 
 
 def give_verdict(config_file: str, overrides: list[str], start: Path, logs: Path, env: dict) -> None:
-    """The run's verdict on learning after a finished run (``python -m cua_rl.verdict``, a process of its own as
-    the trainer is: cua_rl/verdict.py decides whether it applies and prints its plan); ``overrides``: the run's
-    own, without the embedded services' addresses. Its failure or a Ctrl-C is reported, never the run's. The
+    """The run's verdict on learning after a finished run it applies to (``verdict_tasks``): ``python -m
+    cua_rl.verdict``, a process of its own as the trainer is, its output in the run's verdict.log;
+    ``overrides``: the run's own, without the embedded services' addresses. Its failure or a Ctrl-C is reported, never the run's. The
     run's saved config.yaml is put back afterwards (AReaL's config loader writes it again)."""
     cmd = [sys.executable, "-m", "cua_rl.verdict", "--config", config_file, "--start", str(start), *overrides]
     saved = logs / "config.yaml"
