@@ -46,6 +46,19 @@ class ServedApp:
         self.stop()
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, told the app that it is stopping before it waits for the requests in flight: the app's
+    ``app.state.drain`` (a plain callable, if it has one) runs first, so a request that would outlast the grace
+    period (a gym's create waiting for a desktop) can end now with a clear answer instead of being cancelled,
+    which uvicorn reports as an error with the request's traceback."""
+
+    async def shutdown(self, sockets=None) -> None:
+        drain = getattr(getattr(self.config.app, "state", None), "drain", None)
+        if callable(drain):
+            drain()
+        await super().shutdown(sockets)
+
+
 # Idle connections are kept 30 s, longer than httpx clients keep theirs (5 s): the client always drops an
 # idle connection first, so a request never races the server closing it ("Server disconnected without
 # sending a response", seen under load with uvicorn's default of 5 s). The gym and monitor CLIs use it too.
@@ -61,7 +74,7 @@ def serve_app_in_thread(app, host: str = "127.0.0.1", port: int = 0, *, log_leve
     actual_port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=log_level, lifespan="auto", timeout_graceful_shutdown=2,
                             timeout_keep_alive=KEEP_ALIVE_S)
-    server = uvicorn.Server(config)
+    server = DrainingServer(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"uvicorn-{host}:{actual_port}")
     thread.start()

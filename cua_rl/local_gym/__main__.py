@@ -13,7 +13,7 @@ import sys
 
 import uvicorn
 
-from cua_rl.http.serve import KEEP_ALIVE_S
+from cua_rl.http.serve import KEEP_ALIVE_S, DrainingServer
 from cua_rl.logs import setup_logging
 
 
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:   # a bad option or task file: say which and why, no traceback
         print(f"cua-gym: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S)
+    DrainingServer(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+                                  timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S)).run()
     return 0
 
 

@@ -111,6 +111,11 @@ class LocalGym:
                     opt.max_executions)
         return self
 
+    def drain(self) -> None:
+        """The server is stopping: no new executions, creates waiting on a desktop are refused now."""
+        if self._manager is not None:
+            self._manager.drain()
+
     async def close(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()

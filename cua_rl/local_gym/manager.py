@@ -264,6 +264,7 @@ class GymManager:
         self._pool_spawner = procs.Spawner(workers=1)
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._closing = asyncio.Event()          # set by drain()/close(): creates waiting on a build give up
         parent = options.workdir or tempfile.gettempdir()
         _remove_stale_workdirs(parent)
         self.workdir = Path(tempfile.mkdtemp(prefix="cua-gym-", dir=parent))
@@ -552,7 +553,7 @@ class GymManager:
             desk = self._take_spare(spec)
             from_pool = desk is not None
             if desk is None:
-                desk = await asyncio.wrap_future(self._create_spawner.submit(self._build, spec))
+                desk = await self._build_now(spec)
                 if desk.uses_x:
                     self.refill_x()
             now = time.monotonic()
@@ -571,6 +572,35 @@ class GymManager:
         logger.info("execution %s of task %s on %s (%s)", ex.execution_id, task.task_id, desk.display,
                     "warm" if from_pool else "cold")
         return ex
+
+    async def _build_now(self, spec: DesktopSpec) -> Desktop:
+        """A desktop built for a create on a spawner thread. If the gym starts shutting down first (``drain``) the
+        caller hears ``CapacityError`` at once instead of holding the server's shutdown; if the caller is cancelled,
+        the same. Either way the build finishes on its thread and its desktop is destroyed (``close`` waits)."""
+        build = asyncio.ensure_future(asyncio.wrap_future(self._create_spawner.submit(self._build, spec)))
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait({build, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not build.done():
+                self._spawn_bg(self._destroy_when_built(build))
+        if not build.done():
+            raise CapacityError("the gym is shutting down")
+        return build.result()
+
+    async def _destroy_when_built(self, build: asyncio.Future) -> None:
+        try:
+            desk = await build
+        except Exception:   # noqa: BLE001 - a failed build has nothing to destroy; _build logged why
+            return
+        await self._destroy_async(desk)
+
+    def drain(self) -> None:
+        """The server is about to stop: refuse new executions and release creates waiting on a build, so the
+        requests in flight end before the server's grace period does (actions and evaluations go on)."""
+        self._closed = True
+        self._closing.set()
 
     def get(self, execution_id: str) -> Execution | None:
         ex = self.executions.get(execution_id)
@@ -654,7 +684,7 @@ class GymManager:
 
     async def close(self) -> None:
         """End every execution and spare, then the spawner threads."""
-        self._closed = True
+        self.drain()
         # Spares being built finish and destroy themselves (they see _closed); never cancel a build
         # mid-way, or its desktop would have no owner.
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

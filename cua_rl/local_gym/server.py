@@ -43,6 +43,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
 
     app = FastAPI(title="cua-gym (genv-compatible local desktop gym)", lifespan=lifespan)
     app.state.gym = gym
+    app.state.drain = gym.drain   # DrainingServer: creates in flight are refused (429) when the server stops
     limit_body(app, MAX_BODY_BYTES)
 
     @app.exception_handler(GymError)

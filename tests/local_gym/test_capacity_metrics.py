@@ -64,3 +64,44 @@ def test_an_execution_shows_in_capacity_and_metrics():
         # cumulative buckets: never decreasing, the last one is the count
         buckets = [v for k, v in m.items() if k.startswith("cua_gym_step_seconds_bucket")]
         assert buckets == sorted(buckets) and buckets[-1] == 2
+
+
+@pytest.mark.desktop
+def test_a_server_stopping_during_a_create_answers_it_and_ends_its_desktop(capfd):
+    """The embedded gym stops while an agent's create waits for a cold desktop (the gate run of 2026-11-29: the
+    trainer finished with episodes starting). The create is refused at once (429 "the gym is shutting down", as
+    any create while the gym closes) instead of being
+    cancelled after uvicorn's grace period (an ERROR and a 70-line traceback on the user's console), and the
+    desktop its build finishes later is destroyed. The build is slowed by 4 s on purpose (a loaded machine's)."""
+    import threading
+    import time
+
+    with start_gym_server(port=0, max_executions=2, pool_size=0, x_spares=0) as gym:
+        manager = gym.manager
+        real_build, built = manager._build, []
+
+        def slow_build(spec):
+            time.sleep(4.0)
+            desk = real_build(spec)
+            built.append(desk)
+            return desk
+
+        manager._build = slow_build
+        answer = {}
+        create = threading.Thread(target=lambda: answer.update(
+            r=httpx.post(f"{gym.url}/api/v1/desktop/tasks/002", json={}, timeout=60)))
+        create.start()
+        deadline = time.monotonic() + 20
+        while manager.states()["creating"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert manager.states()["creating"] == 1
+        started = time.monotonic()
+        gym.stop()
+        create.join(30)
+        stopped_in = time.monotonic() - started
+    response = answer["r"]
+    assert response.status_code == 429 and "shutting down" in response.json()["detail"], response.text
+    assert len(built) == 1 and built[0].procs == [] and not built[0].root.exists(), built   # stopped by the gym
+    err = capfd.readouterr().err
+    assert "Exception in ASGI application" not in err and "timeout graceful shutdown" not in err, err
+    assert stopped_in < 30, stopped_in
