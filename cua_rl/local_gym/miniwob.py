@@ -240,6 +240,11 @@ _BEGIN_JS = """(() => {
     core.startEpisodeReal = function () {};   /* one episode per execution: the end cover starts nothing */
   } else {
     core.endEpisode(0);   /* a used page (restart_in_page): a running episode stops, as the package's force_stop */
+    /* what core.js carries from episode to episode, as a new document has it: no rewards kept (the hidden HUD's
+       last reward and average), no episodes done, no element marked clicked (data-tampered, by episode number) */
+    core.wob_latest = '-'; core.wob_scores = []; WOB_EPISODE_ID = 0;
+    document.getElementById('reward-display').innerHTML = core.DISPLAY_HTML;
+    for (const e of document.querySelectorAll('[data-tampered]')) e.removeAttribute('data-tampered');
     if (document.activeElement) document.activeElement.blur();   /* the focus as in a new document */
   }
   Math.seedrandom(%(seed)d);   /* a number, as the package's driver passes it: seedrandom(7) != seedrandom('7') */
