@@ -45,7 +45,10 @@ logger = logging.getLogger(__name__)
 
 TASK_CSS_SIZE = (160, 210)          # the MiniWoB++ task area in CSS pixels (#wrap)
 DEFAULT_BUDGET_MS = 10_000          # core.js's own EPISODE_MAX_TIME
-BEGIN_CHANGE_WAIT_S = 0.3           # the task replaces the START cover: its first pixels within this, as a click's
+BEGIN_CHANGE_WAIT_S = 0.3           # a used page's running episode replaced: its first pixels within this, as a click's
+# The task replaces the START (or DONE) cover: its first frame is sure to differ, so the start waits for it this long.
+# A new browser's first episode on a loaded machine took over 0.3 s to show, and its reset returned the START cover.
+BEGIN_FIRST_FRAME_S = 5.0
 MAX_TIME_LIMIT_S = 2_000_000        # setTimeout takes at most 2^31-1 ms
 # First matching (prefix or exact name) wins; order matters.
 CATEGORY_RULES: tuple[tuple[str, str], ...] = (
@@ -230,6 +233,7 @@ def load_miniwob_tasks(pkg: Path | None = None) -> MiniwobTaskSet:
 # (last reward, countdown) is hidden: it lies outside the 160x210 task area that MiniWoB++ observations
 # crop to, its countdown would change the screen every second, and its "last reward" would leak the score.
 _BEGIN_JS = """(() => {
+  const covered = !!core.cover_div && core.cover_div.style.display !== 'none';   /* the screen shows no task */
   if (!core.__cuaStart) {   /* the document's first episode: the gym's patches, once */
     const limit = %(limit_ms)d;
     Object.defineProperty(core, 'EPISODE_MAX_TIME', {get: () => limit, set: () => {}, configurable: true});
@@ -251,7 +255,7 @@ _BEGIN_JS = """(() => {
   core.__cuaStart();
   if (core.cover_div) { core.cover_div.innerHTML = 'DONE'; core.cover_div.style.cursor = 'default'; }
   window.__cuaEpisode = %(token)s;
-  return true;
+  return covered;
 })()"""
 _UTTERANCE_JS = """(() => {
   const u = core.getUtterance();
@@ -297,22 +301,31 @@ class MiniwobSuite:
             desk.screen.damage.arm()
         before = desk.screen.grab()         # the START cover: the episode's first frame differs from it
         token = secrets.token_hex(8)
-        await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": int(seed),
-                                          "token": json.dumps(token)})
+        covered = await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": int(seed),
+                                                    "token": json.dumps(token)})
         instance = await self._wait_ready(desk)
         # Back/forward could leave the task page; the history before this episode is dropped.
         await desk.cdp.acall("Page.resetNavigationHistory", session=desk.session)
         # The window has the X focus, but Chromium only gives the page keyboard focus once it is activated
         # (a first click would otherwise be spent on that, racing the keys typed right after it).
         await desk.cdp.acall("Page.bringToFront", session=desk.session)
-        # Settled as after an action (X DAMAGE: no polling), at most 1 s for pages that never stop moving.
-        await settle(desk.screen, before, BEGIN_CHANGE_WAIT_S, max_s=1.0)
+        await self._settle_first_frame(desk, before, covered)
         ex.state["miniwob"] = {"seed": seed, "token": token, "started": time.monotonic(), **instance}
         logger.debug("miniwob %s seed %d ready in %.0f ms: %s", task.name, seed, (time.monotonic() - t0) * 1e3,
                      instance["utterance"])
         return {"seed": seed, "instruction": instance["utterance"],
                 "instance": {"seed": seed, "utterance": instance["utterance"], "fields": instance["fields"],
                              "time_limit_s": self.time_limit_s}}
+
+    @staticmethod
+    async def _settle_first_frame(desk: BrowserDesktop, before: bytearray, covered: bool) -> None:
+        """Settled as after an action (X DAMAGE: no polling; at most 1 s for pages that never stop moving). When
+        the screen showed the cover, until it shows something else (Chromium may redraw a frame unchanged first)."""
+        deadline = time.monotonic() + (BEGIN_FIRST_FRAME_S if covered else BEGIN_CHANGE_WAIT_S)
+        while True:
+            changed, _ = await settle(desk.screen, before, max(0.0, deadline - time.monotonic()), max_s=1.0)
+            if changed or not covered or time.monotonic() >= deadline:
+                return
 
     async def _wait_ready(self, desk: BrowserDesktop, timeout_s: float = 5.0) -> dict:
         """Some pages build their problem asynchronously (``WOB_TASK_READY``); the package waits for it too."""

@@ -47,19 +47,20 @@ logger = logging.getLogger(__name__)
 
 
 # The settle wait (``settle``): after the first change, the screen is settled once unchanged for STABLE_S; at most
-# MAX_SETTLE_S in all. Polling (no DAMAGE) grabs every POLL_S.
+# MAX_SETTLE_S after that first change. Polling (no DAMAGE) grabs every POLL_S.
 POLL_S, STABLE_S, MAX_SETTLE_S = 0.006, 0.012, 2.0
 
 
 async def settle(screen, before: bytearray, change_wait_s: float,
                  max_s: float = MAX_SETTLE_S) -> tuple[bool, bytearray]:
     """Whether an action (or a page's start) changed the screen, and the settled frame: the first change within
-    ``change_wait_s``, then no change for ``STABLE_S`` (at most ``max_s`` in all). With X DAMAGE
-    (``screen.damage``, armed before ``before`` was grabbed) the waits cost nothing and the frame one grab."""
+    ``change_wait_s``, then no change for ``STABLE_S`` (at most ``max_s`` after the first change, for screens
+    that never stop moving). With X DAMAGE (``screen.damage``, armed before ``before`` was grabbed) the waits
+    cost nothing and the frame one grab."""
     if getattr(screen, "damage", None) is not None:
-        t0 = time.monotonic()
         if not await screen.damage.changed_within(change_wait_s):
             return False, before
+        t0 = time.monotonic()
         while time.monotonic() - t0 < max_s and await screen.damage.changed_within(STABLE_S):
             pass
         frame = screen.grab()
@@ -73,19 +74,20 @@ async def _settle_by_polling(screen, before: bytearray, change_wait_s: float,
     may set its own ``poll_s``/``stable_s`` (a VM's frames take milliseconds and its guest draws slower)."""
     poll_s, stable_s = getattr(screen, "poll_s", POLL_S), getattr(screen, "stable_s", STABLE_S)
     t0 = time.monotonic()
-    last, last_change, changed = before, t0, False
+    last, last_change, first_change = before, t0, None
     while True:
         await asyncio.sleep(poll_s)
         cur = screen.grab()
         now = time.monotonic()
         if cur != last:
             last, last_change = cur, now
-            changed = changed or cur != before
-        elif changed and now - last_change >= stable_s:
+            if first_change is None and cur != before:
+                first_change = now
+        elif first_change is not None and now - last_change >= stable_s:
             break
-        elif not changed and now - t0 >= change_wait_s:
+        elif first_change is None and now - t0 >= change_wait_s:
             break
-        if now - t0 >= max_s:
+        if first_change is not None and now - first_change >= max_s:
             break
     return last != before, last
 

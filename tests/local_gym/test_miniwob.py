@@ -326,6 +326,33 @@ def test_nothing_of_an_episode_survives_into_the_next_in_the_same_browser(new_br
     assert fresh["field"] == fresh["after_paste"] == fresh["after_middle_click"] == "" and fresh["form_history"] == []
 
 
+async def test_a_reset_returns_once_the_task_is_on_the_screen():
+    """A browser slow to show its next episode (a new browser's first one on a loaded machine took over 0.3 s, and
+    its reset screenshot showed the START cover): the reset waits for the task's first frame, because the cover
+    it replaces is sure to change. Here the page keeps its cover up 0.8 s after the episode started."""
+    from cua_rl.local_gym import start_gym_server
+
+    late_task = """(() => { const seed = Math.seedrandom; Math.seedrandom = function () {
+      const cover = document.createElement('style');
+      cover.textContent = '#sync-task-cover { display: block !important; }';
+      document.head.appendChild(cover);
+      setTimeout(() => cover.remove(), 800);
+      return seed.apply(this, arguments); }; return true; })()"""
+    with start_gym_server(port=0, gym_id="miniwob", pool_size=1, max_spares=1, reuse_browsers=2,
+                          restart_in_page=True, miniwob_time_limit_s=LIMIT_S) as gym:
+        async with GenvClient(gym.url, gym.gym_id) as client:
+            async with client.execution("click-test", {"seed": 1}) as ex:
+                desk = _desktop(gym, ex.execution_id)
+                await desk.aevaluate(late_task)                                   # stays in the page
+                await Play(client, ex.execution_id, desk, "").click("document.getElementById('subbtn')")
+                assert (await client.evaluate(ex.execution_id)).reward == 1.0   # ended: the cover is up
+            async with client.execution("click-test", {"seed": 2}) as ex:
+                assert ex.raw["reused"] is True
+                first = await client.screenshot(ex.execution_id)
+                await asyncio.sleep(1.0)
+                assert first == await client.screenshot(ex.execution_id), "the reset returned before the task showed"
+
+
 async def test_passwords_typed_in_a_page_are_not_offered_back_in_its_next_episodes():
     """Chromium's password manager and autofill are off in every browser (``browser.CHROMIUM_PREFERENCES``): with
     ``restart_in_page`` a typed password's fields vanish under the page's next episode, which Chromium took for a
