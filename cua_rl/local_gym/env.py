@@ -196,12 +196,8 @@ class LocalGym:
                 changed, frame = await settle(d.screen, before, CHANGE_WAIT_S.get(action.type, 0.0))
             except Exception as exc:  # noqa: BLE001
                 raise GymError(503, f"desktop of execution {eid} is not responding: {exc}") from exc
-            d.screen.remember(frame)
+            d.screen.prepare(frame, *ex.state.get("shot_format", ("png", 85)))
             ex.last_used = time.monotonic()
-            # The agent's next call is almost always a screenshot of this very frame, in the format it
-            # asked for last time: start encoding it now.
-            fmt, quality = ex.state.get("shot_format", ("png", 85))
-            asyncio.get_running_loop().run_in_executor(None, d.screen.encode, frame, fmt, quality)
         return {"ok": True, "screen_changed": changed}
 
     async def evaluate(self, eid: str, body: dict | None = None) -> dict:

@@ -255,7 +255,7 @@ _BEGIN_JS = """(() => {
   core.__cuaStart();
   if (core.cover_div) { core.cover_div.innerHTML = 'DONE'; core.cover_div.style.cursor = 'default'; }
   window.__cuaEpisode = %(token)s;
-  return covered;
+  return {covered: covered, ...%(utterance)s};
 })()"""
 _UTTERANCE_JS = """(() => {
   const u = core.getUtterance();
@@ -301,15 +301,17 @@ class MiniwobSuite:
             desk.screen.damage.arm()
         before = desk.screen.grab()         # the START cover: the episode's first frame differs from it
         token = secrets.token_hex(8)
-        covered = await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": int(seed),
-                                                    "token": json.dumps(token)})
-        instance = await self._wait_ready(desk)
-        # Back/forward could leave the task page; the history before this episode is dropped.
-        await desk.cdp.acall("Page.resetNavigationHistory", session=desk.session)
-        # The window has the X focus, but Chromium only gives the page keyboard focus once it is activated
-        # (a first click would otherwise be spent on that, racing the keys typed right after it).
-        await desk.cdp.acall("Page.bringToFront", session=desk.session)
-        await self._settle_first_frame(desk, before, covered)
+        started = await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": int(seed),
+                                                    "token": json.dumps(token), "utterance": _UTTERANCE_JS})
+        instance = await self._wait_ready(desk, started)
+        await asyncio.gather(
+            # Back/forward could leave the task page; the history before this episode is dropped.
+            desk.cdp.acall("Page.resetNavigationHistory", session=desk.session),
+            # The window has the X focus, but Chromium only gives the page keyboard focus once it is activated
+            # (a first click would otherwise be spent on that, racing the keys typed right after it).
+            desk.cdp.acall("Page.bringToFront", session=desk.session))
+        desk.screen.prepare(await self._settle_first_frame(desk, before, started["covered"]),
+                            *ex.state.get("shot_format", ("png", 85)))
         ex.state["miniwob"] = {"seed": seed, "token": token, "started": time.monotonic(), **instance}
         logger.debug("miniwob %s seed %d ready in %.0f ms: %s", task.name, seed, (time.monotonic() - t0) * 1e3,
                      instance["utterance"])
@@ -318,23 +320,24 @@ class MiniwobSuite:
                              "time_limit_s": self.time_limit_s}}
 
     @staticmethod
-    async def _settle_first_frame(desk: BrowserDesktop, before: bytearray, covered: bool) -> None:
-        """Settled as after an action (X DAMAGE: no polling; at most 1 s for pages that never stop moving). When
-        the screen showed the cover, until it shows something else (Chromium may redraw a frame unchanged first)."""
+    async def _settle_first_frame(desk: BrowserDesktop, before: bytearray, covered: bool) -> bytearray:
+        """The episode's first screen, settled as after an action (X DAMAGE: no polling; at most 1 s for pages that
+        never stop moving). When the screen showed the cover, until it shows something else (Chromium may redraw
+        a frame unchanged first)."""
         deadline = time.monotonic() + (BEGIN_FIRST_FRAME_S if covered else BEGIN_CHANGE_WAIT_S)
         while True:
-            changed, _ = await settle(desk.screen, before, max(0.0, deadline - time.monotonic()), max_s=1.0)
+            changed, frame = await settle(desk.screen, before, max(0.0, deadline - time.monotonic()), max_s=1.0)
             if changed or not covered or time.monotonic() >= deadline:
-                return
+                return frame
 
-    async def _wait_ready(self, desk: BrowserDesktop, timeout_s: float = 5.0) -> dict:
-        """Some pages build their problem asynchronously (``WOB_TASK_READY``); the package waits for it too."""
+    async def _wait_ready(self, desk: BrowserDesktop, state: dict, timeout_s: float = 5.0) -> dict:
+        """Some pages build their problem asynchronously (``WOB_TASK_READY``); the package waits for it too.
+        ``state``: the page's answer right after the start (``_UTTERANCE_JS``)."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            state = await desk.aevaluate(_UTTERANCE_JS)
-            if state["ready"] or time.monotonic() > deadline:
-                return {"utterance": state["utterance"], "fields": state["fields"]}
+        while not state["ready"] and time.monotonic() <= deadline:
             await asyncio.sleep(0.01)
+            state = await desk.aevaluate(_UTTERANCE_JS)
+        return {"utterance": state["utterance"], "fields": state["fields"]}
 
     async def evaluate(self, ex, body: dict) -> dict:
         """The genv evaluate reply, from the page's own reward variables."""

@@ -157,6 +157,12 @@ class Screen:
         if self.damage is not None:
             self._still = (frame, self.damage.subtracts)
 
+    def prepare(self, frame: bytearray, fmt: str = "png", quality: int = 85) -> None:
+        """A settle wait's result, about to be shown: remember it and start encoding it in the background (the
+        agent's next call is almost always a screenshot of this very frame, in the format it asked for last)."""
+        self.remember(frame)
+        asyncio.get_running_loop().run_in_executor(None, self.encode, frame, fmt, quality)
+
     def _remembered(self) -> bytearray | None:
         still = self._still
         if still is None or self.damage is None or still[1] != self.damage.subtracts:
