@@ -45,7 +45,7 @@ SLOW_TESTS = {
     "tests/config/test_cli.py::test_train_sh_dry_run_end_to_end": "train.sh with set-up and the launcher, 58 s",
     "tests/logs/test_keep_stdlib_logging.py": "launcher and AReaL subprocesses, 26 s",
     "tests/config/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s",
-    "tests/config/test_embedded_gym_options.py": "the embedded stack's MiniWoB++ gym, two Chromium episodes, 9 s",
+    "tests/config/test_embedded_gym_options.py": "the embedded stack's MiniWoB++ gym twice, two Chromium episodes each, 18 s",
     "tests/policy/test_tool_calls.py::test_the_parser_is_vllms_hermes_parser": "imports vLLM's chat serving, 10 s",
 }
 

@@ -9,7 +9,7 @@
 - leaving the page loses the episode; a SIGKILLed gym leaves no browser behind.
 
 Set CUA_MINIWOB_RESULTS=path.json to keep the per-task results of the scripted solutions, and CUA_DEBUG_SHOTS=1
-to keep the reused-browser test's first screens in /tmp (fresh.png, reused.png).
+to keep the reused-browser test's screens in /tmp (fresh_*.png, reused_*.png).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ async def test_an_action_returns_once_the_page_has_its_input(mw):
     field holds the whole text (the wait once counted two events per character and returned halfway)."""
     text = "MiXeD Case TEXT, Shifted!"
     async with GenvClient(mw.url, mw.gym_id) as client:
-        for _ in range(2):   # two browsers (reuse is off): a spare or one started for the create, as the pool has
+        for _ in range(2):   # a page's first episode, then (browsers are reused) most likely one restarted in it
             async with client.execution("enter-text", {"seed": 3}) as ex:
                 desk = _desktop(mw, ex.execution_id)
                 assert isinstance(await desk.input_count(), int), "the page has no input counter"

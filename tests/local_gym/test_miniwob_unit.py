@@ -76,8 +76,15 @@ def test_options_by_suite():
     assert GymOptions(gym_id="web", suite="miniwob", width=320, pool_size=0).width == 320
     with pytest.raises(ValueError):
         GymOptions(suite="android")
+    # MiniWoB++ by default: a browser serves 50 episodes, each after the first restarted in its page
+    assert (mw.reuse_browsers, mw.restart_in_page) == (50, True)
+    assert (desk.reuse_browsers, desk.restart_in_page) == (0, False)
+    assert GymOptions(gym_id="miniwob", reuse_browsers=0).restart_in_page is False     # the opt-out: new browsers
+    assert GymOptions(gym_id="miniwob", restart_in_page=False).reuse_browsers == 50    # reused, page loaded again
     with pytest.raises(ValueError, match="reuse_browsers"):
-        GymOptions(gym_id="miniwob", restart_in_page=True)     # restarts episodes in a reused browser: none here
+        GymOptions(gym_id="miniwob", reuse_browsers=1, restart_in_page=True)   # restarts in a reused browser: none
+    with pytest.raises(ValueError, match="reuse_browsers"):
+        GymOptions(restart_in_page=True)                                       # app desktops are never reused
     assert GymOptions(gym_id="miniwob", reuse_browsers=2, restart_in_page=True).restart_in_page
     with pytest.raises(ValueError):
         MiniwobSuite(load_miniwob_tasks(), time_limit_s=3e6)   # beyond what setTimeout can hold
