@@ -415,14 +415,20 @@ class GymManager:
             self._spares[key].append(desk)
 
     def _take_spare(self, spec: DesktopSpec) -> Desktop | None:
-        """A spare for ``spec``: one built exactly for it (or a reused browser showing its page) if there is
-        one, else any of its pool key."""
+        """A spare for ``spec``: one that shows its page (a browser: the page it has loaded now, which after reuse
+        need not be the one it was built with) or else one built exactly for it, if there is one; else any of its
+        pool key (a browser then loads the page): one whose page another spare shows too, else the oldest."""
         spares = self._spares.get(pool_key(spec))
         if not spares:
             return None
         page = getattr(spec, "page", None)
-        for desk in spares:
-            if desk.spec == spec or (page and getattr(desk, "loaded_page", None) == page):
+        shown = [getattr(desk, "loaded_page", None) for desk in spares]
+        for desk, its in zip(spares, shown):
+            if (its == page) if page and its is not None else desk.spec == spec:
+                spares.remove(desk)
+                return desk
+        for desk, its in zip(spares, shown):
+            if its is not None and shown.count(its) > 1:
                 spares.remove(desk)
                 return desk
         return spares.popleft()

@@ -97,6 +97,32 @@ def test_browser_specs_share_spares_across_pages():
     assert a.url() == "http://gym.test/miniwob/click-test.html"
 
 
+def test_a_reused_browser_is_picked_by_the_page_it_shows(tmp_path):
+    """Spares are picked by the page they show now: a reused browser's spec still names the page it was built with.
+    (Picked by that spec, a browser showing another page was taken and loaded a page again while one showing it
+    waited, 9 page loads in 24 bench episodes instead of 3.) With none showing it, one whose page another spare
+    shows too is taken before the oldest. Stand-ins for the spares: only their spec and page are read."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from cua_rl.local_gym.manager import GymManager
+
+    tasks = load_miniwob_tasks()
+    spec = {n: tasks.get(n).desktop_spec(480, 630) for n in ("click-button", "login-user", "enter-text", "click-test")}
+    manager = GymManager(GymOptions(gym_id="miniwob", x_spares=0, workdir=str(tmp_path)))
+    try:
+        shows = ["click-button", "login-user", "login-user", "login-user", "enter-text"]   # all built for login-user
+        manager._spares[pool_key(spec["login-user"])].extend(
+            SimpleNamespace(spec=spec["login-user"], loaded_page=spec[name].page, name=i) for i, name in enumerate(shows))
+        assert manager._take_spare(spec["login-user"]).name == 1         # not 0, built for it but showing another
+        assert manager._take_spare(spec["click-test"]).name == 2         # login-user is shown twice: one can go
+        assert manager._take_spare(spec["click-button"]).name == 0
+        assert manager._take_spare(spec["click-test"]).name == 3         # none shown twice: the oldest
+    finally:
+        manager._spares.clear()
+        asyncio.run(manager.close())
+
+
 def test_devtools_pipe_framing_errors_and_eof():
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()
