@@ -58,11 +58,16 @@ async def settle(screen, before: bytearray, change_wait_s: float,
     that never stop moving). With X DAMAGE (``screen.damage``, armed before ``before`` was grabbed) the waits
     cost nothing and the frame one grab."""
     if getattr(screen, "damage", None) is not None:
-        if not await screen.damage.changed_within(change_wait_s):
+        damage = screen.damage
+        if not await damage.changed_within(change_wait_s):
             return False, before
         t0 = time.monotonic()
-        while time.monotonic() - t0 < max_s and await screen.damage.changed_within(STABLE_S):
-            pass
+        # Quiet for STABLE_S since the last change as the X server reported it: a change that came while the
+        # caller still waited (e.g. for a page to count its input) has already been quiet for a while.
+        while time.monotonic() - t0 < max_s:
+            quiet = STABLE_S - (time.monotonic() - damage.last_change)
+            if quiet <= 0 or not await damage.changed_within(quiet):
+                break
         frame = screen.grab()
         return frame != before, frame
     return await _settle_by_polling(screen, before, change_wait_s, max_s)
@@ -291,6 +296,7 @@ class DamageWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flag: asyncio.Event | None = None
         self.notifications = 0
+        self.last_change = 0.0   # time.monotonic() when a change was last read from the X server
         self.subtracts = 0   # how often the damage was forgotten: a frame grabbed after one is current until a change
 
     @classmethod
@@ -316,6 +322,7 @@ class DamageWatch:
             hit = (self._display.next_event().type & 0x7F) == self._notify_code or hit
         if hit:
             self.notifications += 1
+            self.last_change = time.monotonic()
             self._flag.set()
 
     def arm(self) -> bool:
