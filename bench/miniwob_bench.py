@@ -163,9 +163,9 @@ async def main() -> None:
     p.add_argument("--against-reference", action="store_true",
                    help="side by side with the miniwob package's own environment (bench/miniwob_reference.py)")
     p.add_argument("--seeds", type=int, default=3, help="--against-reference: seeds per task")
-    p.add_argument("--sides", default="reference,ours,ours_reuse,ours_in_page",
-                   help="--against-reference: which sides to time (ours_reuse: the gym with --reuse-browsers 50; "
-                        "ours_in_page: and --restart-in-page)")
+    p.add_argument("--sides", default="reference,ours,ours_reload,ours_new_browser",
+                   help="--against-reference: which sides to time (ours: the gym's default; ours_reload: "
+                        "--no-restart-in-page; ours_new_browser: --new-browser-per-episode)")
     p.add_argument("--period", type=float, default=1.0, help="seconds between steps of one execution")
     p.add_argument("--creates", type=int, default=8, help="warm create samples (cold: half as many)")
     args = p.parse_args()

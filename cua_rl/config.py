@@ -80,12 +80,12 @@ class EmbeddedStackConfig:
     # Desktops the gym keeps ready for each task profile in use (its pool_size); the gym keeps at most
     # GymOptions.max_spares (4) spares in all, so values above 4 act as 4. Each costs ~60-75 MB and a little CPU.
     num_desktops: int = 2
-    # Browser desktops (gym id miniwob): executions one browser serves, its page reloaded between them; null =
-    # the gym's default (a new browser for each). With restart_in_page (reuse_browsers 2 or more) a MiniWoB++
-    # episode restarts in the used page, as the package's own environment does: 7-14x the episodes per hour of
-    # new browsers at 1-4 concurrent (docs/local_gym.md, "Browsers can be reused").
+    # Browser desktops (gym id miniwob): executions one browser serves, nothing of one episode left for the next;
+    # null = the gym's default (50), 0 = a new browser for each (~1.4 s of CPU per episode). restart_in_page: the
+    # next MiniWoB++ episode restarts in the used page, as the package's own environment does (null = the gym's
+    # default: on with reused browsers), false = the page loaded again (docs/local_gym.md, "Browsers are reused").
     reuse_browsers: int | None = None
-    restart_in_page: bool = False
+    restart_in_page: bool | None = None
     # Tiny offline Qwen3-VL checkpoint (built with `cua-model build-tiny` if missing).
     # Empty = <CUA_RL_HOME or ~/.cache/cua-rl>/models/tiny-qwen3-vl (see resolve_tiny_model_dir).
     tiny_model_dir: str = ""
@@ -109,7 +109,7 @@ class EmbeddedStackConfig:
             raise ValueError(f"embedded.fault_rate must be in [0, 1), got {self.fault_rate}")
         if self.reuse_browsers is not None and self.reuse_browsers < 0:
             raise ValueError(f"embedded.reuse_browsers must be 0 (never) or more, got {self.reuse_browsers}")
-        if self.restart_in_page and (self.reuse_browsers or 0) < 2:
+        if self.restart_in_page and self.reuse_browsers is not None and self.reuse_browsers < 2:
             raise ValueError("embedded.restart_in_page restarts episodes in a reused browser: it needs "
                              f"embedded.reuse_browsers 2 or more, got {self.reuse_browsers}")
         if self.tasks_dir and not os.path.isdir(os.path.expanduser(self.tasks_dir)):

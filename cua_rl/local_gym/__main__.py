@@ -38,13 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--ttl", type=float, default=1800.0, help="seconds of inactivity before an execution is reaped")
     s.add_argument("--tasks-dir", default=None, help="folder of task YAML files (default: the built-in tasks)")
     s.add_argument("--display-base", type=int, default=300)
-    s.add_argument("--reuse-browsers", type=int, default=None,
-                   help="executions one browser desktop serves, its page loaded again between them (a reload "
-                        "instead of a browser start per episode; opt-in: docs/local_gym.md says what may carry over); "
-                        "default 0 = every execution a new browser")
-    s.add_argument("--restart-in-page", action="store_true",
-                   help="with --reuse-browsers: restart the next episode in the used page instead of reloading it "
-                        "(the MiniWoB++ package's own way; less CPU, but the last episode's document stays)")
+    s.add_argument("--reuse-browsers", type=int, default=None, metavar="N",
+                   help="executions one browser desktop serves, nothing of one episode left for the next "
+                        "(docs/local_gym.md); default: miniwob 50, 0 = a new browser for each")
+    s.add_argument("--new-browser-per-episode", action="store_true",
+                   help="every execution a browser nobody used (the same as --reuse-browsers 0; ~1.4 s of CPU "
+                        "per episode to start it)")
+    s.add_argument("--restart-in-page", action=argparse.BooleanOptionalAction, default=None,
+                   help="with reused browsers: restart the next MiniWoB++ episode in the used page, as the package's "
+                        "own environment does (default: on), or load the page again (--no-restart-in-page: "
+                        "~90 ms more CPU per episode, and no script state of the last episode stays)")
     s.add_argument("--miniwob-time-limit", type=float, default=3600.0,
                    help="seconds a MiniWoB++ episode may last (replaces the pages' own 7-30 s timers)")
     s.add_argument("--live-view-host", default="127.0.0.1",
@@ -89,8 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         for t in suite.tasks.tasks:
             print(f"{t.task_id:40s} {t.category:13s} {t.difficulty:7s} {t.instruction[:70]}")
         return 0
+    if args.new_browser_per_episode:
+        if args.reuse_browsers not in (None, 0, 1):
+            print(f"cua-gym: --new-browser-per-episode and --reuse-browsers {args.reuse_browsers} contradict each "
+                  "other", file=sys.stderr)
+            return 2
+        args.reuse_browsers = 0
     private_namespace()   # before any thread: the desktops' HOME mounts end with this process (mounts.py)
-    try:
+    try:   # bad options (GymOptions' checks, a bad task file) are a message, not a traceback
         opts = GymOptions(gym_id=args.gym_id, suite=args.suite, width=args.width, height=args.height,
                           max_executions=args.max_executions, pool_size=args.pool_size, max_spares=args.max_spares,
                           x_spares=args.x_spares, prewarm=[p for p in args.prewarm.split(",") if p], ttl_s=args.ttl,

@@ -299,18 +299,22 @@ class BrowserDesktop(Desktop):
 
     def recycle(self, timeout_s: float = 10.0, keep_document: bool = False) -> None:
         """Blocking: ready this used browser for another episode (``GymOptions.reuse_browsers``). The site's
-        storage (cookies, local storage, caches of the origin) is cleared and the keyboard's modifiers released
-        (the pointer: each MiniWoB++ episode puts it in the corner, ``MiniwobSuite.begin``). Its page is then
-        loaded again, a new document: the last episode's DOM, scripts, timers and the suite's patches are gone.
-        ``keep_document`` (``GymOptions.restart_in_page``) skips the reload when the document is still the
-        loaded page (the suite restarts its episode in it, as the MiniWoB++ package does); a document the last
-        episode navigated away from is loaded again all the same. Either way the X clipboard and what is loaded
-        (the same page, from cache) stay."""
+        storage (cookies, local and session storage, databases, caches of the origin) is cleared, the keyboard's
+        modifiers released and the X selections dropped (clipboard, primary: nothing to paste); the pointer is
+        the suite's (each MiniWoB++ episode puts it in the corner, ``MiniwobSuite.begin``). The profile keeps no
+        form history or passwords (``CHROMIUM_PREFERENCES``). Its page is then loaded again, a new document: the
+        last episode's DOM, scripts, timers and the suite's patches are gone. ``keep_document``
+        (``GymOptions.restart_in_page``) skips the reload when the document is still the loaded page (the suite
+        restarts its episode in it, as the MiniWoB++ package does); a document the last episode navigated away
+        from is loaded again all the same. Either way what is loaded (the same page, from cache) stays."""
         assert self.cdp is not None
         self.cdp.call("Storage.clearDataForOrigin", {"origin": SITE_ORIGIN, "storageTypes": "all"},
                       self.session, timeout_s)
         if self.xinput is not None:
             self.xinput.reset_modifiers()
+            # The X server outlives the episode: what it copied or selected would be pasted into the next one
+            # (Ctrl+V, a middle click: one episode's typed answer in another's field).
+            self.xinput.clear_selections()
         if keep_document and self._shows_loaded_page():
             return
         self.navigate(self.loaded_page, timeout_s=timeout_s)

@@ -5,11 +5,12 @@ Why a pool per desktop profile: a desktop (display + WM + the task's apps on the
 create-execution just hands one out. A profile is the spec's ``pool_key`` (the full ``DesktopSpec`` for app
 desktops, so tasks with equal setups share spares; a browser's size and zoom for browser desktops, whose
 spares are built showing the most recently asked-for page and load another one when handed out for it).
-By default every execution gets a never-used desktop. With ``reuse_browsers`` N > 1 (opt-in, ``SUITE_REUSE``) a
-browser desktop serves up to N executions, its page loaded again and the site's storage cleared between them
-(``BrowserDesktop.recycle``): a browser start costs about 1.4 s of CPU, a reload about 50 ms of wall time and
-70-200 ms of CPU per episode with its first frames (docs/bench/miniwob_reference_bench_session22_in_page.json).
-``restart_in_page`` skips the reload, as the MiniWoB++ package's own environment restarts episodes in one page.
+An app desktop serves one execution. A browser desktop serves up to ``reuse_browsers`` N executions (MiniWoB++:
+50 by default, ``SUITE_REUSE``; 0 = a new browser for each), and between them nothing of one episode is left for
+the next (``BrowserDesktop.recycle``: storage, clipboard, selections, modifiers; the profile keeps no form
+history): a browser start costs about 1.4 s of CPU per episode. With ``restart_in_page`` (MiniWoB++'s default) the
+next episode restarts in the used page, as the MiniWoB++ package's own environment does, instead of a reload
+(about 90 ms of Chromium CPU per episode more; docs/local_gym.md, "Browsers are reused").
 """
 
 from __future__ import annotations
@@ -44,12 +45,12 @@ SUITES = ("desktop", "miniwob")
 # Per suite: screen size and warm spares per profile. MiniWoB++'s 160x210 task area fills 480x630 at 3x;
 # all its tasks share one browser profile, so its pool holds more spares.
 SUITE_DEFAULTS = {"desktop": (1280, 800, 1), "miniwob": (480, 630, 4)}
-# Per suite: executions one browser desktop serves (GymOptions.reuse_browsers). A browser start costs ~1.4 s of
-# CPU, a reload ~50 ms (docs/bench/miniwob_reference_bench.json), but reuse is opt-in: once in CI the screen
-# after clicking a field in a reused browser differed from a new browser's (cause not found; Chromium's
-# autocomplete of an earlier episode's answer was the likely one; autofill is off in every profile since,
-# browser.CHROMIUM_PREFERENCES), and that would leak across episodes.
-SUITE_REUSE = {"desktop": 0, "miniwob": 0}
+# Per suite: executions one browser desktop serves (GymOptions.reuse_browsers) and whether the next one restarts in
+# the used page (GymOptions.restart_in_page). A browser start costs ~1.4 s of CPU, a reload ~90 ms more than a
+# restart in the page; tests/local_gym/test_miniwob.py shows a reused browser's next episode equal to a new
+# browser's (test_nothing_of_an_episode_survives_into_the_next_in_the_same_browser).
+SUITE_REUSE = {"desktop": 0, "miniwob": 50}
+SUITE_RESTART_IN_PAGE = {"desktop": False, "miniwob": True}
 
 
 @dataclass
@@ -75,10 +76,11 @@ class GymOptions:
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     start_timeout_s: float = 30.0
     miniwob_time_limit_s: float = 3600.0   # replaces each MiniWoB++ page's own 7-30 s episode timer
-    reuse_browsers: int | None = None   # executions one browser desktop serves (reloaded between them); 0 or 1:
-    #                                     one each; None = the suite's default (SUITE_REUSE)
-    restart_in_page: bool = False       # with reuse_browsers: the next episode restarts in the used page, no
-    #                                     reload (the MiniWoB++ package's way; the last episode's document stays)
+    reuse_browsers: int | None = None   # executions one browser desktop serves; 0 or 1: a new browser each;
+    #                                     None = the suite's default (SUITE_REUSE: miniwob 50)
+    restart_in_page: bool | None = None  # with reuse_browsers 2 or more: the next episode restarts in the used
+    #                                     page instead of a reload (the MiniWoB++ package's way); None = the
+    #                                     suite's default (SUITE_RESTART_IN_PAGE: miniwob on), off without reuse
     live_view_host: str = "127.0.0.1"   # where live views (live.py) listen; they have no password
     evaluate_timeout_s: float = 60.0    # an evaluate that takes longer fails (503); its execution's next ones wait
     # The learning bench's gym-fault mutation only (never for real use): this share of actions fails as the gym's
@@ -103,6 +105,8 @@ class GymOptions:
             raise ValueError(f"fork_wait_s must be within (0, 600] s, got {self.fork_wait_s}")
         if self.reuse_browsers < 0:
             raise ValueError(f"reuse_browsers must be 0 (never) or more, got {self.reuse_browsers}")
+        if self.restart_in_page is None:
+            self.restart_in_page = SUITE_RESTART_IN_PAGE[self.suite] and self.reuse_browsers >= 2
         if self.restart_in_page and self.reuse_browsers < 2:
             raise ValueError("restart_in_page restarts episodes in a reused browser: it needs reuse_browsers 2 or "
                              f"more, got {self.reuse_browsers}")
@@ -453,14 +457,20 @@ class GymManager:
             self._spares[key].append(desk)
 
     def _take_spare(self, spec: DesktopSpec) -> Desktop | None:
-        """A spare for ``spec``: one built exactly for it (or a reused browser showing its page) if there is
-        one, else any of its pool key."""
+        """A spare for ``spec``: one that shows its page (a browser: the page it has loaded now, which after reuse
+        need not be the one it was built with) or else one built exactly for it, if there is one; else any of its
+        pool key (a browser then loads the page): one whose page another spare shows too, else the oldest."""
         spares = self._spares.get(pool_key(spec))
         if not spares:
             return None
         page = getattr(spec, "page", None)
-        for desk in spares:
-            if desk.spec == spec or (page and getattr(desk, "loaded_page", None) == page):
+        shown = [getattr(desk, "loaded_page", None) for desk in spares]
+        for desk, its in zip(spares, shown):
+            if (its == page) if page and its is not None else desk.spec == spec:
+                spares.remove(desk)
+                return desk
+        for desk, its in zip(spares, shown):
+            if its is not None and shown.count(its) > 1:
                 spares.remove(desk)
                 return desk
         return spares.popleft()

@@ -45,7 +45,10 @@ logger = logging.getLogger(__name__)
 
 TASK_CSS_SIZE = (160, 210)          # the MiniWoB++ task area in CSS pixels (#wrap)
 DEFAULT_BUDGET_MS = 10_000          # core.js's own EPISODE_MAX_TIME
-BEGIN_CHANGE_WAIT_S = 0.3           # the task replaces the START cover: its first pixels within this, as a click's
+BEGIN_CHANGE_WAIT_S = 0.3           # a used page's running episode replaced: its first pixels within this, as a click's
+# The task replaces the START (or DONE) cover: its first frame is sure to differ, so the start waits for it this long.
+# A new browser's first episode on a loaded machine took over 0.3 s to show, and its reset returned the START cover.
+BEGIN_FIRST_FRAME_S = 5.0
 MAX_TIME_LIMIT_S = 2_000_000        # setTimeout takes at most 2^31-1 ms
 # First matching (prefix or exact name) wins; order matters.
 CATEGORY_RULES: tuple[tuple[str, str], ...] = (
@@ -243,6 +246,7 @@ def load_miniwob_tasks(pkg: Path | None = None) -> MiniwobTaskSet:
 # (last reward, countdown) is hidden: it lies outside the 160x210 task area that MiniWoB++ observations
 # crop to, its countdown would change the screen every second, and its "last reward" would leak the score.
 _BEGIN_JS = """(() => {
+  const covered = !!core.cover_div && core.cover_div.style.display !== 'none';   /* the screen shows no task */
   if (!core.__cuaStart) {   /* the document's first episode: the gym's patches, once */
     const limit = %(limit_ms)d;
     Object.defineProperty(core, 'EPISODE_MAX_TIME', {get: () => limit, set: () => {}, configurable: true});
@@ -253,13 +257,18 @@ _BEGIN_JS = """(() => {
     core.startEpisodeReal = function () {};   /* one episode per execution: the end cover starts nothing */
   } else {
     core.endEpisode(0);   /* a used page (restart_in_page): a running episode stops, as the package's force_stop */
+    /* what core.js carries from episode to episode, as a new document has it: no rewards kept (the hidden HUD's
+       last reward and average), no episodes done, no element marked clicked (data-tampered, by episode number) */
+    core.wob_latest = '-'; core.wob_scores = []; WOB_EPISODE_ID = 0;
+    document.getElementById('reward-display').innerHTML = core.DISPLAY_HTML;
+    for (const e of document.querySelectorAll('[data-tampered]')) e.removeAttribute('data-tampered');
     if (document.activeElement) document.activeElement.blur();   /* the focus as in a new document */
   }
   Math.seedrandom(%(seed)d);   /* a number, as the package's driver passes it: seedrandom(7) != seedrandom('7') */
   core.__cuaStart();
   if (core.cover_div) { core.cover_div.innerHTML = 'DONE'; core.cover_div.style.cursor = 'default'; }
   window.__cuaEpisode = %(token)s;
-  return true;
+  return {covered: covered, ...%(utterance)s};
 })()"""
 _UTTERANCE_JS = """(() => {
   const u = core.getUtterance();
@@ -330,16 +339,17 @@ class MiniwobSuite:
             desk.screen.damage.arm()
         before = desk.screen.grab()         # the START cover: the episode's first frame differs from it
         token = secrets.token_hex(8)
-        await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": int(seed),
-                                          "token": json.dumps(token)})
-        instance = await self._wait_ready(desk)
-        # Back/forward could leave the task page; the history before this episode is dropped.
-        await desk.cdp.acall("Page.resetNavigationHistory", session=desk.session)
-        # The window has the X focus, but Chromium only gives the page keyboard focus once it is activated
-        # (a first click would otherwise be spent on that, racing the keys typed right after it).
-        await desk.cdp.acall("Page.bringToFront", session=desk.session)
-        # Settled as after an action (X DAMAGE: no polling), at most 1 s for pages that never stop moving.
-        await settle(desk.screen, before, BEGIN_CHANGE_WAIT_S, max_s=1.0)
+        started = await desk.aevaluate(_BEGIN_JS % {"limit_ms": int(self.time_limit_s * 1000), "seed": int(seed),
+                                                    "token": json.dumps(token), "utterance": _UTTERANCE_JS})
+        instance = await self._wait_ready(desk, started)
+        await asyncio.gather(
+            # Back/forward could leave the task page; the history before this episode is dropped.
+            desk.cdp.acall("Page.resetNavigationHistory", session=desk.session),
+            # The window has the X focus, but Chromium only gives the page keyboard focus once it is activated
+            # (a first click would otherwise be spent on that, racing the keys typed right after it).
+            desk.cdp.acall("Page.bringToFront", session=desk.session))
+        desk.screen.prepare(await self._settle_first_frame(desk, before, started["covered"]),
+                            *ex.state.get("shot_format", ("png", 85)))
         ex.state["miniwob"] = {"seed": seed, "token": token, "started": time.monotonic(), **instance}
         logger.debug("miniwob %s seed %d ready in %.0f ms: %s", task.name, seed, (time.monotonic() - t0) * 1e3,
                      instance["utterance"])
@@ -347,14 +357,25 @@ class MiniwobSuite:
                 "instance": {"seed": seed, "utterance": instance["utterance"], "fields": instance["fields"],
                              "time_limit_s": self.time_limit_s}}
 
-    async def _wait_ready(self, desk: BrowserDesktop, timeout_s: float = 5.0) -> dict:
-        """Some pages build their problem asynchronously (``WOB_TASK_READY``); the package waits for it too."""
-        deadline = time.monotonic() + timeout_s
+    @staticmethod
+    async def _settle_first_frame(desk: BrowserDesktop, before: bytearray, covered: bool) -> bytearray:
+        """The episode's first screen, settled as after an action (X DAMAGE: no polling; at most 1 s for pages that
+        never stop moving). When the screen showed the cover, until it shows something else (Chromium may redraw
+        a frame unchanged first)."""
+        deadline = time.monotonic() + (BEGIN_FIRST_FRAME_S if covered else BEGIN_CHANGE_WAIT_S)
         while True:
-            state = await desk.aevaluate(_UTTERANCE_JS)
-            if state["ready"] or time.monotonic() > deadline:
-                return {"utterance": state["utterance"], "fields": state["fields"]}
+            changed, frame = await settle(desk.screen, before, max(0.0, deadline - time.monotonic()), max_s=1.0)
+            if changed or not covered or time.monotonic() >= deadline:
+                return frame
+
+    async def _wait_ready(self, desk: BrowserDesktop, state: dict, timeout_s: float = 5.0) -> dict:
+        """Some pages build their problem asynchronously (``WOB_TASK_READY``); the package waits for it too.
+        ``state``: the page's answer right after the start (``_UTTERANCE_JS``)."""
+        deadline = time.monotonic() + timeout_s
+        while not state["ready"] and time.monotonic() <= deadline:
             await asyncio.sleep(0.01)
+            state = await desk.aevaluate(_UTTERANCE_JS)
+        return {"utterance": state["utterance"], "fields": state["fields"]}
 
     def fork_refusal(self, task: MiniwobTask) -> str | None:
         note = task.fork_note

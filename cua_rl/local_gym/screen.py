@@ -49,21 +49,27 @@ logger = logging.getLogger(__name__)
 
 
 # The settle wait (``settle``): after the first change, the screen is settled once unchanged for STABLE_S; at most
-# MAX_SETTLE_S in all. Polling (no DAMAGE) grabs every POLL_S.
+# MAX_SETTLE_S after that first change. Polling (no DAMAGE) grabs every POLL_S.
 POLL_S, STABLE_S, MAX_SETTLE_S = 0.006, 0.012, 2.0
 
 
 async def settle(screen, before: bytearray, change_wait_s: float,
                  max_s: float = MAX_SETTLE_S) -> tuple[bool, bytearray]:
     """Whether an action (or a page's start) changed the screen, and the settled frame: the first change within
-    ``change_wait_s``, then no change for ``STABLE_S`` (at most ``max_s`` in all). With X DAMAGE
-    (``screen.damage``, armed before ``before`` was grabbed) the waits cost nothing and the frame one grab."""
+    ``change_wait_s``, then no change for ``STABLE_S`` (at most ``max_s`` after the first change, for screens
+    that never stop moving). With X DAMAGE (``screen.damage``, armed before ``before`` was grabbed) the waits
+    cost nothing and the frame one grab."""
     if getattr(screen, "damage", None) is not None:
-        t0 = time.monotonic()
-        if not await screen.damage.changed_within(change_wait_s):
+        damage = screen.damage
+        if not await damage.changed_within(change_wait_s):
             return False, before
-        while time.monotonic() - t0 < max_s and await screen.damage.changed_within(STABLE_S):
-            pass
+        t0 = time.monotonic()
+        # Quiet for STABLE_S since the last change as the X server reported it: a change that came while the
+        # caller still waited (e.g. for a page to count its input) has already been quiet for a while.
+        while time.monotonic() - t0 < max_s:
+            quiet = STABLE_S - (time.monotonic() - damage.last_change)
+            if quiet <= 0 or not await damage.changed_within(quiet):
+                break
         frame = screen.grab()
         return frame != before, frame
     return await _settle_by_polling(screen, before, change_wait_s, max_s)
@@ -75,19 +81,20 @@ async def _settle_by_polling(screen, before: bytearray, change_wait_s: float,
     may set its own ``poll_s``/``stable_s`` (a VM's frames take milliseconds and its guest draws slower)."""
     poll_s, stable_s = getattr(screen, "poll_s", POLL_S), getattr(screen, "stable_s", STABLE_S)
     t0 = time.monotonic()
-    last, last_change, changed = before, t0, False
+    last, last_change, first_change = before, t0, None
     while True:
         await asyncio.sleep(poll_s)
         cur = screen.grab()
         now = time.monotonic()
         if cur != last:
             last, last_change = cur, now
-            changed = changed or cur != before
-        elif changed and now - last_change >= stable_s:
+            if first_change is None and cur != before:
+                first_change = now
+        elif first_change is not None and now - last_change >= stable_s:
             break
-        elif not changed and now - t0 >= change_wait_s:
+        elif first_change is None and now - t0 >= change_wait_s:
             break
-        if now - t0 >= max_s:
+        if first_change is not None and now - first_change >= max_s:
             break
     return last != before, last
 
@@ -161,6 +168,12 @@ class Screen:
         """``frame`` was grabbed after the damage was last forgotten (a settle wait's result)."""
         if self.damage is not None:
             self._still = (frame, self.damage.subtracts)
+
+    def prepare(self, frame: bytearray, fmt: str = "png", quality: int = 85) -> None:
+        """A settle wait's result, about to be shown: remember it and start encoding it in the background (the
+        agent's next call is almost always a screenshot of this very frame, in the format it asked for last)."""
+        self.remember(frame)
+        asyncio.get_running_loop().run_in_executor(None, self.encode, frame, fmt, quality)
 
     def _remembered(self) -> bytearray | None:
         still = self._still
@@ -290,6 +303,7 @@ class DamageWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flag: asyncio.Event | None = None
         self.notifications = 0
+        self.last_change = 0.0   # time.monotonic() when a change was last read from the X server
         self.subtracts = 0   # how often the damage was forgotten: a frame grabbed after one is current until a change
 
     @classmethod
@@ -315,6 +329,7 @@ class DamageWatch:
             hit = (self._display.next_event().type & 0x7F) == self._notify_code or hit
         if hit:
             self.notifications += 1
+            self.last_change = time.monotonic()
             self._flag.set()
 
     def arm(self) -> bool:

@@ -15,7 +15,7 @@ import time
 
 from Xlib import X, XK, display as xdisplay, error as xerror
 from Xlib.ext import xtest
-from Xlib.protocol import event as xevent
+from Xlib.protocol import event as xevent, request
 
 from .xgrabs import impervious_xlib
 
@@ -32,6 +32,7 @@ KEY_ALIASES: dict[str, str] = {
     **{f"f{i}": f"F{i}" for i in range(1, 13)},
 }
 MAX_COORD = 32767
+SELECTIONS = ("PRIMARY", "SECONDARY", "CLIPBOARD")   # what copying and selecting set (clear_selections)
 # How long keyboard input waits for a window to hold the input focus and answer a ping (see
 # ``XInput.keyboard_ready``). A window manager under load can take hundreds of ms to focus a new window.
 FOCUS_WAIT_S = 3.0
@@ -349,6 +350,16 @@ class XInput:
                 xtest.fake_input(self._d, X.KeyRelease, code)
                 if shift:
                     xtest.fake_input(self._d, X.KeyRelease, self._shift)
+            self._d.sync()
+
+    def clear_selections(self) -> None:
+        """Leave the X selections (the clipboard, the primary and secondary selection) without an owner: what a
+        client copied or selected is gone (its owner is told and drops it), and a paste or middle click pastes
+        nothing, as on a new X server."""
+        with self._lock:
+            for name in SELECTIONS:
+                request.SetSelectionOwner(display=self._d.display, window=X.NONE, selection=self._d.intern_atom(name),
+                                          time=X.CurrentTime)
             self._d.sync()
 
     def reset_modifiers(self) -> None:

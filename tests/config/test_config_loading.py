@@ -241,7 +241,6 @@ def test_every_key_a_flag_sets_is_in_config_yaml():
     ("embedded.num_desktops=0", "embedded.num_desktops must be >= 1"),
     ("embedded.tasks_dir=/nonexistent/tasks", "embedded.tasks_dir '/nonexistent/tasks' is not a folder"),
     ("embedded.reuse_browsers=-1", "embedded.reuse_browsers must be 0 \\(never\\) or more, got -1"),
-    ("embedded.restart_in_page=true", "embedded.restart_in_page .* needs embedded.reuse_browsers 2 or more, got None"),
     ("trajectory.format_reward=-1", "trajectory.format_reward must be within"),
     ("trajectory.export_style=tree", "trajectory.export_style must be one of"),
     ("trajectory.turn_discount=0", "trajectory.turn_discount must be within"),
@@ -259,6 +258,13 @@ def test_every_key_a_flag_sets_is_in_config_yaml():
 def test_bad_values_fail_at_load_time(tmp_path, override, message):
     with pytest.raises(Exception, match=message):
         load(tmp_path, override)
+
+
+def test_restart_in_page_needs_reused_browsers(tmp_path):
+    """null (the gym's default) or 2 or more; a new browser per episode has no page to restart in."""
+    with pytest.raises(Exception, match="embedded.restart_in_page .* needs embedded.reuse_browsers 2 or more, got 0"):
+        load(tmp_path, "embedded.reuse_browsers=0", "embedded.restart_in_page=true")
+    assert load(tmp_path, "embedded.restart_in_page=true").embedded.restart_in_page is True
 
 
 def test_number_ranges():

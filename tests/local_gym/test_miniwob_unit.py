@@ -76,8 +76,15 @@ def test_options_by_suite():
     assert GymOptions(gym_id="web", suite="miniwob", width=320, pool_size=0).width == 320
     with pytest.raises(ValueError):
         GymOptions(suite="android")
+    # MiniWoB++ by default: a browser serves 50 episodes, each after the first restarted in its page
+    assert (mw.reuse_browsers, mw.restart_in_page) == (50, True)
+    assert (desk.reuse_browsers, desk.restart_in_page) == (0, False)
+    assert GymOptions(gym_id="miniwob", reuse_browsers=0).restart_in_page is False     # the opt-out: new browsers
+    assert GymOptions(gym_id="miniwob", restart_in_page=False).reuse_browsers == 50    # reused, page loaded again
     with pytest.raises(ValueError, match="reuse_browsers"):
-        GymOptions(gym_id="miniwob", restart_in_page=True)     # restarts episodes in a reused browser: none here
+        GymOptions(gym_id="miniwob", reuse_browsers=1, restart_in_page=True)   # restarts in a reused browser: none
+    with pytest.raises(ValueError, match="reuse_browsers"):
+        GymOptions(restart_in_page=True)                                       # app desktops are never reused
     assert GymOptions(gym_id="miniwob", reuse_browsers=2, restart_in_page=True).restart_in_page
     with pytest.raises(ValueError):
         MiniwobSuite(load_miniwob_tasks(), time_limit_s=3e6)   # beyond what setTimeout can hold
@@ -88,6 +95,32 @@ def test_browser_specs_share_spares_across_pages():
     a, b = (tasks.get(n).desktop_spec(480, 630) for n in ("click-test", "enter-text"))
     assert isinstance(a, BrowserSpec) and a.zoom == 3 and a != b and pool_key(a) == pool_key(b)
     assert a.url() == "http://gym.test/miniwob/click-test.html"
+
+
+def test_a_reused_browser_is_picked_by_the_page_it_shows(tmp_path):
+    """Spares are picked by the page they show now: a reused browser's spec still names the page it was built with.
+    (Picked by that spec, a browser showing another page was taken and loaded a page again while one showing it
+    waited, 9 page loads in 24 bench episodes instead of 3.) With none showing it, one whose page another spare
+    shows too is taken before the oldest. Stand-ins for the spares: only their spec and page are read."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from cua_rl.local_gym.manager import GymManager
+
+    tasks = load_miniwob_tasks()
+    spec = {n: tasks.get(n).desktop_spec(480, 630) for n in ("click-button", "login-user", "enter-text", "click-test")}
+    manager = GymManager(GymOptions(gym_id="miniwob", x_spares=0, workdir=str(tmp_path)))
+    try:
+        shows = ["click-button", "login-user", "login-user", "login-user", "enter-text"]   # all built for login-user
+        manager._spares[pool_key(spec["login-user"])].extend(
+            SimpleNamespace(spec=spec["login-user"], loaded_page=spec[name].page, name=i) for i, name in enumerate(shows))
+        assert manager._take_spare(spec["login-user"]).name == 1         # not 0, built for it but showing another
+        assert manager._take_spare(spec["click-test"]).name == 2         # login-user is shown twice: one can go
+        assert manager._take_spare(spec["click-button"]).name == 0
+        assert manager._take_spare(spec["click-test"]).name == 3         # none shown twice: the oldest
+    finally:
+        manager._spares.clear()
+        asyncio.run(manager.close())
 
 
 def test_devtools_pipe_framing_errors_and_eof():
