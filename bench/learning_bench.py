@@ -358,6 +358,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--control-seeds", type=int, default=1,
                         help="multiturn: each control from the same warm start with seed=1..N (the rise of their "
                              "mean, with its interval, beside seed 1's own)")
+    parser.add_argument("--first-control-seed", type=int, default=1,
+                        help="multiturn: the controls' seeds start here (two benches sharing one --workdir, each "
+                             "with its own seeds, --reuse-runs combining them afterwards)")
     parser.add_argument("--mutations", default="",
                         help=f"multiturn: known defects to switch on, one GRPO run each, comma-separated or all "
                              f"(of {', '.join(MUTATIONS)}); the gate must fail each")
@@ -523,7 +526,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         train(f"grpo-s{seed}", [f"seed={seed}"])
     control_labels: dict[str, list[str]] = {}   # control -> its runs' labels, seed 1 first
     for name in ([] if args.no_control else _picked("--controls", args.controls, CONTROLS)):
-        for seed in range(1, args.control_seeds + 1):
+        for seed in range(args.first_control_seed, args.first_control_seed + args.control_seeds):
             label = name if seed == 1 else f"{name}-s{seed}"
             train(label, [f"seed={seed}", *CONTROLS[name].split()])
             control_labels.setdefault(name, []).append(label)
@@ -604,11 +607,12 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         return out
 
     def controlled(name: str, control_runs: list[str]) -> dict:
-        """A control's seed-1 run as judged alone and, with ``--control-seeds`` > 1, every seed's figures and the
-        regimes over its seeds."""
+        """A control's first run (seed 1 unless ``--first-control-seed``) as judged alone and, with
+        ``--control-seeds`` > 1, every seed's figures and the regimes over its seeds."""
         entry = judged(control_runs[0])
         if len(control_runs) > 1:
-            entry["seeds"] = [{"seed": i + 1, **judged(label)} for i, label in enumerate(control_runs)]
+            entry["seeds"] = [{"seed": int(label.rsplit("-s", 1)[1]) if "-s" in label else 1, **judged(label)}
+                              for label in control_runs]
             entry["regimes_over_seeds"] = over_seeds(control_runs)
         return entry
 

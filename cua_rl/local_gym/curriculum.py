@@ -222,7 +222,6 @@ SEQUENCE_KEYS = {**KEYS, "magenta": "m", "cyan": "c"}
 # against 7 of 88 on yellow from the same share of slipped demonstrations), so no run could learn the flip and
 # CI's gate failed on it (cyan 0.0 -> 0.0 while yellow rose 0.0 -> 0.48).
 CONFUSIONS = {"yellow": "red"}
-FLAIL = 12                                    # key presses a lost demonstrator makes (cut at max_turns)
 
 
 def sequences(length: int) -> list[tuple[str, ...]]:
@@ -253,9 +252,9 @@ def _sequence_instance(rng: random.Random, sequence: tuple[str, ...]) -> Family:
     """The board of one colour sequence: a large square per step; its colour's key moves the board on to the
     next square (grey: the previous key again, so the screen alone does not say which key: the history does).
     After the last right key the screen is empty and the agent should stop. Any wrong key loses the episode:
-    the board shows a black screen from then on and never becomes empty, so a lost agent keeps pressing keys
-    until its turn limit (failures run long, successes are short). The instance scores 1 only when the
-    recorded keys are exactly the right ones (nothing more: a key pressed after the end counts as wrong)."""
+    the board shows a black screen from then on, and the agent should stop there too (the instruction says so;
+    a key pressed after it changes nothing). The instance scores 1 only when the recorded keys are exactly the
+    right ones (nothing more: a key pressed after the end counts as wrong)."""
     keys: list[str] = []
     items = []
     for i, colour in enumerate(sequence):
@@ -266,7 +265,8 @@ def _sequence_instance(rng: random.Random, sequence: tuple[str, ...]) -> Family:
         items.append(Item("step", f"step{i + 1}", x, y, *PANEL, shade, key))
     legend = ", ".join(f"{key} for {colour}" for colour, key in SEQUENCE_KEYS.items())
     instruction = (f"Press the key for the colour of each square as it appears ({legend}); for a grey square "
-                   f"press the previous key again. Stop when the screen is empty.")
+                   f"press the previous key again. Stop when the screen is empty, or black (a wrong key: the episode is "
+                   f"lost).")
     events = "".join(f"key {key}\n" for key in keys)
     return (instruction, items, [_events_equal(events)], [{"type": "key", "keys": [key]} for key in keys],
             "-".join(sequence))
@@ -290,17 +290,21 @@ def _key_sequence_long(rng: random.Random, split: str) -> Family:
 
 def _sequence_slips(instance: "Instance") -> list[tuple[dict, ...]]:
     """The sequence families' biased demonstrator: at the first square of a confused colour (``CONFUSIONS``) it
-    presses the colour it sees instead's key, then, lost, keeps pressing keys (a seeded choice) until its turn
-    limit. None when the instance shows no confused colour."""
+    presses the colour it sees instead's key, and stops at the black screen that follows (the demonstration
+    ends with ``terminate``, as a successful one does at the empty screen). None when the instance shows no
+    confused colour.
+
+    Until 2026-11-29 (second change) the lost demonstrator kept pressing seeded random keys up to its turn limit,
+    so every failed episode of a run carried 3-5 key presses of a near-uniform choice (each with about 16 times
+    the gradient of a confident decision) whose only credit is the episode's reward: the largest share of what a
+    shuffled-reward control's updates move the key logits with, and 2 of 8 such controls flipped the yellow
+    choice as GRPO does (docs/learning.md, "The gate's false-pass rate and power")."""
     shades = {SEQUENCE_COLOURS[seen]: pressed for seen, pressed in CONFUSIONS.items()}
     steps = [item for item in instance.items if item.kind == "step"]
     first = next((i for i, item in enumerate(steps) if item.colour in shades), None)
     if first is None:
         return []
-    rng = random.Random(f"flail:{instance.seed}")
-    play = [*instance.solution[:first], {"type": "key", "keys": [SEQUENCE_KEYS[shades[steps[first].colour]]]}]
-    play += [{"type": "key", "keys": [rng.choice(list(SEQUENCE_KEYS.values()))]} for _ in range(FLAIL)]
-    return [tuple(play)]
+    return [(*instance.solution[:first], {"type": "key", "keys": [SEQUENCE_KEYS[shades[steps[first].colour]]]})]
 
 
 def wrong_solutions(instance: "Instance") -> list[tuple[dict, ...]]:

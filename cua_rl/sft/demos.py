@@ -89,9 +89,9 @@ def demo_actions(instance, error_rate: float) -> tuple[tuple[dict, ...], bool]:
 
 def demo_turns(actions: tuple[dict, ...], max_turns: int | None) -> list[dict | None]:
     """The turns a demonstrator plays: its actions, then ``terminate`` (None). A play longer than the agent's
-    turn limit (a lost demonstrator that keeps pressing keys) is cut there and never terminates, as the
-    agent would stop it. A play that fits keeps its terminate turn even when that turn is past the limit
-    (key-colour at ``max_turns: 1``: the warm start its learning gate was measured on)."""
+    turn limit is cut there and never terminates, as the agent would stop it. A play that fits keeps its
+    terminate turn even when that turn is past the limit (key-colour at ``max_turns: 1``: the warm start its
+    learning gate was measured on)."""
     if max_turns is not None and len(actions) > max_turns:
         return list(actions[:max_turns])
     return [*actions, None]

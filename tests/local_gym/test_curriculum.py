@@ -117,7 +117,7 @@ async def test_scripted_solutions_score_one_and_untouched_or_wrong_do_not(gym):
         # key-sequence: the biased demonstrator's slip scores 0, and so does a key after the last step
         inst = make_instance("key-sequence", SLIP_SEED)
         (slip,) = wrong_solutions(inst)
-        _, _, after = await _play(client, "054", SLIP_SEED, slip[:6])
+        _, _, after = await _play(client, "054", SLIP_SEED, slip)
         assert after == 0.0
         _, _, after = await _play(client, "054", SLIP_SEED, inst.solution + inst.solution[:1])
         assert after == 0.0
@@ -163,7 +163,7 @@ def test_key_sequence_is_three_decisions_with_one_remembered_and_known_biased_sl
     """Three keys per instance, one per screen; one of the second and third screens is grey and asks for the
     previous key (only the history says which); the biased demonstrator slips exactly on the instances that
     show the confused colour (yellow seen as red), pressing the other colour's key at the first
-    of them after the right prefix and then flailing (cut at max_turns)."""
+    of them after the right prefix, and stopping there (the black screen that follows)."""
     from cua_rl.local_gym.curriculum import CONFUSIONS, GREY, SEQUENCE_COLOURS, SEQUENCE_KEYS, slices
 
     instances = [make_instance("key-sequence", s) for s in range(600)]
@@ -188,7 +188,7 @@ def test_key_sequence_is_three_decisions_with_one_remembered_and_known_biased_sl
             first = confused[0]
             seen = next(c for c in CONFUSIONS if SEQUENCE_COLOURS[c] == steps[first].colour)
             assert slip[:first] == inst.solution[:first] and slip[first]["keys"] == [SEQUENCE_KEYS[CONFUSIONS[seen]]]
-            assert len(slip) > 6                       # longer than the recipe's turn limit: never terminates
+            assert len(slip) == first + 1              # it stops at the black screen: no keys after the slip
     assert grey_at == {1, 2} and shown == {*SEQUENCE_COLOURS.values(), GREY}
     share = {name: sum(name in slices(i) for i in instances) / len(instances) for name in (*CONFUSIONS, "rest")}
     assert 0.25 < share["yellow"] < 0.4 and 0.6 < share["rest"] < 0.75, share

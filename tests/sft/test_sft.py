@@ -120,14 +120,17 @@ def test_an_imperfect_demonstrator_keeps_its_wrong_demonstrations():
 
 
 def test_a_play_longer_than_the_turn_limit_is_cut_and_never_terminates():
-    """``demo_turns``: a lost demonstrator's key presses stop at ``max_turns`` without a terminate turn (the
-    agent would stop it there); a play that fits ends with terminate (None)."""
+    """``demo_turns``: a play longer than ``max_turns`` stops there without a terminate turn (the agent would stop
+    it there); a play that fits ends with terminate (None), the key-sequence slip too: its demonstrator stops at
+    the black screen after the wrong key."""
     from cua_rl.local_gym.curriculum import make_instance, wrong_solutions
     from cua_rl.sft.demos import demo_turns
 
     inst = make_instance("key-sequence", 1)
     (slip,) = wrong_solutions(inst)
-    assert demo_turns(slip, 6) == list(slip[:6])
+    assert len(slip) <= 3 and demo_turns(slip, 6) == [*slip, None]
+    long = inst.solution * 3
+    assert demo_turns(long, 6) == list(long[:6])
     assert demo_turns(inst.solution, 6) == [*inst.solution, None]
     assert demo_turns(inst.solution, None) == [*inst.solution, None]
     key = make_instance("key-colour", 0).solution
