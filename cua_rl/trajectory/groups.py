@@ -207,6 +207,11 @@ def group_rows(outcomes: list[EpisodeOutcome], values: list[float], *, style: Ex
     if not rows:
         logger.warning("group of %d episodes recorded no model turns; nothing to train", len(outcomes))
         return None
+    return rows_batch(rows, compact_images)
+
+
+def rows_batch(rows: list[dict[str, Any]], compact_images: bool = True) -> dict[str, Any]:
+    """One group's rows as one batch (``group_rows``; the tree's rows, ``cua_rl.trajectory.tree``)."""
     batch = concat_padded_tensors(rows)
     if compact_images:
         batch["multi_modal_input"] = pack_rows(batch["multi_modal_input"])

@@ -15,6 +15,11 @@ Export styles:
 - ``concat``: one row per episode, only when every turn's prompt starts with the previous turn's prompt
   and output token for token (then the last row contains all earlier ones). Dropping old screenshots or
   re-rendered assistant text breaks the chain; the episode then falls back to ``individual``.
+
+Context turns (a tree group's continuation, ``cua_rl.trajectory.tree``): turns that come before the ones a row
+trains, on the same path, and are trained in a row of their own. In ``concat`` they are the row's leading part with
+loss mask 0 (their outputs are prompt to the turns after them); in ``individual`` each trained turn's prompt holds
+them already, so they add nothing.
 """
 
 from __future__ import annotations
@@ -99,12 +104,15 @@ def is_prefix_chain(turns: list[Turn]) -> bool:
     return True
 
 
-def concat_row(turns: list[Turn], reward: float, keys: list[int] | None = None) -> dict[str, Any]:
+def concat_row(turns: list[Turn], reward: float, keys: list[int] | None = None,
+               context: list[Turn] | tuple = ()) -> dict[str, Any]:
     """All turns of a prefix chain as one row: every turn's completion is trained, nothing else
-    (``keys``: the turns' monitor ``turn_key``s, None = no ``monitor_turn``)."""
-    if not turns or not is_prefix_chain(turns):
+    (``keys``: the turns' monitor ``turn_key``s, None = no ``monitor_turn``). ``context``: turns before
+    ``turns`` on the same chain, in the row but loss-masked (module docstring)."""
+    chain = [*context, *turns]
+    if not turns or not is_prefix_chain(chain):
         raise ValueError("concat_row needs a non-empty strict prefix chain of turns")
-    last = turns[-1]
+    last = chain[-1]
     ids = list(last.prompt_ids) + list(last.output_ids)
     n = len(ids)
     loss_mask, logprobs, versions, owner = [0] * n, [0.0] * n, [-1] * n, [0] * n
@@ -127,17 +135,19 @@ def turn_rewards(reward: float, n_turns: int, discount: float = 1.0) -> list[flo
     return [reward * discount ** (n_turns - 1 - i) for i in range(n_turns)]
 
 
-def rows_of(turns: list[Turn], style: ExportStyle) -> int:
+def rows_of(turns: list[Turn], style: ExportStyle, context: list[Turn] | tuple = ()) -> int:
     """How many training rows ``episode_rows`` makes of these turns in ``style``."""
     if not turns:
         return 0
-    return 1 if style == "concat" and is_prefix_chain(turns) else len(turns)
+    return 1 if style == "concat" and is_prefix_chain([*context, *turns]) else len(turns)
 
 
 def episode_rows(turns: list[Turn], reward: float, style: ExportStyle = "individual",
-                 discount: float = 1.0, keys: list[int] | None = None) -> list[dict[str, Any]]:
+                 discount: float = 1.0, keys: list[int] | None = None,
+                 context: list[Turn] | tuple = ()) -> list[dict[str, Any]]:
     """Training rows of one episode (empty when it has no turns); ``keys``: each turn's monitor
-    ``turn_key`` (0 = not reported), None = rows without ``monitor_turn``."""
+    ``turn_key`` (0 = not reported), None = rows without ``monitor_turn``; ``context``: turns before these on
+    their path, never trained here (module docstring)."""
     if style not in ("individual", "concat"):
         raise ValueError(f"export style must be 'individual' or 'concat', got {style!r}")
     if keys is not None and len(keys) != len(turns):
@@ -145,8 +155,8 @@ def episode_rows(turns: list[Turn], reward: float, style: ExportStyle = "individ
     if not turns:
         return []
     if style == "concat":
-        if is_prefix_chain(turns):
-            return [concat_row(turns, reward, keys)]
+        if is_prefix_chain([*context, *turns]):
+            return [concat_row(turns, reward, keys, context)]
         logger.info("episode is not a prefix chain (%d turns); exporting one row per turn", len(turns))
     rewards = turn_rewards(reward, len(turns), discount)
     return [turn_row(t, r, None if keys is None else keys[i]) for i, (t, r) in enumerate(zip(turns, rewards))]
