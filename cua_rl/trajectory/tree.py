@@ -1,4 +1,4 @@
-"""A tree group (DESIGN.md 4.5, docs/learning.md "Tree groups") -> the value of each segment and its rows.
+"""A tree group (docs/learning.md "Tree groups") -> the value of each segment and its rows.
 
 A tree group is M roots played on one task instance; at chosen turns the workflow forks a root's execution and
 K continuations play on from the same screen and the same prompt (``cua_rl.workflow.tree``). Its turns fall into
