@@ -33,6 +33,13 @@ def pids(pattern: str) -> set[int]:
     return {int(p) for p in out.split()}
 
 
+def children(pid: int, pattern: str) -> set[int]:
+    """The children of process ``pid`` whose command line matches ``pattern`` (``pgrep -P``): a server's own
+    processes, not those another job on this host started meanwhile."""
+    out = subprocess.run(["pgrep", "-P", str(pid), "-f", pattern], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
