@@ -267,8 +267,7 @@ class GymManager:
         self._create_spawner = procs.Spawner(workers=4)
         self._pool_spawner = procs.Spawner(workers=1)
         self._tasks: set[asyncio.Task] = set()
-        self._closed = False
-        self._closing = asyncio.Event()          # set by drain()/close(): creates waiting on a build give up
+        self._closing = asyncio.Event()          # set by drain()/close(): new work refused, creates waiting on a build give up
         parent = options.workdir or tempfile.gettempdir()
         _remove_stale_workdirs(parent)
         self.workdir = Path(tempfile.mkdtemp(prefix="cua-gym-", dir=parent))
@@ -347,13 +346,13 @@ class GymManager:
                     last = exc
                     # a spare whose build the shutdown interrupted is not news, nor a retried attempt (in
                     # launcher.log); the last attempt's failure is a warning
-                    logger.log(logging.INFO if self._closed or attempt < 3 else logging.WARNING,
+                    logger.log(logging.INFO if self.closed or attempt < 3 else logging.WARNING,
                                "%s failed (attempt %d/3%s): %s", f"desktop on :{num}" if cls.uses_x else "VM",
-                               attempt, ", trying again" if attempt < 3 and not self._closed else "", exc)
+                               attempt, ", trying again" if attempt < 3 and not self.closed else "", exc)
                     if x is not None:   # its X server went with the failed desktop
                         self._release_display(num)
                         x = None
-                    if self._closed:
+                    if self.closed:
                         break
         except BaseException:
             self._free_slots.append(slot)
@@ -382,7 +381,7 @@ class GymManager:
 
     def refill_x(self) -> None:
         """Start bare X servers up to ``x_spares`` in the background (at start, and after a cold create)."""
-        if self._closed:
+        if self.closed:
             return
         while len(self._bare_x) + self._building_x < self.opt.x_spares:
             self._building_x += 1
@@ -392,11 +391,11 @@ class GymManager:
         try:
             x = await asyncio.wrap_future(self._pool_spawner.submit(self._build_x))
         except Exception as exc:  # noqa: BLE001 - a missing bare X only costs a slower cold start
-            logger.log(logging.INFO if self._closed else logging.ERROR, "could not start a bare X server: %s", exc)
+            logger.log(logging.INFO if self.closed else logging.ERROR, "could not start a bare X server: %s", exc)
             return
         finally:
             self._building_x -= 1
-        if self._closed:
+        if self.closed:
             await self._destroy_async(x)
         else:
             with self._display_lock:
@@ -429,7 +428,7 @@ class GymManager:
         task.add_done_callback(self._tasks.discard)
 
     def _refill(self) -> None:
-        if self._closed or self.opt.pool_size <= 0:
+        if self.closed or self.opt.pool_size <= 0:
             return
         total = sum(len(d) for d in self._spares.values()) + sum(self._building.values())
         for key in reversed(self._recent):
@@ -446,12 +445,12 @@ class GymManager:
         try:
             desk = await asyncio.wrap_future(self._pool_spawner.submit(self._build, spec))
         except Exception as exc:  # noqa: BLE001 - a failed spare only costs a cold start later
-            logger.log(logging.INFO if self._closed else logging.ERROR, "could not build a spare desktop%s: %s",
-                       " (shutting down)" if self._closed else "", exc)
+            logger.log(logging.INFO if self.closed else logging.ERROR, "could not build a spare desktop%s: %s",
+                       " (shutting down)" if self.closed else "", exc)
             return
         finally:
             self._building[key] -= 1
-        if self._closed or key not in self._recent:
+        if self.closed or key not in self._recent:
             await self._destroy_async(desk)
         else:
             self._spares[key].append(desk)
@@ -500,10 +499,10 @@ class GymManager:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._closing.is_set()
 
     def _check_room(self, n: int) -> None:
-        if self._closed:
+        if self.closed:
             raise CapacityError("the gym is shutting down")
         running = len(self.executions) + self._reserved
         if running + n > self.opt.max_executions:
@@ -539,7 +538,7 @@ class GymManager:
     async def adopt(self, task: TaskDef, desk: Desktop, reserved: "Reservation") -> Execution:
         """A desktop made outside the pool (a forked VM) as a new execution of ``task``; destroyed instead when
         the gym is closing (``CapacityError``)."""
-        if self._closed:
+        if self.closed:
             await self._destroy_async(desk)
             raise CapacityError("the gym is shutting down")
         self._take_room(reserved)
@@ -553,7 +552,7 @@ class GymManager:
         that reservation (``reserve``: a fork's child) instead of being checked here."""
         if reserved is None:
             self._check_room(1)
-        elif self._closed:
+        elif self.closed:
             raise CapacityError("the gym is shutting down")
         own = reserved is None
         self._reserved += own
@@ -571,7 +570,7 @@ class GymManager:
             if hasattr(desk, "episodes"):
                 desk.episodes = served + 1
             ex = Execution(uuid.uuid4().hex, task, desk, now, now, from_pool, reused=served > 0)
-            if self._closed:
+            if self.closed:
                 await self._destroy_async(desk)
                 raise CapacityError("the gym is shutting down")
             self._take_room(reserved)
@@ -609,7 +608,6 @@ class GymManager:
     def drain(self) -> None:
         """The server is about to stop: refuse new executions and release creates waiting on a build, so the
         requests in flight end before the server's grace period does (actions and evaluations go on)."""
-        self._closed = True
         self._closing.set()
 
     def get(self, execution_id: str) -> Execution | None:
@@ -662,7 +660,7 @@ class GymManager:
         """A used browser desktop back among its profile's spares, its page loaded again; False when it is not
         to be reused (reuse off or used up, the gym closing, its profile gone or full, the reload failed)."""
         key = pool_key(desk.spec)
-        if (self._closed or not self._reusable(desk) or key not in self._recent
+        if (self.closed or not self._reusable(desk) or key not in self._recent
                 or len(self._spares[key]) + self._building[key] >= self.opt.pool_size):
             return False
         try:
@@ -670,13 +668,13 @@ class GymManager:
         except Exception as exc:  # noqa: BLE001 - a browser that cannot reload is rebuilt instead
             logger.warning("could not reuse the browser on %s (%s): building a new one", desk.display, exc)
             return False
-        if self._closed or key not in self._recent:
+        if self.closed or key not in self._recent:
             return False
         self._spares[key].append(desk)
         return True
 
     async def reap_forever(self) -> None:
-        while not self._closed:
+        while not self.closed:
             await asyncio.sleep(self.opt.reap_interval_s)
             now = time.monotonic()
             quota = self.opt.limits.home_bytes
@@ -695,7 +693,7 @@ class GymManager:
     async def close(self) -> None:
         """End every execution and spare, then the spawner threads."""
         self.drain()
-        # Spares being built finish and destroy themselves (they see _closed); never cancel a build
+        # Spares being built finish and destroy themselves (they see closed); never cancel a build
         # mid-way, or its desktop would have no owner.
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await asyncio.gather(*(self.terminate(eid) for eid in list(self.executions)), return_exceptions=True)
