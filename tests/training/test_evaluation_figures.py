@@ -137,3 +137,56 @@ def test_the_calibrations_bounds_and_fit():
     summary = cal.summarize(records, 0.25)
     assert summary["null"]["runs"] == 2 and summary["null"]["passed"] == 0 and summary["power"]["passed"] == 1
     assert summary["null"]["gate_statistic"] == [0.1, 0.1] and summary["power"]["gate_statistic"] == [0.8]
+
+
+def test_the_slice_walk_reads_the_decision_at_the_confused_square(tmp_path):
+    """bench/slice_walk.py on a constructed run store: per step, the decisions at the yellow square of episodes
+    that reached it (an episode lost before it is not one), the right ones, the estimate of p(right key) from the
+    recorded logprob of the pressed key's token (p when right, 1 - p when wrong) and the mixed groups."""
+    import json
+    import math
+
+    from sqlalchemy import insert
+
+    from cua_rl.monitor.schema import TABLES, projects
+    from cua_rl.monitor.store import Store, sqlite_url
+
+    spec = importlib.util.spec_from_file_location("slice_walk", ROOT / "bench" / "slice_walk.py")
+    walk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(walk)
+    seed = next(s for s in seeds("train", 200)
+                if make_instance("key-sequence", s).content.split("-")[0] == "yellow")
+    other = next(s for s in seeds("train", 200) if slices(make_instance("key-sequence", s)) == ("rest",))
+    solution = [step["keys"][0] for step in make_instance("key-sequence", seed).solution]
+    log_dir = tmp_path / "run"
+    (log_dir / "monitor").mkdir(parents=True)
+    store = Store.open(sqlite_url(log_dir / "monitor" / "monitor.db"))
+
+    def reply(key, p):
+        return {"action_json": json.dumps({"type": "key", "keys": [key]}),
+                "tokens_json": json.dumps({"pieces": ["{\"", "keys", "\": [\"", key, "\"]"],
+                                           "logprobs": [0.0, 0.0, 0.0, math.log(p), 0.0]})}
+
+    with store.engine.begin() as conn:
+        conn.execute(insert(projects).values(id=1, name="p", created_at="now"))
+        conn.execute(insert(TABLES["steps"]).values(id=1, project_id=1, client_id="s0", step=0))
+        conn.execute(insert(TABLES["steps"]).values(id=2, project_id=1, client_id="s1", step=1))
+        plays = [(1, "g1", seed, 1.0, [reply(solution[0], 0.4)]),       # right at yellow, p 0.4
+                 (1, "g1", seed, 0.0, [reply("r", 0.75)]),              # wrong: estimate 1 - 0.75
+                 (1, "g2", other, 1.0, [reply("x", 0.5)]),              # no yellow: not counted
+                 (2, "g3", seed, 0.0, [reply("r", 0.9)]),
+                 (2, "g3", seed, 0.0, [reply("r", 0.9)])]
+        for i, (step_id, group, s, reward, turns) in enumerate(plays, 1):
+            conn.execute(insert(TABLES["rollouts"]).values(
+                id=i, project_id=1, client_id=f"r{i}", step_id=step_id, is_eval=False, group_id=group,
+                reward=reward, summary_json=json.dumps({"seed": s})))
+            for t, turn in enumerate(turns, 1):
+                conn.execute(insert(TABLES["turns"]).values(project_id=1, client_id=f"r{i}t{t}", rollout_id=i,
+                                                            turn=t, **turn))
+    store.close()
+    result = walk.walk(log_dir)
+    assert [(s["step"], s["decisions"], s["right"], s["p_right"], s["groups"], s["mixed_groups"])
+            for s in result["steps"]] == [(0, 2, 1, 0.325, 1, 1), (1, 2, 0, 0.1, 1, 0)]
+    assert result["mixed_groups"] == 1 and result["first"] == round((0.4 + 0.25 + 0.1 + 0.1) / 4, 3)
+    with pytest.raises(SystemExit, match="no monitor store"):
+        walk.walk(tmp_path / "nowhere")
