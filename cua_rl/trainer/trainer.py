@@ -220,7 +220,8 @@ class Trainer(PPOTrainer):
         self._commit(epoch, epoch_step, global_step, stats)
         print(self.progress.committed(global_step, stats), flush=True)
         self.report_update(global_step + 1, stats, findings)
-        self._probe_due = (global_step + 1, real_update(stats))
+        optimizer = self.config.actor.optimizer
+        self._probe_due = (global_step + 1, real_update(stats, optimizer.type, optimizer.gradient_clipping))
         for finding in findings:
             print(finding.line(), flush=True)
         stops = [f for f in findings if f.action == "stop"]

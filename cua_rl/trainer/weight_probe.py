@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 CANARY = tuple(range(100, 133))     # 33 token ids, valid in any vocabulary we serve (the tiny model's: ~1k)
 UNCHANGED = 1e-6                    # largest |difference| still read as the same weights (float32 reruns: 0)
+# the smallest SGD step (learning rate x clipped gradient norm) that is probed: 100 times below the CPU recipes'
+# typical step (0.05 x 0.2), far above one that rounding noise makes (2e-9 seen)
+MIN_SGD_STEP = 1e-4
 PROBE_TIMEOUT_S = 60.0
 
 
@@ -66,11 +69,24 @@ def adapter_probe(lora_name: str, version: Callable[[], int]) -> Callable[[str],
     return lambda addr: fingerprint(addr, model=get_versioned_lora_name(lora_name, version()))
 
 
-def real_update(stats: dict[str, float]) -> bool:
-    """Whether the step's optimizer step changed the weights (AReaL's statistics of the actor's update)."""
+def real_update(stats: dict[str, float], optimizer: str = "adam", clip: float | None = None) -> bool:
+    """Whether the step's optimizer step changed the weights enough for the canary to show it (AReaL's statistics
+    of the actor's update).
+
+    With SGD the step moves the weights by the learning rate times the gradient (its norm clipped at ``clip``,
+    AReaL's ``gradient_clipping``), so a gradient of rounding noise moves them by nothing the canary can see: a
+    policy that has become near-deterministic on its own samples gives such gradients (every chosen token's
+    probability near 1; a shuffled-reward control's step 14 of 2026-11-29: grad norm 4.7e-8, a step of 2e-9,
+    which stopped a healthy run as "weights unchanged"). Such a step is not probed (``MIN_SGD_STEP``). Adam's
+    step is about the learning rate per weight whatever the gradient's size, so any gradient above 0 counts."""
     grad = stats.get("ppo_actor/update/grad_norm")
-    return (stats.get("ppo_actor/update/update_successful", 0.0) > 0 and stats.get("ppo_actor/update/lr", 0.0) > 0
-            and grad is not None and math.isfinite(grad) and grad > 0)
+    lr = stats.get("ppo_actor/update/lr", 0.0)
+    if not (stats.get("ppo_actor/update/update_successful", 0.0) > 0 and lr > 0
+            and grad is not None and math.isfinite(grad) and grad > 0):
+        return False
+    if optimizer.lower() == "sgd":
+        return lr * (min(grad, clip) if clip and clip > 0 else grad) >= MIN_SGD_STEP
+    return True
 
 
 class WeightProbe:

@@ -175,3 +175,23 @@ def test_the_summary_names_a_health_stop_as_the_cause(tmp_path, caplog):
     cause = failure_cause(tmp_path / "train.log")
     assert STOP_MARK in caplog.text
     assert cause.startswith("a health check stopped the run: no_policy_turn_share 1 (threshold 0.5)"), cause
+
+
+def test_a_step_of_rounding_noise_is_not_probed_for_unchanged_weights():
+    """``weights_unchanged`` compares the canary only across real updates (cua_rl/trainer/weight_probe.py
+    ``real_update``): with SGD the step is the learning rate times the clipped gradient norm, so the grad norm
+    of 4.7e-8 a near-deterministic policy gave (a shuffled-reward control's step 14, 2026-11-29: a step of 2e-9
+    the canary cannot show, which stopped that healthy run) is not one; the CPU recipe's usual step is; Adam's
+    step is about the learning rate whatever the gradient, so any gradient counts; no step, no probe."""
+    from cua_rl.trainer.weight_probe import MIN_SGD_STEP, real_update
+
+    def step(grad, lr=0.05, ok=1.0):
+        return {"ppo_actor/update/grad_norm": grad, "ppo_actor/update/lr": lr,
+                "ppo_actor/update/update_successful": ok}
+
+    assert not real_update(step(4.7e-8), "sgd", 0.5)
+    assert real_update(step(0.2), "sgd", 0.5) and real_update(step(50.0), "sgd", 0.5)   # clipped to 0.5: still real
+    assert real_update(step(4.7e-8), "adam", 1.0)
+    assert not real_update(step(MIN_SGD_STEP / 0.05 / 2), "sgd", None)
+    assert not real_update(step(0.0), "adam") and not real_update(step(0.2, lr=0.0), "sgd", 0.5)
+    assert not real_update(step(0.2, ok=0.0), "sgd", 0.5) and not real_update(step(float("nan")), "adam")
