@@ -37,6 +37,19 @@ def _ms(dt: datetime) -> datetime:
     return dt.replace(microsecond=dt.microsecond // 1000 * 1000)
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a run stood after one of its steps, what another run needs to continue its episode from there
+    (``startFrom``): the prompt history (``formats.HistoryStep``s), the pointer position, the feedback the
+    next step's screenshot carries and the invalid replies in a row so far. Kept in memory only."""
+
+    steps: int
+    history: tuple[Any, ...]
+    pointer: tuple[float, float] | None
+    feedback: str | None
+    invalid_in_a_row: int
+
+
 @dataclass
 class RunRecord:
     run_id: str
@@ -55,6 +68,7 @@ class RunRecord:
     tokens: list[dict[str, Any]] = field(default_factory=list)
     screenshots: dict[str, str] = field(default_factory=dict)   # name -> data URL
     cancel_requested: bool = False
+    resume_points: list[ResumePoint] = field(default_factory=list, repr=False)   # one per finished step
     _event_times: list[datetime] = field(default_factory=list, repr=False)
 
     # -- events --------------------------------------------------------------------------------------

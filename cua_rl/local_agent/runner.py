@@ -34,7 +34,7 @@ from ..http.retry import RetryPolicy
 from .actions import AgentAction, InvalidAction, ParsedTurn
 from .formats import HistoryStep, PromptContext, get_format
 from .model_client import MAX_ANSWER_BYTES, ContextExceeded, ModelClient, ModelError, token_record
-from .record import CANCELLED, RunRecord, iso
+from .record import CANCELLED, ResumePoint, RunRecord, iso
 from .schema import RunRequest
 
 logger = logging.getLogger(__name__)
@@ -117,7 +117,8 @@ class AgentRun:
     runs of the service, so a run costs no connection or TLS set-up of its own."""
 
     def __init__(self, record: RunRecord, request: RunRequest, settings: AgentSettings,
-                 http: httpx.AsyncClient, gym: GenvClient, hints_supported: dict[str, bool]) -> None:
+                 http: httpx.AsyncClient, gym: GenvClient, hints_supported: dict[str, bool],
+                 start: ResumePoint | None = None) -> None:
         self.record = record
         self.gym = gym
         self.req = request
@@ -136,6 +137,10 @@ class AgentRun:
                                  history_images=request.history_images or settings.history_images)
         self.max_invalid = request.max_invalid_turns or settings.max_invalid_turns
         self.history: list[HistoryStep] = []
+        # a continuation (``startFrom``) begins where another run stood after ``start.steps`` steps
+        self.start = start or ResumePoint(steps=0, history=(), pointer=None, feedback=None, invalid_in_a_row=0)
+        self.history.extend(self.start.history)
+        self.ctx.pointer = self.start.pointer
         self.end_reason = ""
         self.clock = GymClock()   # the current step's time inside gym calls
 
@@ -178,9 +183,8 @@ class AgentRun:
         if isinstance(screen, dict):
             self.ctx.screen = (int(screen.get("width") or 0), int(screen.get("height") or 0))
         model_name = req.model.name or await self._model_call(self.model.model_name())
-        feedback: str | None = None
-        consecutive_invalid = 0
-        for step in range(1, req.max_steps + 1):
+        feedback, consecutive_invalid = self.start.feedback, self.start.invalid_in_a_row
+        for step in range(self.start.steps + 1, req.max_steps + 1):
             self.clock = GymClock()
             if req.max_step_time_sec:
                 step_limit = asyncio.timeout(req.max_step_time_sec)
@@ -198,6 +202,8 @@ class AgentRun:
                 rec.finish(True, self.end_reason)
                 return
             consecutive_invalid = consecutive_invalid + 1 if feedback else 0
+            rec.resume_points.append(ResumePoint(step, tuple(self.history), self.ctx.pointer, feedback,
+                                                 consecutive_invalid))
             if consecutive_invalid >= self.max_invalid:
                 raise RunFailed(f"{consecutive_invalid} invalid model replies in a row "
                                 f"(last: {rec.steps[-1].get('invalid')})")

@@ -104,6 +104,19 @@ class Sampling(BaseModel):
         return body
 
 
+class StartFrom(_Model):
+    """``startFrom``: continue the episode of another run of this service after its first ``steps`` steps (a
+    continuation on a forked execution: docs/local_agent.md, "Starting from another run's history")."""
+
+    run_id: str = Field(alias="runId", min_length=1, max_length=128)
+    steps: int = Field(ge=1, le=MAX_STEPS)
+
+    @field_validator("run_id")
+    @classmethod
+    def _segment(cls, value: str) -> str:
+        return path_segment_id(value, "startFrom.runId")
+
+
 class RunRequest(_Model):
     """``POST /runs`` body."""
 
@@ -122,6 +135,14 @@ class RunRequest(_Model):
     # Extensions of this service (absent from the original protocol); the server's defaults apply if unset.
     history_images: int | None = Field(default=None, alias="historyImages", ge=1, le=32)
     max_invalid_turns: int | None = Field(default=None, alias="maxInvalidTurns", ge=1, le=MAX_STEPS)
+    start_from: StartFrom | None = Field(default=None, alias="startFrom")
+
+    @model_validator(mode="after")
+    def _steps_left(self) -> "RunRequest":
+        if self.start_from is not None and self.start_from.steps >= self.max_steps:
+            raise ValueError(f"startFrom.steps ({self.start_from.steps}) leaves no step of maxSteps "
+                             f"({self.max_steps}): the continuation's steps count from the episode's start")
+        return self
 
     @field_validator("agent", "standard_action_space")
     @classmethod

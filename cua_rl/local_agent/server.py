@@ -30,7 +30,7 @@ from ..http.serve import ServedApp, serve_app_in_thread
 from ..genv import GenvClient
 from ..http.input import MiB, limit_body
 from .formats import format_names
-from .record import RunRecord, parse_time
+from .record import ResumePoint, RunRecord, parse_time
 from .runner import AgentRun, AgentSettings
 from .schema import RunRequest
 
@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 # The only body is the start-run payload: an instruction and two small objects (a few KB in practice).
 # 1 MiB keeps room for long instructions and refuses floods before they are buffered.
 MAX_BODY_BYTES = 1 * MiB
+# What this service does beyond gbox-mini-agent's protocol, listed by ``GET /health`` so a caller can refuse a
+# mode this agent cannot serve (a tree group needs ``startFrom``: docs/local_agent.md)
+FEATURES = ("startFrom",)
 
 
 class RunManager:
@@ -76,6 +79,7 @@ class RunManager:
         if self.running >= self.settings.max_concurrent_runs:
             raise HTTPException(503, f"{self.running} runs in progress; this service allows "
                                      f"{self.settings.max_concurrent_runs} at once (retry later)")
+        start = self._resume_point(request)
         self._prune()
         run_id = uuid.uuid4().hex
         record = RunRecord(run_id=run_id, request=request.redacted(), agent=request.agent)
@@ -84,13 +88,36 @@ class RunManager:
         key = (request.env.gym_base_url, request.env.gym_id)
         if key not in self.gyms:
             self.gyms[key] = GenvClient(*key, retry=self.settings.gym_retry)
-        run = AgentRun(record, request, self.settings, self.http, self.gyms[key], self.hints_supported)
+        run = AgentRun(record, request, self.settings, self.http, self.gyms[key], self.hints_supported, start)
         task = asyncio.create_task(run.run(), name=f"agent-run-{run_id}")
         self.tasks[run_id] = task
         task.add_done_callback(lambda _t, rid=run_id: self.tasks.pop(rid, None))
         logger.info("run %s started: agent=%s execution=%s maxSteps=%d", run_id, request.agent,
                     request.env.execution_id, request.max_steps)
         return record
+
+    def _resume_point(self, request: RunRequest) -> ResumePoint | None:
+        """Where ``startFrom`` continues: the parent run's state after its first ``steps`` steps, refused (422, the
+        field named) when this service has no such run or it has not finished that many steps yet, or when the
+        continuation would build other prompts than the parent's (another task, prompt format or history size)."""
+        start = request.start_from
+        if start is None:
+            return None
+        parent = self.runs.get(start.run_id)
+        if parent is None:
+            raise HTTPException(422, f"startFrom.runId: no run {start.run_id} on this agent service (finished runs "
+                                     f"are kept {self.settings.finished_ttl_s:g} s; a continuation starts from a run "
+                                     f"of the same service)")
+        if len(parent.resume_points) < start.steps:
+            raise HTTPException(422, f"startFrom.steps: run {start.run_id} has finished "
+                                     f"{len(parent.resume_points)} steps that can be continued, not {start.steps}")
+        asked = request.redacted()
+        for name in ("task", "agent", "standardActionSpace", "historyImages"):
+            if parent.request.get(name) != asked.get(name):
+                raise HTTPException(422, f"startFrom: {name} differs from run {start.run_id}'s "
+                                         f"({parent.request.get(name)!r} there, {asked.get(name)!r} here): a "
+                                         f"continuation must build the prompts its parent would")
+        return parent.resume_points[start.steps - 1]
 
     async def cancel(self, run_id: str) -> RunRecord:
         record = self.get(run_id)
@@ -166,7 +193,8 @@ def create_app(settings: AgentSettings | None = None) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"ok": True, "agents": format_names(), "running": manager.running, "runs": len(manager.runs)}
+        return {"ok": True, "agents": format_names(), "running": manager.running, "runs": len(manager.runs),
+                "features": list(FEATURES)}
 
     @app.post("/runs")
     async def start_run(request: RunRequest) -> dict[str, Any]:

@@ -315,3 +315,49 @@ async def test_max_steps_ends_the_run_after_the_last_step(gym, model, agent):
         result = await run_to_end(agent, run_request(gym, eid, base, key, max_steps=2))
     assert not result.ok and result.reason == "maxSteps (2) reached without terminate or answer"
     assert result.num_steps == 2 and len(scripted.requests[key]) == 2
+
+
+async def test_a_continuation_starts_from_its_parents_history(gym, model, agent):
+    """``startFrom {runId, steps}`` (docs/local_agent.md): a run on a second execution continues the parent's
+    episode after step 3: its first step is step 4 and its first prompt is the parent's step-4 prompt (the
+    aged-out step's summary line, the two kept screenshots and replies, the invalid reply's feedback due with
+    step 4's screenshot) but for the screenshot of its own screen; refused with the field named when the parent
+    is unknown, has not finished that many steps, or ran another task; ``GET /health`` lists the feature."""
+    scripted, base = model
+    parent_key = scripted.script("parent", [qwen_call(action="wait", time=0), qwen_call(action="wait", time=0),
+                                            "no tool call here", qwen_call(action="wait", time=0),
+                                            qwen_call(action="answer", text="parent")])
+    child_key = scripted.script("child", [qwen_call(action="answer", text="child")])
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        parent = await run_to_end(agent, run_request(gym, eid, base, parent_key))
+    assert parent.ok and parent.answer == "parent"
+    start = {"startFrom": {"runId": parent.run_id, "steps": 3}}
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        child = await run_to_end(agent, run_request(gym, eid, base, child_key, extra=start))
+        async with httpx.AsyncClient(base_url=agent.url) as http:
+            health = (await http.get("/health")).json()
+            refusals = {}
+            for name, change in {"startFrom.runId": {"runId": "0" * 32, "steps": 1},
+                                 "startFrom.steps": {"runId": parent.run_id, "steps": 5}}.items():
+                body = run_request(gym, eid, base, child_key, extra={"startFrom": change})
+                refusals[name] = await http.post("/runs", json=body.to_payload())
+            other = run_request(gym, eid, base, child_key, task="another task", extra=start)
+            refusals["task"] = await http.post("/runs", json=other.to_payload())
+            late = run_request(gym, eid, base, child_key, max_steps=3, extra=start)
+            refusals["maxSteps"] = await http.post("/runs", json=late.to_payload())
+    assert child.ok and child.answer == "child"
+    assert [e.step for e in events_of(child, "step_start")] == [4]
+    expected, got = scripted.requests[parent_key][3]["messages"], scripted.requests[child_key][0]["messages"]
+
+    def without_current_screen(messages):
+        *rest, last = messages
+        return rest, [p for p in last["content"] if p.get("type") != "image_url"]
+
+    assert without_current_screen(got) == without_current_screen(expected)
+    assert "Step 1:" in got[1]["content"][0]["text"]                           # step 1 aged out as a summary
+    assert "could not be executed" in got[-1]["content"][0]["text"]            # the feedback due with step 4
+    assert got[-1]["content"][-1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert "startFrom" in health["features"]
+    assert {name: r.status_code for name, r in refusals.items()} == dict.fromkeys(refusals, 422)
+    for name in ("startFrom.runId", "startFrom.steps", "task", "maxSteps"):
+        assert name.split(".")[0] in refusals[name].text, refusals[name].text
