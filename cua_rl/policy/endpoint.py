@@ -262,6 +262,8 @@ class PolicyEndpoint:
         if server is not None:
             server.unregister(ep.key)
         ep.closed = True
+        if ep.hold is not None:   # a call still held is let go, and answered as an episode that ended
+            ep.hold.release()
         ep.images = {}  # the prepared screenshots; the turns keep their own tensors
 
     @asynccontextmanager
@@ -271,6 +273,16 @@ class PolicyEndpoint:
             yield ep
         finally:
             self.close_episode(ep)
+
+    def hold(self, ep: Episode, turn: int) -> "Hold":
+        """Hold the episode's model call for turn ``turn`` (1-based: the call made after ``turn - 1`` recorded
+        turns) until ``release()``: a tree group forks the desktop while the parent's next call waits, so the
+        parent and its continuations sample that turn from the same screen (docs/learning.md, "Tree groups").
+        The held call's time counts against the agent's step limit; closing the episode lets it go."""
+        if turn < 1 or turn <= len(ep.turns):
+            raise ValueError(f"episode {ep.id} has recorded {len(ep.turns)} turns: turn {turn} cannot be held")
+        ep.hold = Hold(turn)
+        return ep.hold
 
     # ---- one chat completion --------------------------------------------------------------------
     async def complete(self, ep: Episode, body: dict[str, Any]) -> Answer:
@@ -286,6 +298,11 @@ class PolicyEndpoint:
             return Answer(400, error_body(400, "n must be 1"))
         if ep.overflow:   # the episode ended at its overflow: nothing after it is the policy's
             return overflow_answer(ep.overflow)
+        if ep.hold is not None and ep.hold.turn == len(ep.turns) + 1:
+            await ep.hold.wait_released()
+            ep.hold = None
+            if ep.closed:
+                return Answer(503, error_body(503, "the episode ended while this call was held", "server_error"))
         started = time.perf_counter()
         try:
             parsed = parse_messages(body.get("messages"), self.settings.max_screenshots_in_history)
@@ -502,6 +519,30 @@ class PolicyEndpoint:
 # agent ends the run there (ours: ``run_end`` with ``failure: "policy"``), the workflow evaluates it and trains
 # the turns before it whatever the agent reports, and the overflowing turn is never generated or recorded.
 OVERFLOW = "context_length_exceeded"
+
+
+class Hold:
+    """One held model call (``PolicyEndpoint.hold``): ``arrived`` is awaited by whoever forks (the call came
+    and waits), ``release`` lets it generate."""
+
+    def __init__(self, turn: int) -> None:
+        self.turn = turn
+        self._arrived, self._released = asyncio.Event(), asyncio.Event()
+
+    async def arrived(self, timeout_s: float) -> bool:
+        """Whether the held call came within ``timeout_s`` (False: the run ended or stalled before it)."""
+        try:
+            await asyncio.wait_for(self._arrived.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_released(self) -> None:
+        self._arrived.set()
+        await self._released.wait()
+
+    def release(self) -> None:
+        self._released.set()
 
 
 def overflow_answer(reason: str) -> Answer:

@@ -77,3 +77,6 @@ class Episode:
     images: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # Called with (turn number, Turn) as each turn is recorded (the monitor's live view); must not block.
     on_turn: Any = field(default=None, repr=False, compare=False)
+    # A hold on one of this episode's model calls (``PolicyEndpoint.hold``: a tree group forks the desktop
+    # while the call waits), or None.
+    hold: Any = field(default=None, repr=False, compare=False)

@@ -458,3 +458,31 @@ async def test_ignored_sampling_fields_are_logged_once_per_process(endpoint, cap
     assert (await _post(ep, {**body, "seed": 3}, ep.key)).status_code == 200
     said = [r.getMessage() for r in caplog.records if "ignoring client fields" in r.getMessage()]
     assert len(said) == 2 and "['seed']" in said[1], said
+
+
+async def test_a_held_call_waits_for_its_release_and_a_closed_episode_lets_it_go(endpoint):
+    """``PolicyEndpoint.hold`` (a tree group forks the desktop while the parent's next call waits): the call of
+    the held turn waits, ``arrived`` says it came, ``release`` lets it generate and be recorded; other turns
+    pass; closing the episode lets a held call go with a 503 and records nothing; a turn already recorded
+    cannot be held."""
+    import asyncio
+
+    ep = await endpoint.open_episode()
+    msg = {"messages": [{"role": "user", "content": "hi"}]}
+    hold = endpoint.hold(ep, 2)
+    assert (await _post(ep, msg, ep.key)).status_code == 200          # turn 1 is not held
+    call = asyncio.create_task(_post(ep, msg, ep.key))
+    assert await hold.arrived(10.0)
+    await asyncio.sleep(0.3)
+    assert not call.done() and len(ep.turns) == 1
+    hold.release()
+    assert (await call).status_code == 200 and len(ep.turns) == 2 and ep.hold is None
+    with pytest.raises(ValueError, match="cannot be held"):
+        endpoint.hold(ep, 2)
+    late = endpoint.hold(ep, 3)
+    assert not await late.arrived(0.1)                                 # nothing came: the caller knows
+    call = asyncio.create_task(_post(ep, msg, ep.key))
+    assert await late.arrived(10.0)
+    endpoint.close_episode(ep)
+    answer = await call
+    assert answer.status_code == 503 and "held" in answer.text and len(ep.turns) == 2
