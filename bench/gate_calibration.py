@@ -18,7 +18,13 @@ The runs come from ``python bench/learning_bench.py --recipe multiturn --warm-st
 --controls shuffled_rewards --control-seeds M ...`` (its ``--workdir``/``--reuse-runs`` let them be spread
 over days; each invocation's JSON is one input here):
 
-    python bench/gate_calibration.py LEARNING_JSON [LEARNING_JSON ...] --out-dir docs/bench/calibration
+    python bench/gate_calibration.py LEARNING_JSON [LEARNING_JSON ...] --out-dir docs/bench/calibration \
+        [--run-logs WORKDIR/fileroot/logs/USER/EXPERIMENT]
+
+``--run-logs``: the runs' log directories' parent; each seed's record then holds its ``slice_walk``
+(bench/slice_walk.py: the sampled probability of the right key on the biased slice per step, from what the
+run recorded) and the summary the first and last steps' figures of every run, so a control that passed can be
+told from one that drifted: where the warm start's margin sat and how far each run moved it.
 """
 
 from __future__ import annotations
@@ -120,10 +126,33 @@ def summarize(records: list[dict], threshold: float) -> dict:
     }
 
 
+def run_label(kind: str, seed: int) -> str:
+    """The learning bench's name of a seed's run (its trial and log directory)."""
+    return f"grpo-s{seed}" if kind == "grpo" else ("shuffled_rewards" if int(seed) == 1 else f"shuffled_rewards-s{seed}")
+
+
+def add_walks(records: list[dict], run_logs: Path) -> dict:
+    """Each record's ``slice_walk`` from its run's log directory under ``run_logs`` (absent runs: none), and the
+    summary's per-kind list of (seed, first, last) pooled estimates."""
+    spec = importlib.util.spec_from_file_location("slice_walk", ROOT / "bench" / "slice_walk.py")
+    walk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(walk)
+    summary: dict[str, list] = {"grpo": [], "control": []}
+    for r in records:
+        where = run_logs / run_label(r["kind"], r["seed"])
+        if (where / "monitor" / "monitor.db").is_file():
+            r["slice_walk"] = walk.walk(where)
+            summary[r["kind"]].append({"seed": r["seed"], "first": r["slice_walk"]["first"],
+                                       "last": r["slice_walk"]["last"],
+                                       "mixed_groups": r["slice_walk"]["mixed_groups"]})
+    return summary
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="learning-bench JSON files (--recipe multiturn)")
     parser.add_argument("--out-dir", default="", help="write one JSON per seed and summary.json here")
+    parser.add_argument("--run-logs", type=Path, help="the runs' log directories' parent (module docstring)")
     args = parser.parse_args(argv)
     bench = _bench()
     records = []
@@ -132,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {"calibration": {**summarize(records, bench.SLICE_GAIN), "bar": bench.BAR},
                "seeds": [{k: r[k] for k in ("kind", "seed", "passed", "gate_statistic", "gate_failures", "source")}
                          for r in records]}
+    if args.run_logs:
+        summary["slice_walk"] = add_walks(records, args.run_logs)
     if args.out_dir:
         out = Path(args.out_dir)
         out.mkdir(parents=True, exist_ok=True)
