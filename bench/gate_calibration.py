@@ -101,8 +101,11 @@ def seed_records(result: dict, source: str) -> list[dict]:
         records.append(record("grpo", run["seed"], run))
     control = result.get("controls", {}).get("shuffled_rewards")
     if control:
-        for i, run in enumerate(control.get("seeds") or [control]):
-            records.append(record("control", run.get("seed", i + 1), run))
+        for run in control.get("seeds") or [control]:
+            if "seed" not in run:   # a bench JSON from before the control's entry named its seed
+                raise SystemExit(f"{source}: a shuffled-rewards control without its seed; judge it again with "
+                                 f"today's bench/learning_bench.py (--reuse-runs)")
+            records.append(record("control", run["seed"], run))
     return records
 
 

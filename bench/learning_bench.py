@@ -612,10 +612,12 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     def controlled(name: str, control_runs: list[str]) -> dict:
         """A control's first run (seed 1 unless ``--first-control-seed``) as judged alone and, with
         ``--control-seeds`` > 1, every seed's figures and the regimes over its seeds."""
-        entry = judged(control_runs[0])
+        def seed_of(label: str) -> int:
+            return int(label.rsplit("-s", 1)[1]) if "-s" in label else 1
+
+        entry = {"seed": seed_of(control_runs[0]), **judged(control_runs[0])}   # --first-control-seed 7: 7
         if len(control_runs) > 1:
-            entry["seeds"] = [{"seed": int(label.rsplit("-s", 1)[1]) if "-s" in label else 1, **judged(label)}
-                              for label in control_runs]
+            entry["seeds"] = [{"seed": seed_of(label), **judged(label)} for label in control_runs]
             entry["regimes_over_seeds"] = over_seeds(control_runs)
         return entry
 

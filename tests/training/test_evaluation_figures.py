@@ -137,6 +137,11 @@ def test_the_calibrations_bounds_and_fit():
     summary = cal.summarize(records, 0.25)
     assert summary["null"]["runs"] == 2 and summary["null"]["passed"] == 0 and summary["power"]["passed"] == 1
     assert summary["null"]["gate_statistic"] == [0.1, 0.1] and summary["power"]["gate_statistic"] == [0.8]
+    # a bench run of one control seed (--first-control-seed 7) names its seed; one that does not is refused
+    single = cal.seed_records({"controls": {"shuffled_rewards": {**run, "seed": 7}}}, "y.json")
+    assert [(r["kind"], r["seed"]) for r in single] == [("control", 7)]
+    with pytest.raises(SystemExit, match="without its seed"):
+        cal.seed_records({"controls": {"shuffled_rewards": run}}, "z.json")
     # --run-logs finds each seed's run by the bench's own names (a control's first seed has no suffix)
     assert [cal.run_label(k, s) for k, s in (("grpo", 1), ("control", 1), ("control", 3))] == \
         ["grpo-s1", "shuffled_rewards", "shuffled_rewards-s3"]
