@@ -38,11 +38,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "bench" / "learning_bench.py")
+def _load(name: str):
+    """A bench script of this folder as a module (``learning_bench``, ``slice_walk``)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _bench():
+    return _load("learning_bench")
 
 
 def _binomial_cdf(k: int, n: int, p: float) -> float:
@@ -131,15 +136,13 @@ def summarize(records: list[dict], threshold: float) -> dict:
 
 def run_label(kind: str, seed: int) -> str:
     """The learning bench's name of a seed's run (its trial and log directory)."""
-    return f"grpo-s{seed}" if kind == "grpo" else ("shuffled_rewards" if int(seed) == 1 else f"shuffled_rewards-s{seed}")
+    return f"grpo-s{seed}" if kind == "grpo" else _bench().control_label("shuffled_rewards", int(seed))
 
 
 def add_walks(records: list[dict], run_logs: Path) -> dict:
     """Each record's ``slice_walk`` from its run's log directory under ``run_logs`` (absent runs: none), and the
     summary's per-kind list of (seed, first, last) pooled estimates."""
-    spec = importlib.util.spec_from_file_location("slice_walk", ROOT / "bench" / "slice_walk.py")
-    walk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(walk)
+    walk = _load("slice_walk")
     summary: dict[str, list] = {"grpo": [], "control": []}
     for r in records:
         where = run_logs / run_label(r["kind"], r["seed"])

@@ -160,6 +160,16 @@ def step_checkpoints(checkpoints: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+def control_label(name: str, seed: int) -> str:
+    """A control's run name (its trial and log directory): its own name for seed 1, ``<name>-s<seed>`` after."""
+    return name if seed == 1 else f"{name}-s{seed}"
+
+
+def label_seed(label: str) -> int:
+    """The seed in a run name (``control_label``'s, or ``grpo-s<seed>``)."""
+    return int(label.rsplit("-s", 1)[1]) if "-s" in label else 1
+
+
 def _rl(label: str, config: str, warm: Path | None, steps: int, work: Path, env: dict,
         extra: list[str]) -> tuple[float, dict]:
     """One RL run: the user's command. ``warm``: a warm start given with ``--warm-start``; None = the one
@@ -530,7 +540,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     control_labels: dict[str, list[str]] = {}   # control -> its runs' labels, seed 1 first
     for name in ([] if args.no_control else _picked("--controls", args.controls, CONTROLS)):
         for seed in range(args.first_control_seed, args.first_control_seed + args.control_seeds):
-            label = name if seed == 1 else f"{name}-s{seed}"
+            label = control_label(name, seed)
             train(label, [f"seed={seed}", *CONTROLS[name].split()])
             control_labels.setdefault(name, []).append(label)
     stopped: dict[str, str] = {}   # mutation -> why its run ended early (a health check's stop, a crash)
@@ -612,12 +622,9 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
     def controlled(name: str, control_runs: list[str]) -> dict:
         """A control's first run (seed 1 unless ``--first-control-seed``) as judged alone and, with
         ``--control-seeds`` > 1, every seed's figures and the regimes over its seeds."""
-        def seed_of(label: str) -> int:
-            return int(label.rsplit("-s", 1)[1]) if "-s" in label else 1
-
-        entry = {"seed": seed_of(control_runs[0]), **judged(control_runs[0])}   # --first-control-seed 7: 7
+        entry = {"seed": label_seed(control_runs[0]), **judged(control_runs[0])}   # --first-control-seed 7: 7
         if len(control_runs) > 1:
-            entry["seeds"] = [{"seed": seed_of(label), **judged(label)} for label in control_runs]
+            entry["seeds"] = [{"seed": label_seed(label), **judged(label)} for label in control_runs]
             entry["regimes_over_seeds"] = over_seeds(control_runs)
         return entry
 
