@@ -281,6 +281,26 @@ def _key_sequence(rng: random.Random, split: str) -> Family:
     return _sequence_instance(rng, rng.choice(pool))
 
 
+# key-sequence-drill's training draws: this share of its groups shows a confused colour (key-sequence draws one
+# in about 11 of 36). The learning yardstick's fourth task (docs/learning.md): a run sees about 2.4 times as many
+# groups where the warm start's wrong choice can be corrected, so GRPO's drift on it is a sum of many small
+# updates while a shuffled-reward control's walk, whose updates have random signs, grows only with their root.
+DRILL_SHARE = 0.75
+CONFUSED_TRAIN = [q for q in TRAIN_SEQUENCES if set(q) & set(CONFUSIONS)]
+CLEAR_TRAIN = [q for q in TRAIN_SEQUENCES if not set(q) & set(CONFUSIONS)]
+
+
+def _key_sequence_drill(rng: random.Random, split: str) -> Family:
+    """key-sequence's 36 trained sequences with the confused ones drawn more often in training: a training seed
+    shows a confused colour with probability ``DRILL_SHARE`` (a uniform choice among those sequences, else
+    among the others). Its held-out seeds draw as key-sequence's do, and its regimes are key-sequence's (played
+    on that task: the same held-out instances whichever of the two a run trains on); SFT demonstrates
+    key-sequence itself, so the warm start does not change."""
+    if split != "train":
+        return _key_sequence(rng, split)
+    return _sequence_instance(rng, rng.choice(CONFUSED_TRAIN if rng.random() < DRILL_SHARE else CLEAR_TRAIN))
+
+
 def _key_sequence_long(rng: random.Random, split: str) -> Family:
     """Four key presses (three colours and a grey square second, third or fourth): the yardstick's unseen
     family, never trained, that needs the same skills as key-sequence (each colour's key, the previous key
@@ -311,7 +331,7 @@ def wrong_solutions(instance: "Instance") -> list[tuple[dict, ...]]:
     """Well-formed solutions of ``instance`` that fail: what an imperfect demonstrator plays instead
     (``sft.demo_error_rate``). Another key for key-colour, another cell's anchor for click-square, the
     confusion slip for the sequence families; none for the other families."""
-    if instance.family in ("key-sequence", "key-sequence-long"):
+    if instance.family in SEQUENCE_FAMILIES:
         return _sequence_slips(instance)
     if instance.family == "key-colour":
         right = instance.solution[0]["keys"][0]
@@ -327,14 +347,16 @@ def slices(instance: "Instance") -> tuple[str, ...]:
     """The evaluation slices ``instance`` belongs to: for the sequence families each confused colour it shows
     (where the biased warm start is wrong), else ``rest``; for the others ``slip`` (the demonstrator has a wrong
     solution for it) or ``clean``."""
-    if instance.family in ("key-sequence", "key-sequence-long"):
+    if instance.family in SEQUENCE_FAMILIES:
         shown = set(instance.content.split("-"))
         return tuple(seen for seen in CONFUSIONS if seen in shown) or ("rest",)
     return ("slip",) if wrong_solutions(instance) else ("clean",)
 
 
 FAMILIES = {"click-square": _click_square, "click-colour": _click_colour, "type-word": _type_word,
-            "key-colour": _key_colour, "key-sequence": _key_sequence, "key-sequence-long": _key_sequence_long}
+            "key-colour": _key_colour, "key-sequence": _key_sequence, "key-sequence-long": _key_sequence_long,
+            "key-sequence-drill": _key_sequence_drill}
+SEQUENCE_FAMILIES = ("key-sequence", "key-sequence-long", "key-sequence-drill")
 
 
 @dataclass(frozen=True)
@@ -357,6 +379,7 @@ REGIMES = {
                "an unseen family that needs the same skills (four squares, never trained)"),
     ),
 }
+REGIMES["key-sequence-drill"] = REGIMES["key-sequence"]   # the same sequences, drawn otherwise in training
 
 
 # The yardstick's gated regimes: what the learning gate (bench/learning_bench.py) and a run's verdict

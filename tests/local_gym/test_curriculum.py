@@ -18,7 +18,7 @@ from cua_rl.local_gym.curriculum import (ANCHORS, FAMILIES, HELDOUT_CONTENT_STAR
                                          seeds, split_of, wrong_solutions)
 
 FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052", "key-colour": "053",
-                "key-sequence": "054", "key-sequence-long": "055"}
+                "key-sequence": "054", "key-sequence-long": "055", "key-sequence-drill": "056"}
 CLICK_FAMILIES = ("click-colour", "click-square", "type-word")
 SEEDS = [0, 1, 2, HELDOUT_START + 3, HELDOUT_CONTENT_START + 4]   # training, held-out instance and content seeds
 SLIP_SEED = 1                          # a key-sequence instance that shows yellow first (yellow, yellow, grey)
@@ -222,6 +222,26 @@ def test_the_yardsticks_splits_are_disjoint_by_content():
     assert family.family == "key-sequence-long" and FAMILY_TASKS[family.family] == "055"
     recipes = Path(__file__).resolve().parents[2] / "cua_rl" / "recipes"
     assert [f.name for f in recipes.glob("config*.yaml") if "055" in f.read_text()] == []
+
+
+def test_the_drill_trains_on_the_confused_sequences_more_often_and_is_judged_on_key_sequence():
+    """key-sequence-drill (the multi-turn recipe's training task since the fourth task change): its training
+    seeds, SFT's and the workflow's, draw only trained sequences and show yellow about three times in four
+    (key-sequence: about 11 in 36); its held-out seeds draw from key-sequence's pools and its regimes are
+    key-sequence's, played on task 054."""
+    from cua_rl.local_gym.curriculum import (DRILL_SHARE, HELDOUT_SEQUENCES, TRAIN_SEQUENCES, regimes, slices)
+    from cua_rl.workflow.seeding import instance_seed
+
+    trained = [make_instance("key-sequence-drill", s) for s in seeds("train", 1000)]
+    trained += [make_instance("key-sequence-drill", instance_seed(1, "stream", "056", 0, i)) for i in range(1000)]
+    assert {i.content for i in trained} == {"-".join(q) for q in TRAIN_SEQUENCES}
+    share = sum(slices(i) == ("yellow",) for i in trained) / len(trained)
+    plain = sum(slices(make_instance("key-sequence", s)) == ("yellow",) for s in seeds("train", 2000)) / 2000
+    assert abs(share - DRILL_SHARE) < 0.04 and abs(plain - 11 / 36) < 0.04
+    content = {make_instance("key-sequence-drill", s).content for s in seeds("heldout-content", 500)}
+    assert content == {"-".join(q) for q in HELDOUT_SEQUENCES}
+    assert regimes("key-sequence-drill") == regimes("key-sequence")
+    assert {r.family for r in regimes("key-sequence-drill") if r.gated} == {"key-sequence"}
 
 
 @pytest.mark.desktop

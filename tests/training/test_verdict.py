@@ -38,7 +38,7 @@ def test_the_summary_says_learned_only_when_every_gated_regime_rose_with_its_int
 
 
 def test_the_verdict_applies_to_the_embedded_curriculum_on_the_cpu_and_says_why_not_elsewhere():
-    assert verdict_tasks(load_config(str(RECIPES / "config.multiturn.yaml"), [])) == (["054"], None)
+    assert verdict_tasks(load_config(str(RECIPES / "config.multiturn.yaml"), [])) == (["056"], None)
     _, why = verdict_tasks(load_config(str(RECIPES / "config.multiturn.yaml"), ["verdict.enabled=false"]))
     assert why == "off (verdict.enabled=false)"
     _, why = verdict_tasks(load_config(str(RECIPES / "config.cpu.yaml"),
