@@ -6,7 +6,7 @@ the right key on yellow hovers near one half can end on either side of the greed
 how far it moved per step (under GRPO: a drift; under a shuffled-reward control: a walk of random sign) is what
 decides whether a run without signal can pass (docs/learning.md, "The gate's false-pass rate and power").
 
-For each training episode of the key-sequence family whose instance shows a confused colour
+For each training episode of a key-sequence family (key-sequence, its drill) whose instance shows a confused colour
 (``curriculum.CONFUSIONS``) and that reached that square (every earlier key right), the decision there: the key
 pressed and the behaviour logprob the policy endpoint recorded for its token (the monitor store of the run:
 ``<logs>/monitor/monitor.db``). The estimate of p(right key) from one decision is that probability when the right
@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import create_engine, select  # noqa: E402
 
-from cua_rl.local_gym.curriculum import CONFUSIONS, make_instance  # noqa: E402
+from cua_rl.local_gym import load_tasks  # noqa: E402
+from cua_rl.local_gym.curriculum import CONFUSIONS, SEQUENCE_FAMILIES, make_instance  # noqa: E402
 from cua_rl.monitor.schema import TABLES  # noqa: E402
 
-FAMILY = "key-sequence"
 
 
 def _key(action_json: str | None) -> str | None:
@@ -56,6 +56,14 @@ def _key_probability(tokens_json: str | None, key: str) -> float | None:
     return None
 
 
+def _families(conn) -> dict[int, str | None]:
+    """The curriculum family of each task row of a monitor store (its task id, ``054-key-sequence``, names an
+    embedded gym task): key-sequence and key-sequence-drill draw different instances from one seed."""
+    gym_tasks = load_tasks()
+    return {row.id: getattr(gym_tasks.get(row.task_id), "family", None)
+            for row in conn.execute(select(TABLES["tasks"].c.id, TABLES["tasks"].c.task_id))}
+
+
 def walk(log_dir: Path) -> dict:
     """The per-step figures of one run (its monitor store)."""
     db = log_dir / "monitor" / "monitor.db"
@@ -67,11 +75,12 @@ def walk(log_dir: Path) -> dict:
                                                      "groups": defaultdict(list)})
     with engine.connect() as conn:
         step_of = {row.id: row.step for row in conn.execute(select(steps.c.id, steps.c.step))}
+        family_of = _families(conn)
         for r in conn.execute(select(rollouts).where(rollouts.c.is_eval.is_(False))):
             seed = json.loads(r.summary_json or "{}").get("seed")
-            if seed is None or r.step_id not in step_of:
+            if seed is None or r.step_id not in step_of or family_of.get(r.task_id) not in SEQUENCE_FAMILIES:
                 continue
-            instance = make_instance(FAMILY, seed)
+            instance = make_instance(family_of[r.task_id], seed)
             shown = instance.content.split("-")
             confused = next((colour for colour in shown if colour in CONFUSIONS), None)
             if confused is None:

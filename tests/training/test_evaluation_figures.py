@@ -165,7 +165,11 @@ def test_the_slice_walk_reads_the_decision_at_the_confused_square(tmp_path):
     seed = next(s for s in seeds("train", 200)
                 if make_instance("key-sequence", s).content.split("-")[0] == "yellow")
     other = next(s for s in seeds("train", 200) if slices(make_instance("key-sequence", s)) == ("rest",))
+    drill = next(s for s in seeds("train", 200)
+                 if make_instance("key-sequence-drill", s).content.split("-")[0] == "yellow"
+                 and make_instance("key-sequence", s).content.split("-")[0] != "yellow")
     solution = [step["keys"][0] for step in make_instance("key-sequence", seed).solution]
+    drill_key = make_instance("key-sequence-drill", drill).solution[0]["keys"][0]
     log_dir = tmp_path / "run"
     (log_dir / "monitor").mkdir(parents=True)
     store = Store.open(sqlite_url(log_dir / "monitor" / "monitor.db"))
@@ -177,16 +181,22 @@ def test_the_slice_walk_reads_the_decision_at_the_confused_square(tmp_path):
 
     with store.engine.begin() as conn:
         conn.execute(insert(projects).values(id=1, name="p", created_at="now"))
+        for task, (task_id, name) in enumerate([("054-key-sequence", "key-sequence"),
+                                                 ("056-key-sequence-drill", "key-sequence-drill")], 1):
+            conn.execute(insert(TABLES["tasks"]).values(id=task, project_id=1, client_id=f"t{task}",
+                                                        task_id=task_id, name=name))
         conn.execute(insert(TABLES["steps"]).values(id=1, project_id=1, client_id="s0", step=0))
         conn.execute(insert(TABLES["steps"]).values(id=2, project_id=1, client_id="s1", step=1))
         plays = [(1, "g1", seed, 1.0, [reply(solution[0], 0.4)]),       # right at yellow, p 0.4
                  (1, "g1", seed, 0.0, [reply("r", 0.75)]),              # wrong: estimate 1 - 0.75
                  (1, "g2", other, 1.0, [reply("x", 0.5)]),              # no yellow: not counted
                  (2, "g3", seed, 0.0, [reply("r", 0.9)]),
-                 (2, "g3", seed, 0.0, [reply("r", 0.9)])]
+                 (2, "g3", seed, 0.0, [reply("r", 0.9)]),
+                 (2, "g4", drill, 1.0, [reply(drill_key, 0.8)])]         # the drill's instance of its seed
         for i, (step_id, group, s, reward, turns) in enumerate(plays, 1):
             conn.execute(insert(TABLES["rollouts"]).values(
                 id=i, project_id=1, client_id=f"r{i}", step_id=step_id, is_eval=False, group_id=group,
+                task_id=2 if group == "g4" else 1,
                 reward=reward, summary_json=json.dumps({"seed": s})))
             for t, turn in enumerate(turns, 1):
                 conn.execute(insert(TABLES["turns"]).values(project_id=1, client_id=f"r{i}t{t}", rollout_id=i,
@@ -194,7 +204,7 @@ def test_the_slice_walk_reads_the_decision_at_the_confused_square(tmp_path):
     store.close()
     result = walk.walk(log_dir)
     assert [(s["step"], s["decisions"], s["right"], s["p_right"], s["groups"], s["mixed_groups"])
-            for s in result["steps"]] == [(0, 2, 1, 0.325, 1, 1), (1, 2, 0, 0.1, 1, 0)]
-    assert result["mixed_groups"] == 1 and result["first"] == round((0.4 + 0.25 + 0.1 + 0.1) / 4, 3)
+            for s in result["steps"]] == [(0, 2, 1, 0.325, 1, 1), (1, 3, 1, 0.333, 2, 0)]
+    assert result["mixed_groups"] == 1 and result["first"] == round((0.4 + 0.25 + 0.1 + 0.1 + 0.8) / 5, 3)
     with pytest.raises(SystemExit, match="no monitor store"):
         walk.walk(tmp_path / "nowhere")
