@@ -300,6 +300,33 @@ class TrajectoryConfig:
 
 
 @dataclass
+class TreeConfig:
+    """Tree groups (cua_rl/workflow/tree.py; docs/learning.md "Tree groups"): a group's episodes branch on forked
+    desktops. Off: plain GRPO groups. On, a group is a tree: its ``n_samples`` roots play the task's instance,
+    and every path that reaches a turn of ``branch_turns`` has its desktop forked there (the call of that turn
+    held meanwhile) into ``branches`` continuations that play on from the same screen and history; each leaf is
+    evaluated, and segments are credited against their siblings (cua_rl/trajectory/tree.py). Needs a gym with the
+    fork route and an agent that continues another run's history (``startFrom``); a run is refused without them."""
+
+    enabled: bool = False
+    branch_turns: list[int] = field(default_factory=lambda: [2])   # path turns where a path forks (each >= 2)
+    branches: int = 1               # forked continuations per branch point (the path's own goes on too)
+    # how long a fork waits for the gym's capacity (429) before that branch point is skipped (counted)
+    fork_wait_seconds: float = 30.0
+
+    def __post_init__(self):
+        turns = [int(t) for t in self.branch_turns]
+        if not turns or any(t < 2 for t in turns) or sorted(set(turns)) != turns:
+            raise ValueError(f"tree.branch_turns must be increasing turns >= 2 (a path forks before that turn's "
+                             f"model call), got {self.branch_turns}")
+        self.branch_turns = turns
+        if not 1 <= self.branches <= 8:
+            raise ValueError(f"tree.branches must be within 1..8, got {self.branches}")
+        if self.fork_wait_seconds < 0:
+            raise ValueError(f"tree.fork_wait_seconds must be >= 0, got {self.fork_wait_seconds}")
+
+
+@dataclass
 class SFTConfig:
     """Warm start by SFT on scripted demonstrations (``python -m cua_rl.sft``; cua_rl/sft)."""
 
@@ -442,6 +469,20 @@ class CUAConfig(GRPOConfig):
     gym_fleet: GymFleetConfig = field(default_factory=GymFleetConfig)
     # the verdict on learning at the end of a run (cua_rl/verdict.py; verdict.enabled=false turns it off)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
+    # tree groups on forked desktops instead of plain GRPO groups (cua_rl/workflow/tree.py; off by default)
+    tree: TreeConfig = field(default_factory=TreeConfig)
+
+    def _check_tree(self) -> None:
+        """What tree groups need of the rest of the config (the gym's fork route and the agent's ``startFrom``
+        are asked of the services when the first tree plays)."""
+        if self.tree.branch_turns[-1] > self.max_turns:
+            raise ValueError(f"tree.branch_turns {self.tree.branch_turns} reach past max_turns ({self.max_turns})")
+        if "," in str(self.gym_base_url) or self.task_sources or self.gym_fleet.ray_gyms.enabled:
+            raise ValueError("tree groups play on one gym host (a fork's children live on their parent's host): "
+                             "give one gym URL and one task source")
+        if self.trajectory.shuffle_screenshots or self.trajectory.mutation:
+            raise ValueError("tree groups have no screenshot-swap control or mutations (trajectory.shuffle_screenshots, "
+                             "trajectory.mutation); trajectory.shuffle_rewards shuffles their leaves' rewards")
 
     def __post_init__(self):
         super().__post_init__()
@@ -454,6 +495,8 @@ class CUAConfig(GRPOConfig):
         for name in ("max_turns", "max_task_time_seconds", "max_turn_time_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.tree.enabled:
+            self._check_tree()
         if not 0.0 <= self.gym_train_ratio <= 1.0:
             raise ValueError(f"gym_train_ratio must be within [0, 1], got {self.gym_train_ratio}")
         if self.existing_run not in EXISTING_RUN:

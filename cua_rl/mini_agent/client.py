@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote
 
 import httpx
@@ -99,6 +99,13 @@ class MiniAgentClient:
         logger.info("agent run %s started (agent=%s, execution=%s)", run_id, request.agent,
                     request.env.execution_id)
         return run_id
+
+    async def features(self) -> list[str]:
+        """What the service does beyond gbox-mini-agent's protocol (``GET /health``'s ``features``; our agent
+        service lists ``startFrom``); empty when it says nothing (a stock gbox-mini-agent)."""
+        body = await self._call("GET", "/health", idempotent=True, none_on_404=True)
+        found = body.get("features") if isinstance(body, dict) else None
+        return [str(f) for f in found] if isinstance(found, list) else []
 
     async def status(self, run_id: str) -> RunStatus:
         body = await self._call("GET", self._run_path(run_id), idempotent=True)
@@ -194,10 +201,13 @@ class MiniAgentClient:
         return result
 
     async def run(self, request: RunRequest, timeout_s: float, poll_interval_s: float = 3.0,
-                  unreachable_wait_s: float = 0.0) -> RunResult:
+                  unreachable_wait_s: float = 0.0, on_started: Callable[[str], None] | None = None) -> RunResult:
         """Start (see ``start_run``), wait, cancel on timeout. If the caller is cancelled, the remote run is
-        cancelled too."""
+        cancelled too. ``on_started(run_id)``: told the run's id once it runs (a tree group's continuations
+        start from it)."""
         run_id = await self.start_run(request, unreachable_wait_s)
+        if on_started is not None:
+            on_started(run_id)
         try:
             return await self.wait(run_id, timeout_s, poll_interval_s)
         except asyncio.CancelledError:

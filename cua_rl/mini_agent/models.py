@@ -17,7 +17,10 @@ ACTION_SPACES = ("mobile", "pc")
 # local_agent/schema.py) use this one default.
 DEFAULT_ACTION_SPACE = "pc"
 _CORE_KEYS = frozenset({"task", "agent", "maxSteps", "maxRunTimeSec", "maxStepTimeSec", "model", "env",
-                        "standardActionSpace", "sampling"})
+                        "standardActionSpace", "sampling", "startFrom"})
+# What an agent service lists in ``/health``'s ``features`` when it continues another run's episode (``startFrom``,
+# our agent service's extension: docs/local_agent.md): what a tree group needs of its agent.
+START_FROM = "startFrom"
 
 
 def _seconds(value: float) -> int | float:
@@ -67,6 +70,22 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class StartFrom:
+    """Continue run ``run_id``'s episode after its first ``steps`` steps (a continuation on a forked execution:
+    the run's first step is ``steps + 1``, its prompt history the parent's). Our agent service's extension."""
+
+    run_id: str
+    steps: int
+
+    def __post_init__(self) -> None:
+        if not self.run_id or self.steps < 1:
+            raise ValueError(f"StartFrom needs a run id and steps >= 1, got {self.run_id!r}, {self.steps}")
+
+    def to_payload(self) -> dict:
+        return {"runId": self.run_id, "steps": self.steps}
+
+
+@dataclass(frozen=True)
 class RunRequest:
     """One agent run on one execution. Bad values raise ``ValueError`` before anything is sent."""
 
@@ -82,8 +101,12 @@ class RunRequest:
     # Service-specific fields sent as-is (e.g. the embedded agent's ``historyImages``); they cannot
     # override the documented keys above.
     extra: dict[str, Any] = field(default_factory=dict)
+    start_from: StartFrom | None = None
 
     def __post_init__(self) -> None:
+        if self.start_from is not None and self.start_from.steps >= self.max_steps:
+            raise ValueError(f"start_from.steps ({self.start_from.steps}) leaves no step of max_steps "
+                             f"({self.max_steps})")
         if not self.task or not self.task.strip():
             raise ValueError("RunRequest.task (the instruction) is empty")
         if self.standard_action_space not in ACTION_SPACES:
@@ -109,6 +132,8 @@ class RunRequest:
         payload["standardActionSpace"] = self.standard_action_space
         if self.sampling and self.sampling.to_payload():
             payload["sampling"] = self.sampling.to_payload()
+        if self.start_from is not None:
+            payload["startFrom"] = self.start_from.to_payload()
         payload.update(self.extra)
         return payload
 

@@ -298,9 +298,11 @@ class PolicyEndpoint:
             return Answer(400, error_body(400, "n must be 1"))
         if ep.overflow:   # the episode ended at its overflow: nothing after it is the policy's
             return overflow_answer(ep.overflow)
-        if ep.hold is not None and ep.hold.turn == len(ep.turns) + 1:
-            await ep.hold.wait_released()
-            ep.hold = None
+        held = ep.hold
+        if held is not None and held.turn == len(ep.turns) + 1:
+            await held.wait_released()
+            if ep.hold is held:   # the forker may have set the hold of a later turn on release
+                ep.hold = None
             if ep.closed:
                 return Answer(503, error_body(503, "the episode ended while this call was held", "server_error"))
         started = time.perf_counter()

@@ -19,10 +19,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from cua_rl.config import TrajectoryConfig
 from cua_rl.genv import GenvClient, GenvError
-from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling
+from cua_rl.mini_agent import (GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling,
+                               StartFrom)
 from cua_rl.monitor import RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.policy.endpoint import endpoint_hosts
@@ -88,41 +90,66 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
                          "(cua_rl.workflow.placement.play_group)")
     gym_id = data.get("gym_id") or setup.gym.gym_id
     task_id = str(data["task_id"])
-    started = time.monotonic()
     where = f"task {task_id} episode {index}"
     options = {"seed": seed} if seed is not None else None
-    limits = setup.limits
     try:
         # a gym at capacity, down or restarting is waited for (the client's back-off), within the episode's
         # time limit: nothing was created, so no data position is spent on a service's gap
         async with GenvClient(gym_url, gym_id) as gym, \
-                gym.execution(task_id, options, busy_wait_s=limits.max_task_time_seconds,
+                gym.execution(task_id, options, busy_wait_s=setup.limits.max_task_time_seconds,
                               on_busy=placement.busy if placement is not None else None) as execution:
             if placement is not None:
                 placement.created()
-            if report is not None:
-                live = execution.raw.get("live_view")
-                report.execution(execution.execution_id,
-                                 gym_url.rstrip("/") + live if isinstance(live, str) and live.startswith("/")
-                                 else None)
-            played = await _run_agent(setup, endpoint, data, gym_url, gym_id, execution.execution_id,
-                                      execution.instruction, report)
-            if isinstance(played, Dropped):
-                return played
-            run, turns = played
-            evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
-                                            execution_data=run.as_execution_data())
-            if evaluation.gym_faults and setup.trajectory.mutation != "gym_faults_as_policy":
-                # the gym failed calls of this execution (an action it could not play, a desktop that stopped
-                # answering): what the agent did next was not the policy's doing alone, whatever the agent said
-                # (a stock gbox-mini-agent sends no failure kind; docs/protocols.md 1.4 and 2.6)
-                why = f"the gym reported {evaluation.gym_faults} fault(s) of its own in this execution (faults.gym)"
-                logger.error("%s: %s; episode dropped", where, why)
-                return Dropped("gym", why)
+            return await play_on(setup, endpoint, data, index, gym, execution, report, seed=seed)
     except (GenvError, MiniAgentError) as exc:
-        cause = "gym" if isinstance(exc, GenvError) else "agent_service"
-        logger.error("%s: %s failure on %s, episode dropped: %s", where, cause.replace("_", " "), gym_url, exc)
-        return Dropped(cause, f"{type(exc).__name__}: {exc}")   # reported by the workflow (its monitor record)
+        return _dropped_by(exc, where, gym_url)
+
+
+def _dropped_by(exc: GenvError | MiniAgentError, where: str, gym_url: str) -> Dropped:
+    cause = "gym" if isinstance(exc, GenvError) else "agent_service"
+    logger.error("%s: %s failure on %s, episode dropped: %s", where, cause.replace("_", " "), gym_url, exc)
+    return Dropped(cause, f"{type(exc).__name__}: {exc}")   # reported by the workflow (its monitor record)
+
+
+@dataclass
+class PathHooks:
+    """What a tree group's path (cua_rl/workflow/tree.py) adds to an episode: the agent continues another run's
+    episode (``start_from``: a forked execution), ``on_episode`` is told the policy endpoint's episode once it is
+    open (before the agent's first call: the tree holds calls on it), ``on_started`` the agent run's id."""
+
+    start_from: StartFrom | None = None
+    on_episode: Callable[[Any], None] | None = None
+    on_started: Callable[[str], None] | None = None
+
+
+async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: dict, index: int, gym: GenvClient,
+                  execution, report: RolloutReport | None = None, seed: int | None = None,
+                  hooks: PathHooks | None = None) -> EpisodeOutcome | Dropped:
+    """The agent plays ``execution`` (created or forked by the caller, who terminates it) against ``endpoint``,
+    then the gym evaluates it: ``play_episode`` without the create. Raises ``GenvError`` and ``MiniAgentError``
+    for the caller to drop the episode."""
+    gym_url, gym_id = gym.base_url, gym.gym_id
+    task_id = str(data["task_id"])
+    started = time.monotonic()
+    where = f"task {task_id} episode {index}"
+    if report is not None:
+        live = execution.raw.get("live_view")
+        report.execution(execution.execution_id,
+                         gym_url.rstrip("/") + live if isinstance(live, str) and live.startswith("/") else None)
+    played = await _run_agent(setup, endpoint, data, gym_url, gym_id, execution.execution_id,
+                              execution.instruction, report, hooks or PathHooks())
+    if isinstance(played, Dropped):
+        return played
+    run, turns = played
+    evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
+                                    execution_data=run.as_execution_data())
+    if evaluation.gym_faults and setup.trajectory.mutation != "gym_faults_as_policy":
+        # the gym failed calls of this execution (an action it could not play, a desktop that stopped
+        # answering): what the agent did next was not the policy's doing alone, whatever the agent said
+        # (a stock gbox-mini-agent sends no failure kind; docs/protocols.md 1.4 and 2.6)
+        why = f"the gym reported {evaluation.gym_faults} fault(s) of its own in this execution (faults.gym)"
+        logger.error("%s: %s; episode dropped", where, why)
+        return Dropped("gym", why)
     seconds = time.monotonic() - started
     reward = shaped_reward(float(evaluation.reward), run.steps, setup.trajectory.format_reward,
                            setup.trajectory.action_reward)
@@ -146,11 +173,13 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
 
 
 async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execution_id,
-                     instruction: str | None = None, report: RolloutReport | None = None):
+                     instruction: str | None, report: RolloutReport | None, hooks: PathHooks):
     """(run result, recorded turns), or ``Dropped`` when the failure is the infrastructure's. The agent is
     told ``instruction`` (the execution's concrete instance) when there is one, else the row's; each
     recorded turn goes to the monitor as it happens (``report``)."""
     episode = await endpoint.open_episode(setup.agent.base_url) if endpoint else None
+    if episode is not None and hooks.on_episode is not None:
+        hooks.on_episode(episode)
     if episode is not None and episode.base_url not in setup.announced:   # what a multi-host run must know
         setup.announced.add(episode.base_url)
         logger.info("policy endpoint on %s; the agent service at %s is told to call %s",
@@ -168,13 +197,13 @@ async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execu
         max_steps=limits.max_turns, max_run_time_s=limits.max_task_time_seconds,
         max_step_time_s=limits.max_turn_time_seconds, standard_action_space=setup.agent.action_space,
         # Informational: the endpoint samples with the trainer's gconfig whatever the agent sends.
-        sampling=setup.sampling, extra=dict(setup.agent.extra))
+        sampling=setup.sampling, extra=dict(setup.agent.extra), start_from=hooks.start_from)
     try:
         async with MiniAgentClient(setup.agent.base_url) as agent:
             # an agent service that is down or restarting is waited for (nothing was started)
             run = await agent.run(request, timeout_s=limits.max_task_time_seconds + 60,
                                   poll_interval_s=setup.agent.poll_interval_s,
-                                  unreachable_wait_s=limits.max_task_time_seconds)
+                                  unreachable_wait_s=limits.max_task_time_seconds, on_started=hooks.on_started)
     finally:
         if episode is not None:
             endpoint.close_episode(episode)

@@ -34,7 +34,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.workflow_api import RolloutWorkflow
 from areal.utils import stats_tracker
 
-from cua_rl.config import TrajectoryConfig
+from cua_rl.config import TrajectoryConfig, TreeConfig
 from cua_rl.logs import worker_logging
 from cua_rl.mini_agent import Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
@@ -44,10 +44,12 @@ from cua_rl.runs import (EPISODE_REWARD, EPISODE_SHARE, EPISODE_SUCCESS, STREAM_
 from cua_rl.trajectory.mutations import mutate
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, episode_values, group_rows, rows_of, shuffle_rewards
 from cua_rl.trajectory.rows import new_rollout_uuid
+from cua_rl.trajectory.tree import leaves, shuffle_leaf_rewards, tree_rows, tree_values, walk
 
 from . import seeding
 from .episode import Dropped, EpisodeSetup, play_episode
 from .placement import Drained, fleet_for, play_group
+from .tree import TreePlayer, check_agent, segments as tree_segments
 from .worker import worker_state
 from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 
@@ -76,7 +78,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
                  agent: AgentTarget | dict, limits: EpisodeLimits | dict | None = None,
                  policy: EndpointSettings | dict | None = None, trajectory: TrajectoryConfig | dict | None = None,
                  monitor: MonitorTarget | dict | None = None, group_size: int = 1, is_eval: bool = False,
-                 stats_dir: str = "", seed: int = 1):
+                 stats_dir: str = "", seed: int = 1, tree: TreeConfig | dict | None = None):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         worker_logging()   # on AReaL's rollout worker: our lines go to rollout.log
@@ -87,6 +89,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self.settings = EndpointSettings.from_dict(asdict(policy) if is_dataclass(policy) else policy)
         self.trajectory = _section(TrajectoryConfig, trajectory)
         self.monitor = _section(MonitorTarget, monitor)
+        self.tree = _section(TreeConfig, tree)   # tree groups (cua_rl/workflow/tree.py); never for eval groups
         self.group_size, self.is_eval, self.stats_dir, self.seed = group_size, is_eval, stats_dir, seed
         # One evaluated episode has no sibling to compare with: its GRPO advantage would be 0.
         t = self.trajectory
@@ -169,6 +172,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         endpoint = None if self.model.base_url else self.policy_endpoint(engine)
         seeds = self.episode_seeds(engine, data)
         group = self.group_identity(engine, data)
+        if self.tree.enabled and not self.is_eval and endpoint is not None:
+            return await self._arun_tree(engine, endpoint, data, seeds[0], group)
         # every episode of the group on one gym host (placed when the run has several: cua_rl/workflow/placement.py)
         results, _host = await play_group(
             self.fleet(data), data.get("gym_base_url") or self.gym.base_url, self.group_size,
@@ -214,21 +219,68 @@ class CUAAgentWorkflow(RolloutWorkflow):
         # in a thread: packing the rows' images (trajectory/pixels.py) sorts each distinct screenshot, and this
         # loop serves the policy endpoint of every episode in flight
         batch = await asyncio.to_thread(group_rows, outcomes, values, **t.row_options())
+        if batch is not None and t.mutation:
+            batch = mutate(batch, t.mutation)
+        return self._returned(batch, data, group, outcomes, _host,
+                              lambda n: episode_columns(outcomes, t.export_style, n))
+
+    def _returned(self, batch, data: dict, group: tuple[int, str], outcomes: list[EpisodeOutcome], host: str,
+                  columns) -> dict[str, Any] | None:
+        """A group's rows as AReaL gets them: the stream item they train and what the step reports
+        (``columns(n_rows)``: ``cua_rl.runs.EPISODE_COLUMNS``); a group without rows is recorded as dropped."""
         if batch is None:
             self._dropped(data)
-        elif t.mutation:
-            batch = mutate(batch, t.mutation)
-        if batch is not None and STREAM_KEY in data:   # which stream item this group trains (cua_rl/trainer/resume.py)
-            batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]),
-                                           dtype=torch.long)
-        if batch is not None:   # what the step that trains these rows reports (cua_rl/trainer/progress.py)
-            batch.update(episode_columns(outcomes, t.export_style, batch["input_ids"].shape[0]))
-        if batch is not None:   # where its episodes played and when the last was evaluated (what a fleet must show)
-            last = max(o.info.get("evaluated_at", 0.0) for o in outcomes)
-            logger.info("task %s: group %s returned for training: %d episodes on %s, the last evaluated at %s",
-                        task_id, group[1], len(outcomes), _host, time.strftime("%H:%M:%S", time.localtime(last))
-                        + f".{int(last * 1000) % 1000:03d}")
+            return None
+        if STREAM_KEY in data:   # which stream item this group trains (cua_rl/trainer/resume.py)
+            batch[STREAM_KEY] = torch.full((batch["input_ids"].shape[0],), int(data[STREAM_KEY]), dtype=torch.long)
+        batch.update(columns(batch["input_ids"].shape[0]))   # what the step reports (cua_rl/trainer/progress.py)
+        # where its episodes played and when the last was evaluated (what a fleet must show)
+        last = max(o.info.get("evaluated_at", 0.0) for o in outcomes)
+        logger.info("task %s: group %s returned for training: %d episodes on %s, the last evaluated at %s",
+                    data.get("task_id"), group[1], len(outcomes), host,
+                    time.strftime("%H:%M:%S", time.localtime(last)) + f".{int(last * 1000) % 1000:03d}")
         return batch
+
+    async def _arun_tree(self, engine, endpoint, data: dict, seed: int | None,
+                         group: tuple[int, str]) -> dict[str, Any] | None:
+        """One tree group (cua_rl/workflow/tree.py): its leaves are the group's episodes in every count and
+        health check; its segments are credited against their siblings (cua_rl/trajectory/tree.py)."""
+        task_id = str(data["task_id"])
+        gym_url = data.get("gym_base_url") or self.gym.base_url
+        if not self._worker.tree_agent_checked:
+            await check_agent(self.agent.base_url)
+            self._worker.tree_agent_checked = True
+        player = TreePlayer(self.episode_setup, self.tree, endpoint, {**data, "gym_base_url": gym_url}, gym_url,
+                            str(data.get("gym_id") or self.gym.gym_id),
+                            lambda i: self._report(engine, data, task_id, i, group), seed)
+        play = await player.play(self.group_size)
+        roots, kept, lost = tree_segments(play), play.kept(), play.lost()
+        rejected = len(roots) < self.min_group_size
+        self._worker.count_group(len(kept), lost, rejected)
+        self._worker.count_use(kept)
+        self._worker.episodes["tree_forks"] += play.forks
+        self._worker.episodes["tree_forks_failed"] += play.forks_failed
+        write_counts(self._kind, self.stats_dir, self._worker.totals())
+        self._record_stats(endpoint, kept, lost)
+        if rejected:
+            logger.warning("task %s: %d of %d tree roots evaluated (< %d; lost: %s); tree rejected", task_id,
+                           len(roots), self.group_size, self.min_group_size, ", ".join(lost) or "none")
+            self._dropped(data)
+            return None
+        t = self.trajectory
+        if t.shuffle_rewards:
+            shuffle_leaf_rewards(roots, f"{self.seed}:{task_id}:{seed}:{data.get('item_idx')}")
+        values = tree_values(roots, **t.value_options())
+        if t.drop_zero_variance and not any(values.values()):
+            logger.info("task %s: every segment's value is 0; tree dropped (trajectory.drop_zero_variance)", task_id)
+            self._worker.episodes["groups_zero_variance"] += 1
+            self._dropped(data)
+            return None
+        batch = await asyncio.to_thread(tree_rows, roots, values, style=t.export_style, discount=t.turn_discount)
+        logger.info("task %s: tree of %d roots, %d forks (%d failed), %d leaves", task_id, len(roots), play.forks,
+                    play.forks_failed, len(kept))
+        return self._returned(batch, data, group, kept, gym_url,
+                              lambda n: tree_episode_columns(roots, t.export_style, n))
 
     def _record_stats(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str]) -> None:
         """This group in the step's statistics (AReaL averages each key over its records): per evaluated
@@ -332,7 +384,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
             policy=config.policy, trajectory=config.trajectory,
             monitor=MonitorTarget(base_url=config.monitor_base_url, project_id=config.project_id,
                                   training_id=monitor_training_id),
-            group_size=group_size, is_eval=is_eval, stats_dir=_stats_dir(config), seed=int(config.seed))
+            group_size=group_size, is_eval=is_eval, stats_dir=_stats_dir(config), seed=int(config.seed),
+            tree=None if is_eval else config.tree)
 
 
 def episode_columns(outcomes: list[EpisodeOutcome], style: str, n_rows: int) -> dict[str, torch.Tensor]:
@@ -350,6 +403,27 @@ def episode_columns(outcomes: list[EpisodeOutcome], style: str, n_rows: int) -> 
     if len(reward) != n_rows:   # a layout this function does not know: report nothing rather than mislabel rows
         raise ValueError(f"episode columns for {len(reward)} rows, the batch has {n_rows}")
     # float64: a share of 1/3 summed over its rows must give the episode back
+    return {EPISODE_REWARD: torch.tensor(reward, dtype=torch.float64),
+            EPISODE_SUCCESS: torch.tensor(success, dtype=torch.float64),
+            EPISODE_SHARE: torch.tensor(share, dtype=torch.float64)}
+
+
+def tree_episode_columns(roots, style: str, n_rows: int) -> dict[str, torch.Tensor]:
+    """``episode_columns`` for a tree's rows (``tree_rows``: segment by segment, depth first): a leaf segment's
+    rows carry its episode (its gym reward, success and 1 / its rows), an inner segment's the mean of the leaves
+    below it with no share, so the step counts each leaf once."""
+    reward, success, share = [], [], []
+    for segment in walk(roots):
+        n = rows_of(segment.turns, style, segment.context)
+        if not n:
+            continue
+        below = leaves([segment])
+        reward += [sum(float(s.info.get("env_reward", s.info.get("true_reward", s.reward))) for s in below)
+                   / len(below)] * n
+        success += [sum(float(bool(s.info.get("success"))) for s in below) / len(below)] * n
+        share += [1.0 / n if not segment.children else 0.0] * n
+    if len(reward) != n_rows:
+        raise ValueError(f"tree episode columns for {len(reward)} rows, the batch has {n_rows}")
     return {EPISODE_REWARD: torch.tensor(reward, dtype=torch.float64),
             EPISODE_SUCCESS: torch.tensor(success, dtype=torch.float64),
             EPISODE_SHARE: torch.tensor(share, dtype=torch.float64)}

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 class WorkerState:
     kind: str
     # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected, groups_zero_variance;
+    # tree_forks and tree_forks_failed (tree groups' branch points);
     # env_steps, desktop_ms and trained_tokens of the evaluated episodes (count_use); groups_drained and
     # episodes_drained (count_drained); per gym host (runs.host_key) its episodes, drains and drained groups
     episodes: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -42,6 +43,7 @@ class WorkerState:
     announced: set[str] = field(default_factory=set)      # endpoint URLs logged (what a multi-host run must know)
     token: str = field(default_factory=lambda: secrets.token_hex(3))   # this process, in group ids
     groups_started: int = 0
+    tree_agent_checked: bool = False   # tree groups: the agent service continues runs (workflow/tree.check_agent)
     _endpoints: dict[tuple, tuple[Any, Any]] = field(default_factory=dict)   # key -> (engine, endpoint)
     _retired: collections.Counter[str] = field(default_factory=collections.Counter)
 
