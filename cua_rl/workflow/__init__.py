@@ -1,8 +1,9 @@
 """The AReaL workflow of computer-use episodes (``config.workflow: cua_rl.workflow.CUAAgentWorkflow``).
 
 - ``episode``: ``play_episode``, one episode (create, play, evaluate, terminate) -> ``EpisodeOutcome`` or
-  ``Dropped``;
+  ``Dropped``; ``play_on`` the same on an execution the caller made (a forked one);
 - ``group``: ``CUAAgentWorkflow``, one GRPO group of episodes per task row -> training rows;
+- ``tree``: a tree group instead (``tree.enabled``): roots forked at branch turns, continuations, segments;
 - ``sections``: the typed sections it is built from (gym, agent service, model, episode limits, monitor);
 - ``seeding``: which instance of a task each episode plays (one per training group, held-out ones in eval);
 - ``worker``: what a rollout worker process keeps across groups (the policy endpoint, the counts, the seeds);
