@@ -49,6 +49,9 @@ class PlayedPath:
     index: int
     outcome: EpisodeOutcome | Dropped | None = None
     branches: list[tuple[int, list["PlayedPath"]]] = field(default_factory=list)
+    # per forked turn, the turns its endpoint episode had recorded when the gym forked it (turn - first_turn:
+    # its call for that turn was still held, so the children start from the screen the parent decides on)
+    recorded_at_fork: dict[int, int] = field(default_factory=dict)
 
     @property
     def evaluated(self) -> bool:
@@ -204,6 +207,7 @@ class TreePlayer:
                 hold = held.get("hold")
                 if hold is None or not await _arrives(hold, play, self.setup.limits.max_task_time_seconds):
                     break
+                path.recorded_at_fork[turn] = len(held["episode"].turns)
                 kids = await self._fork(gym, execution, run_id.result(), turn)
                 if kids:
                     path.branches.append((turn, [kid for kid, _ in kids]))
