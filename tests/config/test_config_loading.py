@@ -158,8 +158,9 @@ def test_multiturn_config_keeps_every_screenshot_so_an_episode_trains_as_one_row
 
     monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
     cfg = load(tmp_path, config="config.multiturn.yaml")
-    assert [load_tasks().get(t).family for t in cfg.sft.tasks] == ["key-sequence"] == \
-        [load_tasks().get(t).family for t in cfg.task_source.task_ids]
+    # SFT demonstrates key-sequence; training draws its trained sequences as the drill does (yellow more often)
+    assert [load_tasks().get(t).family for t in cfg.sft.tasks] == ["key-sequence"]
+    assert [load_tasks().get(t).family for t in cfg.task_source.task_ids] == ["key-sequence-drill"]
     assert cfg.max_turns > 4 and cfg.trajectory.export_style == "concat"
     assert cfg.gbox_mini_agent_extra == {"historyImages": cfg.max_turns} and \
         cfg.policy.max_screenshots_in_history == cfg.sft.history_images == cfg.max_turns
@@ -307,3 +308,21 @@ def test_several_gyms_from_the_flag_a_yaml_list_or_a_file(tmp_path):
         load(tmp_path, "gym_fleet.ray_gyms.enabled=true", "trial_name=t4")
     ray = load(tmp_path, "gym_fleet.ray_gyms.enabled=true", "scheduler.type=ray", "trial_name=t5")
     assert not ray.embedded_enabled and ray.gym_id == "desktop"   # our gyms on Ray: no embedded stack
+
+
+def test_tree_groups_are_checked_at_load(tmp_path):
+    """Tree groups (cua_rl/workflow/tree.py): off by default; on, their branch turns and their needs of the rest of
+    the config are checked when it loads, each refusal naming the key."""
+    assert load(tmp_path, "trial_name=t0").tree.enabled is False
+    tree = load(tmp_path, "tree.enabled=true", "tree.branch_turns=[2,3]", "tree.branches=2", "trial_name=t1").tree
+    assert tree.branch_turns == [2, 3] and tree.branches == 2
+    for overrides, message in [
+        (["tree.branch_turns=[1]"], r"tree.branch_turns must be increasing turns >= 2"),
+        (["tree.branch_turns=[3,2]"], r"tree.branch_turns must be increasing"),
+        (["tree.branches=0"], r"tree.branches must be within 1..8"),
+        (["tree.enabled=true", "max_turns=2", "tree.branch_turns=[3]"], r"reach past max_turns \(2\)"),
+        (["tree.enabled=true", "gym_base_url=[http://a:1,http://b:2]"], "tree groups play on one gym host"),
+        (["tree.enabled=true", "trajectory.shuffle_screenshots=true"], "no screenshot-swap control"),
+    ]:
+        with pytest.raises(Exception, match=message):
+            load(tmp_path, *overrides, "trial_name=t2")
