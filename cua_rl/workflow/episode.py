@@ -120,6 +120,7 @@ class PathHooks:
     start_from: StartFrom | None = None
     on_episode: Callable[[Any], None] | None = None
     on_started: Callable[[str], None] | None = None
+    info: dict[str, Any] = field(default_factory=dict)   # kept in the outcome's info and the monitor's summary
 
 
 async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: dict, index: int, gym: GenvClient,
@@ -136,8 +137,9 @@ async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: di
         live = execution.raw.get("live_view")
         report.execution(execution.execution_id,
                          gym_url.rstrip("/") + live if isinstance(live, str) and live.startswith("/") else None)
+    hooks = hooks or PathHooks()
     played = await _run_agent(setup, endpoint, data, gym_url, gym_id, execution.execution_id,
-                              execution.instruction, report, hooks or PathHooks())
+                              execution.instruction, report, hooks)
     if isinstance(played, Dropped):
         return played
     run, turns = played
@@ -159,7 +161,7 @@ async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: di
     info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
             "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed, "gym_host": gym_url,
             "evaluated_at": time.time(),
-            "instruction": execution.instruction, "env_reward": float(evaluation.reward)}
+            "instruction": execution.instruction, "env_reward": float(evaluation.reward), **hooks.info}
     if report is not None:
         report.finished(reward=reward, task_success=bool(evaluation.success),
                         num_turns=len(turns), num_validators=len(evaluation.validators),

@@ -162,14 +162,15 @@ class TreePlayer:
         try:
             async with gym.execution(str(self.data["task_id"]), options,
                                      busy_wait_s=self.setup.limits.max_task_time_seconds) as execution:
-                await self._path(gym, path, execution, None)
+                await self._path(gym, path, execution, None, None)
         except (GenvError, MiniAgentError) as exc:
             path.outcome = _dropped_by(exc, f"task {self.data['task_id']} tree path {path.index}", self.gym_url)
 
-    async def _child(self, gym: GenvClient, path: PlayedPath, execution, start: StartFrom) -> None:
+    async def _child(self, gym: GenvClient, path: PlayedPath, execution, start: StartFrom,
+                     parent: str | None) -> None:
         try:
             try:
-                await self._path(gym, path, execution, start)
+                await self._path(gym, path, execution, start, parent)
             finally:
                 try:
                     await asyncio.shield(gym.terminate(execution.execution_id))
@@ -178,8 +179,10 @@ class TreePlayer:
         except (GenvError, MiniAgentError) as exc:
             path.outcome = _dropped_by(exc, f"task {self.data['task_id']} tree path {path.index}", self.gym_url)
 
-    async def _path(self, gym: GenvClient, path: PlayedPath, execution, start: StartFrom | None) -> None:
-        """Play ``execution`` from ``path.first_turn``, forking it at each branch turn the path reaches."""
+    async def _path(self, gym: GenvClient, path: PlayedPath, execution, start: StartFrom | None,
+                    parent: str | None) -> None:
+        """Play ``execution`` from ``path.first_turn``, forking it at each branch turn the path reaches.
+        ``parent``: the monitor's rollout of the path it was forked from (its summary names it, and the turn)."""
         turns = [t for t in self.tree.branch_turns if t > path.first_turn]
         held: dict[str, object] = {}
         run_id: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -196,9 +199,12 @@ class TreePlayer:
             if not run_id.done():
                 run_id.set_result(rid)
 
-        hooks = PathHooks(start_from=start, on_episode=on_episode, on_started=on_started)
-        play = asyncio.create_task(play_on(self.setup, self.endpoint, self.data, path.index, gym, execution,
-                                           self.report_for(path.index), seed=self.seed, hooks=hooks))
+        report = self.report_for(path.index)
+        hooks = PathHooks(start_from=start, on_episode=on_episode, on_started=on_started,
+                          info={"tree_path": path.index, "tree_first_turn": path.first_turn,
+                                **({"tree_parent": parent} if parent else {})})
+        play = asyncio.create_task(play_on(self.setup, self.endpoint, self.data, path.index, gym, execution, report,
+                                           seed=self.seed, hooks=hooks))
         children: list[asyncio.Task] = []
         try:
             if turns:
@@ -208,7 +214,8 @@ class TreePlayer:
                 if hold is None or not await _arrives(hold, play, self.setup.limits.max_task_time_seconds):
                     break
                 path.recorded_at_fork[turn] = len(held["episode"].turns)
-                kids = await self._fork(gym, execution, run_id.result(), turn)
+                kids = await self._fork(gym, execution, run_id.result(), turn,
+                                        report.uuid if report is not None else None)
                 if kids:
                     path.branches.append((turn, [kid for kid, _ in kids]))
                     children += [task for _, task in kids]
@@ -225,7 +232,7 @@ class TreePlayer:
             if stray:
                 await asyncio.gather(*stray, return_exceptions=True)
 
-    async def _fork(self, gym: GenvClient, execution, parent_run: str, turn: int):
+    async def _fork(self, gym: GenvClient, execution, parent_run: str, turn: int, parent: str | None):
         """The forked children of ``execution`` before ``turn`` and the tasks playing them; [] when the gym
         refused the fork or had no room for it within ``tree.fork_wait_seconds`` (no branch, counted)."""
         try:
@@ -241,7 +248,8 @@ class TreePlayer:
             if child.instruction is None:   # the continuation must be told its parent's task, word for word
                 child = dataclasses.replace(child, instruction=execution.instruction)
             kid = PlayedPath(turn, self._index())
-            out.append((kid, asyncio.create_task(self._child(gym, kid, child, StartFrom(parent_run, turn - 1)))))
+            out.append((kid, asyncio.create_task(self._child(gym, kid, child, StartFrom(parent_run, turn - 1),
+                                                             parent))))
         return out
 
 

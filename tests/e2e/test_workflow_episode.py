@@ -201,6 +201,7 @@ async def test_a_tree_forks_each_root_at_its_branch_turn_and_trains_each_turn_on
             (turn, (kid,)), = root.branches
             assert turn == 2 and kid.first_turn == 2 and kid.evaluated, kid.outcome
             assert root.recorded_at_fork == {2: 1}   # forked while the parent's turn-2 call was held
+            assert kid.outcome.info["tree_first_turn"] == 2 and root.outcome.info["tree_first_turn"] == 1
             first, parents = kid.outcome.turns[0], root.outcome.turns[1]
             # the same prompt for the branch turn: history, instruction and screen
             assert first.prompt_ids == parents.prompt_ids
