@@ -50,7 +50,10 @@ in 40 sampled episodes (yellow: 7 of 88), so no run could flip it; the task drop
 start was re-pinned and every seed reruns. Two more task changes followed, each after a calibration whose
 controls passed (the bar unchanged; docs/learning.md): the lost demonstrator stops at the black screen instead
 of flailing, and the demonstrator slips on 90% of the yellow instances instead of 70% (the warm start's sampled
-probability of the right key on yellow was 0.35-0.5, a margin the controls' random-sign updates crossed).
+probability of the right key on yellow was 0.35-0.5, a margin the controls' random-sign updates crossed). The
+fourth (2026-11-30, the same warm start): training draws task 056, whose instances show yellow three times in four
+(about 11 in 36 before), at a quarter of the step (lr 0.0125): about three times as many groups that can correct
+the slip, each update smaller (a control's walk of random signs shrinks against GRPO's drift).
 
 Usage: python bench/learning_bench.py [--recipe onestep|multiturn] [--config CFG] [--steps N]
        [--rl-seeds N] [--first-seed S] [--samples K] [--greedy-only] [--controls A,B] [--control-seeds N] [--mutations A,B|all] [--seeds-per-task N] [--eval-every K] [--eval-concurrency N] [--no-control] [--warm-start DIR]
