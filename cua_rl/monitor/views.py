@@ -158,8 +158,8 @@ def groups(store: Store, kind: str, parent_id: int) -> dict[str, Any] | None:
             return None
         parent = _row(found)
         link = r.c[f"{kind[:-1]}_id"]
-        rollouts = _rows(conn, select(*(r.c[c] for c in _ROLLOUT_COLUMNS), tasks.c.task_id.label("task_key"),
-                                      tasks.c.name.label("task_name"))
+        rollouts = _rows(conn, select(*(r.c[c] for c in _ROLLOUT_COLUMNS), r.c.summary_json,
+                                      tasks.c.task_id.label("task_key"), tasks.c.name.label("task_name"))
                          .join(tasks, tasks.c.id == r.c.task_id, isouter=True).where(link == parent_id)
                          .order_by(r.c.group_id, r.c.env_index, r.c.id))
     grouped: dict[str, list[dict]] = defaultdict(list)
@@ -168,8 +168,36 @@ def groups(store: Store, kind: str, parent_id: int) -> dict[str, Any] | None:
     parent["kind"] = kind
     parent["summary"] = summarise(rollouts)
     parent["groups"] = [{"group_id": g, "task": members[0].get("task_name") or members[0].get("task_key"),
-                         "summary": summarise(members), "members": members} for g, members in grouped.items()]
+                         "summary": summarise(members), "members": as_tree(members)} for g, members in grouped.items()]
     return parent
+
+
+def as_tree(members: list[dict]) -> list[dict]:
+    """A group's members; a tree group's (cua_rl/workflow/tree.py: their summaries name ``tree_first_turn`` and
+    ``tree_parent``, the client id of the rollout each was forked from) depth first, each parent before the paths
+    forked from it, with ``tree``: its parent's rollout id (None for a root), the turn it starts at and its depth.
+    A member whose summary has not come yet (running) shows as a root."""
+    summaries = {m["id"]: _loads(m.pop("summary_json", None)) or {} for m in members}
+    if not any("tree_first_turn" in s for s in summaries.values()):
+        return members
+    by_client = {m.get("client_id"): m for m in members}
+    children: dict[int | None, list[dict]] = defaultdict(list)
+    for m in members:
+        found = by_client.get(summaries[m["id"]].get("tree_parent"))
+        m["tree"] = {"parent": found["id"] if found else None,
+                     "first_turn": summaries[m["id"]].get("tree_first_turn", 1)}
+        children[m["tree"]["parent"]].append(m)
+    ordered: list[dict] = []
+
+    def visit(member: dict, depth: int) -> None:
+        member["tree"]["depth"] = depth
+        ordered.append(member)
+        for child in children[member["id"]]:
+            visit(child, depth + 1)
+
+    for root in children[None]:
+        visit(root, 0)
+    return ordered
 
 
 def rollout(store: Store, rollout_id: int) -> dict[str, Any] | None:

@@ -65,3 +65,37 @@ def test_right_data_11_each_group_shows_apart_with_the_values_it_trained(our_mon
         for member in members:
             rollout = httpx.get(f"{monitor.url}/api/rollouts/{member['id']}").json()
             assert [t["advantage"] for t in rollout["turns"]] == pytest.approx([member["advantage"]] * member["num_turns"])
+
+
+def test_a_tree_groups_members_show_as_a_tree(tmp_path):
+    """A tree group's rollouts (cua_rl/workflow/tree.py) name the rollout each was forked from in their summary:
+    the group view lists each parent before the paths forked from it, with the turn each starts at and its depth;
+    a plain group's members come as before."""
+    import json
+
+    from sqlalchemy import insert
+
+    from cua_rl.monitor.schema import TABLES, projects
+    from cua_rl.monitor.store import Store, sqlite_url
+    from cua_rl.monitor.views import groups
+
+    store = Store.open(sqlite_url(tmp_path / "monitor.db"))
+    tree = [("r0", 0, {"tree_path": 0, "tree_first_turn": 1}), ("r1", 1, {"tree_path": 1, "tree_first_turn": 1}),
+            ("c2", 2, {"tree_path": 2, "tree_first_turn": 2, "tree_parent": "r1"}),
+            ("c3", 3, {"tree_path": 3, "tree_first_turn": 3, "tree_parent": "c2"}),
+            ("c4", 4, {"tree_path": 4, "tree_first_turn": 2, "tree_parent": "r0"})]
+    with store.engine.begin() as conn:
+        conn.execute(insert(projects).values(id=1, name="p", created_at="now"))
+        conn.execute(insert(TABLES["steps"]).values(id=1, project_id=1, client_id="s0", step=0))
+        for i, (client, index, summary) in enumerate(tree, 1):
+            conn.execute(insert(TABLES["rollouts"]).values(
+                id=i, project_id=1, client_id=client, step_id=1, is_eval=False, group_id="tree", env_index=index,
+                status="completed", reward=1.0, summary_json=json.dumps(summary)))
+        conn.execute(insert(TABLES["rollouts"]).values(id=9, project_id=1, client_id="plain", step_id=1,
+                                                       is_eval=False, group_id="grpo", env_index=0, status="completed",
+                                                       reward=0.0, summary_json=json.dumps({"seed": 1})))
+    view = {g["group_id"]: g["members"] for g in groups(store, "steps", 1)["groups"]}
+    store.close()
+    assert [(m["client_id"], m["tree"]["parent"], m["tree"]["first_turn"], m["tree"]["depth"]) for m in view["tree"]] \
+        == [("r0", None, 1, 0), ("c4", 1, 2, 1), ("r1", None, 1, 0), ("c2", 2, 2, 1), ("c3", 3, 3, 2)]
+    assert ["tree" in m or "summary_json" in m for m in view["grpo"]] == [False]

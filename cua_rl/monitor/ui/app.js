@@ -326,7 +326,10 @@ function renderGroups(p) {
     h("div", { class: "muted" }, `group ${g.group_id} · mean ${num(g.summary.reward_mean)} · success ${pct(g.summary.success_rate)}`),
     h("table", {}, h("tr", {}, ...["member", "status", "reward", "advantage", ""].map((c) => h("th", {}, c))),
       g.members.map((m) => h("tr", { "data-testid": "member" },
-        h("td", {}, link(`/rollouts/${m.id}`, `#${m.env_index ?? m.id}`)), h("td", {}, badge(m.status)),
+        h("td", { style: m.tree ? `padding-left:${m.tree.depth * 18}px` : "" },
+          m.tree && m.tree.parent ? "↳ " : "", link(`/rollouts/${m.id}`, `#${m.env_index ?? m.id}`),
+          m.tree && m.tree.parent ? h("span", { class: "muted", "data-testid": "forked" },
+            ` forked at turn ${m.tree.first_turn}`) : ""), h("td", {}, badge(m.status)),
         h("td", { "data-testid": "reward" }, num(m.reward)), h("td", { "data-testid": "advantage" }, num(m.advantage)),
         h("td", {}, advBar(m.advantage)))))));
   app.replaceChildren(
