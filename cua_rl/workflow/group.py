@@ -260,6 +260,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         self._worker.count_use(kept)
         self._worker.episodes["tree_forks"] += play.forks
         self._worker.episodes["tree_forks_failed"] += play.forks_failed
+        self._worker.episodes["env_steps"] += play.replayed_actions   # what the forks cost the gym, as steps
+        self._worker.episodes["env_steps_replayed"] += play.replayed_actions
         write_counts(self._kind, self.stats_dir, self._worker.totals())
         self._record_stats(endpoint, kept, lost)
         if rejected:

@@ -65,6 +65,9 @@ class TreePlay:
     roots: list[PlayedPath]
     forks: int = 0
     forks_failed: int = 0
+    # actions the gym played again to make the forked children (a replayed fork: X11 and browser desktops, each
+    # child its parent's actions; a VM's snapshot replays none): environment steps a comparison must count
+    replayed_actions: int = 0
 
     def paths(self) -> Iterator[PlayedPath]:
         stack = list(reversed(self.roots))
@@ -243,6 +246,8 @@ class TreePlayer:
                            turn, execution.execution_id, exc)
             return []
         self._play.forks += 1
+        if fork.raw.get("mechanism") == "replay" and isinstance(fork.raw.get("actions"), int):
+            self._play.replayed_actions += fork.raw["actions"] * len(fork.executions)
         out = []
         for child in fork.executions:
             if child.instruction is None:   # the continuation must be told its parent's task, word for word

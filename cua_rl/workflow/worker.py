@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 class WorkerState:
     kind: str
     # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected, groups_zero_variance;
-    # tree_forks and tree_forks_failed (tree groups' branch points);
+    # tree_forks and tree_forks_failed (tree groups' branch points), env_steps_replayed (their forks' replayed
+    # actions, counted in env_steps too);
     # env_steps, desktop_ms and trained_tokens of the evaluated episodes (count_use); groups_drained and
     # episodes_drained (count_drained); per gym host (runs.host_key) its episodes, drains and drained groups
     episodes: collections.Counter[str] = field(default_factory=collections.Counter)

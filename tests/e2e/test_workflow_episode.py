@@ -197,6 +197,8 @@ async def test_a_tree_forks_each_root_at_its_branch_turn_and_trains_each_turn_on
         reached = [r for r in play.roots if len(r.outcome.turns) >= 2]
         assert reached, "no root reached its second turn (the tiny model ended both at once)"
         assert play.forks == len(reached) and play.forks_failed == 0
+        # each child replayed its parent's actions before turn 2: one, or none when turn 1's reply was no action
+        assert 0 <= play.replayed_actions <= len(reached)
         for root in reached:
             (turn, (kid,)), = root.branches
             assert turn == 2 and kid.first_turn == 2 and kid.evaluated, kid.outcome
@@ -236,6 +238,8 @@ async def test_the_workflow_returns_a_trees_rows_and_counts_its_leaves(stack):
         forks = after.get("tree_forks", 0) - before.get("tree_forks", 0)
         leaves_played = after["episodes_evaluated"] - before.get("episodes_evaluated", 0)
         assert leaves_played == 2 + forks and forks >= 1
+        replayed = after.get("env_steps_replayed", 0) - before.get("env_steps_replayed", 0)
+        assert 0 <= replayed <= forks   # counted in env_steps, which the learning bench's comparison reads
         assert round(float(batch[EPISODE_SHARE].sum())) == leaves_played   # the step counts leaves
         assert not stack["gym"].manager.executions
     finally:
