@@ -192,17 +192,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
             else:
                 outcomes.append(res)
         rejected = endpoint is not None and len(outcomes) < self.min_group_size
-        self._worker.count_group(len(outcomes), lost, rejected)
-        self._worker.count_use(outcomes)
-        write_counts(self._kind, self.stats_dir, self._worker.totals())
-        self._record_stats(endpoint, outcomes, lost)
+        self._counted(endpoint, outcomes, lost, rejected)
         if endpoint is None:
             return None  # the agent used another model: nothing of this run is trainable
         if rejected:
-            logger.warning("task %s: %d of %d episodes evaluated (< %d; lost: %s); group rejected", task_id,
-                           len(outcomes), self.group_size, self.min_group_size, ", ".join(lost) or "none")
-            self._dropped(data)
-            return None
+            return self._rejected(data, "episodes", len(outcomes), lost)
         t = self.trajectory
         if t.shuffle_rewards:
             outcomes = shuffle_rewards(outcomes, f"{self.seed}:{task_id}:{seeds[0]}:{data.get('item_idx')}")
@@ -223,6 +217,23 @@ class CUAAgentWorkflow(RolloutWorkflow):
             batch = mutate(batch, t.mutation)
         return self._returned(batch, data, group, outcomes, _host,
                               lambda n: episode_columns(outcomes, t.export_style, n))
+
+    def _counted(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str], rejected: bool,
+                 **more: int) -> None:
+        """A group's evaluated episodes (a tree's leaves) and lost ones in the worker's counts (``more``: other
+        counters to add), on disk for the run's summary, and in the step's statistics."""
+        self._worker.count_group(len(outcomes), lost, rejected)
+        self._worker.count_use(outcomes)
+        self._worker.episodes.update(more)
+        write_counts(self._kind, self.stats_dir, self._worker.totals())
+        self._record_stats(endpoint, outcomes, lost)
+
+    def _rejected(self, data: dict, what: str, got: int, lost: list[str]) -> None:
+        """A group with fewer evaluated ``what`` than ``trajectory.min_group_size``: nothing to train."""
+        logger.warning("task %s: %d of %d %s evaluated (< %d; lost: %s); group rejected", data.get("task_id"), got,
+                       self.group_size, what, self.min_group_size, ", ".join(lost) or "none")
+        self._dropped(data)
+        return None
 
     def _returned(self, batch, data: dict, group: tuple[int, str], outcomes: list[EpisodeOutcome], host: str,
                   columns) -> dict[str, Any] | None:
@@ -256,19 +267,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
         play = await player.play(self.group_size)
         roots, kept, lost = tree_segments(play), play.kept(), play.lost()
         rejected = len(roots) < self.min_group_size
-        self._worker.count_group(len(kept), lost, rejected)
-        self._worker.count_use(kept)
-        self._worker.episodes["tree_forks"] += play.forks
-        self._worker.episodes["tree_forks_failed"] += play.forks_failed
-        self._worker.episodes["env_steps"] += play.replayed_actions   # what the forks cost the gym, as steps
-        self._worker.episodes["env_steps_replayed"] += play.replayed_actions
-        write_counts(self._kind, self.stats_dir, self._worker.totals())
-        self._record_stats(endpoint, kept, lost)
+        # the forks' replayed actions are what they cost the gym, counted as environment steps
+        self._counted(endpoint, kept, lost, rejected, tree_forks=play.forks, tree_forks_failed=play.forks_failed,
+                      env_steps=play.replayed_actions, env_steps_replayed=play.replayed_actions)
         if rejected:
-            logger.warning("task %s: %d of %d tree roots evaluated (< %d; lost: %s); tree rejected", task_id,
-                           len(roots), self.group_size, self.min_group_size, ", ".join(lost) or "none")
-            self._dropped(data)
-            return None
+            return self._rejected(data, "tree roots", len(roots), lost)
         t = self.trajectory
         if t.shuffle_rewards:
             shuffle_leaf_rewards(roots, f"{self.seed}:{task_id}:{seed}:{data.get('item_idx')}")
