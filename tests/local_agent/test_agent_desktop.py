@@ -12,7 +12,7 @@ from agent_helpers import fast_settings, gym_execution, run_request
 from cua_rl.http.serve import free_port
 from cua_rl.local_agent import start_agent_server
 from cua_rl.local_gym import load_tasks
-from cua_rl.mini_agent import MiniAgentClient, Sampling
+from cua_rl.mini_agent import MiniAgentClient, Sampling, StartFrom
 from tests.doubles.model_double import mai_call, mai_script, qwen_call, qwen_script
 
 pytestmark = pytest.mark.desktop
@@ -331,20 +331,23 @@ async def test_a_continuation_starts_from_its_parents_history(gym, model, agent)
     async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
         parent = await run_to_end(agent, run_request(gym, eid, base, parent_key))
     assert parent.ok and parent.answer == "parent"
-    start = {"startFrom": {"runId": parent.run_id, "steps": 3}}
+    start = StartFrom(parent.run_id, 3)
     async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
-        child = await run_to_end(agent, run_request(gym, eid, base, child_key, extra=start))
+        child = await run_to_end(agent, run_request(gym, eid, base, child_key, start_from=start))
         async with httpx.AsyncClient(base_url=agent.url) as http:
             health = (await http.get("/health")).json()
             refusals = {}
             for name, change in {"startFrom.runId": {"runId": "0" * 32, "steps": 1},
                                  "startFrom.steps": {"runId": parent.run_id, "steps": 5}}.items():
-                body = run_request(gym, eid, base, child_key, extra={"startFrom": change})
-                refusals[name] = await http.post("/runs", json=body.to_payload())
-            other = run_request(gym, eid, base, child_key, task="another task", extra=start)
+                body = {**run_request(gym, eid, base, child_key).to_payload(), "startFrom": change}
+                refusals[name] = await http.post("/runs", json=body)
+            other = run_request(gym, eid, base, child_key, task="another task", start_from=start)
             refusals["task"] = await http.post("/runs", json=other.to_payload())
-            late = run_request(gym, eid, base, child_key, max_steps=3, extra=start)
-            refusals["maxSteps"] = await http.post("/runs", json=late.to_payload())
+            # our client refuses this one before sending it; the service too
+            with pytest.raises(ValueError, match="leaves no step of max_steps"):
+                run_request(gym, eid, base, child_key, max_steps=3, start_from=start)
+            late = {**run_request(gym, eid, base, child_key, max_steps=3).to_payload(), "startFrom": start.to_payload()}
+            refusals["maxSteps"] = await http.post("/runs", json=late)
     assert child.ok and child.answer == "child"
     assert [e.step for e in events_of(child, "step_start")] == [4]
     expected, got = scripted.requests[parent_key][3]["messages"], scripted.requests[child_key][0]["messages"]
