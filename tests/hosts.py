@@ -1,5 +1,6 @@
 """Hosts for a test: Linux network namespaces on one bridge, made by the test and removed after it;
-``Service``, one of our servers as its own process on this host's loopback; ``pids``, what runs here.
+``Service``, one of our servers as its own process on this host's loopback; ``pids``, what runs here (or what
+runs of this clone left).
 
 A multi-host run (the gym, the agent service and the trainer on different machines) is what users run and
 what a loopback-only test cannot see: an address that works on 127.0.0.1 and nowhere else. Each host here
@@ -26,11 +27,21 @@ ROOT = Path(__file__).resolve().parents[1]
 _GATEWAY = 254   # the default route's next hop: an address on the bridge that nobody holds
 
 
-def pids(pattern: str) -> set[int]:
+def pids(pattern: str, *, here: bool = False) -> set[int]:
     """Processes on this host whose command line matches ``pattern`` (``pgrep -f``): what a test compares
-    before and after a run to show nothing was left running."""
+    before and after a run to show nothing was left running. ``here``: only those working in this clone
+    (``ROOT``): a test's runs and services start there, and the desktops and vLLM servers they spawn inherit it,
+    so another clone's jobs on the machine (a calibration's runs, a second CI) are neither counted nor blamed."""
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
+    found = {int(p) for p in out.split()}
+    return {p for p in found if _cwd(p) == ROOT} if here else found
+
+
+def _cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:   # gone meanwhile
+        return None
 
 
 def children(pid: int, pattern: str) -> set[int]:

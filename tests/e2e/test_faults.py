@@ -57,7 +57,7 @@ def _episode_counts(fileroot: Path) -> dict[str, int]:
 
 def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_clearly(tmp_path):
     fileroot = tmp_path / "fileroot"
-    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
+    xvfb_before, vllm_before = pids("^Xvfb", here=True), pids("areal_vllm_server", here=True)
     gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), tmp_path,
                   "gym")
     agent = Service(["cua_rl.local_agent", "serve"], free_port(), tmp_path, "agent")
@@ -95,7 +95,7 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
         assert gym_desktops, "no desktop of the gym's found while an agent run was on it"
         gym.kill()
         time.sleep(3)
-        assert not (pids("^Xvfb") & gym_desktops), "the killed gym left its desktops running"
+        assert not (pids("^Xvfb", here=True) & gym_desktops), "the killed gym left its desktops running"
         gym.start()
         step = _steps_done(out)
         _wait(lambda: _steps_done(out) > step + 1, "two steps after the gym came back", trainer, out)
@@ -103,7 +103,7 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
 
         # 3. the model server: the run cannot go on and must say why
         before = _episode_counts(fileroot).get("episodes_lost", 0)
-        vllm = pids("areal_vllm_server") - vllm_before
+        vllm = pids("areal_vllm_server", here=True) - vllm_before
         assert vllm, "no vLLM process found"
         for pid in vllm:
             os.kill(pid, signal.SIGKILL)
@@ -129,5 +129,5 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
         agent.stop()
         gym.stop()
     time.sleep(2)
-    assert not (pids("^Xvfb") - xvfb_before), "desktops left behind"
-    assert not (pids("areal_vllm_server") - vllm_before), "vLLM left behind"
+    assert not (pids("^Xvfb", here=True) - xvfb_before), "desktops left behind"
+    assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM left behind"

@@ -61,7 +61,7 @@ def _train(tmp_path: Path, env: dict, args: list[str]) -> tuple[int, str]:
 def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_path):
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
-    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
+    xvfb_before, vllm_before = pids("^Xvfb", here=True), pids("areal_vllm_server", here=True)
     started = time.monotonic()
     rc, out = _train(tmp_path, env, [*SMALL_UNTRAINED, "trial_name=unreached", "policy.advertised_host=127.0.0.2",
                                      "health.stall_seconds=10"])
@@ -79,8 +79,8 @@ def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_pat
     assert "could not reach the policy endpoint at http://127.0.0.2:" in rollout_log
     _assert_the_run_page_names_the_stop(next((tmp_path / "fileroot" / "logs").glob("*/*/unreached/monitor/monitor.db")))
     time.sleep(2)
-    assert not (pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
-    assert not (pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
+    assert not (pids("^Xvfb", here=True) - xvfb_before), "Xvfb processes left behind"
+    assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM processes left behind"
 
 
 def _assert_the_run_page_names_the_stop(db: Path) -> None:
@@ -114,7 +114,7 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     for name in ("GYM_BASE_URL", "GYM_ID", "GBOX_MINI_AGENT_BASE_URL", "CUA_AGENT"):
         env.pop(name, None)
-    vllm_before, workers_before = pids("areal_vllm_server"), pids("cua_rl.areal_ext.worker")
+    vllm_before, workers_before = pids("areal_vllm_server", here=True), pids("cua_rl.areal_ext.worker")
     gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), tmp_path,
                   "gym")
     gym.start()
@@ -135,7 +135,7 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     assert re.search(r"^\[cua-rl\] cause: +a health check stopped the run: weights_unchanged 1", out, re.M), out[-3000:]
     _assert_the_regularisers_trained(next((tmp_path / "fileroot" / "logs").glob("*/*/stale")))
     time.sleep(2)
-    assert not (pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
+    assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM processes left behind"
     assert not (pids("cua_rl.areal_ext.worker") - workers_before), "training workers (actor or ref) left behind"
 
 

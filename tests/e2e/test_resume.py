@@ -60,7 +60,7 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
     fileroot = tmp_path / "fileroot"
     env = {**os.environ, "CUA_RL_FILEROOT": str(fileroot), "CUA_RL_DEVICE": "cpu"}
     env.pop("GYM_BASE_URL", None)
-    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
+    xvfb_before, vllm_before = pids("^Xvfb", here=True), pids("areal_vllm_server", here=True)
     ckpts = fileroot / "checkpoints" / getpass.getuser()
     started = time.monotonic()
 
@@ -90,7 +90,7 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
     killed_after = settle(next(ckpts.glob("cua-learn/resume")))["global_step"]
     assert first.returncode != 0 and "training FAILED" in out1, out1[-4000:]
     time.sleep(2)
-    assert not (pids("^Xvfb") - xvfb_before) and not (pids("areal_vllm_server") - vllm_before), \
+    assert not (pids("^Xvfb", here=True) - xvfb_before) and not (pids("areal_vllm_server", here=True) - vllm_before), \
         "the killed run left desktops or vLLM running"
 
     second = _run(env, "--resume")
@@ -128,5 +128,5 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
     # resumed steps only: the console counts from the committed step on
     assert "step 1/" not in out2 and re.search(rf"step {killed_after + 2}/{STEPS}", out2), out2[-3000:]
     time.sleep(2)
-    assert not (pids("^Xvfb") - xvfb_before), "Xvfb processes left behind"
-    assert not (pids("areal_vllm_server") - vllm_before), "vLLM processes left behind"
+    assert not (pids("^Xvfb", here=True) - xvfb_before), "Xvfb processes left behind"
+    assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM processes left behind"

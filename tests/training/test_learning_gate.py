@@ -112,7 +112,7 @@ def gate_run(tmp_path_factory):
     false-pass rate with it is the calibration's ``with_rerun``, docs/learning.md): (the JSONs in order, seed
     1's console output, its log dir, its checkpoint dir, what was left running)."""
     tmp = tmp_path_factory.mktemp("learning-gate")
-    xvfb_before, vllm_before = pids("^Xvfb"), pids("areal_vllm_server")
+    xvfb_before, vllm_before = pids("^Xvfb", here=True), pids("areal_vllm_server", here=True)
     results = [_run_bench(tmp, 1)]
     if results[0]["seeds"][0]["gate_failures"]:
         print(f"seed 1 failed the gate {results[0]['seeds'][0]['gate_failures']}: CI's one rerun, seed 2")
@@ -121,7 +121,7 @@ def gate_run(tmp_path_factory):
     logs = next(fileroot.glob("logs/*/cua-learn-multiturn/grpo-s1"))
     ckpts = next(fileroot.glob("checkpoints/*/cua-learn-multiturn/grpo-s1"))
     time.sleep(2)
-    left = {"Xvfb": pids("^Xvfb") - xvfb_before, "vLLM": pids("areal_vllm_server") - vllm_before}
+    left = {"Xvfb": pids("^Xvfb", here=True) - xvfb_before, "vLLM": pids("areal_vllm_server", here=True) - vllm_before}
     return results, (tmp / "work" / "grpo-s1.log").read_text(errors="replace"), logs, ckpts, left
 
 
