@@ -477,7 +477,7 @@ class CUAConfig(GRPOConfig):
         are asked of the services when the first tree plays)."""
         if self.tree.branch_turns[-1] > self.max_turns:
             raise ValueError(f"tree.branch_turns {self.tree.branch_turns} reach past max_turns ({self.max_turns})")
-        if "," in str(self.gym_base_url) or self.task_sources or self.gym_fleet.ray_gyms.enabled:
+        if len(self.gym_urls) > 1 or self.task_sources or self.gym_fleet.ray_gyms.enabled:
             raise ValueError("tree groups play on one gym host (a fork's children live on their parent's host): "
                              "give one gym URL and one task source")
         if self.trajectory.shuffle_screenshots or self.trajectory.mutation:

@@ -92,6 +92,7 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
     task_id = str(data["task_id"])
     where = f"task {task_id} episode {index}"
     options = {"seed": seed} if seed is not None else None
+    started = time.monotonic()   # an episode's seconds count its create's wait too
     try:
         # a gym at capacity, down or restarting is waited for (the client's back-off), within the episode's
         # time limit: nothing was created, so no data position is spent on a service's gap
@@ -100,7 +101,7 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
                               on_busy=placement.busy if placement is not None else None) as execution:
             if placement is not None:
                 placement.created()
-            return await play_on(setup, endpoint, data, index, gym, execution, report, seed=seed)
+            return await play_on(setup, endpoint, data, index, gym, execution, report, seed=seed, started=started)
     except (GenvError, MiniAgentError) as exc:
         return _dropped_by(exc, where, gym_url)
 
@@ -125,18 +126,19 @@ class PathHooks:
 
 async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: dict, index: int, gym: GenvClient,
                   execution, report: RolloutReport | None = None, seed: int | None = None,
-                  hooks: PathHooks | None = None) -> EpisodeOutcome | Dropped:
+                  hooks: PathHooks | None = None, started: float | None = None) -> EpisodeOutcome | Dropped:
     """The agent plays ``execution`` (created or forked by the caller, who terminates it) against ``endpoint``,
     then the gym evaluates it: ``play_episode`` without the create. Raises ``GenvError`` and ``MiniAgentError``
-    for the caller to drop the episode."""
+    for the caller to drop the episode. ``started``: when the episode began (``time.monotonic()``; default now),
+    what its ``seconds`` count from."""
     gym_url, gym_id = gym.base_url, gym.gym_id
     task_id = str(data["task_id"])
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
     where = f"task {task_id} episode {index}"
     if report is not None:
         live = execution.raw.get("live_view")
         report.execution(execution.execution_id,
-                         gym_url.rstrip("/") + live if isinstance(live, str) and live.startswith("/") else None)
+                         gym_url + live if isinstance(live, str) and live.startswith("/") else None)
     hooks = hooks or PathHooks()
     played = await _run_agent(setup, endpoint, data, gym_url, gym_id, execution.execution_id,
                               execution.instruction, report, hooks)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -162,10 +163,11 @@ class TreePlayer:
 
     async def _root(self, gym: GenvClient, path: PlayedPath) -> None:
         options = {"seed": self.seed} if self.seed is not None else None
+        started = time.monotonic()   # a root's seconds count its create's wait, as a plain episode's do
         try:
             async with gym.execution(str(self.data["task_id"]), options,
                                      busy_wait_s=self.setup.limits.max_task_time_seconds) as execution:
-                await self._path(gym, path, execution, None, None)
+                await self._path(gym, path, execution, None, None, started)
         except (GenvError, MiniAgentError) as exc:
             path.outcome = _dropped_by(exc, f"task {self.data['task_id']} tree path {path.index}", self.gym_url)
 
@@ -183,7 +185,7 @@ class TreePlayer:
             path.outcome = _dropped_by(exc, f"task {self.data['task_id']} tree path {path.index}", self.gym_url)
 
     async def _path(self, gym: GenvClient, path: PlayedPath, execution, start: StartFrom | None,
-                    parent: str | None) -> None:
+                    parent: str | None, started: float | None = None) -> None:
         """Play ``execution`` from ``path.first_turn``, forking it at each branch turn the path reaches.
         ``parent``: the monitor's rollout of the path it was forked from (its summary names it, and the turn)."""
         turns = [t for t in self.tree.branch_turns if t > path.first_turn]
@@ -207,7 +209,7 @@ class TreePlayer:
                           info={"tree_path": path.index, "tree_first_turn": path.first_turn,
                                 **({"tree_parent": parent} if parent else {})})
         play = asyncio.create_task(play_on(self.setup, self.endpoint, self.data, path.index, gym, execution, report,
-                                           seed=self.seed, hooks=hooks))
+                                           seed=self.seed, hooks=hooks, started=started))
         children: list[asyncio.Task] = []
         try:
             if turns:
