@@ -397,38 +397,41 @@ def episode_columns(outcomes: list[EpisodeOutcome], style: str, n_rows: int) -> 
     """``cua_rl.runs.EPISODE_COLUMNS`` for a group's rows, which ``group_batch`` lays out episode by episode in
     ``outcomes``' order (``rows_of`` each; an episode without a turn has none): per row its episode's gym reward
     (unshaped, unshuffled), success, and 1 / its episode's rows."""
-    reward, success, share = [], [], []
-    for o in outcomes:
-        n = rows_of(o.turns, style)
-        if not n:
-            continue
-        reward += [float(o.info.get("env_reward", o.info.get("true_reward", o.reward)))] * n
-        success += [float(bool(o.info.get("success")))] * n
-        share += [1.0 / n] * n
-    if len(reward) != n_rows:   # a layout this function does not know: report nothing rather than mislabel rows
-        raise ValueError(f"episode columns for {len(reward)} rows, the batch has {n_rows}")
-    # float64: a share of 1/3 summed over its rows must give the episode back
-    return {EPISODE_REWARD: torch.tensor(reward, dtype=torch.float64),
-            EPISODE_SUCCESS: torch.tensor(success, dtype=torch.float64),
-            EPISODE_SHARE: torch.tensor(share, dtype=torch.float64)}
+    return _columns([(rows_of(o.turns, style), _gym_reward(o.info, o.reward), float(bool(o.info.get("success"))), 1.0)
+                     for o in outcomes], n_rows)
 
 
 def tree_episode_columns(roots, style: str, n_rows: int) -> dict[str, torch.Tensor]:
     """``episode_columns`` for a tree's rows (``tree_rows``: segment by segment, depth first): a leaf segment's
     rows carry its episode (its gym reward, success and 1 / its rows), an inner segment's the mean of the leaves
     below it with no share, so the step counts each leaf once."""
-    reward, success, share = [], [], []
+    blocks = []
     for segment in walk(roots):
-        n = rows_of(segment.turns, style, segment.context)
+        below = leaves([segment])
+        blocks.append((rows_of(segment.turns, style, segment.context),
+                       sum(_gym_reward(s.info, s.reward) for s in below) / len(below),
+                       sum(float(bool(s.info.get("success"))) for s in below) / len(below),
+                       0.0 if segment.children else 1.0))
+    return _columns(blocks, n_rows)
+
+
+def _gym_reward(info: dict, reward: float) -> float:
+    """An episode's gym reward: unshaped (``env_reward``) and unshuffled (``true_reward``) where it was."""
+    return float(info.get("env_reward", info.get("true_reward", reward)))
+
+
+def _columns(blocks: list[tuple[int, float, float, float]], n_rows: int) -> dict[str, torch.Tensor]:
+    """The columns of consecutive blocks of rows, each (rows, reward, success, share of an episode it carries)."""
+    reward, success, share = [], [], []
+    for n, r, ok, whole in blocks:
         if not n:
             continue
-        below = leaves([segment])
-        reward += [sum(float(s.info.get("env_reward", s.info.get("true_reward", s.reward))) for s in below)
-                   / len(below)] * n
-        success += [sum(float(bool(s.info.get("success"))) for s in below) / len(below)] * n
-        share += [1.0 / n if not segment.children else 0.0] * n
-    if len(reward) != n_rows:
-        raise ValueError(f"tree episode columns for {len(reward)} rows, the batch has {n_rows}")
+        reward += [r] * n
+        success += [ok] * n
+        share += [whole / n] * n
+    if len(reward) != n_rows:   # a layout this function does not know: report nothing rather than mislabel rows
+        raise ValueError(f"episode columns for {len(reward)} rows, the batch has {n_rows}")
+    # float64: a share of 1/3 summed over its rows must give the episode back
     return {EPISODE_REWARD: torch.tensor(reward, dtype=torch.float64),
             EPISODE_SUCCESS: torch.tensor(success, dtype=torch.float64),
             EPISODE_SHARE: torch.tensor(share, dtype=torch.float64)}
