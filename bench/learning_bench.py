@@ -534,9 +534,13 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
                    if decodings == ("greedy",) and tuple(r for r in args.regimes.split(",") if r) == GATED
                    else ["verdict.enabled=false"])
 
+    run_steps: dict[str, int] = {}          # run label -> its steps: the bench's, or a variant's own total_train_steps
+
     def train(label: str, own: list[str]) -> None:
-        wall[label], ckpts = _rl(label, config, run_warm, steps, work, env, [*extra, *own, *own_verdict])
-        runs[label], overrides[label] = ckpts[steps], own
+        n = int(next((o.split("=", 1)[1] for o in reversed(own) if o.startswith("total_train_steps=")), steps))
+        given = [o for o in own if not o.startswith("total_train_steps=")]
+        wall[label], ckpts = _rl(label, config, run_warm, n, work, env, [*extra, *given, *own_verdict])
+        runs[label], overrides[label], run_steps[label] = ckpts[n], own, n
 
     for seed in rl_seeds:
         train(f"grpo-s{seed}", [f"seed={seed}"])
@@ -592,7 +596,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
             return {"stopped": stopped[label], "gate_failures": [f"the run ended early: {stopped[label]}"]}
         sampled, greedy = per[label].get("sampled"), per[label]["greedy"]
         gate = gate_figures(before, greedy)
-        record = run_record(work, experiment, label, steps)
+        record = run_record(work, experiment, label, run_steps[label])
         own_lag = load_config(config, [*extra, *overrides[label]]).rollout.max_head_offpolicyness
         entry = {"greedy": greedy["success"],
                  "regimes": {r: {"greedy": greedy["regimes"][r]["success"],
@@ -600,7 +604,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
                  "gate": gate, "success": sampled and sampled["success"],
                  f"pass_at_{samples}": sampled and sampled["pass_at_k"],
                  "turns": (sampled or greedy)["mean_turns"], **record}
-        return {**entry, "gate_failures": gate_failures(gate, record, steps, own_lag)}
+        return {**entry, "gate_failures": gate_failures(gate, record, run_steps[label], own_lag)}
 
     def over_seeds(run_labels: list[str]) -> dict:
         """Per regime: greedy before and after (the mean over the runs), the rise with its cluster interval
@@ -661,7 +665,7 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
         a, b = ("grpo", next(iter(variants))) if len(variants) == 1 or not grpo else list(variants)[:2]
         result["method_comparison"] = method_comparison(a, methods[a], b, methods[b], per, before, regimes,
                                                         {label: judged(label)["use"] for label in methods[a] + methods[b]
-                                                         if label not in stopped})
+                                                         if label not in stopped}, run_steps)
     png = Path(args.plot) if args.plot else work / "learning.png"
     plot_multiturn(result, png)
     return _report(result, png, args)
@@ -718,10 +722,11 @@ def warm_start_failures(before: dict) -> list[str]:
 
 
 def method_comparison(a: str, a_runs: list[str], b: str, b_runs: list[str], per: dict, before: dict,
-                      regimes: dict, use: dict) -> dict:
+                      regimes: dict, use: dict, steps: dict[str, int]) -> dict:
     """Two methods side by side over their seeds: held-out greedy success per regime, ``b`` - ``a`` with its
-    Welch interval across seeds, and what each used per run (environment steps, desktop-seconds, trained tokens:
-    ``run_record``'s ``use``)."""
+    Welch interval across seeds, what each used per run (environment steps, desktop-seconds, trained tokens:
+    ``run_record``'s ``use``; ``steps``: each run's training steps) and whether ``b`` met the target against
+    ``a`` (``comparison_target``)."""
     def success(labels: list[str], r: str) -> list[float]:
         return [per[label]["greedy"]["regimes"][r]["success"] for label in labels]
 
@@ -736,7 +741,27 @@ def method_comparison(a: str, a_runs: list[str], b: str, b_runs: list[str], per:
     for key in ("env_steps", "desktop_seconds", "trained_tokens"):
         out[key] = {m: mean([use[label][key] for label in labels if label in use])
                     for m, labels in ((a, a_runs), (b, b_runs))}
+    out["steps"] = {a: steps[a_runs[0]], b: steps[b_runs[0]]}
+    out["target"] = comparison_target(a, b, out)
     return out
+
+
+# Issue 65's target for a method ``b`` against plain GRPO ``a`` (decided 2026-11-30, before any tree run): ``b``
+# reaches ``a``'s final held-out greedy success, its mean over seeds at least ``a``'s in every gated regime, with
+# at most TARGET_ENV_SHARE of ``a``'s environment steps per run (replayed actions counted).
+TARGET_ENV_SHARE = 0.6
+
+
+def comparison_target(a: str, b: str, compared: dict) -> dict:
+    """Whether ``b`` met the target against ``a`` (``TARGET_ENV_SHARE``), and why not when it did not."""
+    env = compared["env_steps"]
+    share = round(env[b] / env[a], 4) if env.get(a) and env.get(b) is not None else None
+    short = [r for r in GATED if r in compared["regimes"] and compared["regimes"][r][b] < compared["regimes"][r][a]]
+    why = ([f"{b} used {share} of {a}'s environment steps (> {TARGET_ENV_SHARE})"] if share is None
+           or share > TARGET_ENV_SHARE else []) + [f"{b}'s held-out greedy success in {r} "
+                                                    f"{compared['regimes'][r][b]} < {a}'s {compared['regimes'][r][a]}"
+                                                    for r in short]
+    return {"env_steps_share": share, "at_most": TARGET_ENV_SHARE, "met": not why, "why_not": why}
 
 
 def _variants(given: list[str]) -> dict[str, list[str]]:

@@ -1,8 +1,10 @@
 """Suite-wide set-up shared by every test folder: the logging fix, the one-process torch world, the session's
 tiny model and vLLM server, the quick tier's marker, and the test budget's report."""
 
+import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -124,6 +126,7 @@ BUDGET_STOP_S = float(os.environ.get("CUA_RL_TEST_STOP_S", 75 * 60))
 _folder_s: dict[str, float] = {}
 _test_s: dict[str, float] = {}
 _started = time.monotonic()
+TIMES = Path(__file__).resolve().parents[1] / "build" / "test-times.json"   # the last run's times (build/ is ignored)
 
 
 def _folder(nodeid: str) -> str:
@@ -159,6 +162,13 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"{s:8.1f} s  {folder}")
     tr.write_line(f"{sum(_folder_s.values()):8.1f} s  in tests; pytest's wall time "
                   f"{time.monotonic() - _started:.0f} s")
+    # every test's time, longest first, for the ledger (docs/testing.md): what the 25 slowest leave out
+    TIMES.parent.mkdir(parents=True, exist_ok=True)
+    TIMES.write_text(json.dumps({"wall_s": round(time.monotonic() - _started, 1),
+                                 "folders": {f: round(s, 1) for f, s in sorted(_folder_s.items(), key=lambda kv: -kv[1])},
+                                 "tests": {n: round(s, 2) for n, s in sorted(_test_s.items(), key=lambda kv: -kv[1])}},
+                                indent=1) + "\n")
+    tr.write_line(f"every test's time: {TIMES}")
 
 
 # ---- the launcher's --dry-run, in process (tests/config, tests/dataset) ----------------------------------

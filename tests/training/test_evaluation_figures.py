@@ -117,6 +117,24 @@ def test_the_interval_across_seeds():
     assert bench.across_seeds([0.3, 0.35, 0.25])[0] > 0.1
 
 
+def test_a_method_comparison_says_whether_the_target_was_met():
+    """Issue 65's target: the method reaches GRPO's final held-out success in every gated regime with at most
+    60% of GRPO's environment steps; each way of missing it is named."""
+    bench = _bench()
+
+    def compared(tree_success: float, tree_env: float) -> dict:
+        regimes = {r: {"grpo": 0.9, "tree": tree_success} for r in bench.GATED}
+        return {"regimes": regimes, "env_steps": {"grpo": 1000.0, "tree": tree_env}}
+
+    assert bench.comparison_target("grpo", "tree", compared(0.9, 600.0)) == \
+        {"env_steps_share": 0.6, "at_most": 0.6, "met": True, "why_not": []}
+    more_steps = bench.comparison_target("grpo", "tree", compared(0.95, 700.0))
+    assert not more_steps["met"] and more_steps["why_not"] == ["tree used 0.7 of grpo's environment steps (> 0.6)"]
+    worse = bench.comparison_target("grpo", "tree", compared(0.8, 500.0))
+    assert not worse["met"] and len(worse["why_not"]) == len(bench.GATED), worse
+    assert not bench.comparison_target("grpo", "tree", compared(0.9, None))["met"]   # no count: not met
+
+
 def test_the_calibrations_bounds_and_fit():
     """bench/gate_calibration.py: Clopper-Pearson bounds (0 of 8 -> 1 - 0.025^(1/8); 5 of 5 -> 0.025^(1/5); 3 of
     10 -> the textbook [0.0667, 0.6525]) and the normal fit of the controls' gate statistic."""
