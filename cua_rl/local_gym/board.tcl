@@ -16,7 +16,8 @@
 #                                             last: an empty screen); any other key, or any key after the last
 #                                             step, turns the screen black for good (the episode is lost). Every
 #                                             press is recorded. The gym still decides the score, from events.
-#   ready      written here once the instance is on screen (the gym waits for it)
+#   ready      written here once the instance is on screen (the gym waits for it): "ok W H SW SH", the
+#              window's size and the screen's (the gym refuses a board the window manager left small)
 #   events     appended here, one line per event: "click ID" (the topmost item under a left click, or
 #              "background"), "submit ID TEXT" (Enter in a text box), "key KEYSYM" (a key press, when asked)
 # Until the instance arrives the window is blank and records nothing (warm spares wait like that).
@@ -106,7 +107,7 @@ proc show {path} {
     update
     global dir
     set f [open [file join $dir ready] w]
-    puts $f ok
+    puts $f "ok [winfo width .] [winfo height .] [winfo screenwidth .] [winfo screenheight .]"
     close $f
 }
 

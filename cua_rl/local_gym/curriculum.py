@@ -417,4 +417,18 @@ def show(desktop, instance: Instance, timeout_s: float = READY_TIMEOUT_S) -> Non
         if time.monotonic() > deadline:
             raise RuntimeError(f"the board window did not draw the instance within {timeout_s:.0f} s")
         time.sleep(0.01)
+    _check_maximised((folder / "ready").read_text())
     desktop.screen.wait_stable(stable_s=0.05, timeout_s=2.0)
+
+
+def _check_maximised(ready: str) -> None:
+    """The board drew itself at the size its window had: a window the window manager never managed keeps Tk's
+    200x200 in the corner of a black screen (seen on cold desktops under load: the policy then looks at that
+    screen for the whole episode and fails through no fault of its own). Such a start is the gym's failure."""
+    fields = ready.split()
+    if len(fields) != 5 or fields[0] != "ok":
+        raise RuntimeError(f"the board window wrote {ready.strip()!r} when ready, not 'ok W H SW SH'")
+    w, h, sw, sh = (int(x) for x in fields[1:])
+    if w < sw // 2 or h < sh // 2:
+        raise RuntimeError(f"the board window is {w}x{h} on a {sw}x{sh} screen: the window manager did not "
+                           "maximise it (the task would show in a corner of a black screen)")

@@ -231,11 +231,14 @@ class Desktop:
         desk = cls(spec=spec, display_num=x.display_num, uid=x.uid, root=x.root, procs=x.procs)
         try:
             desk._prepare_dirs(limits)
-            # The apps start while openbox does (~40 ms): it is ready long before an app maps its first
-            # window (~150 ms), and it manages windows that exist when it starts by the same rules anyway.
+            # The apps start once openbox manages the screen (its _NET_SUPPORTING_WM_CHECK is set after it
+            # redirects the root's map requests). Started beside it (saving ~40 ms), a window mapped while
+            # openbox was starting under load was sometimes never managed: the board stayed Tk's 200x200 in
+            # the corner of a black screen, unmaximised, for the whole episode (a tree run and the curriculum
+            # test, 2026-11-30; curriculum.show now refuses such a board).
             openbox = desk._spawn_openbox()
-            desk._start_sandbox(limits)
             desk._wait_openbox(openbox, timeout_s)
+            desk._start_sandbox(limits)
             desk._wait_for_windows(timeout_s)
             desk.xinput = XInput(desk.display)
             desk.screen = Screen(desk.display)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,49 @@ async def test_key_sequence_screens_follow_the_keys(gym):
             for key in ("g", "r"):                 # wrong, then the right one: still lost
                 assert (await client.act(ex.execution_id, {"type": "key", "keys": [key]}))["ok"]
             assert centre(await client.screenshot(ex.execution_id)) == (0, 0, 0)
+
+
+@pytest.mark.desktop
+def test_a_board_the_window_manager_never_managed_is_refused_not_shown_in_a_corner(tmp_path):
+    """Seen in a tree run on cold desktops under load (2026-11-30): openbox never managed the board's window, so
+    Tk's 200x200 window sat in the top-left corner of a black screen, and the policy looked at that for the whole
+    episode (three invalid replies, a failure trained as the policy's). Reproduced for real: the board on an Xvfb
+    with no window manager. ``show`` must refuse it (the create becomes the gym's 503), and a managed board on
+    the gym's desktops reports the whole screen."""
+    import shutil
+    import subprocess
+    from types import SimpleNamespace
+
+    from cua_rl.local_gym import curriculum
+
+    r, w = os.pipe()
+    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(w)
+    board = None
+    try:
+        with os.fdopen(r) as f:
+            display = ":" + f.readline().strip()
+        (tmp_path / ".board").mkdir()
+        shutil.copy(Path(curriculum.__file__).parent / "board.tcl", tmp_path / ".board" / "board.tcl")
+        board = subprocess.Popen(["wish", str(tmp_path / ".board" / "board.tcl")],
+                                 env={**os.environ, "DISPLAY": display, "HOME": str(tmp_path)})
+        with pytest.raises(RuntimeError, match=r"the board window is 200x200 on a 1280x800 screen: the window "
+                                               r"manager did not maximise it"):
+            curriculum.show(SimpleNamespace(home=str(tmp_path)), make_instance("key-sequence", 3))
+    finally:
+        if board is not None:
+            board.kill()
+            board.wait()
+        xvfb.kill()
+        xvfb.wait()
+
+
+@pytest.mark.desktop
+async def test_a_shown_board_covers_the_screen(gym):
+    async with GenvClient(gym.url, gym.gym_id) as client:
+        async with client.execution("054", {"seed": 3}) as ex:
+            home = Path(gym.manager.executions[ex.execution_id].desktop.home)
+            ok, width, height, screen_w, screen_h = (home / ".board" / "ready").read_text().split()
+            assert ok == "ok" and (screen_w, screen_h) == ("1280", "800"), (width, height)
+            assert int(width) > 1200 and int(height) > 700, "a managed board is maximised (less its borders)"
