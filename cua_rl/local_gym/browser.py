@@ -71,6 +71,10 @@ INPUT_NONE_S = 8.0
 # overtake the click (a likely cause of enter-text-dynamic and simple-arithmetic each losing their text once in
 # a CI run on a cold browser: the text never reached the field).
 INPUT_READ_S = 10.0
+# How long an action waits for the page to have painted after its input (``BrowserDesktop.painted``): two
+# animation frames, ~33 ms at 60 Hz; a page that does not answer in time is logged and the action goes on.
+PAINT_WAIT_S = 2.0
+RAF2_JS = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 CHROMIUM_FLAGS = (
     "--kiosk", "--no-first-run", "--no-default-browser-check", "--disable-gpu", "--disable-quic",
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
@@ -341,6 +345,21 @@ class BrowserDesktop(Desktop):
         except TimeoutError:
             logger.info("%s: the page did not report its input count within %.0f s", self.display, INPUT_READ_S)
             return None
+
+    async def painted(self, timeout_s: float = PAINT_WAIT_S) -> bool:
+        """Wait until the page has produced a frame after what it has received (two animation frames: the second
+        runs once the first, which holds the input's effect, is committed), so the settle wait that follows sees
+        its pixels. Without it a checkbox's tick could reach the X server after the action's settle: the
+        screenshot after a click showed the box unticked while the page had it ticked (a fork's child, replayed,
+        then differed from its parent's capture). False when the page did not answer within ``timeout_s``."""
+        assert self.cdp is not None
+        try:
+            await self.cdp.acall("Runtime.evaluate", {"expression": RAF2_JS, "awaitPromise": True, "returnByValue": True},
+                                 self.session, timeout_s)
+            return True
+        except (CDPError, TimeoutError):
+            logger.info("%s: the page did not paint within %.1f s of its input", self.display, timeout_s)
+            return False
 
     async def input_log(self) -> list | None:
         """The page's last 64 trusted input events: [type, key, target, focused element, document has focus,

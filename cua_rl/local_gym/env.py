@@ -291,6 +291,7 @@ class LocalGym:
         await perform(action, d.xinput, d.spec.width, d.spec.height, ex.state)
         if inputs is not None:
             await d.wait_input(inputs, page_events(action, d.xinput))
+            await d.painted()   # its effect on the screen before the settle wait (a checkbox's tick)
 
     def _prepare_screenshot(self, ex: Execution, frame, like: Execution) -> None:
         """Start encoding ``frame`` of a new child in the format its parent's agent asked for last: the child's
