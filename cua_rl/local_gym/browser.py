@@ -269,10 +269,11 @@ class BrowserDesktop(Desktop):
                               self.session, timeout_s)
         return _value(reply, expression)
 
-    async def aevaluate(self, expression: str, timeout_s: float = 10.0):
-        """The asyncio form of ``evaluate``."""
+    async def aevaluate(self, expression: str, timeout_s: float = 10.0, await_promise: bool = False):
+        """The asyncio form of ``evaluate``; ``await_promise``: the value the expression's promise resolves to."""
         assert self.cdp is not None
-        reply = await self.cdp.acall("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+        reply = await self.cdp.acall("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                          **({"awaitPromise": True} if await_promise else {})},
                                      self.session, timeout_s)
         return _value(reply, expression)
 
@@ -352,11 +353,8 @@ class BrowserDesktop(Desktop):
         its pixels. Without it a checkbox's tick could reach the X server after the action's settle: the
         screenshot after a click showed the box unticked while the page had it ticked (a fork's child, replayed,
         then differed from its parent's capture). False when the page did not answer within ``timeout_s``."""
-        assert self.cdp is not None
         try:
-            await self.cdp.acall("Runtime.evaluate", {"expression": RAF2_JS, "awaitPromise": True, "returnByValue": True},
-                                 self.session, timeout_s)
-            return True
+            return await self.aevaluate(RAF2_JS, timeout_s, await_promise=True)
         except (CDPError, TimeoutError):
             logger.info("%s: the page did not paint within %.1f s of its input", self.display, timeout_s)
             return False

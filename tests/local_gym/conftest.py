@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -35,11 +36,11 @@ def gym():
         yield server
 
 
-@pytest.fixture
-def x_display():
-    """A bare Xvfb (320x200) of its own: its display name."""
+@contextlib.contextmanager
+def bare_x(width: int = 320, height: int = 200):
+    """A bare Xvfb of its own (no window manager): its display name."""
     r, w = os.pipe()
-    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "320x200x24", "-nolisten", "tcp"],
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp"],
                             pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(w)
     try:
@@ -48,6 +49,13 @@ def x_display():
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def x_display():
+    """A bare Xvfb (320x200) of its own: its display name."""
+    with bare_x() as name:
+        yield name
 
 
 def paint(name: str, colour: int, x: int = 10, y: int = 10, width: int = 50, height: int = 40) -> None:

@@ -273,35 +273,27 @@ def test_a_board_the_window_manager_never_managed_is_refused_not_shown_in_a_corn
     """Seen in a tree run on cold desktops under load (2026-11-30): openbox never managed the board's window, so
     Tk's 200x200 window sat in the top-left corner of a black screen, and the policy looked at that for the whole
     episode (three invalid replies, a failure trained as the policy's). Reproduced for real: the board on an Xvfb
-    with no window manager. ``show`` must refuse it (the create becomes the gym's 503), and a managed board on
-    the gym's desktops reports the whole screen."""
+    with no window manager. ``show`` must refuse it (the create becomes the gym's 503); the next test shows a
+    managed board on the gym's desktops reporting the whole screen."""
     import shutil
     import subprocess
     from types import SimpleNamespace
 
     from cua_rl.local_gym import curriculum
+    from tests.local_gym.conftest import bare_x
 
-    r, w = os.pipe()
-    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(w)
-    board = None
-    try:
-        with os.fdopen(r) as f:
-            display = ":" + f.readline().strip()
-        (tmp_path / ".board").mkdir()
-        shutil.copy(Path(curriculum.__file__).parent / "board.tcl", tmp_path / ".board" / "board.tcl")
+    (tmp_path / ".board").mkdir()
+    shutil.copy(Path(curriculum.__file__).parent / "board.tcl", tmp_path / ".board" / "board.tcl")
+    with bare_x(1280, 800) as display:
         board = subprocess.Popen(["wish", str(tmp_path / ".board" / "board.tcl")],
                                  env={**os.environ, "DISPLAY": display, "HOME": str(tmp_path)})
-        with pytest.raises(RuntimeError, match=r"the board window is 200x200 on a 1280x800 screen: the window "
-                                               r"manager did not maximise it"):
-            curriculum.show(SimpleNamespace(home=str(tmp_path)), make_instance("key-sequence", 3))
-    finally:
-        if board is not None:
+        try:
+            with pytest.raises(RuntimeError, match=r"the board window is 200x200 on a 1280x800 screen: the window "
+                                                   r"manager did not maximise it"):
+                curriculum.show(SimpleNamespace(home=str(tmp_path)), make_instance("key-sequence", 3))
+        finally:
             board.kill()
             board.wait()
-        xvfb.kill()
-        xvfb.wait()
 
 
 @pytest.mark.desktop
