@@ -75,8 +75,49 @@ def pytest_collection_modifyitems(config, items):
         if (item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames)
                 or any(item.nodeid.startswith(prefix) for prefix in SLOW_TESTS)):
             item.add_marker(pytest.mark.slow)
+    if hasattr(config, "workerinput"):   # a lane of scripts/test.sh's run (a pytest-xdist worker)
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(lane_unit(item)))
+        items.sort(key=lambda item: -UNIT_S.get(lane_unit(item), 0))   # stable: a unit's tests keep their order
     if config.getoption("--reverse"):
         items.reverse()
+
+
+# ---- the lanes: scripts/test.sh runs the suite in two pytest-xdist workers (--dist loadgroup) --------------
+# A one-lane run left the 2-core machine a third idle (start-ups, desktops and time-outs waiting: docs/testing.md),
+# so a second lane runs tests beside the first. A unit of work goes to one lane whole: a test module (its module
+# fixtures start once), except that every test of the session's vLLM server is one unit (one server, started by
+# the lane that runs them) and so are the monitor's tests (one PostgreSQL). Units are handed out longest first
+# (UNIT_S, measured; the others after them in collection order) so the lanes end close together. Tests that show
+# nothing was left running count only their own lane's processes (tests/hosts.py ``pids(..., here=True)``).
+UNIT_S = {   # seconds in one lane, session 31's cold run (Intel Xeon, 2 cores); units under 20 s are left out
+    "tests/training/test_learning_gate.py": 811, "tests/e2e/test_gym_fleet.py": 204,
+    "tests/local_gym/test_vm_gym.py": 187, "tests/e2e/test_health_stop.py": 186, "tests/e2e/test_faults.py": 144,
+    "tests/e2e/test_resume.py": 137, "vllm-server": 128, "tests/e2e/test_launch_interrupt.py": 77,
+    "tests/policy/test_gates_lora.py": 75, "tests/local_gym/test_task_solutions.py": 69,
+    "tests/local_gym/test_miniwob.py": 53, "tests/config/test_cli.py": 51, "postgres": 45,
+    "tests/config/test_wheel.py": 35, "tests/config/test_config_loading.py": 35,
+    "tests/training/test_trainer_close.py": 32, "tests/local_agent/test_agent_desktop.py": 32,
+    "tests/local_gym/test_curriculum.py": 26, "tests/local_gym/test_api.py": 26,
+    "tests/docs/test_documented_commands.py": 25, "tests/sft/test_sft.py": 25,
+    "tests/local_model/test_serve_checkpoint.py": 24, "tests/logs/test_keep_stdlib_logging.py": 23,
+    "tests/local_gym/test_sandbox.py": 21,
+}
+
+
+def lane_unit(item) -> str:
+    """The unit of work ``item`` belongs to: a test module, or a session fixture's tests together."""
+    if "vllm_server" in item.fixturenames:
+        return "vllm-server"
+    if item.nodeid.startswith("tests/monitor/"):
+        return "postgres"
+    return item.nodeid.split("::")[0]
+
+
+def plain_nodeid(nodeid: str) -> str:
+    """A test's id without the ``@unit`` suffix pytest-xdist gives it in a lane."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
 
 
 # ---- the tiny model and real vLLM, one of each per session (vLLM takes a minute or two to start) ----------
@@ -126,6 +167,8 @@ BUDGET_STOP_S = float(os.environ.get("CUA_RL_TEST_STOP_S", 75 * 60))
 _folder_s: dict[str, float] = {}
 _test_s: dict[str, float] = {}
 _started = time.monotonic()
+_started_wall = time.time()
+_timeline: dict[str, list[list]] = {}   # lane -> [start offset, test, seconds], in the order the lane ran them
 TIMES = Path(__file__).resolve().parents[1] / "build" / "test-times.json"   # the last run's times (build/ is ignored)
 
 
@@ -135,8 +178,14 @@ def _folder(nodeid: str) -> str:
 
 
 def pytest_runtest_logreport(report):
-    _folder_s[_folder(report.nodeid)] = _folder_s.get(_folder(report.nodeid), 0.0) + report.duration
-    _test_s[report.nodeid] = _test_s.get(report.nodeid, 0.0) + report.duration
+    nodeid = plain_nodeid(report.nodeid)
+    _folder_s[_folder(nodeid)] = _folder_s.get(_folder(nodeid), 0.0) + report.duration
+    _test_s[nodeid] = _test_s.get(nodeid, 0.0) + report.duration
+    lane = getattr(report, "worker_id", None) or "main"   # pytest-xdist names the worker that ran it
+    if report.when == "setup":
+        _timeline.setdefault(lane, []).append([round(report.start - _started_wall, 1), nodeid, 0.0])
+    if _timeline.get(lane) and _timeline[lane][-1][1] == nodeid:
+        _timeline[lane][-1][2] = round(report.stop - _started_wall - _timeline[lane][-1][0], 1)
 
 
 def _longest(n: int) -> list[str]:
@@ -154,7 +203,7 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _folder_s:
+    if not _folder_s or hasattr(terminalreporter.config, "workerinput"):
         return
     tr = terminalreporter
     tr.section("time per test folder (setup + call + teardown)")
@@ -166,7 +215,8 @@ def pytest_terminal_summary(terminalreporter):
     TIMES.parent.mkdir(parents=True, exist_ok=True)
     TIMES.write_text(json.dumps({"wall_s": round(time.monotonic() - _started, 1),
                                  "folders": {f: round(s, 1) for f, s in sorted(_folder_s.items(), key=lambda kv: -kv[1])},
-                                 "tests": {n: round(s, 2) for n, s in sorted(_test_s.items(), key=lambda kv: -kv[1])}},
+                                 "tests": {n: round(s, 2) for n, s in sorted(_test_s.items(), key=lambda kv: -kv[1])},
+                                 "lanes": _timeline},
                                 indent=1) + "\n")
     tr.write_line(f"every test's time: {TIMES}")
 

@@ -1,6 +1,6 @@
 """Hosts for a test: Linux network namespaces on one bridge, made by the test and removed after it;
 ``Service``, one of our servers as its own process on this host's loopback; ``pids``, what runs here (or what
-runs of this clone left).
+runs of this clone's lane left); ``descendants``, a process tree from /proc.
 
 A multi-host run (the gym, the agent service and the trainer on different machines) is what users run and
 what a loopback-only test cannot see: an address that works on 127.0.0.1 and nowhere else. Each host here
@@ -29,12 +29,49 @@ _GATEWAY = 254   # the default route's next hop: an address on the bridge that n
 
 def pids(pattern: str, *, here: bool = False) -> set[int]:
     """Processes on this host whose command line matches ``pattern`` (``pgrep -f``): what a test compares
-    before and after a run to show nothing was left running. ``here``: only those working in this clone
-    (``ROOT``): a test's runs and services start there, and the desktops and vLLM servers they spawn inherit it,
-    so another clone's jobs on the machine (a calibration's runs, a second CI) are neither counted nor blamed."""
+    before and after a run to show nothing was left running. ``here``: only this test's lane's: those working in
+    this clone (``ROOT``: a test's runs and services start there, and the desktops and vLLM servers they spawn
+    inherit it) and not below another lane of this suite (``other_lanes``), so another clone's jobs on the
+    machine (a calibration's runs, a second CI) and the tests running beside this one are neither counted nor
+    blamed. A process a run left behind is counted wherever it was reparented."""
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     found = {int(p) for p in out.split()}
-    return {p for p in found if _cwd(p) == ROOT} if here else found
+    if not here:
+        return found
+    beside = other_lanes()
+    return {p for p in found if _cwd(p) == ROOT and p not in beside}
+
+
+def other_lanes() -> set[int]:
+    """Every process below the suite's other lanes, which run tests at the same time as this one (scripts/test.sh
+    runs pytest-xdist workers, each a child of the controller): the controller's tree less this worker's own.
+    Empty when the suite runs in one process."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return set()
+    controller = os.getppid()
+    return descendants([controller]) - descendants([os.getpid()]) - {controller}
+
+
+def descendants(root_pids: list[int]) -> set[int]:
+    """Every live process below (and including) ``root_pids``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), list(root_pids)
+    while todo:
+        pid = todo.pop()
+        if pid in found or not os.path.exists(f"/proc/{pid}"):
+            continue
+        found.add(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 def _cwd(pid: int) -> Path | None:

@@ -114,7 +114,7 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu"}
     for name in ("GYM_BASE_URL", "GYM_ID", "GBOX_MINI_AGENT_BASE_URL", "CUA_AGENT"):
         env.pop(name, None)
-    vllm_before, workers_before = pids("areal_vllm_server", here=True), pids("cua_rl.areal_ext.worker")
+    vllm_before, workers_before = pids("areal_vllm_server", here=True), pids("cua_rl.areal_ext.worker", here=True)
     gym = Service(["cua_rl.local_gym", "serve", "--gym-id", "desktop", "--pool-size", "2"], free_port(), tmp_path,
                   "gym")
     gym.start()
@@ -136,7 +136,8 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     _assert_the_regularisers_trained(next((tmp_path / "fileroot" / "logs").glob("*/*/stale")))
     time.sleep(2)
     assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM processes left behind"
-    assert not (pids("cua_rl.areal_ext.worker") - workers_before), "training workers (actor or ref) left behind"
+    assert not (pids("cua_rl.areal_ext.worker", here=True) - workers_before), \
+        "training workers (actor or ref) left behind"
 
 
 def _assert_the_regularisers_trained(logs: Path) -> None:

@@ -10,28 +10,6 @@ import time
 from cua_rl.genv import GenvClient
 
 
-def descendants(root_pids: list[int]) -> set[int]:
-    """Every live process below (and including) ``root_pids``, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), list(root_pids)
-    while todo:
-        pid = todo.pop()
-        if pid in found or not os.path.exists(f"/proc/{pid}"):
-            continue
-        found.add(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
 def names(pids) -> dict[int, str]:
     """Each of ``pids`` that still exists, with its command name (/proc/PID/comm: at most 15 characters)."""
     out = {}

@@ -17,7 +17,8 @@ from cua_rl.local_gym import load_tasks, start_gym_server
 from cua_rl.local_gym.keyboard_suite import write_suite
 from cua_rl.local_gym.procs import wait_until
 
-from gym_helpers import descendants, evaluation_within, names, wait_gone
+from gym_helpers import evaluation_within, names, wait_gone
+from tests.hosts import descendants
 
 pytestmark = pytest.mark.desktop
 EDITOR_TASK = "001"   # mousepad on notes.txt; its solution types and saves

@@ -12,7 +12,8 @@ import pytest
 
 from cua_rl.local_gym import GymError, GymOptions, LocalGym, load_tasks
 from cua_rl.local_gym import keyboard_suite as K
-from gym_helpers import descendants, names
+from gym_helpers import names
+from tests.hosts import descendants
 
 pytestmark = pytest.mark.desktop
 

@@ -15,7 +15,8 @@ import pytest
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import GymError, GymOptions, LocalGym, curriculum, start_gym_server
 from cua_rl.local_gym.fork import home_state
-from gym_helpers import descendants, names, wait_gone
+from gym_helpers import names, wait_gone
+from tests.hosts import descendants
 
 pytestmark = pytest.mark.desktop
 

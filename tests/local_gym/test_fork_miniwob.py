@@ -10,7 +10,8 @@ import pytest
 
 from cua_rl.local_gym import GymError, GymOptions, LocalGym
 from cua_rl.local_gym.miniwob import _FORK_STATE_JS
-from gym_helpers import descendants, wait_gone
+from gym_helpers import wait_gone
+from tests.hosts import descendants
 
 pytestmark = pytest.mark.desktop
 

@@ -20,7 +20,8 @@ from cua_rl.genv import GenvClient
 from cua_rl.http.serve import free_port
 from cua_rl.local_gym import mounts
 from cua_rl.local_gym.desktop import SANDBOX_ETC
-from gym_helpers import descendants, names, wait_gone
+from gym_helpers import names, wait_gone
+from tests.hosts import descendants
 
 pytestmark = pytest.mark.desktop
 TERMINAL_TASK = "012"   # xterm, maximised, focused
