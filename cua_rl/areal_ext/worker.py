@@ -22,6 +22,9 @@ before any model is built there:
   (cua_rl/areal_ext/lora_vlm.py).
 - ``entropy_bonus.enable()``: with ``entropy_bonus`` > 0 in the config (``CUA_RL_ENTROPY_BONUS``, set by
   ``train.py``), the actor's loss gets an entropy term (cua_rl/areal_ext/entropy_bonus.py).
+- ``ports.enable()``: the ports this worker picks (for vLLM's server among others) come from the operating system's
+  randomness, not from the run's seed, so two runs with one seed started together cannot pick the same ones
+  (cua_rl/areal_ext/ports.py).
 - ``share_vllm_cache()``, on the CPU stack only (``CUA_RL_SHARED_VLLM_CACHE`` in ``CPU_ENV``): AReaL gives
   every vLLM server a new cache directory (``VLLM_CACHE_ROOT``/<uuid>, so compile caches of servers on one
   GPU node cannot collide), which also empties vLLM's model-class cache: each start then inspects the model
@@ -40,7 +43,7 @@ from __future__ import annotations
 import os
 import runpy
 
-from cua_rl.areal_ext import compact_images, entropy_bonus, local_shards, lora_vlm, trainer_logprobs
+from cua_rl.areal_ext import compact_images, entropy_bonus, local_shards, lora_vlm, ports, trainer_logprobs
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 
 
@@ -54,6 +57,7 @@ def apply_patches(*, http_shards: bool = True) -> None:
     """The module docstring's patches, in this process; ``http_shards``: AReaL moves batch shards over its RPC
     workers' HTTP servers (not under Ray, whose object store carries them)."""
     share_vllm_cache()
+    ports.enable()
     enable_packed_sdpa()
     compact_images.enable()
     trainer_logprobs.enable()

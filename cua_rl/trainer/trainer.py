@@ -232,7 +232,12 @@ class Trainer(PPOTrainer):
             self.stall_watch.step_done(global_step + 1)
 
     def _init_scheduler(self):
-        """AReaL's, except Ray: joined with our workers' set-up (cua_rl/areal_ext/ray_cluster.py)."""
+        """AReaL's, except Ray: joined with our workers' set-up (cua_rl/areal_ext/ray_cluster.py). The ports it
+        picks for workers come from the operating system's randomness, not the run's seed
+        (cua_rl/areal_ext/ports.py)."""
+        from cua_rl.areal_ext import ports
+
+        ports.enable()
         if self.config.scheduler.type == "ray":
             from cua_rl.areal_ext import ray_cluster
 
