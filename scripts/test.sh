@@ -16,11 +16,11 @@ source scripts/env.sh
 # The tests never reach a model hub or a telemetry endpoint (the machines that run them may have no route).
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 echo "[test] set-up took $(( $(date +%s) - start )) s"
-# Two lanes: pytest-xdist runs whole units (a module, the vLLM server's tests, the monitor's) in two workers,
+# Two lanes: pytest-xdist runs whole units (a module; the vLLM server's modules; the monitor's) in two workers,
 # longest first (tests/conftest.py); CUA_RL_TEST_LANES=1 runs one plain pytest process (for -s, --pdb).
 lanes="${CUA_RL_TEST_LANES:-2}"
 lane_args=()
-[ "$lanes" -gt 1 ] && lane_args=(-n "$lanes" --dist loadgroup --no-loadscope-reorder)
+[ "$lanes" -gt 1 ] && lane_args=(-n "$lanes" --no-loadscope-reorder)
 echo "[test] $lanes lane(s)"
 set +e
 python -m pytest -ra --durations=25 "${lane_args[@]}" "${args[@]}"

@@ -75,25 +75,35 @@ def pytest_collection_modifyitems(config, items):
         if (item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames)
                 or any(item.nodeid.startswith(prefix) for prefix in SLOW_TESTS)):
             item.add_marker(pytest.mark.slow)
+    for item in items:
+        if "vllm_server" in item.fixturenames and lane_unit(item.nodeid) != "vllm-server":
+            raise pytest.UsageError(f"{item.nodeid} uses the session's vLLM server: add its module to "
+                                    "SHARED_UNITS['vllm-server'] in tests/conftest.py (one server per lane)")
     if hasattr(config, "workerinput"):   # a lane of scripts/test.sh's run (a pytest-xdist worker)
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(lane_unit(item)))
-        items.sort(key=lambda item: -UNIT_S.get(lane_unit(item), 0))   # stable: a unit's tests keep their order
+        items.sort(key=lambda item: -UNIT_S.get(lane_unit(item.nodeid), 0))   # stable: a unit keeps its order
     if config.getoption("--reverse"):
         items.reverse()
 
 
-# ---- the lanes: scripts/test.sh runs the suite in two pytest-xdist workers (--dist loadgroup) --------------
+# ---- the lanes: scripts/test.sh runs the suite in two pytest-xdist workers (LaneScheduling) -----------------
 # A one-lane run left the 2-core machine a third idle (start-ups, desktops and time-outs waiting: docs/testing.md),
 # so a second lane runs tests beside the first. A unit of work goes to one lane whole: a test module (its module
-# fixtures start once), except that every test of the session's vLLM server is one unit (one server, started by
-# the lane that runs them) and so are the monitor's tests (one PostgreSQL). Units are handed out longest first
-# (UNIT_S, measured; the others after them in collection order) so the lanes end close together. Tests that show
-# nothing was left running count only their own lane's processes (tests/hosts.py ``pids(..., here=True)``).
+# fixtures start once), except that the modules sharing a session fixture are one unit (SHARED_UNITS: one vLLM
+# server, one PostgreSQL). Units are handed out longest first (UNIT_S, measured; the others after them in
+# collection order) so the lanes end close together. Tests that show nothing was left running count only their
+# own lane's processes (tests/hosts.py ``pids(..., here=True)``).
+SHARED_UNITS = {   # checked at collection: a test asking for vllm_server outside these modules is refused
+    "vllm-server": ("tests/e2e/test_workflow_episode.py", "tests/local_agent/test_agent_real_model.py",
+                    "tests/local_model/test_vllm_cpu.py", "tests/monitor/test_workflow_monitor.py",
+                    "tests/policy/test_gates_server.py", "tests/policy/test_gates_trainer.py",
+                    "tests/policy/test_tool_calls.py", "tests/policy/test_warm_up.py",
+                    "tests/training/test_cua_eval.py"),
+    "postgres": ("tests/monitor/",),
+}
 UNIT_S = {   # seconds in one lane, session 31's cold run (Intel Xeon, 2 cores); units under 20 s are left out
     "tests/training/test_learning_gate.py": 811, "tests/e2e/test_gym_fleet.py": 204,
     "tests/local_gym/test_vm_gym.py": 187, "tests/e2e/test_health_stop.py": 186, "tests/e2e/test_faults.py": 144,
-    "tests/e2e/test_resume.py": 137, "vllm-server": 128, "tests/e2e/test_launch_interrupt.py": 77,
+    "tests/e2e/test_resume.py": 137, "vllm-server": 145, "tests/e2e/test_launch_interrupt.py": 77,
     "tests/policy/test_gates_lora.py": 75, "tests/local_gym/test_task_solutions.py": 69,
     "tests/local_gym/test_miniwob.py": 53, "tests/config/test_cli.py": 51, "postgres": 45,
     "tests/config/test_wheel.py": 35, "tests/config/test_config_loading.py": 35,
@@ -105,19 +115,25 @@ UNIT_S = {   # seconds in one lane, session 31's cold run (Intel Xeon, 2 cores);
 }
 
 
-def lane_unit(item) -> str:
-    """The unit of work ``item`` belongs to: a test module, or a session fixture's tests together."""
-    if "vllm_server" in item.fixturenames:
-        return "vllm-server"
-    if item.nodeid.startswith("tests/monitor/"):
-        return "postgres"
-    return item.nodeid.split("::")[0]
+def lane_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the shared fixture's unit its module is in."""
+    module = nodeid.split("::")[0]
+    for unit, modules in SHARED_UNITS.items():
+        if any(module.startswith(prefix) for prefix in modules):
+            return unit
+    return module
 
 
-def plain_nodeid(nodeid: str) -> str:
-    """A test's id without the ``@unit`` suffix pytest-xdist gives it in a lane."""
-    at = nodeid.rfind("@")
-    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scope scheduling with our units as scopes (its own ``--dist loadgroup`` marks no longer
+    group anything under pytest 9, which ignores the node id it rewrites)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_unit(nodeid)
+
+    return LaneScheduling(config, log)
 
 
 # ---- the tiny model and real vLLM, one of each per session (vLLM takes a minute or two to start) ----------
@@ -178,7 +194,7 @@ def _folder(nodeid: str) -> str:
 
 
 def pytest_runtest_logreport(report):
-    nodeid = plain_nodeid(report.nodeid)
+    nodeid = report.nodeid
     _folder_s[_folder(nodeid)] = _folder_s.get(_folder(nodeid), 0.0) + report.duration
     _test_s[nodeid] = _test_s.get(nodeid, 0.0) + report.duration
     lane = getattr(report, "worker_id", None) or "main"   # pytest-xdist names the worker that ran it
