@@ -75,23 +75,22 @@ def pytest_collection_modifyitems(config, items):
         if (item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames)
                 or any(item.nodeid.startswith(prefix) for prefix in SLOW_TESTS)):
             item.add_marker(pytest.mark.slow)
-    for item in items:
-        if "vllm_server" in item.fixturenames and lane_unit(item.nodeid) != "vllm-server":
-            raise pytest.UsageError(f"{item.nodeid} uses the session's vLLM server: add its module to "
-                                    "SHARED_UNITS['vllm-server'] in tests/conftest.py (one server per lane)")
+        _check_lane(item)
     if hasattr(config, "workerinput"):   # a lane of scripts/test.sh's run (a pytest-xdist worker)
-        items.sort(key=lambda item: -UNIT_S.get(lane_unit(item.nodeid), 0))   # stable: a unit keeps its order
+        items.sort(key=lambda item: _unit_order(lane_unit(item.nodeid)))   # stable: a unit keeps its order
     if config.getoption("--reverse"):
         items.reverse()
 
 
 # ---- the lanes: scripts/test.sh runs the suite in two pytest-xdist workers (LaneScheduling) -----------------
 # A one-lane run left the 2-core machine a third idle (start-ups, desktops and time-outs waiting: docs/testing.md),
-# so a second lane runs tests beside the first. A unit of work goes to one lane whole: a test module (its module
-# fixtures start once), except that the modules sharing a session fixture are one unit (SHARED_UNITS: one vLLM
-# server, one PostgreSQL). Units are handed out longest first (UNIT_S, measured; the others after them in
-# collection order) so the lanes end close together. Tests that show nothing was left running count only their
-# own lane's processes (tests/hosts.py ``pids(..., here=True)``).
+# so a second lane runs tests beside the first. Two runs at once do not gain: vLLM and the trainers spread their
+# threads over both cores, and two of them beside each other took twice as long each (session 31). So the first
+# lane, "runs", takes the units that start vLLM, AReaL's trainer or a training run (RUN_UNITS, in that order),
+# then anything left; the second, "desktops", takes only the others (desktops, browsers, VMs, unit tests), longest
+# first (UNIT_S, measured). A unit goes to one lane whole: a test module (its module fixtures start once), or the
+# modules sharing a session fixture (SHARED_UNITS: one vLLM server, one PostgreSQL). Tests that show nothing was
+# left running count only their own lane's processes (tests/hosts.py ``pids(..., here=True)``).
 SHARED_UNITS = {   # checked at collection: a test asking for vllm_server outside these modules is refused
     "vllm-server": ("tests/e2e/test_workflow_episode.py", "tests/local_agent/test_agent_real_model.py",
                     "tests/local_model/test_vllm_cpu.py", "tests/monitor/test_workflow_monitor.py",
@@ -100,17 +99,20 @@ SHARED_UNITS = {   # checked at collection: a test asking for vllm_server outsid
                     "tests/training/test_cua_eval.py"),
     "postgres": ("tests/monitor/",),
 }
-UNIT_S = {   # seconds in one lane, session 31's cold run (Intel Xeon, 2 cores); units under 20 s are left out
-    "tests/training/test_learning_gate.py": 811, "tests/e2e/test_gym_fleet.py": 204,
-    "tests/local_gym/test_vm_gym.py": 187, "tests/e2e/test_health_stop.py": 186, "tests/e2e/test_faults.py": 144,
-    "tests/e2e/test_resume.py": 137, "vllm-server": 145, "tests/e2e/test_launch_interrupt.py": 77,
-    "tests/policy/test_gates_lora.py": 75, "tests/local_gym/test_task_solutions.py": 69,
+# the runs lane's units, in its order (module prefixes); checked at collection: a test that starts vLLM, the trainer
+# or a run (the slow tier's fixtures, the e2e marker) outside them is refused. The gate last: its steps leave the
+# least of the machine idle for the desktops lane beside it.
+RUN_UNITS = ("tests/e2e/test_gym_fleet.py", "tests/e2e/test_health_stop.py", "tests/e2e/test_faults.py",
+             "tests/e2e/test_resume.py", "tests/e2e/", "vllm-server", "tests/policy/test_gates_lora.py",
+             "tests/sft/test_sft.py", "tests/local_model/test_serve_checkpoint.py",
+             "tests/training/test_learning_gate.py")
+UNIT_S = {   # the desktops lane's units of 20 s or more: seconds in one lane, session 31 (Intel Xeon, 2 cores)
+    "tests/local_gym/test_vm_gym.py": 187, "tests/local_gym/test_task_solutions.py": 69,
     "tests/local_gym/test_miniwob.py": 53, "tests/config/test_cli.py": 51, "postgres": 45,
     "tests/config/test_wheel.py": 35, "tests/config/test_config_loading.py": 35,
     "tests/training/test_trainer_close.py": 32, "tests/local_agent/test_agent_desktop.py": 32,
     "tests/local_gym/test_curriculum.py": 26, "tests/local_gym/test_api.py": 26,
-    "tests/docs/test_documented_commands.py": 25, "tests/sft/test_sft.py": 25,
-    "tests/local_model/test_serve_checkpoint.py": 24, "tests/logs/test_keep_stdlib_logging.py": 23,
+    "tests/docs/test_documented_commands.py": 25, "tests/logs/test_keep_stdlib_logging.py": 23,
     "tests/local_gym/test_sandbox.py": 21,
 }
 
@@ -124,14 +126,55 @@ def lane_unit(nodeid: str) -> str:
     return module
 
 
+def run_rank(unit: str) -> int | None:
+    """The unit's place in the runs lane's order, or None for a desktops-lane unit."""
+    return next((i for i, prefix in enumerate(RUN_UNITS) if unit.startswith(prefix)), None)
+
+
+def _unit_order(unit: str) -> tuple:
+    rank = run_rank(unit)
+    return (0, rank, 0) if rank is not None else (1, 0, -UNIT_S.get(unit, 0))
+
+
+def _check_lane(item) -> None:
+    unit = lane_unit(item.nodeid)
+    if "vllm_server" in item.fixturenames and unit != "vllm-server":
+        raise pytest.UsageError(f"{item.nodeid} uses the session's vLLM server: add its module to "
+                                "SHARED_UNITS['vllm-server'] in tests/conftest.py (one server per lane)")
+    if (item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames)) and run_rank(unit) is None:
+        raise pytest.UsageError(f"{item.nodeid} starts vLLM, the trainer or a run: add its module to RUN_UNITS in "
+                                "tests/conftest.py (runs share the runs lane, never beside each other)")
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's scope scheduling with our units as scopes (its own ``--dist loadgroup`` marks no longer
-    group anything under pytest 9, which ignores the node id it rewrites)."""
+    """pytest-xdist's scope scheduling with our units as scopes and the two lanes' roles (its own ``loadgroup``
+    marks group nothing under pytest 9, which ignores the node id it rewrites)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class LaneScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return lane_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> bool:
+            """The next unit this node's lane takes (the runs lane is gw0): False when none is left for it."""
+            runs_lane = node.gateway.id == "gw0"
+            scope = next((u for u in self.workqueue if runs_lane or run_rank(u) is None), None)
+            if scope is None:
+                return False
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+            return True
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            pending = self._pending_of(self.assigned_work[node])
+            if not self.workqueue:
+                node.shutdown()
+            elif pending <= 2 and not self._assign_work_unit(node) and pending == 0:
+                node.shutdown()   # a desktops lane with nothing of its own left: the runs lane ends the rest
 
     return LaneScheduling(config, log)
 
