@@ -51,7 +51,7 @@ def test_a_view_on_every_interface_is_addressed_by_the_name_the_viewer_used():
 
 async def test_the_live_view_shows_the_desktop_change_and_ends_with_its_execution(browser):
     assert live.missing() == [], "x11vnc, websockify and novnc are in scripts/apt-packages.txt"
-    before = pids("^x11vnc", here=True) | pids("websockify", here=True)
+    before = pids("^x11vnc") | pids("websockify")
     with start_gym_server(gym_id="desktop", pool_size=0, x_spares=0) as gym:
         async with GenvClient(gym.url, gym.gym_id) as client:
             ex = await client.create_execution("001")
@@ -87,10 +87,10 @@ async def test_the_live_view_shows_the_desktop_change_and_ends_with_its_executio
             assert changed
             print(f"live view: {_changed_pixels(first, _canvas(browser))} pixels changed after typing")
 
-            running = (pids("^x11vnc", here=True) | pids("websockify", here=True)) - before
+            running = (pids("^x11vnc") | pids("websockify")) - before
             assert len(running) >= 2, running
             await client.terminate(eid)
-        assert (pids("^x11vnc", here=True) | pids("websockify", here=True)) - before == set()
+        assert (pids("^x11vnc") | pids("websockify")) - before == set()
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
@@ -125,7 +125,7 @@ async def test_a_desktop_cannot_reconfigure_its_live_view(tmp_path):
     secret_file.write_text(secret + "\n")
     os.chmod(secret_file, 0o600)                        # the gym's (root's) alone
     remote, vncconnect = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
-    before = pids("^x11vnc", here=True)
+    before = pids("^x11vnc")
     try:
         with start_gym_server(gym_id="desktop", pool_size=0, x_spares=0) as gym:
             async with GenvClient(gym.url, gym.gym_id) as client:
@@ -137,7 +137,7 @@ async def test_a_desktop_cannot_reconfigure_its_live_view(tmp_path):
                 origin = f"http://127.0.0.1:{urlsplit(url).port}"
                 ws_url = f"ws://127.0.0.1:{urlsplit(url).port}/websockify"
 
-                vnc = pids("^x11vnc", here=True) - before
+                vnc = pids("^x11vnc") - before
                 assert vnc and {_uid_of(p) for p in vnc} == {desk.uid}, "x11vnc runs as the desktop's uid"
                 with pytest.raises(aiohttp.WSServerHandshakeError):   # another site's page, same browser
                     async with RFBViewer.open(ws_url, "http://attacker.example"):
