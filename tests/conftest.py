@@ -72,10 +72,10 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if (item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames)
-                or any(item.nodeid.startswith(prefix) for prefix in SLOW_TESTS)):
+        starts_run = bool(item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames))
+        if starts_run or any(item.nodeid.startswith(prefix) for prefix in SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
-        _check_lane(item)
+        _check_lane(item, starts_run)
     if hasattr(config, "workerinput"):   # a lane of scripts/test.sh's run (a pytest-xdist worker)
         items.sort(key=lambda item: _unit_order(lane_unit(item.nodeid)))   # stable: a unit keeps its order
     if config.getoption("--reverse"):
@@ -137,12 +137,13 @@ def _unit_order(unit: str) -> tuple:
     return (0, rank, 0) if rank is not None else (1, 0, -UNIT_S.get(unit, 0))
 
 
-def _check_lane(item) -> None:
+def _check_lane(item, starts_run: bool) -> None:
+    """``starts_run``: the test starts vLLM, the trainer or a run (the slow tier's fixtures, the e2e marker)."""
     unit = lane_unit(item.nodeid)
     if "vllm_server" in item.fixturenames and unit != "vllm-server":
         raise pytest.UsageError(f"{item.nodeid} uses the session's vLLM server: add its module to "
                                 "SHARED_UNITS['vllm-server'] in tests/conftest.py (one server per lane)")
-    if (item.get_closest_marker("e2e") or SLOW_FIXTURES & set(item.fixturenames)) and run_rank(unit) is None:
+    if starts_run and run_rank(unit) is None:
         raise pytest.UsageError(f"{item.nodeid} starts vLLM, the trainer or a run: add its module to RUN_UNITS in "
                                 "tests/conftest.py (runs share the runs lane, never beside each other)")
 
