@@ -277,9 +277,14 @@ async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_si
             while not await asyncio.to_thread(_grabbed, grabbed_display):
                 assert time.monotonic() < deadline, "the desktop's X client never grabbed the server"
 
+            # Each hostile execution runs at least 10 evaluates (3 s at the least): a count, not a time, so a loaded
+            # machine makes the test slower, not weaker. The fourth execution answers all along.
+            hammering = [True]
+
             async def hammer(eid: str) -> list[dict]:
-                results, stop = [], time.monotonic() + 3.0
-                while time.monotonic() < stop:
+                results, least, stop = [], time.monotonic() + 3.0, time.monotonic() + 90.0
+                while sum("result" in r for r in results) < 10 or time.monotonic() < least:
+                    assert time.monotonic() < stop, f"only {len(results)} evaluates in 90 s"
                     r = await http.post(f"{base}/executions/{eid}/evaluate", json={})
                     assert r.status_code in (200, 503), r.text
                     results.append(r.json())
@@ -288,9 +293,15 @@ async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_si
                         assert shot.status_code == 200 and shot.content[:4] == b"\x89PNG"
                 return results
 
+            async def hammers() -> list[list[dict]]:
+                try:
+                    return await asyncio.gather(*map(hammer, attacked))
+                finally:
+                    hammering[0] = False
+
             async def control_answers() -> int:
-                calls, stop = 0, time.monotonic() + 3.0
-                while time.monotonic() < stop:
+                calls = 0
+                while hammering[0] or calls < 3:
                     t0 = time.monotonic()
                     shot = await http.get(f"{base}/executions/{control}/screenshot")
                     assert shot.status_code == 200 and shot.content[:4] == b"\x89PNG"
@@ -299,8 +310,8 @@ async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_si
                     calls += 1
                 return calls
 
-            *evaluated, calls = await asyncio.gather(*map(hammer, attacked), control_answers())
-            assert calls >= 3, "the other execution answered too slowly"
+            evaluated, calls = await asyncio.gather(hammers(), control_answers())
+            print(f"the fourth execution answered {calls} screenshot and evaluate pairs, each within {answered_in} s")
             validators = [v for results in evaluated for r in results for v in r.get("result", {}).get("validators", [])]
             read = [v for v in validators if v["id"] == "read"]
             assert len(read) >= 30, f"too few evaluates ran: {len(read)}"
