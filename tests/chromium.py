@@ -37,7 +37,10 @@ def driver(profile: Path):
         chrome.quit()
 
 
-def wait_for(chrome, condition, timeout=10.0):
+def wait_for(chrome, condition, timeout=30.0):
+    """Wait until ``condition`` holds in the page. The ceiling is generous: the monitor's page redraws every 3 s,
+    and on a loaded 2-core CI machine Chromium drew the first point of a live run after more than 10 s (session 31's
+    quick tier); a page that never gets there still fails."""
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(chrome, timeout, poll_frequency=0.1).until(lambda d: condition(d))
