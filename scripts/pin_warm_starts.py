@@ -14,6 +14,14 @@ were run from the pinned ``multiturn`` one):
 
     python scripts/pin_warm_starts.py [multiturn] [learn]
 
+The learning gate's run judges itself, and its verdict needs the pinned ``multiturn`` warm start's held-out
+greedy score, keyed by the warm start, the evaluation's code (``cua_rl.verdict.SCORE_SOURCES``) and the episode
+settings. Pin that score too, after a re-pin or a change to the evaluation's code (the quick tier's
+``test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps`` says when; about 2 minutes on 2 cores,
+nothing when this machine kept it already):
+
+    python scripts/pin_warm_starts.py --score
+
 Each pin holds the checkpoint's files, its build stamp and ``PINNED.json``: the recipe, the key, a hash of the
 sources it was built from (``sources``), the machine and the date.
 """
@@ -85,13 +93,49 @@ def pin(recipe: str) -> Path:
     return dest
 
 
+def pin_score() -> Path:
+    """Pin the learning gate's kept verdict score of the pinned ``multiturn`` warm start
+    (tests/data/heldout-scores): this machine's kept copy when it has one under the current key, else measured
+    now the way the verdict measures it; older pinned scores are removed."""
+    from cua_rl import verdict
+    from tests.warm_starts import GATE_RECIPE, PINNED_SCORES, gate_score_file, pinned
+
+    kept = gate_score_file()
+    started = time.monotonic()
+    if kept.is_file():
+        record = json.loads(kept.read_text())
+    else:
+        from cua_rl.run.launch import RECIPES as RECIPE_DIR, load_config, verdict_tasks
+        from tests.warm_starts import trains_from_pinned
+
+        config = load_config(str(RECIPE_DIR / "config.multiturn.yaml"), trains_from_pinned(GATE_RECIPE))
+        tasks, _ = verdict_tasks(config)
+        logs = Path(os.environ.get("TMPDIR", "/tmp")) / "pin-score"
+        logs.mkdir(parents=True, exist_ok=True)
+        [score] = verdict._evaluate(config, tasks, [str(pinned(GATE_RECIPE))], logs)
+        record = {"score": score, "start": str(pinned(GATE_RECIPE)), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    record.update(start=str(pinned(GATE_RECIPE).relative_to(ROOT)), cpu=record.get("cpu") or _cpu(),
+                  cores=record.get("cores") or os.cpu_count())
+    PINNED_SCORES.mkdir(parents=True, exist_ok=True)
+    for old in PINNED_SCORES.glob("verdict-*.json"):
+        old.unlink()
+    dest = PINNED_SCORES / kept.name
+    dest.write_text(json.dumps(record) + "\n")
+    print(f"pinned the gate's warm-start score: {dest.name} (measured {record['measured']} on {record['cpu']}; "
+          f"{time.monotonic() - started:.0f} s)", flush=True)
+    return dest
+
+
 def main(argv: list[str]) -> int:
     from cua_rl.logs import setup_logging
 
     setup_logging()
+    if argv == ["--score"]:
+        pin_score()
+        return 0
     unknown = [r for r in argv if r not in RECIPES]
     if unknown:
-        print(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)}", file=sys.stderr)
+        print(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)} (or --score alone)", file=sys.stderr)
         return 2
     for recipe in argv or list(RECIPES):
         pin(recipe)

@@ -1,10 +1,24 @@
 """The pinned SFT warm starts (tests/data/warm-starts; scripts/pin_warm_starts.py) as the tests' runs use them:
 ``train.sh`` trains from the pinned checkpoint instead of building the recipe's warm start, which a fresh
-machine would otherwise build (about 8 minutes each) before its first training test."""
+machine would otherwise build (about 8 minutes each) before its first training test.
 
+The learning gate's run also judges itself (cua_rl/verdict.py), and its verdict plays the warm start on the
+held-out instances unless that score is kept under its key (``<CUA_RL_HOME>/heldout-scores/verdict-<key>.json``:
+the warm start's files, the evaluation's code, the episode settings). A fresh machine, and every CI run after a
+change to the evaluation's code, measured it again: about 2 minutes on 2 cores, 4 on a slower one. The pinned
+warm start's score is pinned too (tests/data/heldout-scores, ``scripts/pin_warm_starts.py --score``) and
+``seed_pinned_scores`` puts it where the verdict looks; a score whose key no longer matches is simply not found
+and the run measures it, as before (``test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps`` says
+so at once, in the quick tier). Greedy held-out play is a function of the weights and the instance: the pinned
+warm start scored the same on both machines it was measured on (an AMD EPYC in session 29's calibration and an
+Intel Xeon in session 31: each regime's success and each slice's alike; docs/learning.md)."""
+
+import shutil
 from pathlib import Path
 
 PINNED = Path(__file__).resolve().parent / "data" / "warm-starts"
+PINNED_SCORES = Path(__file__).resolve().parent / "data" / "heldout-scores"
+GATE_RECIPE = "multiturn"     # the learning gate's (tests/training/test_learning_gate.py)
 
 
 def pinned(recipe: str) -> Path:
@@ -18,3 +32,34 @@ def pinned(recipe: str) -> Path:
 def trains_from_pinned(recipe: str) -> list[str]:
     """The ``train.sh`` overrides of a run that trains from the pinned warm start of ``recipe``."""
     return [f"actor.path={pinned(recipe)}", "sft.warm_start=false"]
+
+
+def gate_score_file(instances: int = 64, concurrency: int = 16) -> Path:
+    """Where the learning gate's run keeps the pinned warm start's verdict score: the path ``cua_rl.verdict``
+    computes for the gate's config (the multi-turn recipe from the pinned warm start; ``instances`` per regime,
+    ``concurrency`` episodes at once: the gate's EPISODES and the bench's default)."""
+    from cua_rl import verdict
+    from cua_rl.run.launch import RECIPES, load_config, verdict_tasks
+
+    start = pinned(GATE_RECIPE)
+    config = load_config(str(RECIPES / "config.multiturn.yaml"),
+                         [*trains_from_pinned(GATE_RECIPE), f"verdict.instances={instances}",
+                          f"verdict.concurrency={concurrency}"])
+    tasks, why_not = verdict_tasks(config)
+    assert not why_not, why_not
+    return verdict.kept_score(config, tasks, start)
+
+
+def seed_pinned_scores() -> list[str]:
+    """Copy the pinned verdict scores into ``<CUA_RL_HOME>/heldout-scores`` where none is kept under their key
+    yet; the names copied."""
+    from cua_rl import cua_rl_home
+
+    kept = Path(cua_rl_home()) / "heldout-scores"
+    kept.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for f in sorted(PINNED_SCORES.glob("verdict-*.json")):
+        if not (kept / f.name).is_file():
+            shutil.copy2(f, kept / f.name)
+            copied.append(f.name)
+    return copied

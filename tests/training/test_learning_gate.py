@@ -58,7 +58,7 @@ import pytest
 
 from cua_rl.trainer.health import BY_NAME
 from tests.hosts import pids
-from tests.warm_starts import pinned
+from tests.warm_starts import gate_score_file, pinned, seed_pinned_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 16                    # the recipe's (config.multiturn.yaml says why 16)
@@ -113,6 +113,9 @@ def gate_run(tmp_path_factory):
     false-pass rate with it is the calibration's ``with_rerun``, docs/learning.md): (the JSONs in order, seed
     1's console output, its log dir, its checkpoint dir, what was left running)."""
     tmp = tmp_path_factory.mktemp("learning-gate")
+    # the pinned warm start's held-out score, where the run's verdict looks for it (tests/warm_starts.py)
+    print(f"pinned scores put in the cache: {seed_pinned_scores() or 'none (kept already)'}; the gate's key "
+          f"{gate_score_file(EPISODES).name} {'is' if gate_score_file(EPISODES).is_file() else 'is NOT'} kept")
     xvfb_before, vllm_before = pids("^Xvfb", here=True), pids("areal_vllm_server", here=True)
     results = [_run_bench(tmp, 1)]
     if results[0]["seeds"][0]["gate_failures"]:

@@ -72,3 +72,26 @@ def test_a_failing_verdict_is_reported_and_leaves_the_runs_saved_config_alone(tm
     assert "[cua-rl] verdict:     FAILED (exit code 1): see verdict.log" in out, out
     assert (logs / "config.yaml").read_text() == "the run's own config\n"
     assert "config file not found" in (logs / "verdict.log").read_text()
+
+
+def test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps():
+    """The learning gate's run finds the pinned warm start's held-out score under the key its verdict computes now
+    (tests/warm_starts.py says why it is pinned): a change to the evaluation's code, the episode settings or the
+    warm start makes it stale, and CI would measure it again (2-4 minutes). Re-pin with
+    ``python scripts/pin_warm_starts.py --score``."""
+    import json
+
+    from cua_rl.local_gym.curriculum import GATED
+    from tests.training.test_learning_gate import EPISODES
+    from tests.warm_starts import PINNED_SCORES, gate_score_file
+
+    pinned = sorted(f.name for f in PINNED_SCORES.glob("verdict-*.json"))
+    assert pinned == [gate_score_file(EPISODES).name], (
+        f"the pinned score {pinned} is not the one the gate's run keeps now ({gate_score_file(EPISODES).name}): "
+        "python scripts/pin_warm_starts.py --score")
+    record = json.loads((PINNED_SCORES / pinned[0]).read_text())
+    score = record["score"]
+    assert score["greedy"] and score["dropped"] == 0 and score["model_errors"] == 0, score
+    assert sorted(score["regimes"]) == sorted(GATED)
+    assert all(r["episodes"] == EPISODES for r in score["regimes"].values())
+    assert len(score["outcomes"]) == EPISODES * len(GATED) and record["cpu"], record.keys()
