@@ -224,7 +224,8 @@ def browser(tmp_path):
 # ---- the test budget: a time per test folder, the slowest tests, and a stop before CI's limit -------------
 # CI must finish within 90 minutes (the suite's budget is 35, docs/testing.md); a suite that runs long says
 # so itself, naming what ran long, instead of being cut off with nothing printed.
-BUDGET_STOP_S = float(os.environ.get("CUA_RL_TEST_STOP_S", 75 * 60))
+# 84 minutes: session 32's rehearsal on a slow hour of its machine took 71 (75, the stop before, left no room).
+BUDGET_STOP_S = float(os.environ.get("CUA_RL_TEST_STOP_S", 84 * 60))
 _folder_s: dict[str, float] = {}
 _test_s: dict[str, float] = {}
 _started = time.monotonic()
