@@ -98,23 +98,19 @@ def pin_score() -> Path:
     (tests/data/heldout-scores): this machine's kept copy when it has one under the current key, else measured
     now the way the verdict measures it; older pinned scores are removed."""
     from cua_rl import verdict
-    from tests.warm_starts import GATE_RECIPE, PINNED_SCORES, gate_score_file, pinned
+    from tests.warm_starts import PINNED_SCORES, gate_verdict
 
-    kept = gate_score_file()
+    config, tasks, start = gate_verdict()
+    kept = verdict.kept_score(config, tasks, start)
     started = time.monotonic()
     if kept.is_file():
         record = json.loads(kept.read_text())
-    else:
-        from cua_rl.run.launch import RECIPES as RECIPE_DIR, load_config, verdict_tasks
-        from tests.warm_starts import trains_from_pinned
-
-        config = load_config(str(RECIPE_DIR / "config.multiturn.yaml"), trains_from_pinned(GATE_RECIPE))
-        tasks, _ = verdict_tasks(config)
+    else:   # measured as the verdict measures it, on the config its key was computed from
         logs = Path(os.environ.get("TMPDIR", "/tmp")) / "pin-score"
         logs.mkdir(parents=True, exist_ok=True)
-        [score] = verdict._evaluate(config, tasks, [str(pinned(GATE_RECIPE))], logs)
-        record = {"score": score, "start": str(pinned(GATE_RECIPE)), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    record.update(start=str(pinned(GATE_RECIPE).relative_to(ROOT)), cpu=record.get("cpu") or _cpu(),
+        [score] = verdict._evaluate(config, tasks, [str(start)], logs)
+        record = {"score": score, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    record.update(start=str(start.relative_to(ROOT)), cpu=record.get("cpu") or _cpu(),
                   cores=record.get("cores") or os.cpu_count())
     PINNED_SCORES.mkdir(parents=True, exist_ok=True)
     for old in PINNED_SCORES.glob("verdict-*.json"):

@@ -34,20 +34,26 @@ def trains_from_pinned(recipe: str) -> list[str]:
     return [f"actor.path={pinned(recipe)}", "sft.warm_start=false"]
 
 
-def gate_score_file(instances: int = 64, concurrency: int = 16) -> Path:
-    """Where the learning gate's run keeps the pinned warm start's verdict score: the path ``cua_rl.verdict``
-    computes for the gate's config (the multi-turn recipe from the pinned warm start; ``instances`` per regime,
-    ``concurrency`` episodes at once: the gate's EPISODES and the bench's default)."""
-    from cua_rl import verdict
+def gate_verdict(instances: int = 64, concurrency: int = 16):
+    """The learning gate's verdict as its run computes it: (config, tasks, starting checkpoint) of the multi-turn
+    recipe from the pinned warm start; ``instances`` per regime, ``concurrency`` episodes at once (the gate's
+    EPISODES and the bench's default)."""
     from cua_rl.run.launch import RECIPES, load_config, verdict_tasks
 
-    start = pinned(GATE_RECIPE)
     config = load_config(str(RECIPES / "config.multiturn.yaml"),
                          [*trains_from_pinned(GATE_RECIPE), f"verdict.instances={instances}",
                           f"verdict.concurrency={concurrency}"])
     tasks, why_not = verdict_tasks(config)
     assert not why_not, why_not
-    return verdict.kept_score(config, tasks, start)
+    return config, tasks, pinned(GATE_RECIPE)
+
+
+def gate_score_file(instances: int = 64, concurrency: int = 16) -> Path:
+    """Where the learning gate's run keeps the pinned warm start's verdict score: the path ``cua_rl.verdict``
+    computes for ``gate_verdict``."""
+    from cua_rl import verdict
+
+    return verdict.kept_score(*gate_verdict(instances, concurrency))
 
 
 def seed_pinned_scores() -> list[str]:

@@ -279,7 +279,7 @@ async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_si
 
             # Each hostile execution runs at least 10 evaluates (3 s at the least): a count, not a time, so a loaded
             # machine makes the test slower, not weaker. The fourth execution answers all along.
-            hammering = [True]
+            hammered = asyncio.Event()
 
             async def hammer(eid: str) -> list[dict]:
                 results, least, stop = [], time.monotonic() + 3.0, time.monotonic() + 90.0
@@ -297,11 +297,11 @@ async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_si
                 try:
                     return await asyncio.gather(*map(hammer, attacked))
                 finally:
-                    hammering[0] = False
+                    hammered.set()
 
             async def control_answers() -> int:
                 calls = 0
-                while hammering[0] or calls < 3:
+                while not hammered.is_set() or calls < 3:
                     t0 = time.monotonic()
                     shot = await http.get(f"{base}/executions/{control}/screenshot")
                     assert shot.status_code == 200 and shot.content[:4] == b"\x89PNG"

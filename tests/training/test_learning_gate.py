@@ -114,8 +114,9 @@ def gate_run(tmp_path_factory):
     1's console output, its log dir, its checkpoint dir, what was left running)."""
     tmp = tmp_path_factory.mktemp("learning-gate")
     # the pinned warm start's held-out score, where the run's verdict looks for it (tests/warm_starts.py)
+    score = gate_score_file(EPISODES)
     print(f"pinned scores put in the cache: {seed_pinned_scores() or 'none (kept already)'}; the gate's key "
-          f"{gate_score_file(EPISODES).name} {'is' if gate_score_file(EPISODES).is_file() else 'is NOT'} kept")
+          f"{score.name} {'is' if score.is_file() else 'is NOT'} kept")
     xvfb_before, vllm_before = pids("^Xvfb", here=True), pids("areal_vllm_server", here=True)
     results = [_run_bench(tmp, 1)]
     if results[0]["seeds"][0]["gate_failures"]:

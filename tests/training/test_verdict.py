@@ -85,10 +85,9 @@ def test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps():
     from tests.training.test_learning_gate import EPISODES
     from tests.warm_starts import PINNED_SCORES, gate_score_file
 
-    pinned = sorted(f.name for f in PINNED_SCORES.glob("verdict-*.json"))
-    assert pinned == [gate_score_file(EPISODES).name], (
-        f"the pinned score {pinned} is not the one the gate's run keeps now ({gate_score_file(EPISODES).name}): "
-        "python scripts/pin_warm_starts.py --score")
+    pinned, key = sorted(f.name for f in PINNED_SCORES.glob("verdict-*.json")), gate_score_file(EPISODES).name
+    assert pinned == [key], (f"the pinned score {pinned} is not the one the gate's run keeps now ({key}): "
+                             "python scripts/pin_warm_starts.py --score")
     record = json.loads((PINNED_SCORES / pinned[0]).read_text())
     score = record["score"]
     assert score["greedy"] and score["dropped"] == 0 and score["model_errors"] == 0, score
