@@ -150,6 +150,7 @@ class BrowserDesktop(Desktop):
     session: str | None = None
     loaded_page: str = ""
     episodes: int = 0            # executions served (more than one only with GymOptions.reuse_browsers)
+    loaded_unseen: bool = False  # a document loaded (navigate) that no episode start has seen on the screen yet
 
     # -- start (hooks of Desktop.start) --------------------------------------------------------------
     def _start_sandbox(self, limits: SandboxLimits) -> None:
@@ -300,7 +301,7 @@ class BrowserDesktop(Desktop):
         if self.evaluate("typeof window.__cuaInputs") != "number":
             raise RuntimeError(f"{self.display}: {url} loaded without the input counter (INPUT_COUNTER_JS): "
                                "actions could not wait for the page to receive their input")
-        self.loaded_page = page
+        self.loaded_page, self.loaded_unseen = page, True
 
     def recycle(self, timeout_s: float = 10.0, keep_document: bool = False) -> None:
         """Blocking: ready this used browser for another episode (``GymOptions.reuse_browsers``). The site's
