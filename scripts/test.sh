@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing (idempotent), then runs the suite.
-#   scripts/test.sh              the whole suite (what CI runs through .ci/run; about 37 minutes on 2 cores warm, 40 cold; 48-72 on a slower 2 cores)
+#   scripts/test.sh              the whole suite (what CI runs through .ci/run; about 37 minutes on 2 cores warm, 40 cold; 48-80 on a slower 2 cores)
 #   scripts/test.sh --quick      the quick tier while working: no vLLM, no trainer, no browser suite (4 minutes)
 # Other arguments go to pytest, e.g. scripts/test.sh tests/genv -x. Every run ends with the slowest tests,
 # the time per test folder (docs/testing.md keeps the ledger) and the wall time.
