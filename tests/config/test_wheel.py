@@ -117,16 +117,22 @@ def test_cua_train_dry_run_outside_a_clone(installed, tmp_path):
 
 @pytest.fixture(scope="module")
 def gym_host(wheel, tmp_path_factory) -> Path:
-    """A fresh venv holding the wheel and its base dependencies: a gym or agent host's install (no trainer)."""
+    """A fresh venv holding the wheel and its base dependencies: a gym or agent host's install (no trainer). The
+    gym lock is installed as it is, without resolving, as ``CUA_RL_PROFILE=gym scripts/setup.sh`` does (offline
+    from uv's cache: a resolving install needs package metadata that setup's own install never caches, so it
+    failed on a fresh machine); ``uv pip check`` then says whether the wheel's declared dependencies are all in it."""
     venv = tmp_path_factory.mktemp("gym-host")
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    uv = Path(cua_rl_home()) / "tools" / "bin" / "uv"
-    out = subprocess.run([str(uv), "pip", "install", "-q", "--offline", "--python", str(venv / "bin" / "python"),
-                          "--constraint", str(ROOT / "scripts" / "requirements-gym.lock"), str(wheel)],
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "UV_CACHE_DIR": str(Path(cua_rl_home()) / "uv-cache")})
-    assert out.returncode == 0, out.stderr[-3000:]
+    uv, python = Path(cua_rl_home()) / "tools" / "bin" / "uv", str(venv / "bin" / "python")
+    env = {**os.environ, "UV_CACHE_DIR": str(Path(cua_rl_home()) / "uv-cache")}
+    for what in (["-r", str(ROOT / "scripts" / "requirements-gym.lock")], [str(wheel)]):
+        out = subprocess.run([str(uv), "pip", "install", "-q", "--offline", "--no-deps", "--python", python, *what],
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+    check = subprocess.run([str(uv), "pip", "check", "--python", python], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert check.returncode == 0, (check.stdout + check.stderr)[-3000:]
     return venv
 
 
