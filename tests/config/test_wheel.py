@@ -7,8 +7,8 @@ The environment layering is the one set-up step a user on an existing AReaL envi
 (``pip install cua_rl-*.whl`` there); nothing else is stood in for.
 
 Issue 64 item 3: a gym host installs without the trainer. The wheel goes into a venv of its own with its base
-dependencies only (no ``train`` extra; resolved from uv's cache, at the versions scripts/requirements-gym.lock
-pins): no AReaL, torch, vLLM or Ray in it; its size is measured; ``cua-gym serve`` from it creates, plays,
+dependencies only (no ``train`` extra; scripts/requirements-gym.lock from uv's cache, the wheel's dependencies
+checked by ``uv pip check``): no AReaL, torch, vLLM or Ray in it; its size is measured; ``cua-gym serve`` from it creates, plays,
 evaluates and ends a real desktop, ``cua-agent serve`` answers, and ``cua-train`` says what to install."""
 
 from __future__ import annotations
