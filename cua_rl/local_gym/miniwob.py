@@ -359,22 +359,18 @@ class MiniwobSuite:
 
     @staticmethod
     async def _screen_shows_the_page(desk: BrowserDesktop) -> bytearray:
-        """The screen once it shows the document as it is now (X DAMAGE armed before the grab returned). A page
+        """The screen once it shows the document as it is now (``Screen.arm_and_grab``: X DAMAGE armed). A page
         loaded again for a reused browser (``recycle``) may not have reached the X server yet when the next
         episode starts: the screen still showed the last episode's, the START cover came after the grab and was
         taken for the episode's first frame (a CI run's first screen differed from a new browser's). So after a load
         (``loaded_unseen``) the page paints first (two animation frames, ``painted``) and the screen settles; a page
         restarted in place has shown its DONE cover since the last episode's end."""
         if desk.loaded_unseen:
-            if desk.screen.damage is not None:
-                desk.screen.damage.arm()
-            shown = desk.screen.grab()
+            shown = desk.screen.arm_and_grab()
             await desk.painted()
             await settle(desk.screen, shown, PAINT_SETTLE_S, max_s=1.0)
             desk.loaded_unseen = False
-        if desk.screen.damage is not None:
-            desk.screen.damage.arm()
-        return desk.screen.grab()
+        return desk.screen.arm_and_grab()
 
     @staticmethod
     async def _settle_first_frame(desk: BrowserDesktop, before: bytearray, covered: bool) -> bytearray:
