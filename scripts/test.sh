@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing (idempotent), then runs the suite.
-#   scripts/test.sh              the whole suite (what CI runs through .ci/run; about 37 minutes on 2 cores warm, 40 cold; 48-80 on a slower 2 cores)
+#   scripts/test.sh              the whole suite (what CI runs through .ci/run, in two lanes; about 29 minutes on 2 cores)
 #   scripts/test.sh --quick      the quick tier while working: no vLLM, no trainer, no browser suite (4 minutes)
 # Other arguments go to pytest, e.g. scripts/test.sh tests/genv -x. Every run ends with the slowest tests,
 # the time per test folder (docs/testing.md keeps the ledger) and the wall time.
@@ -16,9 +16,10 @@ source scripts/env.sh
 # The tests never reach a model hub or a telemetry endpoint (the machines that run them may have no route).
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 echo "[test] set-up took $(( $(date +%s) - start )) s"
-# CUA_RL_TEST_LANES=2: two pytest-xdist workers, a runs lane and a desktops lane (tests/conftest.py LaneScheduling);
-# opt-in, not CI's: the desktops lane's tests failed beside the runs on 2 cores (docs/testing.md "Two lanes").
-lanes="${CUA_RL_TEST_LANES:-1}"
+# Two pytest-xdist workers where the machine has two cores or more: a runs lane (vLLM, trainers, training runs, at
+# nice 5) and a desktops lane beside it (tests/conftest.py LaneScheduling; docs/testing.md "Two lanes").
+# CUA_RL_TEST_LANES=1 runs everything in one process, in order.
+lanes="${CUA_RL_TEST_LANES:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}"
 lane_args=()
 [ "$lanes" -gt 1 ] && lane_args=(-n "$lanes" --no-loadscope-reorder)
 echo "[test] $lanes lane(s)"
