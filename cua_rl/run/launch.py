@@ -175,6 +175,16 @@ def _prepare_cpu(config) -> dict[str, str]:
     return dict(CPU_ENV)
 
 
+def _wait(proc: subprocess.Popen) -> int:
+    """``proc.wait()`` that lets this process's signal handlers run within a second. Python runs them in the main
+    thread only, and the kernel may hand a Ctrl-C or SIGTERM to any thread of ours (the embedded gym's, the agent
+    service's, the console's reader): a main thread blocked in ``waitpid`` would not see it until the child
+    ended by itself (a CI run's Ctrl-C went unanswered for 2 minutes while the run trained on)."""
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=1.0)
+
+
 def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_steps: int | None = None,
                  early: Prewarmed | None = None) -> tuple[int, int | None]:
     """Run the trainer (``cua_rl.train``) in its own process group: all its output to ``log_file``, and to the console through
@@ -218,7 +228,7 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            rc = proc.wait()
+            rc = _wait(proc)
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -527,7 +537,7 @@ def give_verdict(config_file: str, overrides: list[str], start: Path, logs: Path
     with open(logs / "verdict.log", "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        rc = proc.wait()
+        rc = _wait(proc)
     except KeyboardInterrupt:
         print("[cua-rl] verdict:     interrupted; the run itself finished", flush=True)
         rc = proc.wait()
