@@ -82,10 +82,10 @@ def pytest_collection_modifyitems(config, items):
         items.reverse()
 
 
-# ---- the lanes: CUA_RL_TEST_LANES=2 scripts/test.sh runs the suite in two pytest-xdist workers (LaneScheduling) -
+# ---- the lanes: scripts/test.sh runs the suite in two pytest-xdist workers (LaneScheduling) on 2 cores or more ----
 # A one-lane run left the 2-core machine a third idle (start-ups, desktops and time-outs waiting: docs/testing.md),
-# so a second lane can run tests beside the first (opt-in: docs/testing.md "Two lanes" says what failed beside the
-# runs). Two runs at once do not gain: vLLM and the trainers spread their threads over both cores, and two of them
+# so a second lane runs tests beside the first (docs/testing.md "Two lanes" says what failed beside the runs before
+# the runs lane worked at nice 5, RUNS_LANE_NICE; CUA_RL_TEST_LANES=1 runs one lane). Two runs at once do not gain: vLLM and the trainers spread their threads over both cores, and two of them
 # beside each other took twice as long each (session 31). So the first lane, "runs", takes the units that start
 # vLLM, AReaL's trainer or a training run (RUN_UNITS, in that order), then anything left; the second, "desktops",
 # takes only the others (desktops, browsers, VMs, unit tests), longest first (UNIT_S, measured). A unit goes to one
