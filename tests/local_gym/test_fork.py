@@ -142,7 +142,9 @@ async def test_a_declared_volatile_region_is_the_mask_and_only_there_may_childre
                 "solution": [{"type": "type", "text": "hi"}], **extra}
 
     region = [0.5, 0.02, 0.6, 0.06]    # around the clock
-    opts = GymOptions(gym_id="fork-mask", pool_size=0, x_spares=0, fork_wait_s=1.0,
+    # the gym's default wait for a child's screen (5 s): with a second, a child's xterm beside the other lane's runs
+    # had not yet redrawn its cursor row when compared (session 34's cold rehearsal); the control's refusal waits it
+    opts = GymOptions(gym_id="fork-mask", pool_size=0, x_spares=0,
                       extra_tasks=[clock_task("983", volatile=[region]), clock_task("984")])
     async with LocalGym(opts) as gym:
         parent = (await gym.reset("983"))["execution_id"]
