@@ -85,10 +85,10 @@ def pytest_collection_modifyitems(config, items):
 # ---- the lanes: scripts/test.sh runs the suite in two pytest-xdist workers (LaneScheduling) on 2 cores or more ----
 # A one-lane run left the 2-core machine a third idle (start-ups, desktops and time-outs waiting: docs/testing.md),
 # so a second lane runs tests beside the first (docs/testing.md "Two lanes" says what failed beside the runs before
-# the runs lane worked at nice 5, RUNS_LANE_NICE; CUA_RL_TEST_LANES=1 runs one lane). Two runs at once do not gain: vLLM and the trainers spread their threads over both cores, and two of them
-# beside each other took twice as long each (session 31). So the first lane, "runs", takes the units that start
-# vLLM, AReaL's trainer or a training run (RUN_UNITS, in that order), then anything left; the second, "desktops",
-# takes only the others (desktops, browsers, VMs, unit tests), longest first (UNIT_S, measured). A unit goes to one
+# the runs lane worked at nice 5, RUNS_LANE_NICE; CUA_RL_TEST_LANES=1 runs one lane). Two runs at once do not gain:
+# vLLM and the trainers spread their threads over both cores, and two of them beside each other took twice as long
+# each (session 31). So the first lane, "runs", takes the units that start vLLM, AReaL's trainer or a training run
+# (RUN_UNITS, in that order), then anything left; the second, "desktops", takes only the others (desktops, browsers, VMs, unit tests), longest first (UNIT_S, measured). A unit goes to one
 # lane whole: a test module (its module fixtures start once), or the modules sharing a session fixture
 # (SHARED_UNITS: one vLLM server, one PostgreSQL). Tests that show nothing was left running count only their own
 # lane's processes (tests/hosts.py ``pids(..., here=True)``).

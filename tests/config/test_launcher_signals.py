@@ -19,12 +19,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = """
+import os
 import sys
 from pathlib import Path
 from cua_rl.run.launch import _run_trainer
 up = sys.argv[1] + ".up"
 trainer = [sys.executable, "-c", f"import pathlib, time; pathlib.Path({up!r}).touch(); time.sleep(120)"]
-rc, by = _run_trainer(trainer, dict(__import__('os').environ), Path(sys.argv[1]))
+rc, by = _run_trainer(trainer, dict(os.environ), Path(sys.argv[1]))
 print(f"launcher: exit code {rc}, stopped by {by}", flush=True)
 """
 
