@@ -79,7 +79,7 @@ from pathlib import Path
 
 from cua_rl.runs import read_counts
 from cua_rl.trainer.health import STOP_MARK
-from cua_rl.run.launch import load_config   # the config the stages will see, loaded as the launcher does
+from cua_rl.run.launch import load_config, wait_interruptibly   # the config as the launcher loads it; its wait
 from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 from cua_rl.local_gym.curriculum import GATED
 from cua_rl.verdict import BOOTSTRAP, RISE_MIN, SCORE_SOURCES, cluster_rise, hash_sources, hash_weights  # noqa: F401 (the bar's)
@@ -132,7 +132,7 @@ def _run(cmd: list[str], log: Path, env: dict[str, str]) -> float:
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            rc = proc.wait()
+            rc = wait_interruptibly(proc)   # a signal another thread took still reaches the handler within a second
         except BaseException:  # Ctrl-C or SIGTERM (see main): stop the stage, which ends its own servers
             proc.terminate()
             try:

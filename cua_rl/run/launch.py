@@ -175,7 +175,7 @@ def _prepare_cpu(config) -> dict[str, str]:
     return dict(CPU_ENV)
 
 
-def _wait(proc: subprocess.Popen) -> int:
+def wait_interruptibly(proc: subprocess.Popen) -> int:
     """``proc.wait()`` that lets this process's signal handlers run within a second. Python runs them in the main
     thread only, and the kernel may hand a Ctrl-C or SIGTERM to any thread of ours (the embedded gym's, the agent
     service's, the console's reader): a main thread blocked in ``waitpid`` would not see it until the child
@@ -228,7 +228,7 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            rc = _wait(proc)
+            rc = wait_interruptibly(proc)
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -537,7 +537,7 @@ def give_verdict(config_file: str, overrides: list[str], start: Path, logs: Path
     with open(logs / "verdict.log", "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        rc = _wait(proc)
+        rc = wait_interruptibly(proc)
     except KeyboardInterrupt:
         print("[cua-rl] verdict:     interrupted; the run itself finished", flush=True)
         rc = proc.wait()

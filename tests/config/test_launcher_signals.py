@@ -1,4 +1,5 @@
-"""A Ctrl-C reaches the launcher whichever of its threads the kernel hands it to (cua_rl/run/launch.py ``_wait``).
+"""A Ctrl-C reaches the launcher whichever of its threads the kernel hands it to
+(cua_rl/run/launch.py ``wait_interruptibly``, which the learning bench's stage wait uses too).
 
 Python runs signal handlers in the main thread only; the kernel delivers a signal sent to a process to any of its
 threads that does not block it (the embedded gym's, the agent service's, the console's reader). A main thread
