@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh Debian machine: Debian packages, a recent pip/uv, and one Python
+# Idempotent set-up for a fresh Debian machine: Debian packages, pinned pip and uv, and one Python
 # environment per dependency set, kept outside the clone so that fresh clones (and CI) reuse it.
 #
 #   scripts/setup.sh            # install what is missing, print nothing else when all is there
@@ -109,9 +109,14 @@ key="$( (echo "$ENV_REVISION $DEVICE"; grep -v '^#' "$LOCK") | sha256sum | cut -
 VENV="$CUA_RL_HOME/venv-$key"
 TOOLS="$CUA_RL_HOME/tools"
 export UV_CACHE_DIR="$CUA_RL_HOME/uv-cache" UV_PYTHON_DOWNLOADS=never
-if [ ! -x "$TOOLS/bin/uv" ]; then
-  step "creating the tools environment $TOOLS" "$PYTHON" -m venv "$TOOLS"
-  step "installing pip and uv into it" "$TOOLS/bin/python" -m pip install -q --upgrade pip uv
+# pip and uv pinned like the lock's packages: a uv released tomorrow could install the lock differently or refuse
+# it, and a fresh machine's CI would be the first to find out. Bump them here (and test) to upgrade.
+TOOL_PINS="pip==26.3 uv==0.13.9"
+if [ ! -x "$TOOLS/bin/uv" ] || [ "$(cat "$TOOLS/.pins" 2>/dev/null)" != "$TOOL_PINS" ]; then
+  [ -x "$TOOLS/bin/python" ] || step "creating the tools environment $TOOLS" "$PYTHON" -m venv "$TOOLS"
+  # shellcheck disable=SC2086  # the pins are words
+  step "installing $TOOL_PINS into it" "$TOOLS/bin/python" -m pip install -q $TOOL_PINS
+  echo "$TOOL_PINS" > "$TOOLS/.pins"
 fi
 UV="$TOOLS/bin/uv"
 if [ ! -f "$VENV/.complete" ]; then
