@@ -260,6 +260,8 @@ def parse(argv: list[str], environ: dict[str, str], env_files: list[Path]) -> Re
         if flag.env == "PROJECT_TOKEN":
             request.environ["PROJECT_TOKEN"] = value
         elif flag.env == "CUA_CONFIG":
+            if not Path(value).expanduser().is_file():   # told before anything loads (AReaL's import: seconds)
+                raise UsageError(f"config file not found: {value} ({flag.name} / {flag.env})")
             request.config_file = value
         for key in flag.keys:
             request.overrides.append(f"{key}={_override_value(flag, value)}")

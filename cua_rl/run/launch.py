@@ -86,12 +86,12 @@ def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str
     into the trial's log directory; under the ``auto`` placeholder that directory is removed again when
     the file is all it holds (the real trial name is chosen later). A bad value raises ``ConfigError``
     naming the flag that set it (``flag_keys``: config key -> flag, from ``cli.parse``)."""
+    if not Path(config_file).is_file():   # before AReaL's import (seconds): a typo is told at once
+        raise ConfigError(f"config file not found: {config_file}")
     from areal.api.cli_args import load_expr_config
 
     from cua_rl.config import CUAConfig, hydra_overrides
 
-    if not Path(config_file).is_file():
-        raise ConfigError(f"config file not found: {config_file}")
     try:
         config, _ = load_expr_config(["--config", config_file, *hydra_overrides(overrides)], CUAConfig)
     except Exception as exc:  # Hydra's parse errors, OmegaConf's type errors, our __post_init__ checks
