@@ -88,10 +88,11 @@ def pytest_collection_modifyitems(config, items):
 # the runs lane worked at nice 5, RUNS_LANE_NICE; CUA_RL_TEST_LANES=1 runs one lane). Two runs at once do not gain:
 # vLLM and the trainers spread their threads over both cores, and two of them beside each other took twice as long
 # each (session 31). So the first lane, "runs", takes the units that start vLLM, AReaL's trainer or a training run
-# (RUN_UNITS, in that order), then anything left; the second, "desktops", takes only the others (desktops, browsers, VMs, unit tests), longest first (UNIT_S, measured). A unit goes to one
-# lane whole: a test module (its module fixtures start once), or the modules sharing a session fixture
-# (SHARED_UNITS: one vLLM server, one PostgreSQL). Tests that show nothing was left running count only their own
-# lane's processes (tests/hosts.py ``pids(..., here=True)``).
+# (RUN_UNITS, in that order), then anything left; the second, "desktops", takes only the others (desktops,
+# browsers, VMs, unit tests), longest first (UNIT_S, measured). A unit goes to one lane whole: a test module (its
+# module fixtures start once), or the modules sharing a session fixture (SHARED_UNITS: one vLLM server, one
+# PostgreSQL). Tests that show nothing was left running count only their own lane's processes (tests/hosts.py
+# ``pids(..., here=True)``).
 SHARED_UNITS = {   # checked at collection: a test asking for vllm_server outside these modules is refused
     "vllm-server": ("tests/e2e/test_workflow_episode.py", "tests/local_agent/test_agent_real_model.py",
                     "tests/local_model/test_vllm_cpu.py", "tests/monitor/test_workflow_monitor.py",
