@@ -130,10 +130,14 @@ async def test_a_fork_the_task_or_its_replay_cannot_honour_is_a_409_that_leaves_
 
 async def test_a_declared_volatile_region_is_the_mask_and_only_there_may_children_differ():
     # One writer on the terminal (no echo, no shell): a clock at row 1, column 60, redrawn every 0.2 s, and the keys
-    # typed so far (kept in typed.txt) on row 2; the cursor parked on row 3.
+    # typed so far (kept in typed.txt) on row 2; the cursor parked on row 3. A key is kept whatever read's status:
+    # one read just as its 0.2 s ran out is in k with the time-out's status (bash: "saves any partial input"), which
+    # `read ... && printf` dropped. The likely cause of a child that stayed unlike its parent in the rows below the
+    # clock (CI, sessions 34 and 35: "162 pixels differ, within [3, 46, 23, 60]" with a 1 s and a 5 s wait alike);
+    # not reproduced here (8 runs beside two CPU hogs passed before this change).
     script = ("stty -echo; while :; do printf '\\033[1;60H%s\\033[3;1H' \"$(date +%N)\"; "
-              "IFS= read -r -s -t 0.2 -n 1 k && printf %s \"$k\" >> typed.txt && printf '\\033[2;1H%s\\033[3;1H' "
-              "\"$(cat typed.txt)\"; done")
+              "IFS= read -r -s -t 0.2 -n 1 k; [ -n \"$k\" ] && printf %s \"$k\" >> typed.txt && "
+              "printf '\\033[2;1H%s\\033[3;1H' \"$(cat typed.txt)\"; done")
 
     def clock_task(number: str, **extra) -> dict:
         return {"number": number, "name": f"clock-{number}", "category": "terminal", "difficulty": "easy",
