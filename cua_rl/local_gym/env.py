@@ -386,11 +386,10 @@ class LocalGym:
                 raise GymError(404, f"execution {parent.execution_id!r} was terminated")
             d = parent.desktop
             try:
-                frame = bytes(d.screen.frame_now())
+                d.screen.frame_now()
             except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
                 raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
-            capture = Capture(frame, list(parent.history), parent.seed, parent.mask, d.spec.width,
-                              d.spec.height)
+            capture = Capture(list(parent.history), parent.seed, parent.mask, d.spec.width, d.spec.height)
             children: list[Execution] = []
             jobs = [self._replay_child(parent, capture, room, children) for _ in range(count)]
             await self._all_or_none(jobs, children)
@@ -478,12 +477,17 @@ class LocalGym:
                 self._check_open(ex)
                 raise ForkRefused(f"action {i} of {n} ({action.type}) failed on the child: {exc}") from exc
         unseen = f" (it never showed the parent's screen before action {passing[0]})" if passing else ""
-        frame = await wait_for_screen(d.screen, lambda f: frames_equal(f, capture.frame, w, h, mask),
+        # The parent's screen as it is now, not as the fork found it: the parent is held (no action reaches it),
+        # but an act settles after STABLE_S of quiet, so it may still be drawing what its last action began (CI: a
+        # terminal drew the second typed key one fork-and-exec later, and a child that reached the parent's state
+        # was refused for the parent's half-drawn frame). Both end where the actions lead.
+        parent_screen = parent.desktop.screen
+        frame = await wait_for_screen(d.screen, lambda f: frames_equal(f, parent_screen.grab(), w, h, mask),
                                       wait_s, gone)
         if frame is None:
             self._check_open(ex)
             raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is not the parent's at the "
-                              f"fork: {difference(capture.frame, d.screen.grab(), w, h, mask)}")
+                              f"fork: {difference(parent_screen.grab(), d.screen.grab(), w, h, mask)}")
         deadline = time.monotonic() + wait_s
         while (diff := state_difference(await self._parent_state(parent), await self.suite.fork_state(ex))):
             if time.monotonic() > deadline:

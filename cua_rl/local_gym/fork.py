@@ -28,7 +28,7 @@ import math
 import os
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -62,15 +62,14 @@ class Step:
 
 @dataclass
 class Capture:
-    """The parent at the fork: its frame, history, seed and mask (pixels)."""
+    """The parent at the fork: its history, seed and mask (pixels). Not its frame: a child is compared with the
+    parent's screen as it is when the child is done (``LocalGym._replay``)."""
 
-    frame: bytes
     steps: list[Step]
     seed: int | None
     mask: list[list[int]]
     width: int
     height: int
-    taken: float = field(default_factory=time.monotonic)
 
 
 def fork_count(body: object) -> int:
