@@ -39,6 +39,11 @@ from cua_rl.trajectory.rows import new_rollout_uuid
 from tests.doubles.policy_helpers import png_data_url
 
 TEMPERATURES = (1.0, 0.7)
+# The recipe's actor.kl_ctl (cua_rl/recipes/config.yaml): no KL term. AReaL's default, 0.1, with no reference model
+# scores the reference as logp 0, so every generated token's reward gained -0.1 * logp (about +1.2 a token on this
+# random model) and every token's advantage held the rest of its row's: both kinds of row gained, rewarded or not,
+# by amounts their lengths and draws decided (CI, session 35: the rewarded rows 0.109 nats a token, the others 0.129).
+NO_KL = 0.0
 
 
 async def _episodes(engine, processor, temperature: float, n_episodes=2, lora_name: str = ""):
@@ -101,7 +106,7 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
     actor = FSDPPPOActor(PPOActorConfig(
         experiment_name=exp, trial_name=trial, path=tiny_model_dir, backend="fsdp:d1", attn_impl="sdpa",
         dtype="float32", temperature=1.0, weight_update_mode="disk", ppo_n_minibatches=1,
-        recompute_logprob=True, use_decoupled_loss=True, mb_spec=MicroBatchSpec(),
+        recompute_logprob=True, use_decoupled_loss=True, mb_spec=MicroBatchSpec(), kl_ctl=NO_KL,
         optimizer=OptimizerConfig(lr=5e-2, warmup_steps_proportion=0.0, weight_decay=0.0)))
     try:
         actor.create_process_group()
@@ -215,8 +220,8 @@ def _assert_a_small_step_follows_the_advantages(actor, outcomes, lr: float = 1e-
     """The direction of a PPO step (at a small learning rate; the test's own step is made large to move vLLM's
     weights): the advantage-weighted log-likelihood rises and the rewarded episodes' tokens gain more than
     the others. A sign error in the advantages, rewards on the wrong rows or a loss mask shifted off the
-    generated tokens fails here. (Both kinds of row may gain: Adam's first step moves every parameter by
-    about lr, which on this random model also shrinks the mass of the ~150k never-sampled tokens.)"""
+    generated tokens fails here. With no KL term (``NO_KL``) the advantages are the group-normalised rewards, +1 on
+    the rewarded rows and -1 on the others."""
     batch = group_batch(outcomes, group_weight="tokens")
     (logp_before,) = actor.compute_logp([group_batch(outcomes)])
     batch["prox_logp"] = logp_before
@@ -231,9 +236,12 @@ def _assert_a_small_step_follows_the_advantages(actor, outcomes, lr: float = 1e-
             g["lr"] = old
     (logp_after,) = actor.compute_logp([group_batch(outcomes)])
     mask = advantaged["loss_mask"].bool()  # rolled: position t scores token t+1, as logp does
-    delta = (logp_after - logp_before).masked_fill(~mask, 0.0)
-    objective = float((advantaged["advantages"] * delta).sum())
     rewarded = torch.tensor([o.reward > 0 for o in outcomes for _ in o.turns])
+    adv = advantaged["advantages"]
+    assert all(bool((adv[i][mask[i]] > 0).all() if up else (adv[i][mask[i]] < 0).all())
+               for i, up in enumerate(rewarded.tolist())), "an advantage's sign is not its row's reward's"
+    delta = (logp_after - logp_before).masked_fill(~mask, 0.0)
+    objective = float((adv * delta).sum())
     per_row = delta.sum(-1) / mask.sum(-1)
     up, down = float(per_row[rewarded].mean()), float(per_row[~rewarded].mean())
     print(f"GATE PPO step direction (lr {lr:g}): sum(A * dlogp) {objective:+.4f}; mean dlogp per token: "
