@@ -106,9 +106,12 @@ proc show {path} {
     update idletasks
     update
     global dir
-    set f [open [file join $dir ready] w]
+    # written whole, then renamed: the gym reads it as soon as it exists (CI: it once read the file between its
+    # creation and its line, '', and refused the start)
+    set f [open [file join $dir ready.tmp] w]
     puts $f "ok [winfo width .] [winfo height .] [winfo screenwidth .] [winfo screenheight .]"
     close $f
+    file rename -force [file join $dir ready.tmp] [file join $dir ready]
 }
 
 proc poll {} {
