@@ -111,7 +111,11 @@ async def test_a_vm_task_through_the_genv_api_from_set_up_to_terminate(guest):
 
 
 async def test_executions_resume_one_saved_boot_on_disks_of_their_own(guest):
-    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=1, x_spares=0)) as gym:
+    # 90 s for a resumed machine's guest agent (the gym's default: 30 s): the pool's refill after b resumes beside a
+    # and b under TCG, and beside the runs lane's fleet its guest once took longer than 30 s to answer (CI rehearsal,
+    # session 36), which the gym takes for a bad saved state: it boots a second template (a template that is bad
+    # still fails here, after 90 s)
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=1, x_spares=0, start_timeout_s=90)) as gym:
         a = (await gym.reset(TASK))["execution_id"]
         for _ in range(300):   # the pool resumes a spare in the background
             if gym.manager.pool_stats()["spares"]:
