@@ -45,6 +45,7 @@ RAY_PORT = 6380
 RAY_DIR = f"/tmp/ray-fleet-{os.getpid()}"   # short: Ray's socket paths live under it
 GYMS = ("g1", "g2", "g3", "g4")
 STEPS = 4
+TURN_S = 300   # one turn an episode (the recipe's max_turns 1)
 STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 
 
@@ -74,6 +75,10 @@ def test_a_fleet_of_gym_hosts_survives_a_killed_and_a_blackholed_host(tmp_path, 
             "bash", str(ROOT / "examples/cua_agent/train.sh"), "--config", str(LEARN),
             "--gym", ",".join(url.values()), "--gym-id", "desktop", "--gbox-mini-url", agent_url,
             f"total_train_steps={STEPS}", "train_dataset.batch_size=2", "gconfig.n_samples=2", "sft.warm_start=false",
+            # the recipe's 60 s a turn is sized for a machine of its own: here six hosts, two Ray nodes and vLLM
+            # share two cores, and a slow hour (CI's run of 43d41ba: 418 s for what takes 164) made turns wait
+            # past it, episodes lost to the model server; this test is about the gym hosts, not turn time
+            f"max_turn_time_seconds={TURN_S}", f"max_task_time_seconds={TURN_S}",
             "trial_name=fleet", "scheduler.type=ray", "gym_fleet.ray_gyms.enabled=true",
             "gym_fleet.ray_gyms.cpus_per_desktop=0.5", "gym_fleet.health_interval_seconds=1",
             "gym_fleet.health_timeout_seconds=2"], tmp_path / "train_sh.log", env=env, cwd=ROOT)
