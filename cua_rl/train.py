@@ -80,10 +80,11 @@ def main(args: list[str]) -> None:
     with training_run(config.monitor_base_url, config.project_id, config.experiment_name, config.trial_name,
                       token=token, enabled=int(os.environ.get("RANK", "0")) == 0,
                       config=asdict(config)) as training_id, \
-            Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer, \
-            ray_gyms(config) as added:
-        # gyms started on the Ray cluster's spare CPUs once AReaL's workers are placed join the fleet
-        config.gym_base_url = join_gym_urls([*config.gym_urls, *added])
+            ray_gyms(config) as start_ray_gyms, \
+            Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+        # gyms started on the Ray cluster's spare CPUs once AReaL's workers are placed join the fleet (and end
+        # after the Trainer's close)
+        config.gym_base_url = join_gym_urls([*config.gym_urls, *start_ray_gyms()])
         workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig, group_size,
                                                               monitor_training_id=training_id)
         eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,

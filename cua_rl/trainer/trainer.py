@@ -46,18 +46,26 @@ def stall_watch(trainer: "Trainer", config, group_size: int):
 
 @contextlib.contextmanager
 def ray_gyms(config):
-    """The URLs of our gyms started on the Ray cluster's nodes for the body (``gym_fleet.ray_gyms``;
-    cua_rl/areal_ext/ray_gyms.py), ended after it; [] when off. Call once AReaL's workers are placed."""
-    if not config.gym_fleet.ray_gyms.enabled:
-        yield []
-        return
-    from cua_rl.areal_ext.ray_gyms import RayGyms
+    """``start()``: our gyms started on the Ray cluster's nodes (``gym_fleet.ray_gyms``; cua_rl/areal_ext/ray_gyms.py),
+    their URLs ([] when off); call it once AReaL's workers are placed. They are ended when this context ends:
+    enter it before the ``Trainer``, so AReaL's close ends the rollout workers (the next step's episodes still
+    play on these gyms at the end of a run) before their gyms go. Ended first, the gyms were drained by the
+    rollout worker's fleet as failed hosts and a group was dropped and played again during the close."""
+    started = []
 
-    gyms = RayGyms.start(config, str(RunPaths.of(config).logs))
+    def start() -> list[str]:
+        if not config.gym_fleet.ray_gyms.enabled:
+            return []
+        from cua_rl.areal_ext.ray_gyms import RayGyms
+
+        started.append(RayGyms.start(config, str(RunPaths.of(config).logs)))
+        return list(started[-1].urls)
+
     try:
-        yield list(gyms.urls)
+        yield start
     finally:
-        gyms.stop()
+        for gyms in started:
+            gyms.stop()
 
 
 @contextlib.contextmanager
