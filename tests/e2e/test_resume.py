@@ -36,7 +36,10 @@ STEPS = 3
 # before the kill
 ARGS = ["--config", str(ROOT / "examples" / "cua_agent" / "config.learn.yaml"), *trains_from_pinned("learn"),
         f"total_train_steps={STEPS}", "train_dataset.batch_size=1", "gconfig.n_samples=2", "task_source.repeat=2",
-        "trial_name=resume"]
+        "trial_name=resume",
+        # the recipe's 60 s a turn is sized for a machine of its own; at a slow hour a turn waited past it (the
+        # fleet test in CI: episodes lost to the model server), and a group lost here is a stream position skipped
+        "max_turn_time_seconds=300", "max_task_time_seconds=300"]
 
 
 def _trainer_pid(marker: str) -> int | None:
