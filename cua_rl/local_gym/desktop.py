@@ -125,6 +125,31 @@ def _read_line(fd: int, timeout_s: float) -> str:
     return buf.decode(errors="replace").strip()
 
 
+def _windows_now(d, root, client_list) -> str:
+    """What the X server holds when apps did not map: the windows the window manager took (its client list) and
+    the ones with a class it did not (children of the root, not reparented into a frame), each viewable or not,
+    so a failed start tells an app that made no window from one the window manager never took."""
+    def described(win) -> str | None:
+        cls = win.get_wm_class()
+        if not cls:
+            return None
+        return f"{cls[1]} {'viewable' if win.get_attributes().map_state == X.IsViewable else 'unmapped'}"
+
+    try:
+        prop = root.get_full_property(client_list, X.AnyPropertyType)
+        managed, unmanaged = [], []
+        for wid in (prop.value if prop else []):
+            with contextlib.suppress(xerror.XError):
+                managed.append(described(d.create_resource_object("window", wid)) or "no class")
+        for win in root.query_tree().children:
+            with contextlib.suppress(xerror.XError):
+                if win.id not in (prop.value if prop else []) and (text := described(win)):
+                    unmanaged.append(text)
+        return (f"managed: {', '.join(managed) or 'none'}; not managed: {', '.join(unmanaged) or 'none'}")
+    except Exception as exc:  # noqa: BLE001 - a description of a failure must not hide it
+        return f"windows unknown: {type(exc).__name__}"
+
+
 def _tasks_of_uid(uid: int) -> int:
     """Processes and threads owned by ``uid`` (what RLIMIT_NPROC counts)."""
     count = 0
@@ -391,7 +416,8 @@ class Desktop:
 
             if not procs.wait_until(mapped, timeout_s, 0.01):
                 tail = (self.root / "apps.log").read_text(errors="replace")[-800:]
-                raise RuntimeError(f"apps {sorted(want)} did not map on {self.display} within {timeout_s:g} s"
+                raise RuntimeError(f"apps {sorted(want)} did not map on {self.display} within {timeout_s:g} s "
+                                   f"({_windows_now(d, root, client_list)})"
                                    + (f": {tail}" if tail.strip() else " (apps.log is empty)"))
         finally:
             d.close()
