@@ -145,12 +145,26 @@ def _x_listening(n: int) -> bool:
 DISPLAY_CLAIMS = Path(tempfile.gettempdir()) / "cua-rl-displays"
 
 
+# The same for the sandbox uids (root gyms only). Two gyms on one machine gave their desktops the same uids
+# (``uid_base`` + slot), and desktops failed to start while both ran: openbox set its check window, then took no
+# map request for 30 s (5 of 5 reproductions beside another gym; with distinct uids 60 of 60 started; why is not
+# known: docs/testing.md, "Flakes", session 37). A gym claims a uid for each slot it uses until it closes.
+UID_CLAIMS = Path(tempfile.gettempdir()) / "cua-rl-uids"
+UID_RANGE = 10_000   # uids tried from ``uid_base``
+
+
 def _claim_display(n: int) -> int | None:
     """An open descriptor holding this machine's claim on display ``n`` among our gyms, or None when another
     gym holds it (or its lock file is not ours to open)."""
+    return _claim(DISPLAY_CLAIMS, n)
+
+
+def _claim(folder: Path, n: int) -> int | None:
+    """An open descriptor holding this machine's claim on number ``n`` of ``folder`` among our gyms (an flock on
+    ``folder/n.lock``), or None when another gym holds it (or its lock file is not ours to open)."""
     try:
-        DISPLAY_CLAIMS.mkdir(mode=0o1777, exist_ok=True)
-        fd = os.open(DISPLAY_CLAIMS / f"{n}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        folder.mkdir(mode=0o1777, exist_ok=True)
+        fd = os.open(folder / f"{n}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:
         return None
     try:
@@ -263,6 +277,8 @@ class GymManager:
         self._building_x = 0
         self._used_displays: set[int] = set()
         self._display_claims: dict[int, int] = {}   # display -> the descriptor holding its claim (_claim_display)
+        self._slot_uids: dict[int, int] = {}        # slot -> its sandbox uid, claimed until close (UID_CLAIMS)
+        self._uid_claims: list[int] = []            # the descriptors holding those claims
         self._display_lock = threading.Lock()
         self._create_spawner = procs.Spawner(workers=4)
         self._pool_spawner = procs.Spawner(workers=1)
@@ -310,8 +326,24 @@ class GymManager:
             os.close(claim)
 
     def _uid(self, slot: int) -> int:
-        """The sandbox uid of a slot: its own when the gym is root, else the gym's."""
-        return self.opt.uid_base + slot if os.geteuid() == 0 else os.getuid()
+        """The sandbox uid of a slot: its own when the gym is root (the first from ``uid_base`` that no other slot
+        of ours has and no other gym on this machine claimed: ``UID_CLAIMS``), else the gym's."""
+        if os.geteuid() != 0:
+            return os.getuid()
+        with self._display_lock:
+            uid = self._slot_uids.get(slot)
+            if uid is None:
+                ours = set(self._slot_uids.values())
+                for candidate in range(self.opt.uid_base, self.opt.uid_base + UID_RANGE):
+                    claim = None if candidate in ours else _claim(UID_CLAIMS, candidate)
+                    if claim is not None:
+                        self._uid_claims.append(claim)
+                        uid = self._slot_uids[slot] = candidate
+                        break
+                else:
+                    raise RuntimeError(f"no sandbox uid free from {self.opt.uid_base} to "
+                                       f"{self.opt.uid_base + UID_RANGE - 1}: other gyms on this machine hold them")
+            return uid
 
     def _take_x(self, spec: DesktopSpec) -> Desktop | None:
         """A started bare X server of ``spec``'s size (its slot comes with it), or None."""
@@ -705,3 +737,8 @@ class GymManager:
         await asyncio.to_thread(self._pool_spawner.close)
         forget_templates(self.workdir)
         shutil.rmtree(self.workdir, ignore_errors=True)
+        with self._display_lock:   # every desktop is ended: its uid is free for other gyms
+            for claim in self._uid_claims:
+                os.close(claim)
+            self._uid_claims.clear()
+            self._slot_uids.clear()

@@ -318,3 +318,33 @@ async def test_a_display_another_gym_on_this_machine_claimed_is_never_taken():
     finally:
         holder.kill()
         holder.wait()
+
+
+async def test_two_gyms_on_one_machine_never_give_their_desktops_the_same_sandbox_uid():
+    """Each slot's uid is claimed machine-wide (``manager.UID_CLAIMS``) while the gym runs: two gyms sharing uids
+    had desktops fail to start while both ran (openbox took no map request; docs/testing.md, "Flakes", session 37).
+    A second gym skips the uids the first holds, and a closed gym gives its uids back."""
+    from cua_rl.local_gym import manager as gym_manager
+
+    first = start_gym_server(port=0, pool_size=0, max_executions=1, x_spares=0, uid_base=24000)
+    try:
+        second = start_gym_server(port=0, pool_size=0, max_executions=1, x_spares=0, uid_base=24000)
+        try:
+            async with GenvClient(first.url, first.gym_id) as a, GenvClient(second.url, second.gym_id) as b:
+                async with a.execution(EDITOR_TASK) as ea, b.execution(EDITOR_TASK) as eb:
+                    ua = first.manager.executions[ea.execution_id].desktop.uid
+                    ub = second.manager.executions[eb.execution_id].desktop.uid
+                    assert ua == 24000 and ub != ua, (ua, ub)
+                    assert (gym_manager.UID_CLAIMS / f"{ub}.lock").exists()
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+    assert not first.manager._uid_claims and not second.manager._slot_uids   # given back at close
+    third = start_gym_server(port=0, pool_size=0, max_executions=1, x_spares=0, uid_base=24000)
+    try:
+        async with GenvClient(third.url, third.gym_id) as c:
+            async with c.execution(EDITOR_TASK) as ex:
+                assert third.manager.executions[ex.execution_id].desktop.uid == 24000
+    finally:
+        third.stop()
