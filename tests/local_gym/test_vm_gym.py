@@ -206,8 +206,8 @@ async def test_a_vm_that_dies_while_it_starts_is_replaced(guest, monkeypatch):
 async def test_a_template_whose_guest_agent_is_silent_after_resuming_is_booted_again(guest, monkeypatch, caplog):
     """CI once saw three machines in a row, resumed from one template, whose guest agent never answered: every
     retry resumed the same saved state. Here the first template's agent is frozen (SIGSTOP inside the guest)
-    just before its state is saved; the first machine's agent is silent, the manager's next attempt boots a
-    new template, and the execution works."""
+    just before its state is saved; the first machine's agent is silent, on a new connection too, the manager's
+    next attempt boots a new template, and the execution works."""
     real_save, poisoned = backend.Machine.save_state, []
 
     def save_with_a_frozen_agent(self, path, *args, **kwargs):
@@ -229,6 +229,10 @@ async def test_a_template_whose_guest_agent_is_silent_after_resuming_is_booted_a
         ex = await gym.reset(TASK)
         assert len(poisoned) == 1
         assert "did not answer" in caplog.text and "boots a new template" in caplog.text, caplog.text
+        # a new connection was tried, and the warning says what the silent guest still did: its kernel ran (the
+        # shell echoed a key), only its agent was stopped
+        assert "nor on a new connection" in caplog.text, caplog.text
+        assert "QEMU running; the screen changed after a key" in caplog.text, caplog.text
         [tpl] = [t for (folder, _), t in backend._templates.items() if folder == str(gym.manager.workdir)]
         assert tpl.state != poisoned[0]
         result = await gym.evaluate(ex["execution_id"])
