@@ -137,13 +137,14 @@ def _windows_now(d, root, client_list) -> str:
 
     try:
         prop = root.get_full_property(client_list, X.AnyPropertyType)
+        clients = list(prop.value) if prop else []   # in the order the window manager took them
         managed, unmanaged = [], []
-        for wid in (prop.value if prop else []):
+        for wid in clients:
             with contextlib.suppress(xerror.XError):
                 managed.append(described(d.create_resource_object("window", wid)) or "no class")
         for win in root.query_tree().children:
             with contextlib.suppress(xerror.XError):
-                if win.id not in (prop.value if prop else []) and (text := described(win)):
+                if win.id not in clients and (text := described(win)):
                     unmanaged.append(text)
         return (f"managed: {', '.join(managed) or 'none'}; not managed: {', '.join(unmanaged) or 'none'}")
     except Exception as exc:  # noqa: BLE001 - a description of a failure must not hide it

@@ -150,13 +150,24 @@ DISPLAY_CLAIMS = Path(tempfile.gettempdir()) / "cua-rl-displays"
 # map request for 30 s (5 of 5 reproductions beside another gym; with distinct uids 60 of 60 started; why is not
 # known: docs/testing.md, "Flakes", session 37). A gym claims a uid for each slot it uses until it closes.
 UID_CLAIMS = Path(tempfile.gettempdir()) / "cua-rl-uids"
-UID_RANGE = 10_000   # uids tried from ``uid_base``
+UID_RANGE = 10_000       # uids tried from ``uid_base``
+DISPLAY_RANGE = 10_000   # display numbers tried from ``display_base``
 
 
-def _claim_display(n: int) -> int | None:
-    """An open descriptor holding this machine's claim on display ``n`` among our gyms, or None when another
-    gym holds it (or its lock file is not ours to open)."""
-    return _claim(DISPLAY_CLAIMS, n)
+def _claim_first(folder: Path, first: int, count: int, held, free=lambda n: True) -> tuple[int, int] | None:
+    """The first number from ``first`` (``count`` tried) that is not in ``held`` (this gym's), that this machine's
+    other gyms have not claimed in ``folder`` (``_claim``) and that ``free`` accepts: (the number, the descriptor
+    holding its claim), or None when every one is taken."""
+    for n in range(first, first + count):
+        if n in held:
+            continue
+        claim = _claim(folder, n)
+        if claim is None:
+            continue
+        if free(n):
+            return n, claim
+        os.close(claim)
+    return None
 
 
 def _claim(folder: Path, n: int) -> int | None:
@@ -275,10 +286,9 @@ class GymManager:
         self._free_slots = list(range(options.max_executions + options.max_spares + options.x_spares + 8))
         self._bare_x: collections.deque[Desktop] = collections.deque()   # from Desktop.start_x
         self._building_x = 0
-        self._used_displays: set[int] = set()
-        self._display_claims: dict[int, int] = {}   # display -> the descriptor holding its claim (_claim_display)
-        self._slot_uids: dict[int, int] = {}        # slot -> its sandbox uid, claimed until close (UID_CLAIMS)
-        self._uid_claims: list[int] = []            # the descriptors holding those claims
+        self._display_claims: dict[int, int] = {}        # display in use -> the descriptor holding its claim
+        self._slot_uids: dict[int, tuple[int, int]] = {}   # slot -> (its sandbox uid, the descriptor holding its
+                                                           # claim until close: UID_CLAIMS)
         self._display_lock = threading.Lock()
         self._create_spawner = procs.Spawner(workers=4)
         self._pool_spawner = procs.Spawner(workers=1)
@@ -305,22 +315,16 @@ class GymManager:
 
     def _pick_display_locked(self) -> int:
         """The first display from ``display_base`` that no desktop of ours uses, no other gym on this machine
-        has claimed and no X server answers on; claimed until ``_release_display``."""
-        n = self.opt.display_base
-        while True:
-            if n not in self._used_displays:
-                claim = _claim_display(n)
-                if claim is not None:
-                    if _display_free(n):
-                        break
-                    os.close(claim)
-            n += 1
-        self._used_displays.add(n)
-        self._display_claims[n] = claim
+        has claimed (``DISPLAY_CLAIMS``) and no X server answers on; claimed until ``_release_display``."""
+        found = _claim_first(DISPLAY_CLAIMS, self.opt.display_base, DISPLAY_RANGE, self._display_claims,
+                             free=_display_free)
+        if found is None:
+            raise RuntimeError(f"no X display free from :{self.opt.display_base} to "
+                               f":{self.opt.display_base + DISPLAY_RANGE - 1}")
+        n, self._display_claims[n] = found
         return n
 
     def _release_display(self, n: int) -> None:
-        self._used_displays.discard(n)
         claim = self._display_claims.pop(n, None)
         if claim is not None:
             os.close(claim)
@@ -331,19 +335,14 @@ class GymManager:
         if os.geteuid() != 0:
             return os.getuid()
         with self._display_lock:
-            uid = self._slot_uids.get(slot)
-            if uid is None:
-                ours = set(self._slot_uids.values())
-                for candidate in range(self.opt.uid_base, self.opt.uid_base + UID_RANGE):
-                    claim = None if candidate in ours else _claim(UID_CLAIMS, candidate)
-                    if claim is not None:
-                        self._uid_claims.append(claim)
-                        uid = self._slot_uids[slot] = candidate
-                        break
-                else:
+            if slot not in self._slot_uids:
+                found = _claim_first(UID_CLAIMS, self.opt.uid_base, UID_RANGE,
+                                     {uid for uid, _ in self._slot_uids.values()})
+                if found is None:
                     raise RuntimeError(f"no sandbox uid free from {self.opt.uid_base} to "
                                        f"{self.opt.uid_base + UID_RANGE - 1}: other gyms on this machine hold them")
-            return uid
+                self._slot_uids[slot] = found
+            return self._slot_uids[slot][0]
 
     def _take_x(self, spec: DesktopSpec) -> Desktop | None:
         """A started bare X server of ``spec``'s size (its slot comes with it), or None."""
@@ -738,7 +737,6 @@ class GymManager:
         forget_templates(self.workdir)
         shutil.rmtree(self.workdir, ignore_errors=True)
         with self._display_lock:   # every desktop is ended: its uid is free for other gyms
-            for claim in self._uid_claims:
+            for _, claim in self._slot_uids.values():
                 os.close(claim)
-            self._uid_claims.clear()
             self._slot_uids.clear()

@@ -340,7 +340,7 @@ async def test_two_gyms_on_one_machine_never_give_their_desktops_the_same_sandbo
             second.stop()
     finally:
         first.stop()
-    assert not first.manager._uid_claims and not second.manager._slot_uids   # given back at close
+    assert not first.manager._slot_uids and not second.manager._slot_uids   # given back at close
     third = start_gym_server(port=0, pool_size=0, max_executions=1, x_spares=0, uid_base=24000)
     try:
         async with GenvClient(third.url, third.gym_id) as c:
