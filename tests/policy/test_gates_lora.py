@@ -66,7 +66,7 @@ def test_lora_adapters_served_by_vllm_agree_with_the_trainer_and_a_stale_one_sho
     actor = FSDPPPOActor(PPOActorConfig(
         experiment_name=exp, trial_name=trial, path=tiny_model_dir, backend="fsdp:d1", attn_impl="sdpa",
         dtype="float32", temperature=TEMPERATURE, weight_update_mode="disk", ppo_n_minibatches=1,
-        recompute_logprob=True, use_decoupled_loss=True, mb_spec=MicroBatchSpec(),
+        recompute_logprob=True, use_decoupled_loss=True, mb_spec=MicroBatchSpec(), kl_ctl=gates.NO_KL,
         use_lora=True, lora_rank=RANK, lora_alpha=16, target_modules=list(LORA_MODULES[:4]),
         optimizer=OptimizerConfig(lr=5e-2, warmup_steps_proportion=0.0, weight_decay=0.0)))
     server = None
