@@ -74,12 +74,15 @@ port=""
 for d in /sys/class/virtio-ports/*; do [ "$(cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}; done
 echo 0 > /sys/class/graphics/fbcon/cursor_blink 2>/dev/null   # a still screen between actions
 clear > /dev/tty1
+# the agent's log (every request it reads and answer it sends: --verbose) goes to the serial port, which the host
+# keeps in the machine's serial.log: a guest whose agent goes silent shows there whether a request reached it
 if [ -n "$port" ]; then
-  /usr/bin/qemu-ga --method=virtio-serial --path="$port" --statedir=/run >/dev/tty1 2>&1 &
-  echo "cua-rl test guest ready (guest agent on $port)" > /dev/tty1
+  /usr/bin/qemu-ga --verbose --method=virtio-serial --path="$port" --statedir=/run >/dev/ttyS0 2>&1 &
+  ready="cua-rl test guest ready (guest agent on $port)"
 else
-  echo "cua-rl test guest ready (no guest agent port)" > /dev/tty1
+  ready="cua-rl test guest ready (no guest agent port)"
 fi
+echo "$ready" > /dev/tty1; echo "$ready" > /dev/ttyS0
 while true; do setsid sh -c 'exec sh -i </dev/tty1 >/dev/tty1 2>&1'; done
 INIT
 chmod +x rootfs/sbin/init

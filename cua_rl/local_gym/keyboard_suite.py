@@ -44,8 +44,8 @@ SHELL_KINDS = ("echo", "date", "folders")
 DATE_FORMATS = (("%Y-%m-%d", "YYYY-MM-DD"), ("%d.%m.%Y", "DD.MM.YYYY"), ("%m/%d/%Y", "MM/DD/YYYY"))
 # The test guest (scripts/build_vm_test_image.sh), as examples/vm_tasks/901-vm-shell-files.yaml boots it.
 VM_GUEST = {"image": "$CUA_RL_VM_TEST_GUEST/base.qcow2", "kernel": "$CUA_RL_VM_TEST_GUEST/vmlinuz",
-            "initrd": "$CUA_RL_VM_TEST_GUEST/initrd.gz", "append": "console=tty0 quiet", "memory_mib": 256,
-            "accel": ["tcg"], "settle_s": 1}
+            "initrd": "$CUA_RL_VM_TEST_GUEST/initrd.gz", "append": "console=ttyS0 console=tty0 quiet",
+            "memory_mib": 256, "accel": ["tcg"], "settle_s": 1}
 
 # Plain ASCII without quotes or shell specials: each is typed into an editor and inside '...' in a shell.
 SENTENCES = (

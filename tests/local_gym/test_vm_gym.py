@@ -127,6 +127,8 @@ async def test_executions_resume_one_saved_boot_on_disks_of_their_own(guest):
         desk = {eid: gym.manager.executions[eid].desktop for eid in (a, b)}
         boot = {eid: d.agent.exec(["/bin/cat", "/proc/sys/kernel/random/boot_id"])[1] for eid, d in desk.items()}
         assert boot[a] == boot[b] and boot[a].strip(), "each execution continues the template's one boot"
+        # the test guest's agent logs each request it reads to the serial port (what a silent guest's warning shows)
+        assert "guest-exec" in desk[a].machine.log_tail(100_000, "serial.log"), "the agent's log is not on serial"
         await gym.act(a, {"type": "type", "text": "echo only-a > /root/greeting.txt\n"})
         assert desk[a].files.read("greeting.txt", 100) == "only-a\n"
         assert desk[b].files.read("greeting.txt", 100) is None, "an execution saw another's disk"
@@ -203,7 +205,8 @@ async def test_a_vm_that_dies_while_it_starts_is_replaced(guest, monkeypatch):
     assert _qemu_pids(workdir) == set()
 
 
-async def test_a_template_whose_guest_agent_is_silent_after_resuming_is_booted_again(guest, monkeypatch, caplog):
+async def test_a_template_whose_guest_agent_is_silent_after_resuming_is_booted_again(guest, monkeypatch, caplog,
+                                                                                        tmp_path):
     """CI once saw three machines in a row, resumed from one template, whose guest agent never answered: every
     retry resumed the same saved state. Here the first template's agent is frozen (SIGSTOP inside the guest)
     just before its state is saved; the first machine's agent is silent, on a new connection too, the manager's
@@ -224,6 +227,7 @@ async def test_a_template_whose_guest_agent_is_silent_after_resuming_is_booted_a
         return real_save(self, path, *args, **kwargs)
 
     monkeypatch.setattr(backend.Machine, "save_state", save_with_a_frozen_agent)
+    monkeypatch.setattr(backend, "SILENT_KEPT", tmp_path / "silent")
     caplog.set_level("WARNING", logger=backend.__name__)
     async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0, x_spares=0, start_timeout_s=10)) as gym:
         ex = await gym.reset(TASK)
@@ -233,6 +237,11 @@ async def test_a_template_whose_guest_agent_is_silent_after_resuming_is_booted_a
         # shell echoed a key), only its agent was stopped
         assert "nor on a new connection" in caplog.text, caplog.text
         assert "QEMU running; the screen changed after a key" in caplog.text, caplog.text
+        # and keeps its screen and logs (the machine is gone): its agent, stopped, logged nothing after the resume
+        [kept] = (tmp_path / "silent").iterdir()
+        assert f"kept in {kept}" in caplog.text, caplog.text
+        assert (kept / "screen.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (kept / "qemu.log").is_file()
+        assert "guest-sync" not in (kept / "serial.log").read_text(), "a stopped agent read our request"
         [tpl] = [t for (folder, _), t in backend._templates.items() if folder == str(gym.manager.workdir)]
         assert tpl.state != poisoned[0]
         result = await gym.evaluate(ex["execution_id"])

@@ -36,6 +36,8 @@ import ntpath
 import posixpath
 import re
 import secrets
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -56,6 +58,10 @@ logger = logging.getLogger(__name__)
 
 BUTTONS = {1: "left", 2: "middle", 3: "right"}
 RECONNECT_S = 15.0   # a resumed guest's agent silent on its first connection: the most a new one waits
+# A resumed guest silent on both connections: its screen and QEMU's logs are kept here (the newest SILENT_KEEP), since
+# the machine itself is discarded; the warning names the folder.
+SILENT_KEPT = Path(tempfile.gettempdir()) / "cua-rl-vm-silent"
+SILENT_KEEP = 10
 GUEST_OSES = ("linux", "windows")
 
 
@@ -491,16 +497,41 @@ def _agent_of_resumed(vm: Machine, timeout_s: float) -> GuestAgent:
 
 
 def _liveness(vm: Machine) -> str:
-    """What a silent guest still does, for a message: QEMU's run state, and whether its screen changes after a space
-    key (a shell echoes it: a guest whose kernel runs; the machine is discarded afterwards)."""
+    """What a silent guest still does, for a message: QEMU's run state, whether its screen changes after a space key
+    (a shell echoes it: a guest whose kernel runs), what the guest last wrote to its serial port (the test guest's
+    agent logs every request it reads there), and where its screen and logs are kept (the machine is discarded
+    afterwards)."""
     try:
         status, before = vm.status(), vm.screendump()
         vm.key("spc")
         time.sleep(2.0)
         moved = vm.screendump() != before
-        return f"QEMU {status}; the screen {'changed' if moved else 'did not change'} after a key"
+        said = f"QEMU {status}; the screen {'changed' if moved else 'did not change'} after a key"
     except (OSError, QMPError) as exc:
-        return f"QEMU did not say: {exc}"
+        said = f"QEMU did not say: {exc}"
+    serial = vm.log_tail(600, "serial.log")
+    said += f"; its serial port's last output: {serial!r}" if serial else "; nothing on its serial port"
+    kept = _keep_silent(vm)
+    return said + (f"; its screen and logs are kept in {kept}" if kept else "")
+
+
+def _keep_silent(vm: Machine) -> Path | None:
+    """A copy of a silent machine's screen (PNG) and QEMU's logs in a new folder of ``SILENT_KEPT`` (older folders
+    beyond ``SILENT_KEEP`` deleted); None when it could not be made."""
+    try:
+        SILENT_KEPT.mkdir(mode=0o700, exist_ok=True)
+        for old in sorted(SILENT_KEPT.iterdir())[:-(SILENT_KEEP - 1)]:
+            shutil.rmtree(old, ignore_errors=True)
+        folder = SILENT_KEPT / f"{time.strftime('%Y%m%d-%H%M%S')}-{vm.root.name}"
+        folder.mkdir()
+        for name in ("qemu.log", "serial.log"):
+            if (vm.root / name).is_file():
+                shutil.copy(vm.root / name, folder / name)
+        (folder / "screen.png").write_bytes(vm.screenshot_png())
+        return folder
+    except (OSError, QMPError) as exc:
+        logger.warning("could not keep the silent VM %s's screen and logs: %s", vm.root.name, exc)
+        return None
 
 
 def _set_clock(agent: GuestAgent) -> None:

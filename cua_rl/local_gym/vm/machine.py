@@ -205,9 +205,10 @@ class Machine:
                 raise RuntimeError(f"saving VM state failed: {info.get('status')} {info.get('error-desc', '')}")
             time.sleep(0.02)
 
-    def log_tail(self, n: int = 400) -> str:
+    def log_tail(self, n: int = 400, name: str = "qemu.log") -> str:
+        """The last ``n`` characters of QEMU's log (``name="serial.log"``: what the guest wrote to its serial port)."""
         try:
-            return (self.root / "qemu.log").read_text(errors="replace")[-n:].strip()
+            return (self.root / name).read_text(errors="replace")[-n:].strip()
         except OSError:
             return ""
 
