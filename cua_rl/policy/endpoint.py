@@ -19,7 +19,9 @@ vLLM and weight updates: a pause aborts in-flight requests and AReaL resumes a v
 regenerating from the messages and appending, so a vision turn that needed more than one attempt (or whose
 tokens carry more than one policy version) is corrupt. Such outputs are regenerated from scratch
 (``max_straddle_retries``), then answered with 503. SGLang resumes from token ids correctly, so mixed
-versions are kept there (AReaL's partial rollouts).
+versions are kept there (AReaL's partial rollouts). An output holding a vision placeholder token is sampled
+again on a budget of its own (``max_vision_token_resamples``): the two causes are unrelated, and a model that
+often samples those tokens must not spend the tries a weight update needs.
 """
 
 from __future__ import annotations
@@ -96,8 +98,12 @@ class EndpointSettings:
     # auto (what AReaL's engine carries: its config's backend, engine_kind), vllm or sglang: decides how
     # version-straddling outputs are treated and whether the prompt proof is needed.
     backend: str = "auto"
-    # Regenerations of an output interrupted by a weight update or carrying vision placeholder tokens.
+    # Regenerations of an output interrupted by a weight update (vLLM), then 503.
     max_straddle_retries: int = 2
+    # Samples again of an output holding an image/video placeholder or vision start/end token, then 503: a
+    # trained model rarely samples them and pays nothing; a random one (the tests' tiny model) does in about
+    # one turn in four, and 8 makes losing a turn to it about one in a million.
+    max_vision_token_resamples: int = 8
     # On vLLM, refuse to start when the engine's prompt ids cannot be proved (vllm_proof); false only trains
     # unproved prompts with a warning.
     require_prompt_proof: bool = True
@@ -111,8 +117,9 @@ class EndpointSettings:
             raise ValueError("policy.min_pixels must not exceed policy.max_pixels")
         if self.image_fetch_max_bytes <= 0 or self.image_fetch_timeout_seconds <= 0:
             raise ValueError("policy.image_fetch_* caps must be positive")
-        if self.max_images_per_request < 1 or self.max_straddle_retries < 0:
-            raise ValueError("policy.max_images_per_request must be >= 1 and max_straddle_retries >= 0")
+        if self.max_images_per_request < 1 or self.max_straddle_retries < 0 or self.max_vision_token_resamples < 0:
+            raise ValueError("policy.max_images_per_request must be >= 1, and max_straddle_retries and "
+                             "max_vision_token_resamples >= 0")
         engine_backend(None, self.backend)  # auto, vllm or sglang
 
     @classmethod
@@ -435,11 +442,14 @@ class PolicyEndpoint:
         return key, prepare_image(self.processor, decoded, s.min_pixels, s.max_pixels)
 
     async def _generate(self, ep: Episode, prompt, tools: list | None = None):
-        """The engine's response, proved on vLLM; None when every try straddled a weight update or sampled a
-        vision placeholder token."""
+        """The engine's response, proved on vLLM; None when its tries ran out: ``max_straddle_retries`` outputs
+        more straddled a weight update, or ``max_vision_token_resamples`` more sampled a vision placeholder
+        token (each cause counts against its own budget)."""
         from areal.api.io_struct import ModelRequest
 
-        for attempt in range(self.settings.max_straddle_retries + 1):
+        s = self.settings
+        straddles = resamples = 0
+        while straddles <= s.max_straddle_retries and resamples <= s.max_vision_token_resamples:
             req = ModelRequest(rid=uuid.uuid4().hex, input_ids=list(prompt.input_ids),
                                image_data=[d.b64 for d in prompt.images],
                                vision_msg_vllm=[_fresh(prompt.for_vllm)] if prompt.images else None,
@@ -457,17 +467,19 @@ class PolicyEndpoint:
                 # An image/video placeholder in the output would make the trainer's forward count more image
                 # tokens than image features and fail the whole step: never train on it, sample again.
                 self._tally(ep, "vision_token_outputs")
-                logger.info("episode %s: the model sampled vision placeholder token(s) %s; regenerating, try %d",
-                            ep.id, sorted(sampled_vision), attempt + 1)   # counted for the summary too
-                continue
+                resamples += 1
+                logger.info("episode %s: the model sampled vision placeholder token(s) %s; sampling again (%d/%d)",
+                            ep.id, sorted(sampled_vision), resamples, s.max_vision_token_resamples)
+                continue   # counted for the summary too
             if self.backend != "vllm" or (len(set(resp.output_versions)) <= 1 and not resumed_chat):
                 return resp
             ep.dropped_straddles += 1
             self.totals["straddles"] += 1
+            straddles += 1
             # normal under async RL (a weight update paused the engine mid-output): counted for the summary
             logger.info("episode %s: output was interrupted (%d attempts, policy versions %s) and vLLM "
-                        "resumes a vision request by regenerating from the messages; regenerating, try %d",
-                        ep.id, proof.attempts, sorted(set(resp.output_versions)), attempt + 1)
+                        "resumes a vision request by regenerating from the messages; regenerating (%d/%d)",
+                        ep.id, proof.attempts, sorted(set(resp.output_versions)), straddles, s.max_straddle_retries)
         return None
 
     def _completion_json(self, ep: Episode, turn: Turn, tools: ToolRequest = ToolRequest()) -> dict[str, Any]:

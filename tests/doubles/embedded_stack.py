@@ -26,11 +26,10 @@ def stack(vllm_server, tiny_model_dir):
         gym.stop()
 
 
-# The endpoint's settings on this stack. The random tiny model ties its output head to its embeddings, so after a
-# screenshot it puts real weight on the vision placeholder tokens, which the endpoint never trains on and samples
-# again: more tries than the default 2 keep a test's group from being lost to that chance (tests that need a
-# group assert that it ran; the regeneration itself is what they exercise).
-POLICY = {"max_screenshots_in_history": 2, "max_pixels": 200704, "max_straddle_retries": 8}
+# The endpoint's settings on this stack. (The random tiny model ties its output head to its embeddings, so after a
+# screenshot it often samples vision placeholder tokens; the endpoint samples those again on a budget of their own,
+# `max_vision_token_resamples`, whose default 8 keeps a test's group from being lost to that chance.)
+POLICY = {"max_screenshots_in_history": 2, "max_pixels": 200704}
 
 
 def make_workflow(stack, **kw):

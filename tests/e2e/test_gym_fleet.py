@@ -33,7 +33,6 @@ from pathlib import Path
 import pytest
 
 from cua_rl.run.summary import read_scalars
-from tests.doubles.embedded_stack import POLICY
 from tests.hosts import Hosts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,11 +79,6 @@ def test_a_fleet_of_gym_hosts_survives_a_killed_and_a_blackholed_host(tmp_path, 
             # share two cores, and a slow hour (CI's run of 43d41ba: 418 s for what takes 164) made turns wait
             # past it, episodes lost to the model server; this test is about the gym hosts, not turn time
             f"max_turn_time_seconds={TURN_S}", f"max_task_time_seconds={TURN_S}",
-            # the random tiny model samples vision placeholder tokens after a screenshot (7 of 24 turns in one run),
-            # and a regeneration of those shares its budget with a weight update's: with the default 2, a turn that
-            # drew them twice and then straddled an update was lost to the model server (session 39); the embedded
-            # stack's tests give the same room (tests/doubles/embedded_stack.py)
-            f"policy.max_straddle_retries={POLICY['max_straddle_retries']}",
             "trial_name=fleet", "scheduler.type=ray", "gym_fleet.ray_gyms.enabled=true",
             "gym_fleet.ray_gyms.cpus_per_desktop=0.5", "gym_fleet.health_interval_seconds=1",
             "gym_fleet.health_timeout_seconds=2"], tmp_path / "train_sh.log", env=env, cwd=ROOT)

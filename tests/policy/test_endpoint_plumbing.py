@@ -256,6 +256,49 @@ async def test_vllm_output_straddling_a_weight_update_is_regenerated(processor, 
         await close_loop_servers()
 
 
+async def test_vision_token_outputs_and_straddles_each_spend_their_own_budget(processor):
+    """An output holding a vision placeholder token is sampled again under ``max_vision_token_resamples`` and a
+    straddle under ``max_straddle_retries``: a turn that draws both is answered while each cause stays in its
+    budget (with one budget shared, two placeholder draws and a straddle lost the fleet test's turn), and a 503
+    when either runs out."""
+    image_id = processor.image_token_id
+    n = len(processor.tokenizer("x", add_special_tokens=False)["input_ids"])
+
+    class Scripted(EngineDouble):   # one output per call: "x", or "x" then an image placeholder token
+        def __init__(self, tokenizer, script):
+            super().__init__(tokenizer, text="x")
+            self.clean, self.script = list(self.out), list(script)
+
+        async def agenerate(self, req):
+            kind = self.script.pop(0)
+            self.out = self.clean[:-1] + [image_id, self.clean[-1]] if kind == "vision" else list(self.clean)
+            self.versions = [[0] * n + [1]] if kind == "straddle" else []
+            return await super().agenerate(req)
+
+    msg = {"messages": [{"role": "user", "content": "hi"}]}
+    cases = {  # script, answered, calls
+        "both within": (["vision", "straddle", "vision", "ok"], 200, 4),
+        "placeholders run out": (["vision"] * 3, 503, 3),
+        "straddles run out": (["straddle", "vision", "straddle"], 503, 3),
+    }
+    for name, (script, status, calls) in cases.items():
+        engine = Scripted(processor.tokenizer, script)
+        ep_ = PolicyEndpoint(engine, processor, processor.tokenizer, GenerationHyperparameters(max_new_tokens=4),
+                             EndpointSettings(backend="vllm", max_straddle_retries=1, max_vision_token_resamples=2))
+        try:
+            ep = await ep_.open_episode()
+            r = await _post(ep, msg, ep.key)
+            assert (r.status_code, len(engine.requests)) == (status, calls), name
+            assert ep.vision_token_outputs == script.count("vision"), name
+            assert ep.dropped_straddles == script.count("straddle"), name
+            if status == 200:
+                assert image_id not in ep.turns[0].output_ids and ep.turns[0].versions == {0}
+        finally:
+            await close_loop_servers()
+    with pytest.raises(ValueError, match="max_vision_token_resamples"):
+        EndpointSettings(max_vision_token_resamples=-1)
+
+
 async def test_engine_failure_is_a_503_and_counted(processor):
     class Broken(EngineDouble):
         async def agenerate(self, req):
