@@ -9,7 +9,9 @@ every field is a plain ``key=value`` override, listed in the YAML or not.
 
 The flat keys (`gym_base_url`, `max_turns`, ...) keep the names of the original example so that every
 train.sh flag maps onto one key (the flag table is `cua_rl/run/cli.py`; values are checked here, once). Settings
-that only this project has live in small nested sections: `policy`, `embedded`, `task_source`.
+that only this project has live in nested sections, each a dataclass checked where it is defined: `policy` (the
+endpoint, cua_rl/policy/endpoint.py), `health` (cua_rl/trainer/health.py), `vllm`, and in this module `embedded`,
+`task_source` (or `task_sources`), `trajectory`, `tree`, `sft`, `verdict`, `gym_fleet`.
 
 Secrets: `project_token` exists for compatibility, but the launcher never puts a token into the
 config (AReaL writes the resolved config to `<fileroot>/logs/.../config.yaml`). It exports the
@@ -277,6 +279,9 @@ class TrajectoryConfig:
             raise ValueError(f"trajectory.mutation must be one of {MUTATIONS}, got {self.mutation!r}")
         if not 0.0 < self.turn_discount <= 1.0:
             raise ValueError(f"trajectory.turn_discount must be within (0, 1], got {self.turn_discount}")
+        if self.export_style == "concat" and self.turn_discount < 1.0:
+            raise ValueError(f"trajectory.turn_discount {self.turn_discount} needs export_style individual: a concat "
+                             f"row trains every turn of its episode with one value, so the discount would be ignored")
         for name in ("format_reward", "action_reward"):
             if not 0.0 <= getattr(self, name) <= 10.0:
                 raise ValueError(f"trajectory.{name} must be within [0, 10], got {getattr(self, name)}")

@@ -245,6 +245,8 @@ def test_every_key_a_flag_sets_is_in_config_yaml():
     ("trajectory.format_reward=-1", "trajectory.format_reward must be within"),
     ("trajectory.export_style=tree", "trajectory.export_style must be one of"),
     ("trajectory.turn_discount=0", "trajectory.turn_discount must be within"),
+    ("trajectory.export_style=concat trajectory.turn_discount=0.9",
+     "trajectory.turn_discount 0.9 needs export_style individual"),
     # multi-turn credit and the behaviour policy (tests/training/test_multiturn_credit.py shows why)
     ("actor.adv_norm.mean_level=batch", "adv_norm.mean_level must be null while trajectory.normalise_in_group"),
     ("actor.temperature=0.7", r"actor.temperature \(0.7\) must equal gconfig.temperature"),
@@ -258,7 +260,7 @@ def test_every_key_a_flag_sets_is_in_config_yaml():
 ])
 def test_bad_values_fail_at_load_time(tmp_path, override, message):
     with pytest.raises(Exception, match=message):
-        load(tmp_path, override)
+        load(tmp_path, *override.split(" "))
 
 
 def test_restart_in_page_needs_reused_browsers(tmp_path):

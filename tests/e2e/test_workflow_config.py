@@ -33,12 +33,16 @@ def test_kwargs_from_shipped_configs_build_a_serialisable_workflow(name, tmp_pat
 def test_trajectory_section_reaches_the_workflow(tmp_path, monkeypatch):
     monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
     config, _ = load_expr_config(["--config", str(EXAMPLE / "config.yaml"), "gym_base_url=http://127.0.0.1:5010",
-                                  "gym_id=desktop", "trajectory.export_style=concat", "trajectory.turn_discount=0.9",
-                                  "trajectory.scale_by_std=false", "trajectory.min_group_size=3"], CUAConfig)
+                                  "gym_id=desktop", "trajectory.turn_discount=0.9", "trajectory.scale_by_std=false",
+                                  "trajectory.min_group_size=3", "trajectory.group_weight=tokens"], CUAConfig)
     wf = CUAAgentWorkflow(**CUAAgentWorkflow.kwargs_from_config(config, config.gconfig.new(n_samples=1), 4))
     t = wf.trajectory
-    assert (t.export_style, t.turn_discount, t.scale_by_std, wf.min_group_size) == ("concat", 0.9, False, 3)
+    assert (t.turn_discount, t.scale_by_std, t.group_weight, wf.min_group_size) == (0.9, False, "tokens", 3)
     assert t.normalise_in_group is True
+    config, _ = load_expr_config(["--config", str(EXAMPLE / "config.yaml"), "gym_base_url=http://127.0.0.1:5010",
+                                  "gym_id=desktop", "trajectory.export_style=concat"], CUAConfig)
+    wf = CUAAgentWorkflow(**CUAAgentWorkflow.kwargs_from_config(config, config.gconfig.new(n_samples=1), 4))
+    assert wf.trajectory.export_style == "concat"
 
 
 def test_bad_settings_fail_at_construction():
