@@ -33,9 +33,11 @@ def _episode(turns: int, reward: float) -> EpisodeOutcome:
 GROUPS = [[_episode(3, 1.0)] + [_episode(20, 0.0)] * 3] + [[_episode(20, 0.0)] * 4] * 3
 
 
-def _pulls(actor_config, equal_episode_weight: bool = True) -> list[list[float]]:
-    """Each episode's summed advantage over its trained tokens, as AReaL's actor computes it, per group."""
-    batches = [group_batch(g, equal_episode_weight=equal_episode_weight) for g in GROUPS]
+def _pulls(actor_config, **options) -> list[list[float]]:
+    """Each episode's summed advantage over its trained tokens, as AReaL's actor computes it, per group; the rows
+    built as config.yaml's ``trajectory`` section builds them (what a run trains on), but for ``options``."""
+    shipped = load_config("examples/cua_agent/config.yaml", []).trajectory.group_options()
+    batches = [group_batch(g, **{**shipped, **options}) for g in GROUPS]
     data = concat_padded_tensors(batches)
     out = PPOActor(actor_config, engine=None)._compute_advantages(data)
     per_row = (out["advantages"] * out["loss_mask"]).sum(-1).tolist()
