@@ -214,11 +214,16 @@ def _display_free(n: int) -> bool:
 
 
 def _remove_stale_workdirs(parent: str) -> None:
-    """Delete work folders of gym servers that died without cleaning up (their pid file names a dead pid)."""
+    """Delete work folders of gym servers that died without cleaning up (their pid file names a dead pid), and
+    empty ones an earlier removal left (a mount still attached then) once they are a minute old (younger, one
+    may be a starting gym's, its pid file not yet written)."""
     for path in Path(parent).glob("cua-gym-*"):
         try:
             pid = int((path / "server.pid").read_text())
         except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                if time.time() - path.stat().st_mtime > 60:
+                    path.rmdir()   # only when empty
             continue
         if not _pid_alive(pid):
             mounts.detach_under(path)   # its HOME mounts, when they live in this namespace (see mounts)

@@ -348,3 +348,29 @@ async def test_two_gyms_on_one_machine_never_give_their_desktops_the_same_sandbo
                 assert third.manager.executions[ex.execution_id].desktop.uid == 24000
     finally:
         third.stop()
+
+
+def test_a_gym_start_sweeps_the_work_folders_dead_gyms_left(tmp_path):
+    """A gym removes, as it starts, the work folders of gym servers that died (their pid file names a dead pid)
+    and the empty ones an earlier removal left behind (a mount was still attached then) once a minute old;
+    a live gym's folder, an empty one a starting gym may have just made, and anything with files but no pid
+    file are kept."""
+    import subprocess
+    import sys
+
+    from cua_rl.local_gym import manager as gym_manager
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folders = {name: tmp_path / f"cua-gym-{name}" for name in ("dead", "live", "empty-old", "empty-new", "foreign")}
+    for path in folders.values():
+        path.mkdir()
+    (folders["dead"] / "server.pid").write_text(str(dead.pid))
+    (folders["dead"] / "home").mkdir()
+    (folders["live"] / "server.pid").write_text(str(os.getpid()))
+    (folders["foreign"] / "notes.txt").write_text("not a gym's")
+    old = time.time() - 120
+    for name in ("empty-old", "foreign"):
+        os.utime(folders[name], (old, old))
+    gym_manager._remove_stale_workdirs(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cua-gym-empty-new", "cua-gym-foreign", "cua-gym-live"]
