@@ -4,9 +4,10 @@ model the agent calls, how long an episode may run, where the Training Monitor i
 Why sections and not one flat list of keyword arguments: AReaL rebuilds the workflow on every rollout
 worker from its kwargs (and logs and saves them), so they must be plain, picklable values; grouped by what
 they configure, each is validated where it is defined and read as one thing (``limits.max_turns``), and a
-new setting has one obvious home. The policy endpoint's settings (``cua_rl.policy.EndpointSettings``) and
-how turns become rows (``cua_rl.config.TrajectoryConfig``) are the other two sections; they are defined
-beside the code that uses them.
+new setting has one obvious home. The policy endpoint's settings (``cua_rl.policy.EndpointSettings``, beside
+the endpoint) and how turns become rows (``cua_rl.config.TrajectoryConfig``, with the run's other config
+sections: ``CUAConfig`` checks it against AReaL's own settings, its reward normalisation above all) are the other
+two sections.
 """
 
 from __future__ import annotations
