@@ -101,8 +101,8 @@ class EndpointSettings:
     # Regenerations of an output interrupted by a weight update (vLLM), then 503.
     max_straddle_retries: int = 2
     # Samples again of an output holding an image/video placeholder or vision start/end token, then 503: a
-    # trained model rarely samples them and pays nothing; a random one (the tests' tiny model) does in about
-    # one turn in four, and 8 makes losing a turn to it about one in a million.
+    # trained model rarely samples them and pays nothing; a random one (the tests' tiny model) does in about 3
+    # tries of 10, and 8 makes losing a turn to it about one in 50,000 (0.3^9).
     max_vision_token_resamples: int = 8
     # On vLLM, refuse to start when the engine's prompt ids cannot be proved (vllm_proof); false only trains
     # unproved prompts with a warning.
