@@ -39,6 +39,9 @@ SPLIT_TYPES = ("train", "eval", "all")
 EMBEDDED_GYM_IDS = ("desktop", "miniwob")
 EXISTING_RUN = ("refuse", "overwrite", "resume")
 EXPORT_STYLES = ("individual", "concat")
+# The command of the RPC workers AReaL's local and Slurm schedulers start (``scheduling_spec[0].cmd``): AReaL's own
+# worker module with this project's patches (cua_rl/areal_ext/worker.py), and the module it stands for.
+WORKER_MODULE, AREAL_WORKER_MODULE = "cua_rl.areal_ext.worker", "areal.infra.rpc.rpc_server"
 # trajectory.mutation: the learning bench's mutations (cua_rl/trajectory/mutations.py), never for real training
 MUTATIONS = ("", "negate_advantages", "shift_loss_mask", "batch_recentring", "gym_faults_as_policy")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
@@ -535,6 +538,7 @@ class CUAConfig(GRPOConfig):
                              f"another gym id needs its gym's URL (--gym URL)")
         self._check_regularisers()
         self._check_train_engine()
+        self._check_worker_commands()
         self._check_placement()
         self._wire_lora()
         self._check_reward_norm()
@@ -612,6 +616,25 @@ class CUAConfig(GRPOConfig):
                                  f"(fsdp:...); the rows' images are palette codes its patched micro-batches "
                                  f"decode (cua_rl/areal_ext/compact_images.py), which another engine would "
                                  f"read as pixels")
+
+    def _check_worker_commands(self) -> None:
+        """The actor's, the reference's and the rollout's workers must run ``cua_rl.areal_ext.worker``: without its
+        patches the FSDP engine reads the rows' palette-coded images as pixels, silently, and packed sequences
+        attend across each other on the CPU. AReaL's own command (its default, and what its example configs
+        write) becomes ours, the rest of the command kept; another command is refused. Not under Ray, whose
+        workers take the same patches from a setup hook and no command (cua_rl/areal_ext/ray_cluster.py)."""
+        if getattr(self.scheduler, "type", None) == "ray":
+            return
+        for name in ("actor", "ref", "rollout"):
+            specs = getattr(getattr(self, name, None), "scheduling_spec", None) or ()
+            if not specs or WORKER_MODULE in (specs[0].cmd or ""):
+                continue
+            cmd = specs[0].cmd or f"python -m {AREAL_WORKER_MODULE}"
+            if AREAL_WORKER_MODULE not in cmd:
+                raise ValueError(f"{name}.scheduling_spec[0].cmd {cmd!r}: the workers here run {WORKER_MODULE} "
+                                 f"(AReaL's {AREAL_WORKER_MODULE} with this project's patches: without them the "
+                                 f"images of the rows are read as pixels), e.g. 'python3 -m {WORKER_MODULE}'")
+            specs[0].cmd = cmd.replace(AREAL_WORKER_MODULE, WORKER_MODULE)
 
     def _check_placement(self) -> None:
         """AReaL's local scheduler creates the roles in the trainer's order (actor, critic, ref, then rollout;

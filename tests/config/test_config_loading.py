@@ -191,6 +191,22 @@ def test_the_test_vllm_server_is_the_one_the_cpu_config_launches(tmp_path, monke
     assert cfg.actor.scheduling_spec[0].cmd == "python3 -m cua_rl.areal_ext.worker"
 
 
+def test_every_worker_runs_our_worker_module_and_another_command_is_refused(tmp_path):
+    """AReaL's local scheduler starts each role's workers from ``scheduling_spec[0].cmd``: without our worker's
+    patches the FSDP engine would read the rows' palette-coded images as pixels. AReaL's own command (its
+    default, what its example configs write) becomes ours, the rest of the command kept; another is refused;
+    under Ray (no command, a setup hook instead) nothing is changed."""
+    assert [s.cmd for s in CUAConfig().actor.scheduling_spec] == ["python -m cua_rl.areal_ext.worker"]
+    areal = "'nice -n 5 python -m areal.infra.rpc.rpc_server'"
+    cfg = load(tmp_path, f"actor.scheduling_spec.0.cmd={areal}")   # config.yaml's rollout takes the actor's
+    assert [cfg.actor.scheduling_spec[0].cmd, cfg.rollout.scheduling_spec[0].cmd] == \
+        ["nice -n 5 python -m cua_rl.areal_ext.worker"] * 2
+    with pytest.raises(Exception, match=r"actor.scheduling_spec\[0\].cmd 'python -m my.worker': the workers here run"):
+        load(tmp_path, "actor.scheduling_spec.0.cmd='python -m my.worker'")
+    ray = load(tmp_path, "scheduler.type=ray", f"actor.scheduling_spec.0.cmd={areal}")
+    assert ray.actor.scheduling_spec[0].cmd == "nice -n 5 python -m areal.infra.rpc.rpc_server"
+
+
 def test_train_sh_overrides_load_into_the_intended_values(tmp_path):
     request = cli.parse([*ALL_FLAGS, "actor.optimizer.lr=1e-6"], {}, [])
     cfg = load(tmp_path, *request.overrides)
