@@ -33,11 +33,10 @@ def _episode(turns: int, reward: float) -> EpisodeOutcome:
 GROUPS = [[_episode(3, 1.0)] + [_episode(20, 0.0)] * 3] + [[_episode(20, 0.0)] * 4] * 3
 
 
-def _pulls(actor_config, **options) -> list[list[float]]:
+def _pulls(actor_config, trajectory, **options) -> list[list[float]]:
     """Each episode's summed advantage over its trained tokens, as AReaL's actor computes it, per group; the rows
-    built as config.yaml's ``trajectory`` section builds them (what a run trains on), but for ``options``."""
-    shipped = load_config("examples/cua_agent/config.yaml", []).trajectory.group_options()
-    batches = [group_batch(g, **{**shipped, **options}) for g in GROUPS]
+    built as ``trajectory`` (config.yaml's section: what a run trains on) builds them, but for ``options``."""
+    batches = [group_batch(g, **{**trajectory.group_options(), **options}) for g in GROUPS]
     data = concat_padded_tensors(batches)
     out = PPOActor(actor_config, engine=None)._compute_advantages(data)
     per_row = (out["advantages"] * out["loss_mask"]).sum(-1).tolist()
@@ -51,15 +50,21 @@ def _pulls(actor_config, **options) -> list[list[float]]:
 
 
 @pytest.fixture(scope="module")
-def actor_config(tmp_path_factory):
+def shipped(tmp_path_factory):
+    """config.yaml as a run loads it, once for the module."""
     import os
 
     os.environ.setdefault("CUA_RL_FILEROOT", str(tmp_path_factory.mktemp("fileroot")))
-    return load_config("examples/cua_agent/config.yaml", []).actor
+    return load_config("examples/cua_agent/config.yaml", [])
 
 
-def test_all_fail_groups_get_nothing_and_every_episode_weighs_the_same(actor_config):
-    pulls = _pulls(actor_config)
+@pytest.fixture(scope="module")
+def actor_config(shipped):
+    return shipped.actor
+
+
+def test_all_fail_groups_get_nothing_and_every_episode_weighs_the_same(actor_config, shipped):
+    pulls = _pulls(actor_config, shipped.trajectory)
     for group in pulls[1:]:
         assert group == [0.0] * 4, pulls
     success, *failures = pulls[0]
@@ -68,15 +73,15 @@ def test_all_fail_groups_get_nothing_and_every_episode_weighs_the_same(actor_con
     assert success == pytest.approx(-sum(failures), rel=1e-4)   # the success pulls as hard as its 3 siblings
 
 
-def test_batch_recentring_or_token_weighting_switched_back_on_breaks_it(actor_config):
+def test_batch_recentring_or_token_weighting_switched_back_on_breaks_it(actor_config, shipped):
     from dataclasses import replace
 
     # the old defaults: a batch mean over tokens, rows weighted by their tokens (the weighting alone would
     # balance each group's tokens and so zero the batch mean: the two are tested together)
     recentred = replace(actor_config, adv_norm=replace(actor_config.adv_norm, mean_level="batch"))
-    pulls = _pulls(recentred, equal_episode_weight=False)
+    pulls = _pulls(recentred, shipped.trajectory, equal_episode_weight=False)
     assert all(p > 0 for group in pulls[1:] for p in group), "a batch mean must push all-fail tokens up"
-    success, *failures = _pulls(actor_config, equal_episode_weight=False)[0]
+    success, *failures = _pulls(actor_config, shipped.trajectory, equal_episode_weight=False)[0]
     assert -failures[0] > 2 * success / 3, "token weighting must let each long failure outweigh its share"
 
 
@@ -134,11 +139,11 @@ def test_right_data_8_reward_norm_is_refused_it_would_cut_across_episodes(actor_
             load_config("examples/cua_agent/config.yaml", [f"actor.reward_norm={norm}"])
 
 
-def test_right_data_10_a_short_and_a_long_tasks_groups_pull_alike(actor_config):
+def test_right_data_10_a_short_and_a_long_tasks_groups_pull_alike(actor_config, shipped):
     """Under AReaL's global token-mean loss a group pulls in proportion to its mean trained tokens: a 20-turn
     task's group 10x a 2-turn task's in one batch. config.yaml's ``trajectory`` (``group_weight: equal``) makes
     the two pull the same through AReaL's actor; ``tokens`` keeps AReaL's weighting (10x)."""
-    trajectory = load_config("examples/cua_agent/config.yaml", []).trajectory
+    trajectory = shipped.trajectory
     short = [_episode(2, 1.0)] + [_episode(2, 0.0)] * 3
     long = [_episode(20, 1.0)] + [_episode(20, 0.0)] * 3
     sizes = [2 * 4, 20 * 4]
