@@ -49,20 +49,6 @@ def _pulls(actor_config, trajectory, **options) -> list[list[float]]:
     return pulls
 
 
-@pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
-    """config.yaml as a run loads it, once for the module."""
-    import os
-
-    os.environ.setdefault("CUA_RL_FILEROOT", str(tmp_path_factory.mktemp("fileroot")))
-    return load_config("examples/cua_agent/config.yaml", [])
-
-
-@pytest.fixture(scope="module")
-def actor_config(shipped):
-    return shipped.actor
-
-
 def test_all_fail_groups_get_nothing_and_every_episode_weighs_the_same(actor_config, shipped):
     pulls = _pulls(actor_config, shipped.trajectory)
     for group in pulls[1:]:
@@ -147,9 +133,9 @@ def test_right_data_10_a_short_and_a_long_tasks_groups_pull_alike(actor_config, 
     short = [_episode(2, 1.0)] + [_episode(2, 0.0)] * 3
     long = [_episode(20, 1.0)] + [_episode(20, 0.0)] * 3
     sizes = [2 * 4, 20 * 4]
-    shipped = _group_pulls(_advantaged(actor_config, [group_batch(g, **trajectory.group_options())
+    ours = _group_pulls(_advantaged(actor_config, [group_batch(g, **trajectory.group_options())
                                                       for g in (short, long)]), sizes)
-    assert shipped[1] == pytest.approx(shipped[0], rel=1e-4), shipped
+    assert ours[1] == pytest.approx(ours[0], rel=1e-4), ours
     tokens = _group_pulls(_advantaged(actor_config, [group_batch(g, **{**trajectory.group_options(),
                                                                         "group_weight": "tokens"})
                                                      for g in (short, long)]), sizes)

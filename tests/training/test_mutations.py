@@ -9,20 +9,20 @@ import torch
 from cua_rl.run.launch import ConfigError, load_config
 from cua_rl.trajectory import group_batch
 from cua_rl.trajectory import mutations
-from tests.training.test_multiturn_credit import GROUPS, _pulls, actor_config  # noqa: F401  (the fixture)
+from tests.training.test_multiturn_credit import GROUPS, _pulls
 
 
 def _batch():
     return group_batch(GROUPS[0])
 
 
-def test_negated_advantages_push_the_success_down_through_the_actor(actor_config, monkeypatch):
+def test_negated_advantages_push_the_success_down_through_the_actor(actor_config, shipped, monkeypatch):
     batch = _batch()
     flipped = mutations.mutate(batch, "negate_advantages")
     assert torch.equal(flipped["rewards"], -batch["rewards"]) and torch.equal(flipped["loss_mask"], batch["loss_mask"])
     monkeypatch.setattr("tests.training.test_multiturn_credit.group_batch",
                         lambda g, **kw: mutations.mutate(group_batch(g, **kw), "negate_advantages"))
-    success, *failures = _pulls(actor_config)[0]
+    success, *failures = _pulls(actor_config, shipped.trajectory)[0]
     assert success < 0 and all(f > 0 for f in failures)
 
 
