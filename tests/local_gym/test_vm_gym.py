@@ -33,7 +33,7 @@ from cua_rl.local_gym.env import GymError, LocalGym
 from cua_rl.local_gym.manager import GymManager, GymOptions
 from cua_rl.local_gym.tasks import load_tasks
 from cua_rl.local_gym.vm import backend, guest_image
-from cua_rl.local_gym.vm.agent import GuestAgent
+from cua_rl.local_gym.vm.agent import GuestAgent, GuestAgentError
 from gym_helpers import names, wait_gone
 from tests.hosts import descendants
 
@@ -249,6 +249,50 @@ async def test_a_template_whose_guest_agent_is_silent_after_resuming_is_booted_a
         await gym.terminate(ex["execution_id"])
         workdir = gym.manager.workdir
     assert _qemu_pids(workdir) == set()
+
+
+async def test_a_template_saved_with_a_request_cut_short_resumes_machines_whose_agent_answers(guest, monkeypatch,
+                                                                                           caplog):
+    """The guest agent's JSON parser lives on across our connections and across a saved state: a request cut short
+    (a connection closed while QEMU had handed the guest only part of it, here on purpose just before the template
+    is saved) stays in it, and every later request is read as part of that one. Without the parser's flush
+    (agent.py: a 0xFF byte before each sync) every machine resumed from such a template is silent on every
+    connection, the gym's signature of a bad template; with it, the first machine answers on its first
+    connection and the template is kept. And a call that timed out does not hand its late reply to the next call
+    (the protocol's sync after a time-out)."""
+    real_save, cut = backend.Machine.save_state, []
+
+    def save_with_a_request_cut_short(self, path, *args, **kwargs):
+        if not cut:
+            raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            raw.connect(str(self.agent_socket))
+            # cut outside a string: what follows (whole requests) only nests deeper and never closes it (cut inside
+            # a string, the next quote would end the string and the bare word after it reset the parser)
+            raw.sendall(b'{"execute": "guest-exec", "arguments": {"path": "/bin/cut-short", "arg": [')
+            # the agent logs what it reads to the serial port (qemu-ga --verbose): it holds the piece
+            deadline = time.monotonic() + 30
+            while "/bin/cut-short" not in self.log_tail(100_000, "serial.log") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            raw.close()
+            assert "/bin/cut-short" in self.log_tail(100_000, "serial.log"), "the guest agent never read the piece"
+            cut.append(Path(path))
+        return real_save(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(backend.Machine, "save_state", save_with_a_request_cut_short)
+    caplog.set_level("WARNING", logger=backend.__name__)
+    async with LocalGym(GymOptions(tasks_dir=str(TASKS), pool_size=0, x_spares=0, start_timeout_s=20)) as gym:
+        ex = await gym.reset(TASK)
+        assert len(cut) == 1
+        assert "did not answer" not in caplog.text and "new connection" not in caplog.text, caplog.text
+        [tpl] = [t for (folder, _), t in backend._templates.items() if folder == str(gym.manager.workdir)]
+        assert tpl.state == cut[0], "the template was booted again"
+        result = await gym.evaluate(ex["execution_id"])
+        assert result["result"]["validators"][3]["pass"] is True
+        agent = gym.manager.executions[ex["execution_id"]].desktop.agent
+        with pytest.raises(GuestAgentError, match="no answer"):
+            agent.call("guest-info", timeout_s=0)
+        assert isinstance(agent.call("guest-get-time"), int), "a timed-out call's late reply answered the next"
+        await gym.terminate(ex["execution_id"])
 
 
 def _killed(vm, log: list):

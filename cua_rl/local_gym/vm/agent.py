@@ -5,9 +5,15 @@ The agent talks JSON over the VM's virtio-serial port, which QEMU exposes as a U
 (``Machine.argv``). Three things make it unlike QMP:
 - it has no greeting and no sense of a connection: bytes sent while the guest has not opened its end yet
   wait in QEMU and are answered once the guest's agent starts, late. So one persistent connection, and
-  ``sync`` sends ``guest-sync`` with a fresh id until a reply carries *that* id, skipping stale replies;
+  ``sync`` sends ``guest-sync-delimited`` with a fresh id until a reply carries *that* id, skipping stale
+  replies; a ``call`` that timed out makes the next one sync first (the protocol asks for it: the late reply
+  would otherwise answer the next command);
+- its JSON parser outlives our connections: a request cut short (a connection closed while QEMU had passed
+  only part of it to the guest, or a machine saved then) stays in it, and every later request is read as
+  part of that one, never answered. So each sync is preceded by a 0xFF byte, which the parser takes as an
+  error and starts afresh from (the protocol's flush; its error reply is skipped as stale);
 - a reply may follow a partial line left by an earlier, interrupted exchange, so unparsable lines are
-  dropped (``guest-sync-delimited`` would mark the boundary with 0xFF; those bytes are dropped too);
+  dropped (the delimited sync's reply starts with a 0xFF byte; those bytes are dropped too);
 - commands are asynchronous in the guest: ``guest-exec`` returns a pid whose status is polled.
 Blocking and thread-safe like ``QMP``; every call has its own timeout.
 """
@@ -23,6 +29,7 @@ import time
 
 MAX_READ = 1 << 20    # bytes read from a guest file at most (the validators' limit too)
 CHUNK = 48 << 10      # guest-file-read/write per call
+FLUSH = b"\xff"       # not valid in JSON: the agent's parser drops what it holds and starts afresh
 
 
 class GuestAgentError(RuntimeError):
@@ -36,6 +43,7 @@ class GuestAgent:
         self._sock.connect(path)
         self._buf = b""
         self._lock = threading.Lock()
+        self._unsynced = False   # a call timed out: its reply may still come, so the next call syncs first
 
     @classmethod
     def connect(cls, path: str, timeout_s: float, alive=lambda: True) -> "GuestAgent":
@@ -94,23 +102,34 @@ class GuestAgent:
                 return reply
 
     def sync(self, timeout_s: float, alive=lambda: True) -> None:
-        """Wait until the agent answers a ``guest-sync`` of our own (sent again every second)."""
-        deadline = time.monotonic() + timeout_s
+        """Wait until the agent answers a ``guest-sync-delimited`` of our own, each preceded by the parser's
+        flush (sent again every second)."""
         with self._lock:
-            while time.monotonic() < deadline and alive():
-                token = secrets.randbelow(1 << 31)
-                self._send("guest-sync", {"id": token})
-                wait = min(deadline, time.monotonic() + 1.0)
-                while (reply := self._read(wait)) is not None:
-                    if reply.get("return") == token:
-                        return
+            self._sync(timeout_s, alive)
+
+    def _sync(self, timeout_s: float, alive=lambda: True) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and alive():
+            token = secrets.randbelow(1 << 31)
+            self._sock.sendall(FLUSH)
+            self._send("guest-sync-delimited", {"id": token})
+            wait = min(deadline, time.monotonic() + 1.0)
+            while (reply := self._read(wait)) is not None:
+                if reply.get("return") == token:
+                    self._unsynced = False
+                    return
         raise GuestAgentError(f"the guest agent did not answer within {timeout_s:.0f} s")
 
     def call(self, command: str, timeout_s: float = 10.0, **arguments) -> object:
-        """One command; its ``return`` value, or ``GuestAgentError`` with the agent's description."""
+        """One command; its ``return`` value, or ``GuestAgentError`` with the agent's description. After a
+        call that timed out, the channel is synced first (within the same ``timeout_s``)."""
         with self._lock:
+            if self._unsynced:
+                self._sync(timeout_s)
             self._send(command, arguments)
             reply = self._read(time.monotonic() + timeout_s)
+            if reply is None:
+                self._unsynced = True
         if reply is None:
             raise GuestAgentError(f"{command}: no answer from the guest agent within {timeout_s:.0f} s")
         if "error" in reply:
