@@ -2,7 +2,7 @@
 for task set-up and validators. Seeing and acting never need it (QMP does those, ``machine.py``).
 
 The agent talks JSON over the VM's virtio-serial port, which QEMU exposes as a Unix socket on the host
-(``Machine.argv``). Three things make it unlike QMP:
+(``Machine.argv``). Four things make it unlike QMP:
 - it has no greeting and no sense of a connection: bytes sent while the guest has not opened its end yet
   wait in QEMU and are answered once the guest's agent starts, late. So one persistent connection, and
   ``sync`` sends ``guest-sync-delimited`` with a fresh id until a reply carries *that* id, skipping stale
