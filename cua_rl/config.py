@@ -20,6 +20,7 @@ token as the environment variable PROJECT_TOKEN instead; read it with `resolve_p
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -31,19 +32,14 @@ from cua_rl.genv.fleet import join_gym_urls, parse_gym_urls
 from cua_rl.trainer.health import HealthConfig
 from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
 from cua_rl.policy import EndpointSettings
-from cua_rl.trajectory import GROUP_WEIGHTS, value_bound
+from cua_rl import deploy
+from cua_rl.trajectory.config import TrajectoryConfig
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids", "custom")
 SPLIT_TYPES = ("train", "eval", "all")
 # The gym ids the embedded gym serves: its suites (cua_rl/local_gym/manager.py SUITES; a test keeps them equal).
 EMBEDDED_GYM_IDS = ("desktop", "miniwob")
 EXISTING_RUN = ("refuse", "overwrite", "resume")
-EXPORT_STYLES = ("individual", "concat")
-# The command of the RPC workers AReaL's local and Slurm schedulers start (``scheduling_spec[0].cmd``): AReaL's own
-# worker module with this project's patches (cua_rl/areal_ext/worker.py), and the module it stands for.
-WORKER_MODULE, AREAL_WORKER_MODULE = "cua_rl.areal_ext.worker", "areal.infra.rpc.rpc_server"
-# trajectory.mutation: the learning bench's mutations (cua_rl/trajectory/mutations.py), never for real training
-MUTATIONS = ("", "negate_advantages", "shift_loss_mask", "batch_recentring", "gym_faults_as_policy")
 # One range ("001-032") or a comma-separated list of ranges/numbers ("1-8,12,20-24").
 _TAG = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _RANGE_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
@@ -236,78 +232,6 @@ class TaskSourceConfig:
 
 
 @dataclass
-class TrajectoryConfig:
-    """How recorded turns become training rows (cua_rl/trajectory; docs/policy-and-training.md)."""
-
-    # individual: one row per turn (always valid); concat: one row per episode when every prompt extends
-    # the previous turn exactly (falls back to per-turn rows otherwise).
-    export_style: str = "individual"
-    # Per-turn credit: turn t of T gets reward * turn_discount ** (T - 1 - t); 1.0 = terminal reward everywhere.
-    turn_discount: float = 1.0
-    # GRPO inside the workflow: rewards minus the group mean (divided by the group std when scale_by_std).
-    normalise_in_group: bool = True
-    scale_by_std: bool = True
-    # Every episode weighs the same under AReaL's token-mean loss whatever its length (each episode's value
-    # times the group's mean trained tokens over its own); off, a 20-turn failure outweighs a 3-turn success.
-    equal_episode_weight: bool = True
-    # How groups weigh against each other in a batch (cua_rl/trajectory/groups.py): "equal" = every group
-    # pulls the same whatever its tasks' lengths (each group's values over its mean trained tokens); "tokens" =
-    # AReaL's token-mean as it is, a group pulls in proportion to its mean trained tokens (a 20-turn task's
-    # group 10x a 2-turn task's in a mixed batch).
-    group_weight: str = "equal"
-    # Return nothing for a group whose episodes all train with value 0 (every reward equal: no GRPO signal);
-    # its stream item is recorded as dropped (resume). AReaL then samples another group in its place.
-    drop_zero_variance: bool = False
-    # Fewer evaluated episodes than this in a group drops the group (a lone episode has no baseline).
-    # null = min(2, group size).
-    min_group_size: int | None = None
-    # Negative control of the learning gate (bench/learning_bench.py), never for real training: each group's
-    # rewards are dealt to its episodes by a seeded permutation before the advantages are computed.
-    shuffle_rewards: bool = False
-    # The second negative control (trajectory.groups.ScreenshotSwap), never for real training: each group
-    # trains on screenshots other groups showed, so the screen no longer matches the action.
-    shuffle_screenshots: bool = False
-    # The learning bench's mutations (cua_rl/trajectory/mutations.py), never for real training: a known defect
-    # switched on, so the bench can show that the learning gate fails on it. "" = none.
-    mutation: str = ""
-    # Opt-in shaping (cua_rl/trajectory/shaping.py): the reward trained on is the evaluation's score plus
-    # format_reward * (fraction of valid model outputs) + action_reward * (fraction of actions performed).
-    format_reward: float = 0.0
-    action_reward: float = 0.0
-
-    def __post_init__(self):
-        if self.export_style not in EXPORT_STYLES:
-            raise ValueError(f"trajectory.export_style must be one of {EXPORT_STYLES}, got {self.export_style!r}")
-        if self.mutation not in MUTATIONS:
-            raise ValueError(f"trajectory.mutation must be one of {MUTATIONS}, got {self.mutation!r}")
-        if not 0.0 < self.turn_discount <= 1.0:
-            raise ValueError(f"trajectory.turn_discount must be within (0, 1], got {self.turn_discount}")
-        if self.export_style == "concat" and self.turn_discount < 1.0:
-            raise ValueError(f"trajectory.turn_discount {self.turn_discount} needs export_style individual: a concat "
-                             f"row trains every turn of its episode with one value, so the discount would be ignored")
-        for name in ("format_reward", "action_reward"):
-            if not 0.0 <= getattr(self, name) <= 10.0:
-                raise ValueError(f"trajectory.{name} must be within [0, 10], got {getattr(self, name)}")
-        if self.min_group_size is not None and self.min_group_size < 1:
-            raise ValueError(f"trajectory.min_group_size must be >= 1 or null, got {self.min_group_size}")
-        if self.group_weight not in GROUP_WEIGHTS:
-            raise ValueError(f"trajectory.group_weight must be one of {GROUP_WEIGHTS}, got {self.group_weight!r}")
-
-    def value_options(self) -> dict[str, Any]:
-        """The options of ``cua_rl.trajectory.episode_values`` this section sets (what each episode trains with)."""
-        return dict(normalise=self.normalise_in_group, scale_by_std=self.scale_by_std,
-                    equal_episode_weight=self.equal_episode_weight, group_weight=self.group_weight)
-
-    def row_options(self) -> dict[str, Any]:
-        """The options of ``cua_rl.trajectory.group_rows`` this section sets (how turns become rows)."""
-        return dict(style=self.export_style, discount=self.turn_discount)
-
-    def group_options(self) -> dict[str, Any]:
-        """Both, for ``cua_rl.trajectory.build_group`` / ``group_batch``."""
-        return {**self.value_options(), **self.row_options()}
-
-
-@dataclass
 class TreeConfig:
     """Tree groups (cua_rl/workflow/tree.py; docs/learning.md "Tree groups"): a group's episodes branch on forked
     desktops. Off: plain GRPO groups. On, a group is a tree: its ``n_samples`` roots play the task's instance,
@@ -386,8 +310,6 @@ class VerdictConfig:
                              f"{self.concurrency}")
 
 
-# AReaL sends top_k=1e8 (its default) for "no top-k"; anything from here up cannot truncate a vocabulary.
-NEUTRAL_TOP_K = 1_000_000
 
 
 @dataclass
@@ -443,7 +365,7 @@ class CUAConfig(GRPOConfig):
     # --- regularisers. entropy_bonus: the actor's loss minus this times the mean entropy of its trained tokens
     # (cua_rl/areal_ext/entropy_bonus.py; 0 = off, AReaL's loss as it is). The KL penalty to a reference model is
     # AReaL's actor.kl_ctl (per-token KL in the reward, actor.kl_estimator); with kl_ctl > 0 and no ref section
-    # the run's reference is the actor's starting weights (reference_model below).
+    # the run's reference is the actor's starting weights (cua_rl.deploy.reference_model).
     entropy_bonus: float = 0.0
 
     # --- evaluation: evaluate the base model on the eval split once before the first step (the monitor
@@ -529,209 +451,19 @@ class CUAConfig(GRPOConfig):
                 parse_number_ranges(self.gym_eval_number_range)  # fail at load time, not mid-run
             except ValueError as exc:
                 raise ValueError(f"gym_eval_number_range: {exc}") from None
-        self._check_sampling()
-        self._check_lengths()
         if self.agent_service not in ("external", "embedded"):
             raise ValueError(f"agent_service must be external or embedded, got {self.agent_service!r}")
         if self.embedded_enabled and self.gym_id and self.gym_id not in EMBEDDED_GYM_IDS:
             raise ValueError(f"gym_id {self.gym_id!r}: the embedded gym serves {' or '.join(EMBEDDED_GYM_IDS)}; "
                              f"another gym id needs its gym's URL (--gym URL)")
-        self._check_regularisers()
-        self._check_train_engine()
-        self._check_worker_commands()
-        self._check_placement()
-        self._wire_lora()
-        self._check_reward_norm()
-        self._check_reward_clip()
-        norm = self.actor.adv_norm
-        if self.trajectory.mutation == "batch_recentring" and norm is not None:
-            norm.mean_level = "batch"   # the learning bench's mutation: issue 33 (a) switched back on
-        elif self.trajectory.normalise_in_group and norm is not None and norm.mean_level is not None:
-            raise ValueError(f"actor.adv_norm.mean_level must be null while trajectory.normalise_in_group is on "
-                             f"(got {norm.mean_level!r}): the group baseline is the only one; a mean over the "
-                             f"batch's tokens hands all-fail groups a positive advantage when failures run longer")
+        if not (math.isfinite(self.entropy_bonus) and self.entropy_bonus >= 0):
+            raise ValueError(f"entropy_bonus must be a number >= 0, got {self.entropy_bonus}")
         if isinstance(self.gym_tags, str):  # tolerate "easy,normal" from hand-written YAML
             self.gym_tags = [t.strip() for t in self.gym_tags.split(",") if t.strip()]
         for tag in self.gym_tags or []:
             if not _TAG.match(str(tag)):
                 raise ValueError(f"gym_tags: bad tag {tag!r} (letters, digits, _ . : - only)")
-
-    def _check_reward_norm(self) -> None:
-        """AReaL's ``reward_norm`` slices the batch into blocks of ``group_size`` rows. A row here is a turn
-        (or an episode in concat), so its blocks cross episodes and tasks; and the workflow has already
-        normalised every group (``trajectory.normalise_in_group``), so a batch mean would re-centre it too."""
-        norm = self.actor.reward_norm
-        if norm is None:
-            return
-        levels = {norm.mean_level, norm.std_level}
-        if "group" in levels:
-            raise ValueError(f"actor.reward_norm with a group level (mean_level {norm.mean_level!r}, std_level "
-                             f"{norm.std_level!r}) normalises blocks of {norm.group_size} rows; a row here is a "
-                             f"turn, so the blocks cross episodes and tasks. Set actor.reward_norm to null: the "
-                             f"workflow normalises each group itself (trajectory.normalise_in_group)")
-        if self.trajectory.normalise_in_group:
-            raise ValueError(f"actor.reward_norm must be null while trajectory.normalise_in_group is on (got "
-                             f"mean_level {norm.mean_level!r}, std_level {norm.std_level!r}): the workflow has "
-                             f"already normalised and weighted each group's rewards; AReaL would normalise them "
-                             f"again over the batch's rows (as AReaL's GRPO examples do, which copy in "
-                             f"reward_norm: {{mean_level: group}})")
-
-    def _check_reward_clip(self) -> None:
-        """AReaL clips ``rewards`` at +-``actor.reward_clip`` (default 20) before anything else, and the rows'
-        rewards are the workflow's values (``cua_rl.trajectory.episode_values``: group-normalised, weighted).
-        A clip they could reach would cut exactly the rare short successes' credit, silently."""
-        a, t = self.actor, self.trajectory
-        bound = value_bound(self.gconfig.n_samples, self.max_turns, self.gconfig.max_new_tokens,
-                            **t.value_options(), reward_range=1.0 + t.format_reward + t.action_reward)
-        reach = (bound + abs(a.reward_bias)) * abs(a.reward_scaling)
-        if a.reward_clip < reach:
-            raise ValueError(
-                f"actor.reward_clip ({a.reward_clip:g}) could clip the values the workflow trains with: with "
-                f"gconfig.n_samples {self.gconfig.n_samples}, max_turns {self.max_turns}, gconfig.max_new_tokens "
-                f"{self.gconfig.max_new_tokens} and trajectory.group_weight {t.group_weight!r} an episode's value "
-                f"reaches {reach:.6g} (a 1-token success among the longest failures; reward_bias and "
-                f"reward_scaling included), and AReaL clips rewards before anything else. Set actor.reward_clip "
-                f">= {reach:.6g} (the recipes set 1e9)")
-
-    def _check_regularisers(self) -> None:
-        import math
-
-        if not (math.isfinite(self.entropy_bonus) and self.entropy_bonus >= 0):
-            raise ValueError(f"entropy_bonus must be a number >= 0, got {self.entropy_bonus}")
-        if not (math.isfinite(self.actor.kl_ctl) and self.actor.kl_ctl >= 0):
-            raise ValueError(f"actor.kl_ctl must be a number >= 0, got {self.actor.kl_ctl}")
-        if self.actor.kl_ctl > 0 and self.ref is None:
-            self.ref = reference_model(self.actor)
-
-    def _check_train_engine(self) -> None:
-        """The rows carry their images as palette codes that only AReaL's FSDP engine, patched in the training
-        workers, decodes before its forward (cua_rl/areal_ext/compact_images.py); another engine would read the
-        codes as pixel values, silently."""
-        from omegaconf import MISSING   # a backend not set yet (the defaults' value) is not another engine
-
-        for name, engine in (("actor", self.actor), ("ref", self.ref)):
-            backend = getattr(engine, "backend", None) or ""   # ref: None without a KL penalty
-            if backend not in ("", MISSING) and not backend.startswith("fsdp"):
-                raise ValueError(f"{name}.backend {backend!r}: training here runs on AReaL's FSDP engine "
-                                 f"(fsdp:...); the rows' images are palette codes its patched micro-batches "
-                                 f"decode (cua_rl/areal_ext/compact_images.py), which another engine would "
-                                 f"read as pixels")
-
-    def _check_worker_commands(self) -> None:
-        """The actor's, the reference's and the rollout's workers must run ``cua_rl.areal_ext.worker``: without its
-        patches the FSDP engine reads the rows' palette-coded images as pixels, silently, and packed sequences
-        attend across each other on the CPU. AReaL's own command (its default, and what its example configs
-        write) becomes ours, the rest of the command kept; another command is refused. Not under Ray, whose
-        workers take the same patches from a setup hook and no command (cua_rl/areal_ext/ray_cluster.py)."""
-        if getattr(self.scheduler, "type", None) == "ray":
-            return
-        for name in ("actor", "ref", "rollout"):
-            specs = getattr(getattr(self, name, None), "scheduling_spec", None) or ()
-            if not specs or WORKER_MODULE in (specs[0].cmd or ""):
-                continue
-            cmd = specs[0].cmd or f"python -m {AREAL_WORKER_MODULE}"
-            if AREAL_WORKER_MODULE not in cmd:
-                raise ValueError(f"{name}.scheduling_spec[0].cmd {cmd!r}: the workers here run {WORKER_MODULE} "
-                                 f"(AReaL's {AREAL_WORKER_MODULE} with this project's patches: without them the "
-                                 f"images of the rows are read as pixels), e.g. 'python3 -m {WORKER_MODULE}'")
-            specs[0].cmd = cmd.replace(AREAL_WORKER_MODULE, WORKER_MODULE)
-
-    def _check_placement(self) -> None:
-        """AReaL's local scheduler creates the roles in the trainer's order (actor, critic, ref, then rollout;
-        ``PPOTrainer.__init__``) and hands GPUs out round-robin without ever refusing: a role colocated with one
-        created after it fails at start, and roles on GPUs of their own that need more GPUs than the node has
-        wrap round onto GPUs already taken (vLLM on the actor's, where its memory share cannot be met). Both are
-        refused here, at load time (tests/config/test_gpu_placement.py runs AReaL's scheduler on the recipes)."""
-        if getattr(self.scheduler, "type", "local") != "local":
-            return
-        roles = [(name, engine, _replicas(engine.backend, name, rollout=False))
-                 for name, engine in (("actor", self.actor), ("critic", self.critic), ("ref", self.ref))
-                 if engine is not None and (name != "ref" or self.actor.kl_ctl > 0)]
-        roles.append(("rollout", self.rollout, _replicas(self.rollout.backend, "rollout", rollout=True)))
-        created: dict[str, int] = {}
-        gpus = 0
-        for name, engine, (replicas, per_replica) in roles:
-            strategy = engine.scheduling_strategy
-            if str(getattr(strategy.type, "value", strategy.type)) == "colocation":
-                target = strategy.target
-                if target not in created:
-                    raise ValueError(f"{name}.scheduling_strategy colocates it with {target!r}, which AReaL does not "
-                                     f"create before it (its order: {', '.join(r for r, _, _ in roles)}): colocate "
-                                     f"the later role with the earlier one instead (e.g. rollout.scheduling_strategy "
-                                     f"{{type: colocation, target: actor}})")
-                if replicas != created[target]:
-                    raise ValueError(f"{name} ({replicas} workers) is colocated with {target} ({created[target]} "
-                                     f"workers): AReaL needs the same number of workers on both")
-            else:
-                spec = engine.scheduling_spec[0]
-                gpus += replicas * (per_replica if spec.gpu > 0 else 0) if name == "rollout" else replicas * spec.gpu
-            created[name] = replicas
-        node = self.cluster.n_gpus_per_node
-        if node and gpus > node:
-            raise ValueError(f"the roles on GPUs of their own need {gpus} GPUs and the node has {node} "
-                             f"(cluster.n_gpus_per_node): AReaL's local scheduler would hand the rest out again from "
-                             f"GPU 0, onto GPUs another role holds. Colocate a role (e.g. the KL penalty's reference "
-                             f"with the actor, as the default reference is) or use fewer GPUs per role")
-
-    def _wire_lora(self) -> None:
-        """``actor.use_lora`` is the one switch: the rollout side, vLLM's adapter support, the adapter's name and
-        its modules follow from it (AReaL asks for each in its own section). Only the language model's
-        projections: vLLM leaves adapters on the vision tower unapplied unless told (its
-        enable_tower_connector_lora), which would make the sampler and the trainer disagree silently."""
-        if not self.actor.use_lora:
-            return
-        modules = list(self.actor.target_modules) or list(LORA_MODULES[:4])
-        outside = sorted(set(modules) - set(LORA_MODULES))
-        if outside:
-            raise ValueError(f"actor.target_modules {outside}: LoRA here adapts the language model's projections only "
-                             f"({', '.join(LORA_MODULES)}); vLLM would not apply adapters elsewhere (the vision tower)")
-        self.actor.target_modules = modules
-        name = self.gconfig.lora_name or "policy"
-        self.gconfig.lora_name = name
-        if self.eval_gconfig is not None:
-            self.eval_gconfig.lora_name = name
-        self.rollout.use_lora, self.rollout.lora_name = True, name
-        self.vllm.enable_lora = True
-        self.vllm.max_lora_rank = max(self.vllm.max_lora_rank, self.actor.lora_rank)
-
-    def _check_sampling(self) -> None:
-        """The behaviour policy is the distribution the trainer recomputes: plain sampling at the actor's
-        temperature. A truncated or penalised distribution, greedy decoding or another temperature would
-        make vLLM's logprobs and the trainer's disagree on every token, silently. (The policy endpoint also
-        sends neutral penalties and min_p, so a checkpoint's generation_config cannot change them.)"""
-        g = self.gconfig
-        wrong = []
-        if g.greedy:
-            wrong.append("gconfig.greedy must be false (training samples; greedy is for evaluation only)")
-        if getattr(g, "use_beam_search", False):
-            wrong.append("gconfig.use_beam_search must be false")
-        if g.top_p != 1.0:
-            wrong.append(f"gconfig.top_p must be 1.0, got {g.top_p}")
-        if 0 < g.top_k < NEUTRAL_TOP_K:
-            wrong.append(f"gconfig.top_k must not truncate (<= 0 or >= {NEUTRAL_TOP_K}), got {g.top_k}")
-        if g.frequency_penalty != 0.0:
-            wrong.append(f"gconfig.frequency_penalty must be 0, got {g.frequency_penalty}")
-        if self.actor.temperature != g.temperature:
-            wrong.append(f"actor.temperature ({self.actor.temperature}) must equal gconfig.temperature "
-                         f"({g.temperature}): the trainer recomputes logprobs at the sampling temperature")
-        if wrong:
-            raise ValueError("sampling must be the distribution the trainer computes: " + "; ".join(wrong))
-
-    def _check_lengths(self) -> None:
-        """One length limit. A training row is one prompt plus its reply, and the policy endpoint refuses a
-        prompt that leaves no room under ``gconfig.max_tokens``; so that limit must fit vLLM's context (else
-        vLLM fails the turn) and one trainer micro-batch (else AReaL's packer fails the whole step)."""
-        g = self.gconfig
-        limits = {"vllm.max_model_len": self.vllm.max_model_len,
-                  "actor.mb_spec.max_tokens_per_mb": self.actor.mb_spec.max_tokens_per_mb}
-        for name, value in limits.items():
-            if value is not None and g.max_tokens > value:
-                raise ValueError(f"gconfig.max_tokens ({g.max_tokens}) exceeds {name} ({value}): a row that "
-                                 f"long would fail there. Set gconfig.max_tokens <= "
-                                 f"{min(v for v in limits.values() if v is not None)}")
-        if g.max_new_tokens >= g.max_tokens:
-            raise ValueError(f"gconfig.max_new_tokens ({g.max_new_tokens}) must be below gconfig.max_tokens "
-                             f"({g.max_tokens}), which also holds the prompt")
+        deploy.apply(self)   # AReaL's sections checked against ours (cua_rl/deploy.py)
 
     # --- small derived values, so callers do not repeat the rules
     @property
@@ -797,45 +529,10 @@ def hydra_overrides(args: list[str]) -> list[str]:
     return ["+" + a if a.startswith("+") and not a.startswith("++") and "=" in a else a for a in args]
 
 
-# The modules LoRA may adapt: the language model's attention and MLP projections (Qwen-VL's names; the vision
-# tower's are qkv, proj and linear_fc*). The default is the first four.
-LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def reference_model(actor):
-    """The KL penalty's reference when the config names none: the actor's own model (path, backend, dtype,
-    attention, micro-batches) frozen at its starting weights, with no optimizer (AReaL's ref engine only computes
-    logprobs), **on the actor's GPUs, in the actor's worker processes**: colocated with the actor without a fork.
-
-    Why colocated: a reference that copied the actor's placement (GPUs of its own) needs as many GPUs again, and
-    on a node the actor and vLLM already fill (config.yaml: 4 + 4 of 8) AReaL's round-robin scheduler put vLLM
-    on the actor's GPUs instead. Why without a fork: AReaL's fork starts its stock RPC worker, without this
-    project's patches (cua_rl/areal_ext/worker.py), and an unpatched FSDP engine would read the rows' palette-coded
-    images as pixel values (compact_images.py); the actor's own workers have them (AReaL keeps several engines per
-    worker, "actor/0" and "ref/0"). Stored in the actor's compute dtype: its logprobs come from weights cast to
-    that dtype anyway, so a second fp32 master copy would add memory and change nothing. A ``ref`` section in the
-    config wins over all of this (GPUs of its own, where the node has them: ``CUAConfig._check_placement``)."""
-    import copy
-
-    from areal.api.cli_args import SchedulingStrategy
-
-    ref = copy.deepcopy(actor)
-    ref.optimizer = None
-    ref.kl_ctl = 0.0
-    ref.optimizer_dtype = actor.dtype
-    ref.scheduling_strategy = SchedulingStrategy(type="colocation", target="actor", fork=False)
-    return ref
 
 
-def _replicas(backend: str, name: str, rollout: bool) -> tuple[int, int]:
-    """(workers, GPUs per worker when on GPUs) of a role as AReaL's controllers create them: a training role has
-    one worker per rank of its parallel world; a rollout one per data-parallel instance of tp x pp GPUs."""
-    from areal.api.alloc_mode import ModelAllocation
-
-    parallel = ModelAllocation.from_str(backend, name=name).parallel
-    if rollout:
-        return parallel.dp_size, parallel.tp_size * parallel.pp_size
-    return parallel.world_size, 1
 
 
 def resolve_project_token(config: CUAConfig, environ: dict | None = None) -> str:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -322,7 +323,7 @@ def _run(config, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *,
     from areal.engine.vllm_remote import RemotevLLMEngine
 
     from cua_rl.local_model.vllm_server import VLLMServer
-    from cua_rl.workflow import AgentTarget, CUAAgentWorkflow, EpisodeLimits, GymTarget, ModelTarget
+    from cua_rl.workflow import CUAAgentWorkflow, GymTarget, ModelTarget, MonitorTarget, workflow_kwargs
 
     with contextlib.ExitStack() as stack:
         if model_url:
@@ -334,15 +335,13 @@ def _run(config, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *,
                                                         request_timeout=300, setup_timeout=60))
         engine.initialize(addr=url.split("://", 1)[-1])
         try:
-            workflow = CUAAgentWorkflow(
-                gconfig=config.gconfig, model=ModelTarget(path=checkpoints[0]),
-                gym=GymTarget(base_url=gym[0], gym_id=gym[1]),
-                agent=AgentTarget(base_url=agent_url, agent=config.gbox_mini_agent_agent,
-                                  action_space=config.gbox_mini_agent_standard_action_space, poll_interval_s=0.25,
-                                  extra=dict(config.gbox_mini_agent_extra)),
-                limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
-                                     max_turn_time_seconds=config.max_turn_time_seconds),
-                policy=config.policy, group_size=1, is_eval=True)
+            # the run's own mapping (workflow_kwargs), pointed at this gym, agent and checkpoint; nothing is
+            # reported to a monitor or counted in a run's logs, and rows are built the default way
+            kwargs = workflow_kwargs(config, config.gconfig, 1, is_eval=True)
+            kwargs.update(model=ModelTarget(path=checkpoints[0]), gym=GymTarget(base_url=gym[0], gym_id=gym[1]),
+                          agent=dataclasses.replace(kwargs["agent"], base_url=agent_url, poll_interval_s=0.25),
+                          monitor=MonitorTarget(), trajectory=None, stats_dir="", seed=1)
+            workflow = CUAAgentWorkflow(**kwargs)
             return asyncio.run(_evaluate_all(workflow, engine, url, checkpoints, plays, concurrency,
                                              samples, tuple(decodings), echo))
         finally:

@@ -29,7 +29,7 @@ from cua_rl.trainer.health import UnhealthyRun, stop_requested
 from cua_rl.trainer.model_watch import watch_model_servers
 from cua_rl.trainer.resume import install, resume_point
 from cua_rl.trainer.trainer import Trainer, evaluate_baseline, ray_gyms, run, stall_watch, update_reporter
-from cua_rl.workflow import CUAAgentWorkflow
+from cua_rl.workflow import workflow_kwargs
 
 logger = logging.getLogger("cua-train")
 
@@ -85,10 +85,9 @@ def main(args: list[str]) -> None:
         # gyms started on the Ray cluster's spare CPUs once AReaL's workers are placed join the fleet (and end
         # after the Trainer's close)
         config.gym_base_url = join_gym_urls([*config.gym_urls, *start_ray_gyms()])
-        workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig, group_size,
-                                                              monitor_training_id=training_id)
-        eval_workflow_kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, eval_group_size,
-                                                                   is_eval=True, monitor_training_id=training_id)
+        train_kwargs = workflow_kwargs(config, config.gconfig, group_size, monitor_training_id=training_id)
+        eval_kwargs = workflow_kwargs(config, config.eval_gconfig, eval_group_size, is_eval=True,
+                                      monitor_training_id=training_id)
         with update_reporter(config, token, training_id) as trainer.report_update:
             # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/trainer/resume.py)
             install(trainer, point, RunPaths.of(config).logs)
@@ -97,12 +96,12 @@ def main(args: list[str]) -> None:
             # a dead model server stops the run with its cause instead of a wait for batches that never come
             with watch_model_servers(trainer), stall_watch(trainer, config, group_size):
                 if config.baseline_eval and valid_dataset is not None and trainer.recover_info is None:
-                    evaluate_baseline(trainer, config.eval_workflow, eval_workflow_kwargs)
+                    evaluate_baseline(trainer, config.eval_workflow, eval_kwargs)
                 trainer.train(
                     workflow=config.workflow,
-                    workflow_kwargs=workflow_kwargs,
+                    workflow_kwargs=train_kwargs,
                     eval_workflow=config.eval_workflow if valid_dataset is not None else None,
-                    eval_workflow_kwargs=eval_workflow_kwargs if valid_dataset is not None else None,
+                    eval_workflow_kwargs=eval_kwargs if valid_dataset is not None else None,
                 )
 
 

@@ -27,15 +27,16 @@ PACKAGE = "cua_rl"
 
 # The floors of the house, top to bottom: a group imports only groups on its own floor or below. The entry
 # points only compose; the launcher stands above what it starts; the workflow and the config above the
-# trainer's own logic (the config holds the health checks' section, ``trainer.health.HealthConfig``; the
-# trainer imports neither); what runs inside AReaL's workers; the monitor; the agent and the rows; the
-# clients and servers; and on the ground what every room shares. A new group must be placed here.
+# trainer's own logic (the config holds the health checks' section, ``trainer.health.HealthConfig``, and applies
+# AReaL's deployment rules, ``deploy``; the trainer imports neither); what runs inside AReaL's workers; the
+# monitor; the agent and the rows; the clients and servers; and on the ground what every room shares. A new group
+# must be placed here.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cua_rl.train", "cua_rl.evaluate", "cua_rl.verdict"),
     ("cua_rl.run",),
     ("cua_rl.sft",),
     ("cua_rl.dataset", "cua_rl.workflow", "cua_rl.local_model"),
-    ("cua_rl.config",),
+    ("cua_rl.config", "cua_rl.deploy"),
     ("cua_rl.trainer",),
     ("cua_rl.areal_ext",),
     ("cua_rl.monitor",),

@@ -70,7 +70,7 @@ class VLLMServer:
         self.host, self.port = host, port or free_port(host)
         cfg = cpu_vllm_config(model_dir, max_model_len=max_model_len, max_num_seqs=max_num_seqs, seed=seed,
                               dtype=dtype, prefix_caching=prefix_caching)
-        if max_lora_rank:   # serve LoRA adapters as a run with actor.use_lora does (config._wire_lora), the
+        if max_lora_rank:   # serve LoRA adapters as a run with actor.use_lora does (cua_rl.deploy.wire_lora), the
             # initial ones given as AReaL's trainer gives them ("name-v0=path")
             cfg.enable_lora, cfg.max_lora_rank, cfg.lora_modules = True, max_lora_rank, lora_modules
         args = vLLMConfig.build_args(cfg, tp_size=1, pp_size=1, host=host, port=self.port)

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cua_rl.config import TrajectoryConfig
+from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.mini_agent import (GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling,
                                StartFrom)

@@ -34,12 +34,13 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.workflow_api import RolloutWorkflow
 from areal.utils import stats_tracker
 
-from cua_rl.config import TrajectoryConfig, TreeConfig
+from cua_rl.config import TreeConfig
+from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.logs import worker_logging
 from cua_rl.mini_agent import Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.runs import (EPISODE_REWARD, EPISODE_SHARE, EPISODE_SUCCESS, STREAM_KEY, RunPaths,
+from cua_rl.runs import (EPISODE_REWARD, EPISODE_SHARE, EPISODE_SUCCESS, STREAM_KEY,
                          record_dropped, write_counts)
 from cua_rl.trajectory.mutations import mutate
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, episode_values, group_rows, rows_of, shuffle_rewards
@@ -72,7 +73,7 @@ def _screenshot_swap(seed: int) -> ScreenshotSwap:
 
 class CUAAgentWorkflow(RolloutWorkflow):
     """One GRPO group per task row. Every argument is a plain value or a dataclass of them, so AReaL can
-    rebuild the workflow on a rollout worker (``kwargs_from_config`` builds them from a ``CUAConfig``)."""
+    rebuild the workflow on a rollout worker (``cua_rl.workflow.sections.workflow_kwargs`` builds them from a ``CUAConfig``)."""
 
     def __init__(self, gconfig: GenerationHyperparameters, model: ModelTarget | dict, gym: GymTarget | dict,
                  agent: AgentTarget | dict, limits: EpisodeLimits | dict | None = None,
@@ -368,30 +369,6 @@ class CUAAgentWorkflow(RolloutWorkflow):
             outcome.info["monitor_report"] = report
         return outcome
 
-    # ---- train.py helper ----------------------------------------------------------------------------
-    @staticmethod
-    def kwargs_from_config(config, gconfig: GenerationHyperparameters, group_size: int, *, is_eval: bool = False,
-                           monitor_training_id: int | None = None) -> dict[str, Any]:
-        """Serialisable constructor kwargs from a ``CUAConfig`` (train and eval differ in gconfig/group).
-        The monitor gets its URL, project and training id here, never its token (read from the environment)."""
-        return dict(
-            gconfig=gconfig,
-            model=ModelTarget(path=config.actor.path, base_url=config.model_base_url, name=config.model_name),
-            gym=GymTarget(base_url=config.gym_base_url, gym_id=config.gym_id,
-                          seed_instances=bool(config.gym_seed_instances),
-                          health_interval_s=config.gym_fleet.health_interval_seconds,
-                          health_timeout_s=config.gym_fleet.health_timeout_seconds),
-            agent=AgentTarget(base_url=config.gbox_mini_agent_base_url, agent=config.gbox_mini_agent_agent,
-                              action_space=config.gbox_mini_agent_standard_action_space,
-                              extra=dict(config.gbox_mini_agent_extra)),
-            limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
-                                 max_turn_time_seconds=config.max_turn_time_seconds),
-            policy=config.policy, trajectory=config.trajectory,
-            monitor=MonitorTarget(base_url=config.monitor_base_url, project_id=config.project_id,
-                                  training_id=monitor_training_id),
-            group_size=group_size, is_eval=is_eval, stats_dir=_stats_dir(config), seed=int(config.seed),
-            tree=None if is_eval else config.tree)
-
 
 def episode_columns(outcomes: list[EpisodeOutcome], style: str, n_rows: int) -> dict[str, torch.Tensor]:
     """``cua_rl.runs.EPISODE_COLUMNS`` for a group's rows, which ``group_batch`` lays out episode by episode in
@@ -436,14 +413,3 @@ def _columns(blocks: list[tuple[int, float, float, float]], n_rows: int) -> dict
             EPISODE_SUCCESS: torch.tensor(success, dtype=torch.float64),
             EPISODE_SHARE: torch.tensor(share, dtype=torch.float64)}
 
-
-def _stats_dir(config) -> str:
-    """The run's log directory, where the launcher's summary reads the endpoint counts, computed without
-    creating it (AReaL's ``StatsLogger.get_log_path`` makes the directory: for ``CUAConfig()`` in a test that
-    was ``???/logs/<user>/???/???`` in the working directory). None for a config that names no run."""
-    from omegaconf import MISSING
-
-    s = getattr(config, "stats_logger", None)
-    if s is None or any(not part or part == MISSING for part in (s.fileroot, s.experiment_name, s.trial_name)):
-        return ""
-    return str(RunPaths.of(config).logs)

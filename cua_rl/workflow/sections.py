@@ -5,14 +5,22 @@ Why sections and not one flat list of keyword arguments: AReaL rebuilds the work
 worker from its kwargs (and logs and saves them), so they must be plain, picklable values; grouped by what
 they configure, each is validated where it is defined and read as one thing (``limits.max_turns``), and a
 new setting has one obvious home. The policy endpoint's settings (``cua_rl.policy.EndpointSettings``, beside
-the endpoint) and how turns become rows (``cua_rl.config.TrajectoryConfig``, with the run's other config
-sections: ``CUAConfig`` checks it against AReaL's own settings, its reward normalisation above all) are the other
-two sections.
+the endpoint) and how turns become rows (``cua_rl.trajectory.config.TrajectoryConfig``, beside the rows;
+``CUAConfig`` checks it against AReaL's own settings, its reward normalisation above all) are the other two
+sections. ``workflow_kwargs`` is the one mapping from a ``CUAConfig`` to all of them (train.py and evaluate.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cua_rl.runs import RunPaths
+
+if TYPE_CHECKING:
+    from areal.api.cli_args import GenerationHyperparameters
+
+    from cua_rl.config import CUAConfig
 
 
 @dataclass
@@ -80,3 +88,39 @@ class MonitorTarget:
     base_url: str = ""
     project_id: str = ""
     training_id: int | None = None
+
+
+def workflow_kwargs(config: CUAConfig, gconfig: GenerationHyperparameters, group_size: int, *, is_eval: bool = False,
+                    monitor_training_id: int | None = None) -> dict[str, Any]:
+    """Serialisable ``CUAAgentWorkflow`` constructor kwargs from a ``CUAConfig`` (train and eval differ in gconfig and
+    group size): the one mapping from the config's keys to the workflow's sections. The monitor gets its URL,
+    project and training id here, never its token (read from the environment)."""
+    return dict(
+        gconfig=gconfig,
+        model=ModelTarget(path=config.actor.path, base_url=config.model_base_url, name=config.model_name),
+        gym=GymTarget(base_url=config.gym_base_url, gym_id=config.gym_id,
+                      seed_instances=bool(config.gym_seed_instances),
+                      health_interval_s=config.gym_fleet.health_interval_seconds,
+                      health_timeout_s=config.gym_fleet.health_timeout_seconds),
+        agent=AgentTarget(base_url=config.gbox_mini_agent_base_url, agent=config.gbox_mini_agent_agent,
+                          action_space=config.gbox_mini_agent_standard_action_space,
+                          extra=dict(config.gbox_mini_agent_extra)),
+        limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
+                             max_turn_time_seconds=config.max_turn_time_seconds),
+        policy=config.policy, trajectory=config.trajectory,
+        monitor=MonitorTarget(base_url=config.monitor_base_url, project_id=config.project_id,
+                              training_id=monitor_training_id),
+        group_size=group_size, is_eval=is_eval, stats_dir=_stats_dir(config), seed=int(config.seed),
+        tree=None if is_eval else config.tree)
+
+
+def _stats_dir(config: CUAConfig) -> str:
+    """The run's log directory, where the launcher's summary reads the endpoint counts, computed without
+    creating it (AReaL's ``StatsLogger.get_log_path`` makes the directory: for ``CUAConfig()`` in a test that
+    was ``???/logs/<user>/???/???`` in the working directory). None for a config that names no run."""
+    from omegaconf import MISSING
+
+    s = getattr(config, "stats_logger", None)
+    if s is None or any(not part or part == MISSING for part in (s.fileroot, s.experiment_name, s.trial_name)):
+        return ""
+    return str(RunPaths.of(config).logs)

@@ -154,7 +154,7 @@ def test_multiturn_config_keeps_every_screenshot_so_an_episode_trains_as_one_row
     field), the endpoint and the demonstrations all keep every screenshot of an episode, so its prompts chain
     and ``concat`` exports one row per episode; the agent's field reaches each run request."""
     from cua_rl.local_gym import load_tasks
-    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow import workflow_kwargs
 
     monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
     cfg = load(tmp_path, config="config.multiturn.yaml")
@@ -164,7 +164,7 @@ def test_multiturn_config_keeps_every_screenshot_so_an_episode_trains_as_one_row
     assert cfg.max_turns > 4 and cfg.trajectory.export_style == "concat"
     assert cfg.gbox_mini_agent_extra == {"historyImages": cfg.max_turns} and \
         cfg.policy.max_screenshots_in_history == cfg.sft.history_images == cfg.max_turns
-    kwargs = CUAAgentWorkflow.kwargs_from_config(cfg, cfg.gconfig, 4)
+    kwargs = workflow_kwargs(cfg, cfg.gconfig, 4)
     assert kwargs["agent"].extra == {"historyImages": cfg.max_turns}
     assert load(tmp_path / "d", config="config.learn.yaml").gbox_mini_agent_extra == {}
 

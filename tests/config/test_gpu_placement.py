@@ -27,6 +27,7 @@ from areal.api.cli_args import SchedulingSpec, SchedulingStrategy
 from areal.api.scheduler_api import Job, Worker
 from areal.infra.scheduler import local
 
+from cua_rl import deploy
 from cua_rl.run.launch import RECIPES, load_config
 
 
@@ -190,9 +191,9 @@ def test_a_layout_areal_would_wrap_or_cannot_create_is_refused_and_a_reference_o
     config = load_config(str(RECIPES / "config.yaml"), ["actor.kl_ctl=0.05"])
     config.ref.scheduling_strategy = SchedulingStrategy(type="separation")
     with pytest.raises(ValueError, match="need 12 GPUs and the node has 8"):
-        config._check_placement()
+        deploy.check_placement(config)
     config.cluster.n_gpus_per_node = 12
-    config._check_placement()
+    deploy.check_placement(config)
     for i, order in enumerate(creation_orders(config)):
         placed = areal_placement(config, tmp_path / f"logs{i}", order)
         assert _shared_without_colocation(config, placed) == [], (order, placed)

@@ -22,7 +22,7 @@ import asyncio
 
 import pytest
 
-from cua_rl.config import TrajectoryConfig
+from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.http.retry import RetryPolicy
 from cua_rl.http.serve import serve_app_in_thread
 from cua_rl.local_agent import AgentSettings, start_agent_server

@@ -7,7 +7,7 @@ import pytest
 from areal.api.cli_args import load_expr_config
 
 from cua_rl.config import CUAConfig
-from cua_rl.workflow import CUAAgentWorkflow
+from cua_rl.workflow import CUAAgentWorkflow, workflow_kwargs
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cua_agent"
 
@@ -17,7 +17,7 @@ def test_kwargs_from_shipped_configs_build_a_serialisable_workflow(name, tmp_pat
     monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
     config, _ = load_expr_config(["--config", str(EXAMPLE / name), "gym_base_url=http://127.0.0.1:5010",
                                   "gym_id=desktop"], CUAConfig)
-    kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.gconfig.new(n_samples=1), config.gconfig.n_samples)
+    kwargs = workflow_kwargs(config, config.gconfig.new(n_samples=1), config.gconfig.n_samples)
     pickle.loads(pickle.dumps(kwargs))  # AReaL ships workflow kwargs to rollout workers
     wf = CUAAgentWorkflow(**kwargs)
     assert wf.group_size == config.gconfig.n_samples >= 2 and wf.min_group_size == 2
@@ -35,13 +35,13 @@ def test_trajectory_section_reaches_the_workflow(tmp_path, monkeypatch):
     config, _ = load_expr_config(["--config", str(EXAMPLE / "config.yaml"), "gym_base_url=http://127.0.0.1:5010",
                                   "gym_id=desktop", "trajectory.turn_discount=0.9", "trajectory.scale_by_std=false",
                                   "trajectory.min_group_size=3", "trajectory.group_weight=tokens"], CUAConfig)
-    wf = CUAAgentWorkflow(**CUAAgentWorkflow.kwargs_from_config(config, config.gconfig.new(n_samples=1), 4))
+    wf = CUAAgentWorkflow(**workflow_kwargs(config, config.gconfig.new(n_samples=1), 4))
     t = wf.trajectory
     assert (t.turn_discount, t.scale_by_std, t.group_weight, wf.min_group_size) == (0.9, False, "tokens", 3)
     assert t.normalise_in_group is True
     config, _ = load_expr_config(["--config", str(EXAMPLE / "config.yaml"), "gym_base_url=http://127.0.0.1:5010",
                                   "gym_id=desktop", "trajectory.export_style=concat"], CUAConfig)
-    wf = CUAAgentWorkflow(**CUAAgentWorkflow.kwargs_from_config(config, config.gconfig.new(n_samples=1), 4))
+    wf = CUAAgentWorkflow(**workflow_kwargs(config, config.gconfig.new(n_samples=1), 4))
     assert wf.trajectory.export_style == "concat"
 
 

@@ -115,10 +115,10 @@ def test_workflow_kwargs_carry_the_monitor_settings_but_never_the_token(tmp_path
     monkeypatch.chdir(tmp_path)
 
     from cua_rl.config import CUAConfig
-    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.workflow import CUAAgentWorkflow, workflow_kwargs
 
     config = CUAConfig(monitor_base_url="http://monitor.example/178", project_id="p1", project_token="tok-KW-secret")
-    kwargs = CUAAgentWorkflow.kwargs_from_config(config, config.eval_gconfig, 2, is_eval=True, monitor_training_id=5)
+    kwargs = workflow_kwargs(config, config.eval_gconfig, 2, is_eval=True, monitor_training_id=5)
     assert "tok-KW-secret" not in repr(kwargs) and "tok-KW-secret" not in str(pickle.dumps(kwargs))
     wf = CUAAgentWorkflow(**pickle.loads(pickle.dumps(kwargs)))
     assert (wf.monitor.base_url, wf.monitor.project_id, wf.monitor.training_id, wf.is_eval) == (

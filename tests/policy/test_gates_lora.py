@@ -1,5 +1,5 @@
 """The trainer-vs-vLLM logprob gate with LoRA on (issue 37 item 2), with AReaL's real FSDPPPOActor (PEFT adapters
-on the language model's projections, as ``actor.use_lora`` wires them: cua_rl/config.py ``_wire_lora``) and real
+on the language model's projections, as ``actor.use_lora`` wires them: cua_rl/deploy.py ``wire_lora``) and real
 vLLM serving the adapters it is sent (``--enable-lora``, AReaL's disk update through ``/v1/load_lora_adapter``):
 
 1. the initial adapter (LoRA's B is zero: the base model), saved and given to vLLM at start as ``policy-v0``, as
@@ -38,7 +38,7 @@ from cua_rl.trainer.health import BY_NAME
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
 from cua_rl.trainer.weight_probe import WeightProbe, adapter_probe
-from cua_rl.config import LORA_MODULES
+from cua_rl.deploy import LORA_MODULES
 from cua_rl.local_model.vllm_server import VLLMServer
 from cua_rl.trajectory import group_batch
 from tests.policy import test_gates_trainer as gates

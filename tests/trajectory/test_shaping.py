@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cua_rl.config import TrajectoryConfig
+from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.trajectory.shaping import shaped_reward, step_quality
 
 

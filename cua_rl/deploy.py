@@ -1,0 +1,278 @@
+"""AReaL's deployment rules for a run of this project: what the run's own settings ask of AReaL's sections, checked
+and, where one switch implies the others, written into them, once, when a ``CUAConfig`` loads (``apply``).
+
+Why a module of its own: ``cua_rl.config`` is the schema (each setting, its default and its own checks); the rules
+here are about AReaL's sections and how they must agree with each other and with ours: the sampling the trainer
+recomputes, one length limit, the KL penalty's reference, the training engine and the workers' command, the
+placement of the roles on a node's GPUs, LoRA's wiring, and the reward and advantage normalisations that would
+undo the workflow's own group normalisation. Each rule raises ``ValueError`` naming the setting and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from cua_rl.trajectory import value_bound
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
+
+# The command of the RPC workers AReaL's local and Slurm schedulers start (``scheduling_spec[0].cmd``): AReaL's own
+# worker module with this project's patches (cua_rl/areal_ext/worker.py), and the module it stands for.
+WORKER_MODULE, AREAL_WORKER_MODULE = "cua_rl.areal_ext.worker", "areal.infra.rpc.rpc_server"
+
+
+# AReaL sends top_k=1e8 (its default) for "no top-k"; anything from here up cannot truncate a vocabulary.
+NEUTRAL_TOP_K = 1_000_000
+
+
+# The modules LoRA may adapt: the language model's attention and MLP projections (Qwen-VL's names; the vision
+# tower's are qkv, proj and linear_fc*). The default is the first four.
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def reference_model(actor):
+    """The KL penalty's reference when the config names none: the actor's own model (path, backend, dtype,
+    attention, micro-batches) frozen at its starting weights, with no optimizer (AReaL's ref engine only computes
+    logprobs), **on the actor's GPUs, in the actor's worker processes**: colocated with the actor without a fork.
+
+    Why colocated: a reference that copied the actor's placement (GPUs of its own) needs as many GPUs again, and
+    on a node the actor and vLLM already fill (config.yaml: 4 + 4 of 8) AReaL's round-robin scheduler put vLLM
+    on the actor's GPUs instead. Why without a fork: AReaL's fork starts its stock RPC worker, without this
+    project's patches (cua_rl/areal_ext/worker.py), and an unpatched FSDP engine would read the rows' palette-coded
+    images as pixel values (compact_images.py); the actor's own workers have them (AReaL keeps several engines per
+    worker, "actor/0" and "ref/0"). Stored in the actor's compute dtype: its logprobs come from weights cast to
+    that dtype anyway, so a second fp32 master copy would add memory and change nothing. A ``ref`` section in the
+    config wins over all of this (GPUs of its own, where the node has them: ``check_placement``)."""
+    import copy
+
+    from areal.api.cli_args import SchedulingStrategy
+
+    ref = copy.deepcopy(actor)
+    ref.optimizer = None
+    ref.kl_ctl = 0.0
+    ref.optimizer_dtype = actor.dtype
+    ref.scheduling_strategy = SchedulingStrategy(type="colocation", target="actor", fork=False)
+    return ref
+
+
+def _replicas(backend: str, name: str, rollout: bool) -> tuple[int, int]:
+    """(workers, GPUs per worker when on GPUs) of a role as AReaL's controllers create them: a training role has
+    one worker per rank of its parallel world; a rollout one per data-parallel instance of tp x pp GPUs."""
+    from areal.api.alloc_mode import ModelAllocation
+
+    parallel = ModelAllocation.from_str(backend, name=name).parallel
+    if rollout:
+        return parallel.dp_size, parallel.tp_size * parallel.pp_size
+    return parallel.world_size, 1
+
+
+def check_sampling(config: CUAConfig) -> None:
+    """The behaviour policy is the distribution the trainer recomputes: plain sampling at the actor's
+    temperature. A truncated or penalised distribution, greedy decoding or another temperature would
+    make vLLM's logprobs and the trainer's disagree on every token, silently. (The policy endpoint also
+    sends neutral penalties and min_p, so a checkpoint's generation_config cannot change them.)"""
+    g = config.gconfig
+    wrong = []
+    if g.greedy:
+        wrong.append("gconfig.greedy must be false (training samples; greedy is for evaluation only)")
+    if getattr(g, "use_beam_search", False):
+        wrong.append("gconfig.use_beam_search must be false")
+    if g.top_p != 1.0:
+        wrong.append(f"gconfig.top_p must be 1.0, got {g.top_p}")
+    if 0 < g.top_k < NEUTRAL_TOP_K:
+        wrong.append(f"gconfig.top_k must not truncate (<= 0 or >= {NEUTRAL_TOP_K}), got {g.top_k}")
+    if g.frequency_penalty != 0.0:
+        wrong.append(f"gconfig.frequency_penalty must be 0, got {g.frequency_penalty}")
+    if config.actor.temperature != g.temperature:
+        wrong.append(f"actor.temperature ({config.actor.temperature}) must equal gconfig.temperature "
+                     f"({g.temperature}): the trainer recomputes logprobs at the sampling temperature")
+    if wrong:
+        raise ValueError("sampling must be the distribution the trainer computes: " + "; ".join(wrong))
+
+
+def check_lengths(config: CUAConfig) -> None:
+    """One length limit. A training row is one prompt plus its reply, and the policy endpoint refuses a
+    prompt that leaves no room under ``gconfig.max_tokens``; so that limit must fit vLLM's context (else
+    vLLM fails the turn) and one trainer micro-batch (else AReaL's packer fails the whole step)."""
+    g = config.gconfig
+    limits = {"vllm.max_model_len": config.vllm.max_model_len,
+              "actor.mb_spec.max_tokens_per_mb": config.actor.mb_spec.max_tokens_per_mb}
+    for name, value in limits.items():
+        if value is not None and g.max_tokens > value:
+            raise ValueError(f"gconfig.max_tokens ({g.max_tokens}) exceeds {name} ({value}): a row that "
+                             f"long would fail there. Set gconfig.max_tokens <= "
+                             f"{min(v for v in limits.values() if v is not None)}")
+    if g.max_new_tokens >= g.max_tokens:
+        raise ValueError(f"gconfig.max_new_tokens ({g.max_new_tokens}) must be below gconfig.max_tokens "
+                         f"({g.max_tokens}), which also holds the prompt")
+
+
+def check_train_engine(config: CUAConfig) -> None:
+    """The rows carry their images as palette codes that only AReaL's FSDP engine, patched in the training
+    workers, decodes before its forward (cua_rl/areal_ext/compact_images.py); another engine would read the
+    codes as pixel values, silently."""
+    from omegaconf import MISSING   # a backend not set yet (the defaults' value) is not another engine
+
+    for name, engine in (("actor", config.actor), ("ref", config.ref)):
+        backend = getattr(engine, "backend", None) or ""   # ref: None without a KL penalty
+        if backend not in ("", MISSING) and not backend.startswith("fsdp"):
+            raise ValueError(f"{name}.backend {backend!r}: training here runs on AReaL's FSDP engine "
+                             f"(fsdp:...); the rows' images are palette codes its patched micro-batches "
+                             f"decode (cua_rl/areal_ext/compact_images.py), which another engine would "
+                             f"read as pixels")
+
+
+def check_worker_commands(config: CUAConfig) -> None:
+    """The actor's, the reference's and the rollout's workers must run ``cua_rl.areal_ext.worker``: without its
+    patches the FSDP engine reads the rows' palette-coded images as pixels, silently, and packed sequences
+    attend across each other on the CPU. AReaL's own command (its default, and what its example configs
+    write) becomes ours, the rest of the command kept; another command is refused. Not under Ray, whose
+    workers take the same patches from a setup hook and no command (cua_rl/areal_ext/ray_cluster.py)."""
+    if getattr(config.scheduler, "type", None) == "ray":
+        return
+    for name in ("actor", "ref", "rollout"):
+        specs = getattr(getattr(config, name, None), "scheduling_spec", None) or ()
+        if not specs or WORKER_MODULE in (specs[0].cmd or ""):
+            continue
+        cmd = specs[0].cmd or f"python -m {AREAL_WORKER_MODULE}"
+        if AREAL_WORKER_MODULE not in cmd:
+            raise ValueError(f"{name}.scheduling_spec[0].cmd {cmd!r}: the workers here run {WORKER_MODULE} "
+                             f"(AReaL's {AREAL_WORKER_MODULE} with this project's patches: without them the "
+                             f"images of the rows are read as pixels), e.g. 'python3 -m {WORKER_MODULE}'")
+        specs[0].cmd = cmd.replace(AREAL_WORKER_MODULE, WORKER_MODULE)
+
+
+def check_placement(config: CUAConfig) -> None:
+    """AReaL's local scheduler creates the roles in the trainer's order (actor, critic, ref, then rollout;
+    ``PPOTrainer.__init__``) and hands GPUs out round-robin without ever refusing: a role colocated with one
+    created after it fails at start, and roles on GPUs of their own that need more GPUs than the node has
+    wrap round onto GPUs already taken (vLLM on the actor's, where its memory share cannot be met). Both are
+    refused here, at load time (tests/config/test_gpu_placement.py runs AReaL's scheduler on the recipes)."""
+    if getattr(config.scheduler, "type", "local") != "local":
+        return
+    roles = [(name, engine, _replicas(engine.backend, name, rollout=False))
+             for name, engine in (("actor", config.actor), ("critic", config.critic), ("ref", config.ref))
+             if engine is not None and (name != "ref" or config.actor.kl_ctl > 0)]
+    roles.append(("rollout", config.rollout, _replicas(config.rollout.backend, "rollout", rollout=True)))
+    created: dict[str, int] = {}
+    gpus = 0
+    for name, engine, (replicas, per_replica) in roles:
+        strategy = engine.scheduling_strategy
+        if str(getattr(strategy.type, "value", strategy.type)) == "colocation":
+            target = strategy.target
+            if target not in created:
+                raise ValueError(f"{name}.scheduling_strategy colocates it with {target!r}, which AReaL does not "
+                                 f"create before it (its order: {', '.join(r for r, _, _ in roles)}): colocate "
+                                 f"the later role with the earlier one instead (e.g. rollout.scheduling_strategy "
+                                 f"{{type: colocation, target: actor}})")
+            if replicas != created[target]:
+                raise ValueError(f"{name} ({replicas} workers) is colocated with {target} ({created[target]} "
+                                 f"workers): AReaL needs the same number of workers on both")
+        else:
+            spec = engine.scheduling_spec[0]
+            gpus += replicas * (per_replica if spec.gpu > 0 else 0) if name == "rollout" else replicas * spec.gpu
+        created[name] = replicas
+    node = config.cluster.n_gpus_per_node
+    if node and gpus > node:
+        raise ValueError(f"the roles on GPUs of their own need {gpus} GPUs and the node has {node} "
+                         f"(cluster.n_gpus_per_node): AReaL's local scheduler would hand the rest out again from "
+                         f"GPU 0, onto GPUs another role holds. Colocate a role (e.g. the KL penalty's reference "
+                         f"with the actor, as the default reference is) or use fewer GPUs per role")
+
+
+def wire_lora(config: CUAConfig) -> None:
+    """``actor.use_lora`` is the one switch: the rollout side, vLLM's adapter support, the adapter's name and
+    its modules follow from it (AReaL asks for each in its own section). Only the language model's
+    projections: vLLM leaves adapters on the vision tower unapplied unless told (its
+    enable_tower_connector_lora), which would make the sampler and the trainer disagree silently."""
+    if not config.actor.use_lora:
+        return
+    modules = list(config.actor.target_modules) or list(LORA_MODULES[:4])
+    outside = sorted(set(modules) - set(LORA_MODULES))
+    if outside:
+        raise ValueError(f"actor.target_modules {outside}: LoRA here adapts the language model's projections only "
+                         f"({', '.join(LORA_MODULES)}); vLLM would not apply adapters elsewhere (the vision tower)")
+    config.actor.target_modules = modules
+    name = config.gconfig.lora_name or "policy"
+    config.gconfig.lora_name = name
+    if config.eval_gconfig is not None:
+        config.eval_gconfig.lora_name = name
+    config.rollout.use_lora, config.rollout.lora_name = True, name
+    config.vllm.enable_lora = True
+    config.vllm.max_lora_rank = max(config.vllm.max_lora_rank, config.actor.lora_rank)
+
+
+def check_reward_norm(config: CUAConfig) -> None:
+    """AReaL's ``reward_norm`` slices the batch into blocks of ``group_size`` rows. A row here is a turn
+    (or an episode in concat), so its blocks cross episodes and tasks; and the workflow has already
+    normalised every group (``trajectory.normalise_in_group``), so a batch mean would re-centre it too."""
+    norm = config.actor.reward_norm
+    if norm is None:
+        return
+    levels = {norm.mean_level, norm.std_level}
+    if "group" in levels:
+        raise ValueError(f"actor.reward_norm with a group level (mean_level {norm.mean_level!r}, std_level "
+                         f"{norm.std_level!r}) normalises blocks of {norm.group_size} rows; a row here is a "
+                         f"turn, so the blocks cross episodes and tasks. Set actor.reward_norm to null: the "
+                         f"workflow normalises each group itself (trajectory.normalise_in_group)")
+    if config.trajectory.normalise_in_group:
+        raise ValueError(f"actor.reward_norm must be null while trajectory.normalise_in_group is on (got "
+                         f"mean_level {norm.mean_level!r}, std_level {norm.std_level!r}): the workflow has "
+                         f"already normalised and weighted each group's rewards; AReaL would normalise them "
+                         f"again over the batch's rows (as AReaL's GRPO examples do, which copy in "
+                         f"reward_norm: {{mean_level: group}})")
+
+
+def check_reward_clip(config: CUAConfig) -> None:
+    """AReaL clips ``rewards`` at +-``actor.reward_clip`` (default 20) before anything else, and the rows'
+    rewards are the workflow's values (``cua_rl.trajectory.episode_values``: group-normalised, weighted).
+    A clip they could reach would cut exactly the rare short successes' credit, silently."""
+    a, t = config.actor, config.trajectory
+    bound = value_bound(config.gconfig.n_samples, config.max_turns, config.gconfig.max_new_tokens,
+                        **t.value_options(), reward_range=1.0 + t.format_reward + t.action_reward)
+    reach = (bound + abs(a.reward_bias)) * abs(a.reward_scaling)
+    if a.reward_clip < reach:
+        raise ValueError(
+            f"actor.reward_clip ({a.reward_clip:g}) could clip the values the workflow trains with: with "
+            f"gconfig.n_samples {config.gconfig.n_samples}, max_turns {config.max_turns}, gconfig.max_new_tokens "
+            f"{config.gconfig.max_new_tokens} and trajectory.group_weight {t.group_weight!r} an episode's value "
+            f"reaches {reach:.6g} (a 1-token success among the longest failures; reward_bias and "
+            f"reward_scaling included), and AReaL clips rewards before anything else. Set actor.reward_clip "
+            f">= {reach:.6g} (the recipes set 1e9)")
+
+
+def apply(config: CUAConfig) -> None:
+    """Every rule, in order, on a config whose own fields are already checked (``CUAConfig.__post_init__``)."""
+    check_sampling(config)
+    check_lengths(config)
+    wire_reference(config)
+    check_train_engine(config)
+    check_worker_commands(config)
+    check_placement(config)
+    wire_lora(config)
+    check_reward_norm(config)
+    check_reward_clip(config)
+    check_adv_norm(config)
+
+
+def wire_reference(config: CUAConfig) -> None:
+    """``actor.kl_ctl`` a finite number >= 0; with a KL penalty and no ``ref`` section, the reference is the
+    actor's own starting weights (``reference_model``)."""
+    if not (math.isfinite(config.actor.kl_ctl) and config.actor.kl_ctl >= 0):
+        raise ValueError(f"actor.kl_ctl must be a number >= 0, got {config.actor.kl_ctl}")
+    if config.actor.kl_ctl > 0 and config.ref is None:
+        config.ref = reference_model(config.actor)
+
+
+def check_adv_norm(config: CUAConfig) -> None:
+    """The group baseline is the only one: AReaL's batch-mean advantage normalisation is refused while the workflow
+    normalises groups (the learning bench's ``batch_recentring`` mutation switches it back on)."""
+    norm = config.actor.adv_norm
+    if config.trajectory.mutation == "batch_recentring" and norm is not None:
+        norm.mean_level = "batch"   # the learning bench's mutation: issue 33 (a) switched back on
+    elif config.trajectory.normalise_in_group and norm is not None and norm.mean_level is not None:
+        raise ValueError(f"actor.adv_norm.mean_level must be null while trajectory.normalise_in_group is on "
+                         f"(got {norm.mean_level!r}): the group baseline is the only one; a mean over the "
+                         f"batch's tokens hands all-fail groups a positive advantage when failures run longer")
