@@ -6,10 +6,15 @@ here are about AReaL's sections and how they must agree with each other and with
 recomputes, one length limit, the KL penalty's reference, the training engine and the workers' command, the
 placement of the roles on a node's GPUs, LoRA's wiring, and the reward and advantage normalisations that would
 undo the workflow's own group normalisation. Each rule raises ``ValueError`` naming the setting and the fix.
+
+``apply`` holds for any host; ``check_host`` checks what the launching host must have for the config (the
+attention implementation's package), run by the launcher before any process starts (a config built in a test
+or on another host is not refused for what this host lacks).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import TYPE_CHECKING
 
@@ -253,6 +258,7 @@ def apply(config: CUAConfig) -> None:
     check_placement(config)
     wire_lora(config)
     check_reward_norm(config)
+    check_reward_shift(config)
     check_reward_clip(config)
     check_adv_norm(config)
 
@@ -266,6 +272,21 @@ def wire_reference(config: CUAConfig) -> None:
         config.ref = reference_model(config.actor)
 
 
+def check_reward_shift(config: CUAConfig) -> None:
+    """AReaL computes ``(reward + reward_bias) * reward_scaling`` on every row; the rows' rewards are the workflow's
+    values, already normalised within each group and weighted per episode, so a bias shifts every token of every
+    episode one way (AReaL's example values, -0.5 and 10, made a success pull -247 and pushed every token down)."""
+    a = config.actor
+    if not config.trajectory.normalise_in_group:
+        return
+    for name, value, neutral in (("reward_bias", a.reward_bias, 0.0), ("reward_scaling", a.reward_scaling, 1.0)):
+        if value != neutral:
+            raise ValueError(f"actor.{name} must be {neutral:g} while trajectory.normalise_in_group is on (got "
+                             f"{value:g}): the rows' rewards are the workflow's group-normalised, per-episode values, "
+                             f"and AReaL would shift or scale them again (set the reward's scale in the gym, or "
+                             f"trajectory.normalise_in_group=false to hand AReaL the raw rewards)")
+
+
 def check_adv_norm(config: CUAConfig) -> None:
     """The group baseline is the only one: AReaL's batch-mean advantage normalisation is refused while the workflow
     normalises groups (the learning bench's ``batch_recentring`` mutation switches it back on)."""
@@ -276,3 +297,29 @@ def check_adv_norm(config: CUAConfig) -> None:
         raise ValueError(f"actor.adv_norm.mean_level must be null while trajectory.normalise_in_group is on "
                          f"(got {norm.mean_level!r}): the group baseline is the only one; a mean over the "
                          f"batch's tokens hands all-fail groups a positive advantage when failures run longer")
+
+
+# The attention implementations (AReaL's ``attn_impl``, transformers' ``attn_implementation``) that need a package
+# of their own; sdpa and eager are PyTorch's. A Hub kernel ("kernels-community/...") needs the kernels package.
+ATTENTION_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+
+
+def attention_package(impl: str) -> str | None:
+    """The importable package ``impl`` needs, or None for PyTorch's own (sdpa, eager)."""
+    if impl in ATTENTION_PACKAGES:
+        return ATTENTION_PACKAGES[impl]
+    return "kernels" if "/" in (impl or "") else None
+
+
+def check_host(config: CUAConfig) -> None:
+    """What this host must have for the config, told before any process starts: each training engine's attention
+    implementation importable (transformers raises at model load otherwise, minutes into the run)."""
+    for name in ("actor", "ref"):
+        engine = getattr(config, name, None)
+        impl = getattr(engine, "attn_impl", None)
+        package = attention_package(impl)
+        if package and importlib.util.find_spec(package) is None:
+            raise ValueError(f"{name}.attn_impl {impl!r} needs the Python package {package!r}, which is not "
+                             f"importable here: install it, or set {name}.attn_impl=sdpa (PyTorch's own "
+                             f"attention, the recipes' choice; packed sequences stay apart through "
+                             f"cua_rl/areal_ext/packed_attention.py)")

@@ -92,8 +92,11 @@ def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str
 
     from cua_rl.config import CUAConfig, hydra_overrides
 
+    from cua_rl import deploy
+
     try:
         config, _ = load_expr_config(["--config", config_file, *hydra_overrides(overrides)], CUAConfig)
+        deploy.check_host(config)   # what this host must have for it (the attention's package)
     except Exception as exc:  # Hydra's parse errors, OmegaConf's type errors, our __post_init__ checks
         raise ConfigError(_config_error(config_file, exc, flag_keys or {})) from None
     if config.trial_name == AUTO_TRIAL:
