@@ -357,8 +357,9 @@ class CUAConfig(GRPOConfig):
     # previous one and an episode trains as one row: trajectory.export_style=concat).
     gbox_mini_agent_extra: dict[str, Any] = field(default_factory=dict)
 
-    # --- model the agent calls. Empty = the policy endpoint (the only trainable path).
-    # A non-empty URL sends the agent elsewhere (baselines, debugging): those turns are not trained.
+    # --- the model the agent calls: always this run's policy endpoint (AReaL serves the policy). model_base_url
+    # (--model-base-url) is AReaL's cua_agent example's key, kept so that its commands get a clear refusal (a run
+    # whose agent calls another model trains nothing); cua-eval --model-url evaluates a model served elsewhere.
     model_base_url: str = ""
     model_name: str = ""
 
@@ -451,6 +452,13 @@ class CUAConfig(GRPOConfig):
                 parse_number_ranges(self.gym_eval_number_range)  # fail at load time, not mid-run
             except ValueError as exc:
                 raise ValueError(f"gym_eval_number_range: {exc}") from None
+        if self.model_base_url:
+            raise ValueError(f"model_base_url {self.model_base_url!r} (--model-base-url): a training run's agent calls "
+                             f"this run's policy endpoint, served by AReaL (vLLM in its rollout workers), which "
+                             f"records every turn it trains on; an agent sent to another model trains nothing, so "
+                             f"the key is refused. Drop it (the example's vLLM flags map to vllm.* keys: README, "
+                             f"'Coming from AReaL's cua_agent example'); to evaluate a model you serve yourself, "
+                             f"use cua-eval --model-url URL")
         if self.agent_service not in ("external", "embedded"):
             raise ValueError(f"agent_service must be external or embedded, got {self.agent_service!r}")
         if self.embedded_enabled and self.gym_id and self.gym_id not in EMBEDDED_GYM_IDS:

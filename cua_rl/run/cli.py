@@ -47,9 +47,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--standard-action-space", "STANDARD_ACTION_SPACE", ("gbox_mini_agent_standard_action_space",),
          "pc | mobile", metavar="NAME"),
     Flag("--model-base-url", "MODEL_BASE_URL", ("model_base_url",),
-         "send the agent to this model instead of the policy endpoint (no training data)",
+         "AReaL's cua_agent example's flag, refused: AReaL serves the policy here (cua-eval --model-url "
+         "evaluates a model you serve)",
          aliases=("--inference-base-url",), metavar="URL"),
-    Flag("--model-name", "MODEL_NAME", ("model_name",), "model name for --model-base-url", metavar="NAME"),
+    Flag("--model-name", "MODEL_NAME", ("model_name",), "model name the agent sends (the policy endpoint serves one model whatever the name)", metavar="NAME"),
     Flag("--monitor-base-url", "MONITOR_BASE_URL", ("monitor_base_url",),
          "Training Monitor URL (empty: send nothing)", metavar="URL"),
     Flag("--project-id", "PROJECT_ID", ("project_id",), "Training Monitor project", metavar="ID"),

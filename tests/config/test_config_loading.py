@@ -208,12 +208,13 @@ def test_every_worker_runs_our_worker_module_and_another_command_is_refused(tmp_
 
 
 def test_train_sh_overrides_load_into_the_intended_values(tmp_path):
-    request = cli.parse([*ALL_FLAGS, "actor.optimizer.lr=1e-6"], {}, [])
+    flags = [f for i, f in enumerate(ALL_FLAGS) if "--model-base-url" not in ALL_FLAGS[max(i - 1, 0):i + 1]]
+    request = cli.parse([*flags, "actor.optimizer.lr=1e-6"], {}, [])
     cfg = load(tmp_path, *request.overrides)
     assert (cfg.gym_base_url, cfg.gym_id) == ("http://127.0.0.1:5010", "desk")
     assert cfg.gbox_mini_agent_base_url == "http://127.0.0.1:3100"
     assert (cfg.gbox_mini_agent_agent, cfg.gbox_mini_agent_standard_action_space) == ("mai-ui", "mobile")
-    assert (cfg.model_base_url, cfg.model_name) == ("http://127.0.0.1:8000/v1", "m1")
+    assert (cfg.model_base_url, cfg.model_name) == ("", "m1")
     assert (cfg.monitor_base_url, cfg.project_id) == ("http://127.0.0.1:9000", "p1")
     assert cfg.train_dataset.batch_size == cfg.valid_dataset.batch_size == cfg.rollout.consumer_batch_size == 2
     assert (cfg.max_turns, cfg.max_task_time_seconds, cfg.max_turn_time_seconds) == (7, 300, 30)

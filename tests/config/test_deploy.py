@@ -40,3 +40,18 @@ def test_right_credit_2_a_reward_bias_or_scaling_is_refused_while_groups_are_nor
     with pytest.raises(ConfigError, match=rf"{name} must be .* while trajectory.normalise_in_group is on"):
         load_config(str(RECIPES / "config.yaml"), [override])
     load_config(str(RECIPES / "config.yaml"), [override, "trajectory.normalise_in_group=false"])
+
+
+def test_gpu_first_try_3_model_base_url_is_refused_naming_what_replaced_it():
+    """AReaL's cua_agent example's first command (``--model-base-url``) started a run where every group returned
+    nothing and nothing stopped it; the launcher's load refuses it, names the flag, says that AReaL serves the
+    policy through our endpoint and where the flag's meaning went (cua-eval --model-url)."""
+    from cua_rl.run import cli
+
+    request = cli.parse(["--gym", "http://127.0.0.1:5010", "--gym-id", "my_gym",
+                         "--model-base-url", "http://127.0.0.1:8000/v1"], {}, [])
+    with pytest.raises(ConfigError) as refused:
+        load_config(str(RECIPES / "config.yaml"), request.overrides, request.flag_keys)
+    message = str(refused.value)
+    for part in ("policy endpoint", "AReaL", "trains nothing", "cua-eval --model-url", "set by --model-base-url"):
+        assert part in message, (part, message)
