@@ -2,7 +2,9 @@
 
 It follows the documented shapes of docs/protocols.md §1.1-1.6 (FastAPI-style
 ``{"detail": ...}`` errors) and records every request, so client tests exercise real HTTP on loopback.
-Fault injection: ``fail_next[(method, path_suffix)] = [status, ...]`` answers those statuses first.
+Fault injection: ``fail_next[(method, path_suffix)] = [status, ...]`` answers those statuses first;
+``encoded_next[(method, path_suffix)] = [(body, coding), ...]`` answers those bodies verbatim with that
+``Content-Encoding`` (a hostile gym's compression bomb: tests/doubles/bombs.py).
 
 It also plays a bad gym host of a fleet (cua_rl/genv/fleet.py; tests/genv/test_fleet.py): a third-party gym on
 the network, which may answer anything. ``capacity`` is what ``GET /api/v1/{gym}/capacity`` answers (None: the
@@ -36,6 +38,8 @@ class GymState:
     create_reply: dict | None = None
     requests: list = field(default_factory=list)
     fail_next: dict = field(default_factory=dict)
+    # (method, path suffix) -> [(body, coding), ...]: answered verbatim with that Content-Encoding (a bomb)
+    encoded_next: dict = field(default_factory=dict)
     delay_s: dict = field(default_factory=dict)
     executions: dict = field(default_factory=dict)
     terminated: list = field(default_factory=list)
@@ -55,6 +59,10 @@ def build_gym_double(state: GymState) -> FastAPI:
     async def record_and_inject(request: Request, call_next):
         body = await request.body()
         state.requests.append((request.method, request.url.path, dict(request.query_params), body))
+        for (method, suffix), answers in state.encoded_next.items():
+            if request.method == method and request.url.path.endswith(suffix) and answers:
+                body, coding = answers.pop(0)
+                return Response(body, media_type="application/json", headers={"Content-Encoding": coding})
         for (method, suffix), statuses in state.fail_next.items():
             if request.method == method and request.url.path.endswith(suffix) and statuses:
                 return JSONResponse({"detail": f"injected failure {statuses[0]}"}, status_code=statuses.pop(0))
