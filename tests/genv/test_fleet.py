@@ -282,8 +282,10 @@ async def test_a_host_that_reports_room_but_answers_429_is_drained_and_rejoins_a
         hosts, drained = await asyncio.wait_for(_play_groups(fleet, 12, 2, 3), 60)
         print(f"429 host: {bad.creates()} creates, drained placements {len(drained)}")
         assert hosts == [good_url] * 12, hosts                  # every group evaluated, on the good host
-        # only the three groups placed before its first 429 came back reached it (it had 40 creates before)
-        assert DRAINS[bad_url] == drains + 1 and bad.creates() <= 3 * 2, bad.creates()
+        # only the three groups placed before its first 429 came back reached it, each time it was let back in
+        # (a slow run may outlast its first cool-down); it had 40 creates before
+        times = DRAINS[bad_url] - drains
+        assert times >= 1 and bad.creates() <= 3 * 2 * times, (times, bad.creates())
         bad.create_status = None                                # it mends: back after the cool-down
         deadline = time.monotonic() + 10
         while not fleet.host(bad_url).up and time.monotonic() < deadline:
