@@ -21,7 +21,8 @@ rules (docs/cluster.md, "A fleet of gym hosts"):
   asked and rejoins when it answers; a host that is down when the run starts takes work once it is up.
   A check that raises (whatever a host answered) is a failed check of that host, never the end of the watch.
 - Creates: a host whose creates fail ``CREATE_FAILS_TO_DRAIN`` times in a row (an error, or a 429 while its
-  last report said it had room) with no create succeeding there in between is drained too, though its
+  last report said it had room, counted once per such report: a host that others filled says so in its next
+  one) with no create succeeding there in between is drained too, though its
   ``/health`` answers (episodes use ``Placement.execution``, which tells the fleet). It rejoins after a
   cool-down (``cool_down_s``, 30 s, doubled for each such drain in a row, at most ``MAX_COOL_DOWN_S``) once its
   health and capacity checks pass; a create that succeeds there ends the doubling.
@@ -141,6 +142,8 @@ class Host:
     odd: str = ""                    # what was wrong with its last capacity report ("": nothing); no work then
     create_fails: int = 0            # failed creates in a row (CREATE_FAILS_TO_DRAIN drain it)
     create_drains: int = 0           # drains for failed creates in a row (each doubles the cool-down)
+    checked_at: float = 0.0          # its last passed check (health and capacity)
+    refused_at: float = 0.0          # its last 429 counted as a failed create
     cool_until: float = 0.0          # drained for its creates: not back before then
     down_since: float | None = None
     why_down: str = ""
@@ -283,9 +286,13 @@ class Fleet:
     def busy(self, host: Host) -> None:
         """``host`` answered 429 to a create: passed over until its next report; a refusal while its last report
         said it had room counts as a failed create (a host that always does is drained)."""
-        host.full_until = time.monotonic() + BUSY_HOLD_S
+        now = time.monotonic()
+        host.full_until = now + BUSY_HOLD_S
         logger.info("gym host %s answered 429 (full): the next groups go to other hosts", host.url)
-        if host.max is None or (host.free or 0) > 0:
+        # counted once per check that said it had room again: a host that owns up to being full in its next
+        # report (one that others' episodes filled) is never counted twice for one report
+        if (host.max is None or (host.free or 0) > 0) and host.checked_at > host.refused_at:
+            host.refused_at = now
             self.create_failed(host, f"answered 429 while reporting {host.free} free" if host.max is not None
                                else "answered 429")
 
@@ -389,7 +396,7 @@ class Fleet:
         if why:
             self._failed_check(host, why)
             return
-        host.fails = 0
+        host.fails, host.checked_at = 0, time.monotonic()
         if host.up is not True:
             if time.monotonic() < host.cool_until:
                 return   # drained for its creates: its cool-down is not over
