@@ -69,8 +69,7 @@ def start_gyms(n: int, max_executions: int, logs: Path) -> list[tuple[subprocess
 async def episode(url: str, seed: int, placement) -> float:
     started = time.monotonic()
     async with GenvClient(url, "desktop") as gym, \
-            gym.execution(TASK, {"seed": seed}, busy_wait_s=120, on_busy=placement.busy) as ex:
-        placement.created()
+            placement.execution(gym, TASK, {"seed": seed}, busy_wait_s=120) as ex:
         await gym.screenshot(ex.execution_id)
         await gym.act(ex.execution_id, {"type": "key", "keys": ["r"]})
         await gym.screenshot(ex.execution_id)

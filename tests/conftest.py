@@ -52,6 +52,8 @@ SLOW_TESTS = {
         "host's venv (the wheel's base install from uv's cache) serving a real desktop, 15 s",
     "tests/genv/test_fleet.py::test_a_group_whose_host_dies_mid_episode_is_played_again_on_another_host":
         "two gyms, four real desktops, one gym stopped mid-episode, 7 s",
+    "tests/genv/test_fleet.py::test_a_host_that_reports_room_but_answers_429_is_drained_and_rejoins_after_a_cool_down":
+        "a 429 host found out over three of the client's create waits (2 s, then 4 s), 7 s",
     "tests/config/test_embedded_gym_options.py": "the embedded stack's MiniWoB++ gym twice, two Chromium episodes each, 18 s",
     "tests/policy/test_tool_calls.py::test_the_parser_is_vllms_hermes_parser": "imports vLLM's chat serving, 10 s",
     "tests/local_gym/test_live_view.py::test_a_desktop_cannot_reconfigure_its_live_view":

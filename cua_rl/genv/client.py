@@ -8,6 +8,11 @@ refused (429/503) or that never reached the gym (down or restarting): nothing wa
 again when the caller allows (``busy_wait_s``). Terminate is retried too: ending an execution twice is
 harmless, and a lost terminate leaks a desktop. Every failure is a ``GenvError`` carrying the server's
 ``detail``.
+
+Why bounded: a gym on the network is not ours to trust (the trainer and the agent service both read it through
+this client). A reply is read up to ``MAX_REPLY_BYTES`` (a full-HD screenshot is a few MiB), asked for
+uncompressed and refused undecoded when it comes compressed all the same (``http.retry._bounded``: 589 bytes
+of stacked gzip decode to 596 MB at once).
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ from urllib.parse import quote
 import httpx
 
 from ..http.client import async_client
-from ..http.retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
+from ..http.input import MiB
+from ..http.retry import AnswerRefused, RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .errors import GenvError
 from .models import Execution, Fork, Task
 from .reward import Evaluation
 
 logger = logging.getLogger(__name__)
+
+MAX_REPLY_BYTES = 64 * MiB   # the most of one gym reply read (a 4K PNG screenshot of noise is ~25 MiB)
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,8 @@ class GenvClient:
     """``async with GenvClient(base_url, gym_id) as gym: tasks = await gym.list_tasks()``."""
 
     def __init__(self, base_url: str, gym_id: str, *, timeouts: GenvTimeouts | None = None,
-                 retry: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 retry: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         if not base_url:
             raise ValueError("GenvClient needs a gym base URL")
         if not gym_id:
@@ -55,6 +64,7 @@ class GenvClient:
         self.gym_id = gym_id
         self.timeouts = timeouts or GenvTimeouts()
         self.retry = retry or RetryPolicy()
+        self.max_reply_bytes = max_reply_bytes
         t = self.timeouts
         self._http = async_client(
             timeout=httpx.Timeout(t.read, connect=t.connect), transport=transport)
@@ -79,7 +89,9 @@ class GenvClient:
         what = f"genv {method} {url}"
         try:
             response = await send_with_retry(self._http, method, url, policy=self.retry if idempotent else None,
-                                             what=what, **kwargs)
+                                             what=what, max_bytes=self.max_reply_bytes, **kwargs)
+        except AnswerRefused as exc:
+            raise GenvError(f"reply refused: {exc}", url=url) from None
         except httpx.TimeoutException as exc:
             raise GenvError(f"timed out ({type(exc).__name__})", url=url) from exc
         except httpx.TransportError as exc:

@@ -45,20 +45,45 @@ class RetryPolicy:
         return min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1)))
 
 
-class AnswerTooLarge(Exception):
-    """A reply body past the caller's ``max_bytes`` (``send_with_retry``): read no further, never retried."""
+class AnswerRefused(Exception):
+    """A reply body the caller's bound refuses (``send_with_retry`` with ``max_bytes``): not read on, never
+    retried."""
+
+
+class AnswerTooLarge(AnswerRefused):
+    """A reply body past the caller's ``max_bytes``."""
+
+
+class AnswerEncoded(AnswerRefused):
+    """A reply that came compressed (a ``Content-Encoding``) although ``identity`` was asked for: never decoded,
+    since a few hundred bytes of stacked gzip or zstd decode to gigabytes at once."""
+
+
+def _encoded(response: httpx.Response) -> str:
+    """The reply's content codings other than ``identity`` ("" when none)."""
+    codings = [c.strip() for c in response.headers.get("content-encoding", "").split(",")]
+    return ", ".join(c for c in codings if c and c.lower() != "identity")
 
 
 async def _bounded(client: httpx.AsyncClient, method: str, url: str, max_bytes: int, **kwargs) -> httpx.Response:
-    """The response with its body read, but never more than ``max_bytes`` of it (decoded): ``AnswerTooLarge``."""
-    request = client.build_request(method, url, **{k: v for k, v in kwargs.items() if k != "follow_redirects"})
-    response = await client.send(request, stream=True, follow_redirects=kwargs.get("follow_redirects", False))
+    """The response with its body read, but never more than ``max_bytes`` of it: ``AnswerTooLarge``. The body is
+    asked for uncompressed (``Accept-Encoding: identity``) and read as it comes over the wire, so the bound holds
+    there and after decoding alike; a compressed answer all the same is ``AnswerEncoded``, never decoded."""
+    kwargs = dict(kwargs)
+    follow = kwargs.pop("follow_redirects", False)
+    kwargs["headers"] = {**dict(kwargs.get("headers") or {}), "Accept-Encoding": "identity"}
+    request = client.build_request(method, url, **kwargs)
+    response = await client.send(request, stream=True, follow_redirects=follow)
     try:
+        encoded = _encoded(response)
+        if encoded:
+            raise AnswerEncoded(f"the reply is compressed (Content-Encoding: {encoded}) although identity was "
+                                "asked for; it is not decoded")
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_bytes:
             raise AnswerTooLarge(f"the reply declares {int(declared)} bytes; at most {max_bytes} are read")
         body = bytearray()
-        async for chunk in response.aiter_bytes():
+        async for chunk in response.aiter_raw():
             body += chunk
             if len(body) > max_bytes:
                 raise AnswerTooLarge(f"the reply exceeds {max_bytes} bytes")
@@ -83,8 +108,9 @@ async def send_with_retry(
 
     Returns the last response, which may still be a 5xx when the retries are spent (the caller turns it
     into its own error type); re-raises the last ``httpx.TransportError`` (timeouts included) likewise.
-    ``max_bytes``: read at most this much of a reply body (``AnswerTooLarge`` past it, not retried): a
-    service that is not ours may answer anything. ``what`` names the call in log lines; never put secrets in it.
+    ``max_bytes``: read at most this much of a reply body, on the wire and decoded alike (``AnswerTooLarge``
+    past it, ``AnswerEncoded`` for a compressed one: ``_bounded``; neither retried): a service that is not ours
+    may answer anything. ``what`` names the call in log lines; never put secrets in it.
     """
     attempts = policy.attempts if policy else 1
     for attempt in range(1, attempts + 1):

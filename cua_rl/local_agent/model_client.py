@@ -7,6 +7,9 @@ remembered per base URL, so a strict server costs one extra request per service 
 
 Why bounded: the model server is not ours to trust. An answer past ``MAX_ANSWER_BYTES`` is not read on (a
 ``ModelError``: the model server's failure), and its JSON is parsed with a depth limit (``http.input.parse_json``).
+The bound holds on the wire and decoded alike: the answer is asked for uncompressed, and one that comes
+compressed all the same is refused undecoded (a few hundred bytes of stacked gzip decode to gigabytes;
+``http.retry._bounded``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, Callable
 import httpx
 
 from ..http.input import MiB, parse_json
-from ..http.retry import AnswerTooLarge, RetryPolicy, send_with_retry
+from ..http.retry import AnswerRefused, RetryPolicy, send_with_retry
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ class ModelClient:
         except httpx.TransportError as exc:
             raise ModelError(f"model endpoint {url} unreachable after {self.retry.attempts} tries: "
                              f"{type(exc).__name__}: {exc}") from exc
-        except AnswerTooLarge as exc:   # kept would be hundreds of MB per run, in events and GETs
+        except AnswerRefused as exc:   # kept would be hundreds of MB per run, in events and GETs
             raise ModelError(f"{what} from {url}: {exc}") from None
         except asyncio.CancelledError:
             self.cut_off = True

@@ -4,6 +4,8 @@ Why polling: the service does not stream; the original polled ``events?from=<las
 de-duplicated. Reads (status, events, steps) and cancel are retried with backoff; starting a run is
 sent once (a retry could start two agents on one execution). ``wait`` never raises for run failures:
 it returns a ``RunResult`` with the reason, keeping every event seen, and cancels the run on timeout.
+A reply is read up to ``MAX_REPLY_BYTES``, asked for uncompressed and refused undecoded when it comes
+compressed all the same (``http.retry._bounded``: a few hundred bytes of stacked gzip decode to gigabytes).
 """
 
 from __future__ import annotations
@@ -16,11 +18,16 @@ from urllib.parse import quote
 import httpx
 
 from ..http.client import async_client
-from ..http.retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
+from ..http.input import MiB
+from ..http.retry import AnswerRefused, RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .events import EventLog, answer_of_action
 from .models import TERMINAL_STATUSES, RunRequest, RunResult, RunStatus
 
 logger = logging.getLogger(__name__)
+
+# The most of one reply read: a poll of events may carry several model answers (the agent keeps each up to
+# 8 MiB, AgentSettings.max_answer_bytes), a real one is well under 1 MiB.
+MAX_REPLY_BYTES = 256 * MiB
 
 
 class MiniAgentError(Exception):
@@ -63,7 +70,9 @@ class MiniAgentClient:
         url = f"{self.base_url}{path}"
         try:
             response = await send_with_retry(self._http, method, url, policy=self.retry if idempotent else None,
-                                             what=f"mini-agent {method} {path}", **kwargs)
+                                             what=f"mini-agent {method} {path}", max_bytes=MAX_REPLY_BYTES, **kwargs)
+        except AnswerRefused as exc:
+            raise MiniAgentError(f"reply to {method} {path} refused: {exc}") from None
         except httpx.TransportError as exc:
             raise MiniAgentError(f"cannot reach agent service at {url}: {type(exc).__name__}: {exc}") from exc
         if response.status_code == 404 and none_on_404:

@@ -82,8 +82,8 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
     An evaluated episode is an ``EpisodeOutcome`` with its (shaped) reward and recorded turns; one the
     infrastructure failed is ``Dropped`` with its cause. ``report``: the monitor's record of this rollout.
     The gym is one host: the row's ``gym_base_url`` (placed by the group when the run has several) or the
-    setup's; ``placement`` (cua_rl.genv.fleet.Placement, with a fleet) hears of each 429 of the create
-    (``busy``) and of the execution once it exists (``created``)."""
+    setup's; ``placement`` (cua_rl.genv.fleet.Placement, with a fleet) makes the execution
+    (``Placement.execution``), so the fleet hears how each create went."""
     gym_url = data.get("gym_base_url") or setup.gym.base_url
     if "," in gym_url:
         raise ValueError(f"play_episode plays on one gym host, got {gym_url!r}: place the group first "
@@ -97,13 +97,18 @@ async def play_episode(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, dat
         # a gym at capacity, down or restarting is waited for (the client's back-off), within the episode's
         # time limit: nothing was created, so no data position is spent on a service's gap
         async with GenvClient(gym_url, gym_id) as gym, \
-                gym.execution(task_id, options, busy_wait_s=setup.limits.max_task_time_seconds,
-                              on_busy=placement.busy if placement is not None else None) as execution:
-            if placement is not None:
-                placement.created()
+                _execution(gym, placement, task_id, options, setup.limits.max_task_time_seconds) as execution:
             return await play_on(setup, endpoint, data, index, gym, execution, report, seed=seed, started=started)
     except (GenvError, MiniAgentError) as exc:
         return _dropped_by(exc, where, gym_url)
+
+
+def _execution(gym: GenvClient, placement, task_id: str, options: dict | None, busy_wait_s: float):
+    """The episode's execution on ``gym`` (a context that terminates it): made through the placement with a fleet,
+    so that the fleet hears how its create went."""
+    if placement is None:
+        return gym.execution(task_id, options, busy_wait_s=busy_wait_s)
+    return placement.execution(gym, task_id, options, busy_wait_s=busy_wait_s)
 
 
 def _dropped_by(exc: GenvError | MiniAgentError, where: str, gym_url: str) -> Dropped:

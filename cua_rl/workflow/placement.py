@@ -32,8 +32,8 @@ from .episode import Dropped
 logger = logging.getLogger(__name__)
 _ENDING: set[asyncio.Future] = set()   # cancelled episodes of drained groups, still ending their executions
 
-# play(gym_url, index, placement) -> the episode's outcome; the placement (None without a fleet) hears of its
-# create: ``busy(error)`` on each 429, ``created()`` once the execution exists (play_episode's ``placement``)
+# play(gym_url, index, placement) -> the episode's outcome; the placement (None without a fleet) makes its
+# execution (``Placement.execution``: the fleet hears of each 429, of the create's success or failure)
 Play = Callable[[str, int, "Placement | None"], Awaitable[EpisodeOutcome | Dropped]]
 
 

@@ -4,7 +4,8 @@ events, 0-based steps, bare lists).
 
 A run replays a scripted list of events: each events poll reveals ``reveal_per_poll`` more, status is
 ``running`` until all are revealed and then ``final_status``. ``from`` is honoured inclusively, as
-documented, so the client must de-duplicate. Every request is recorded.
+documented, so the client must de-duplicate. Every request is recorded. ``fail_next`` answers statuses and
+``encoded_next`` bodies with a ``Content-Encoding`` (a compression bomb: tests/doubles/bombs.py) first.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 
 def ts(i: int) -> str:
@@ -50,6 +51,8 @@ class AgentState:
     endless: bool = False
     empty_polls: int = 0  # the first N events polls answer 404 ("no events yet")
     fail_next: dict = field(default_factory=dict)
+    # (method, path suffix) -> [(body, coding), ...]: answered verbatim with that Content-Encoding (a bomb)
+    encoded_next: dict = field(default_factory=dict)
     runs: dict = field(default_factory=dict)
     payloads: list = field(default_factory=list)
     requests: list = field(default_factory=list)
@@ -62,6 +65,10 @@ def build_agent_double(state: AgentState) -> FastAPI:
     @app.middleware("http")
     async def record_and_inject(request: Request, call_next):
         state.requests.append((request.method, request.url.path, dict(request.query_params)))
+        for (method, suffix), answers in state.encoded_next.items():
+            if request.method == method and request.url.path.endswith(suffix) and answers:
+                body, coding = answers.pop(0)
+                return Response(body, media_type="application/json", headers={"Content-Encoding": coding})
         for (method, suffix), statuses in state.fail_next.items():
             if request.method == method and request.url.path.endswith(suffix) and statuses:
                 return JSONResponse({"detail": f"injected failure {statuses[0]}"}, status_code=statuses.pop(0))

@@ -2,7 +2,14 @@
 
 It follows the documented shapes of docs/protocols.md §1.1-1.6 (FastAPI-style
 ``{"detail": ...}`` errors) and records every request, so client tests exercise real HTTP on loopback.
-Fault injection: ``fail_next[(method, path_suffix)] = [status, ...]`` answers those statuses first.
+Fault injection: ``fail_next[(method, path_suffix)] = [status, ...]`` answers those statuses first;
+``encoded_next[(method, path_suffix)] = [(body, coding), ...]`` answers those bodies verbatim with that
+``Content-Encoding`` (a hostile gym's compression bomb: tests/doubles/bombs.py).
+
+It also plays a bad gym host of a fleet (cua_rl/genv/fleet.py; tests/genv/test_fleet.py): a third-party gym on
+the network, which may answer anything. ``capacity`` is what ``GET /api/v1/{gym}/capacity`` answers (None: the
+route is missing, 404, as on a genv gym; a dict: as JSON; a str: that text verbatim, for values JSON has no
+Python spelling of, such as ``1e999``); ``create_status`` makes every create answer that status.
 """
 
 from __future__ import annotations
@@ -31,10 +38,18 @@ class GymState:
     create_reply: dict | None = None
     requests: list = field(default_factory=list)
     fail_next: dict = field(default_factory=dict)
+    # (method, path suffix) -> [(body, coding), ...]: answered verbatim with that Content-Encoding (a bomb)
+    encoded_next: dict = field(default_factory=dict)
     delay_s: dict = field(default_factory=dict)
     executions: dict = field(default_factory=dict)
     terminated: list = field(default_factory=list)
     screenshot_as_data_uri: bool = False  # older gyms answer {"data_uri": ...} instead of bytes
+    capacity: dict | str | None = None    # GET .../capacity: None 404 (no route), a dict as JSON, a str verbatim
+    create_status: int | None = None      # every create answers this status (a host whose creates fail)
+
+    def creates(self) -> int:
+        """Create requests received so far."""
+        return sum(1 for method, path, _q, _b in self.requests if method == "POST" and "/tasks/" in path)
 
 
 def build_gym_double(state: GymState) -> FastAPI:
@@ -44,6 +59,10 @@ def build_gym_double(state: GymState) -> FastAPI:
     async def record_and_inject(request: Request, call_next):
         body = await request.body()
         state.requests.append((request.method, request.url.path, dict(request.query_params), body))
+        for (method, suffix), answers in state.encoded_next.items():
+            if request.method == method and request.url.path.endswith(suffix) and answers:
+                body, coding = answers.pop(0)
+                return Response(body, media_type="application/json", headers={"Content-Encoding": coding})
         for (method, suffix), statuses in state.fail_next.items():
             if request.method == method and request.url.path.endswith(suffix) and statuses:
                 return JSONResponse({"detail": f"injected failure {statuses[0]}"}, status_code=statuses.pop(0))
@@ -64,8 +83,18 @@ def build_gym_double(state: GymState) -> FastAPI:
                 return {"task": task}
         raise HTTPException(404, f"task {task_id} not found")
 
+    @app.get("/api/v1/{gym}/capacity")
+    async def capacity(gym: str):
+        if state.capacity is None:
+            raise HTTPException(404, "Not Found")
+        if isinstance(state.capacity, str):
+            return Response(state.capacity, media_type="application/json")
+        return state.capacity
+
     @app.post("/api/v1/{gym}/tasks/{task_id}")
     async def create(gym: str, task_id: str):
+        if state.create_status is not None:
+            raise HTTPException(state.create_status, f"create refused ({state.create_status})")
         if state.create_reply is not None:
             return state.create_reply
         eid = f"exec-{len(state.executions) + 1}"

@@ -10,7 +10,8 @@ tokenizer's). Every request body is recorded for assertions.
 
 Script entries: a string (the assistant ``content``), or a dict with ``status`` (reply with that HTTP
 error), ``delay`` (seconds to sleep first), ``pad_bytes`` (an extra ``padding`` field of that many bytes: a
-server that answers far too much) and/or ``content``.
+server that answers far too much) and/or ``content``; or ``encoded``: ``(body, coding)`` answered verbatim with
+``Content-Encoding: coding`` (a hostile model server's compression bomb: ``gzip, gzip``, ``zstd``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Header, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 MODEL_ID = "scripted-policy"
 
@@ -85,6 +86,9 @@ def build_model_app(model: ScriptedModel) -> FastAPI:
             await asyncio.sleep(reply.get("delay", 0))
             if "status" in reply:
                 return JSONResponse({"error": {"message": "scripted failure"}}, reply["status"])
+            if "encoded" in reply:
+                body, coding = reply["encoded"]
+                return Response(body, media_type="application/json", headers={"Content-Encoding": coding})
             padding = "x" * reply["pad_bytes"] if "pad_bytes" in reply else None
             reply = reply.get("content", "")
         choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",

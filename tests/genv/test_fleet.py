@@ -7,7 +7,10 @@ answered 429 passed over until its next report, a gym without the capacity route
 count; a host that is stopped (refusals) or blackholed (a listener that never answers: time-outs) drained,
 its placements marked lost, and back in the fleet once it answers; a group whose host dies mid-episode
 dropped and played again on another host (real desktops), one whose episode the gym dropped while the host
-lives kept as a loss."""
+lives kept as a loss. Issue 80's bad hosts, played by the genv double (a third-party gym on the network may
+answer anything): odd capacity reports (1e999, Infinity, NaN, negatives, strings, bools, floats) get a host no
+work and never stop the watch; a host that reports room but answers 429, and a healthy one whose creates fail,
+are drained (and the first rejoins after its cool-down)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import time
 import pytest
 
 from cua_rl.genv import GenvClient
-from cua_rl.genv.fleet import DRAINS, Fleet, parse_gym_urls
+from cua_rl.genv.fleet import CREATE_FAILS_TO_DRAIN, DRAINS, Fleet, parse_gym_urls
 from cua_rl.http.serve import serve_app_in_thread
 from cua_rl.local_gym.server import start_gym_server
 from cua_rl.workflow import Dropped
@@ -184,8 +187,7 @@ async def test_a_group_whose_host_dies_mid_episode_is_played_again_on_another_ho
     created = {a.url: 0, b.url: 0}
 
     async def play(url, index, placement):
-        async with GenvClient(url, "desktop") as gym, gym.execution("002", on_busy=placement.busy) as ex:
-            placement.created()
+        async with GenvClient(url, "desktop") as gym, placement.execution(gym, "002") as ex:
             created[url] += 1
             for _ in range(20):
                 await gym.act(ex.execution_id, {"type": "wait", "ms": 100})
@@ -207,3 +209,114 @@ async def test_a_group_whose_host_dies_mid_episode_is_played_again_on_another_ho
         await fleet.aclose()
         a.stop()
         b.stop()
+
+
+# ---- a bad host beside good ones (issue 80): the genv double plays a third-party gym that answers anything ----
+ODD_CAPACITIES = ('{"free": 1e999, "max": 1e999}', '{"free": Infinity, "max": 8}', '{"free": NaN, "max": 8}',
+                  '{"free": -1, "max": 8}', '{"free": "4", "max": 8}', '{"free": true, "max": 8}',
+                  '{"free": 4.5, "max": 8}', '{"free": 9, "max": 8}', '{"free": 1, "max": 10000000}',
+                  '[1, 8]', 'not json')
+
+
+def _doubles(*states):
+    return [serve_app_in_thread(build_gym_double(s)) for s in states]
+
+
+async def test_a_host_reporting_odd_capacity_gets_no_work_and_never_stops_the_watch(caplog):
+    """Issue 80: a capacity of 1e999 raised OverflowError out of the watch; place() never answered after."""
+    bad, good = GymState(capacity=ODD_CAPACITIES[0]), GymState(capacity={"free": 4, "max": 4})
+    served = _doubles(bad, good)
+    bad_url, good_url = (s.url for s in served)
+    fleet = Fleet([bad_url, good_url], "double", interval_s=0.05)
+    try:
+        first = await asyncio.wait_for(fleet.place(1), 5)     # the watch asked both hosts and lives on
+        assert first.url == good_url
+        first.release()
+        for body in ODD_CAPACITIES:
+            bad.capacity = body
+            await fleet.refresh()
+            placed = await asyncio.wait_for(fleet.place(1), 5)
+            assert placed.url == good_url, body
+            placed.release()
+            said = [r.getMessage() for r in caplog.records if bad_url in r.getMessage()]
+            assert any(body[:12] in line for line in said), (body, said)
+        assert not fleet._watch.done(), "the watch ended"
+        bad.capacity = {"free": 100, "max": 100}                # a good report: it takes work again
+        await fleet.refresh()
+        assert fleet.host(bad_url).up and (await fleet.place(1)).url == bad_url
+    finally:
+        await fleet.aclose()
+        for s in served:
+            s.stop()
+
+
+async def _play_groups(fleet, groups: int, size: int, at_once: int, busy_wait_s: float = 3):
+    """``groups`` groups of ``size`` episodes, ``at_once`` at a time, each episode creating an execution on its
+    placed host (as play_episode does) and holding it briefly: the host each group was evaluated on (None when it
+    was lost), and the hosts of the placements lost to drains."""
+    gate = asyncio.Semaphore(at_once)
+    drained = []
+
+    async def play(url, index, placement):
+        async with GenvClient(url, "double") as gym, placement.execution(gym, "task-001", busy_wait_s=busy_wait_s):
+            await asyncio.sleep(0.05)
+            return url
+
+    async def group():
+        async with gate:
+            results, host = await play_group(fleet, "", size, play, lambda d: drained.append(d.url))
+            return host if all(r == host for r in results) else None
+
+    return await asyncio.gather(*(group() for _ in range(groups))), drained
+
+
+async def test_a_host_that_reports_room_but_answers_429_is_drained_and_rejoins_after_a_cool_down():
+    """Issue 80: a host reporting room whose creates all answer 429 got 7 of 12 groups. All 12 groups come at
+    once, so the host (the most room reported) takes them all before its first answer: each 429 holds the
+    host until its next report, and counts once per report that claimed room again (a host that others
+    filled says so), so the create retries (2 s, then 4 s later) count the second and third: the host
+    drains and the 12 groups, still waiting for their creates, play on the good host. 6 s (the client's
+    waits between creates)."""
+    bad = GymState(capacity={"free": 100, "max": 100}, create_status=429)
+    good = GymState(capacity={"free": 24, "max": 24})
+    served = _doubles(bad, good)
+    bad_url, good_url = (s.url for s in served)
+    fleet = Fleet([bad_url, good_url], "double", interval_s=0.1, timeout_s=1, cool_down_s=0.5)
+    drains = DRAINS[bad_url]
+    try:
+        hosts, drained = await asyncio.wait_for(_play_groups(fleet, 12, 2, 12, busy_wait_s=30), 60)
+        print(f"429 host: {bad.creates()} creates, drained placements {len(drained)}")
+        assert hosts == [good_url] * 12, hosts                  # every group evaluated, on the good host
+        assert DRAINS[bad_url] == drains + 1 and len(drained) == 12
+        bad.create_status = None                                # it mends: back after the cool-down
+        deadline = time.monotonic() + 10
+        while not fleet.host(bad_url).up and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert fleet.host(bad_url).up
+        hosts, _ = await _play_groups(fleet, 1, 2, 1)
+        assert hosts == [bad_url] and fleet.host(bad_url).create_fails == 0
+    finally:
+        await fleet.aclose()
+        for s in served:
+            s.stop()
+
+
+async def test_a_healthy_host_whose_creates_fail_is_drained():
+    """Issue 80: a host whose /health is fine but whose creates all fail got 4 of 4 groups, never drained."""
+    bad = GymState(capacity={"free": 100, "max": 100}, create_status=500)
+    good = GymState(capacity={"free": 24, "max": 24})
+    served = _doubles(bad, good)
+    bad_url, good_url = (s.url for s in served)
+    fleet = Fleet([bad_url, good_url], "double", interval_s=0.1, timeout_s=1, cool_down_s=30)
+    try:
+        hosts, drained = await asyncio.wait_for(_play_groups(fleet, 4, 2, 1), 60)
+        print(f"failing host: {bad.creates()} creates; groups evaluated on {hosts}")
+        # the first group's two failed creates stand as its loss (the host was not yet suspect); the third
+        # failed create drains the host and its group plays again on the good one, as do the rest
+        assert hosts == [None] + [good_url] * 3, hosts
+        assert drained == [bad_url] and bad.creates() <= CREATE_FAILS_TO_DRAIN + 1, bad.creates()
+        assert not fleet.host(bad_url).up and "create" in fleet.host(bad_url).why_down
+    finally:
+        await fleet.aclose()
+        for s in served:
+            s.stop()

@@ -6,6 +6,7 @@ import pytest
 
 from cua_rl.genv import GenvClient, GenvError, GenvTimeouts
 from cua_rl.http.retry import RetryPolicy
+from tests.doubles.bombs import CODINGS, MAX_GROWTH, MiB, compression_bomb, peak_rss_growth
 from tests.doubles.genv_double import PNG_1x1
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02)
@@ -205,3 +206,17 @@ async def test_a_create_that_never_reached_the_gym_waits_for_it_to_come_back(gym
         with pytest.raises(GenvError):
             await gym.create_execution("task-001")   # no budget: at once
         assert slept == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+async def test_a_compressed_bomb_from_the_gym_is_never_decoded(gym_server, gym_state, coding):
+    """Issue 80: a gym on the network may answer anything. A reply that comes compressed is refused undecoded:
+    a few kB of stacked gzip or zstd decode to hundreds of MB at once (the agent service and the trainer both
+    read the gym through this client)."""
+    gym_state.encoded_next[("GET", "/executions/exec-1")] = [(compression_bomb(coding), coding)] * 3   # retries
+    async with client_for(gym_server) as gym:
+        with peak_rss_growth() as grown, pytest.raises(GenvError) as failed:
+            await gym.get_execution("exec-1")
+    print(f"{coding}: peak RSS +{grown['bytes'] / MiB:.1f} MiB; {failed.value}")
+    assert grown["bytes"] < MAX_GROWTH, f"peak RSS rose {grown['bytes'] / MiB:.0f} MiB: the bomb was decoded"
+    assert f"Content-Encoding: {coding}" in str(failed.value), failed.value

@@ -9,6 +9,7 @@ from cua_rl.http.retry import RetryPolicy
 from cua_rl.mini_agent import MiniAgentClient, MiniAgentError
 from test_mini_agent_events import SECRET, make_request
 from tests.doubles.agent_double import scripted_events
+from tests.doubles.bombs import CODINGS, MAX_GROWTH, MiB, compression_bomb, peak_rss_growth
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02)
 POLL = 0.01
@@ -175,3 +176,17 @@ async def test_a_start_that_never_reached_the_service_waits_for_it_to_come_back(
             for s in served:
                 s.stop()
     assert slept == [2.0] and list(agent_state.runs) == [run_id]
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+async def test_a_compressed_bomb_from_the_agent_service_is_never_decoded(agent_server, agent_state, coding):
+    """Issue 80: a status (or any reply) that comes compressed is refused undecoded: a few kB of stacked gzip or
+    zstd decode to hundreds of MB at once in the trainer."""
+    agent_state.runs["run-1"] = {"revealed": 0, "cancelled": False, "polls": 0}
+    agent_state.encoded_next[("GET", "/runs/run-1")] = [(compression_bomb(coding), coding)] * 5   # retries too
+    async with client_for(agent_server) as agent:
+        with peak_rss_growth() as grown, pytest.raises(MiniAgentError) as failed:
+            await agent.status("run-1")
+    print(f"{coding}: peak RSS +{grown['bytes'] / MiB:.1f} MiB; {failed.value}")
+    assert grown["bytes"] < MAX_GROWTH, f"peak RSS rose {grown['bytes'] / MiB:.0f} MiB: the bomb was decoded"
+    assert f"Content-Encoding: {coding}" in str(failed.value), failed.value
