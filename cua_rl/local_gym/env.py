@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
-from .fork import (Capture, ForkRefused, Step, difference, fork_count,
+from .fork import (Capture, ForkRefused, HomeRefused, Step, difference, fork_count,
                    frames_equal, screen_key, state_difference, wait_for_screen)
 from .live import LiveViewError
 from .manager import CapacityError, Execution, GymManager, GymOptions, Reservation
@@ -123,6 +123,8 @@ class LocalGym:
             await self._manager.close()
             logger.info("gym %s shut down; every desktop ended", self.gym_id)
         self._encoder.shutdown(wait=False, cancel_futures=True)
+        if hasattr(self.suite, "close"):
+            self.suite.close()
 
     async def __aenter__(self) -> "LocalGym":
         return await self.start()
@@ -389,6 +391,7 @@ class LocalGym:
                 d.screen.frame_now()
             except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
                 raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
+            await self._parent_state(parent)   # a state it cannot compare (fork.HomeRefused) makes no child
             capture = Capture(list(parent.history), parent.seed, parent.mask, d.spec.width, d.spec.height)
             children: list[Execution] = []
             jobs = [self._replay_child(parent, capture, room, children) for _ in range(count)]
@@ -439,8 +442,16 @@ class LocalGym:
     async def _parent_state(self, parent: Execution) -> dict:
         try:
             return await self.suite.fork_state(parent)
+        except HomeRefused as exc:   # its HOME is past what a fork compares whole: a refusal, not a failure
+            raise ForkRefused(f"the parent's {exc.reason}") from exc
         except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
             raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
+
+    async def _child_state(self, ex: Execution) -> dict:
+        try:
+            return await self.suite.fork_state(ex)
+        except HomeRefused as exc:
+            raise ForkRefused(f"the child's {exc.reason}") from exc
 
     async def _replay(self, ex: Execution, parent: Execution, capture: Capture) -> bytearray:
         """Play the parent's actions on the child, each once the child's screen is what the parent's was when
@@ -489,7 +500,7 @@ class LocalGym:
             raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is not the parent's at the "
                               f"fork: {difference(parent_screen.grab(), d.screen.grab(), w, h, mask)}")
         deadline = time.monotonic() + wait_s
-        while (diff := state_difference(await self._parent_state(parent), await self.suite.fork_state(ex))):
+        while (diff := state_difference(await self._parent_state(parent), await self._child_state(ex))):
             if time.monotonic() > deadline:
                 raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is the parent's but its "
                                   f"task state is not: {diff}")

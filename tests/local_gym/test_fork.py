@@ -15,7 +15,7 @@ import pytest
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import GymError, GymOptions, LocalGym, curriculum, start_gym_server
 from cua_rl.local_gym.fork import home_state
-from gym_helpers import names, wait_gone
+from gym_helpers import names, nest_folders, remove_nested, wait_gone
 from tests.hosts import descendants
 
 pytestmark = pytest.mark.desktop
@@ -101,7 +101,8 @@ async def test_children_equal_the_parent_and_each_other_then_each_goes_its_own_w
 
 async def test_a_fork_the_task_or_its_replay_cannot_honour_is_a_409_that_leaves_no_child():
     random_screen = _xterm_task("981", "od -An -N8 -tx1 /dev/urandom")           # each desktop shows other bytes
-    random_file = _xterm_task("982", "od -An -N8 -tx1 /dev/urandom > noise.txt")  # same screen, other file
+    # same screen, other file; 80 MB of zeros first (issue 80: the state read 64 MiB, then took every file for equal)
+    random_file = _xterm_task("982", "head -c 80000000 /dev/zero > a.bin; od -An -N8 -tx1 /dev/urandom > noise.txt")
     opts = GymOptions(gym_id="fork-409", pool_size=0, x_spares=0, extra_tasks=[random_screen, random_file],
                       fork_wait_s=1.0)   # refused after a second of waiting for the parent's screen or files
     async with LocalGym(opts) as gym:
@@ -111,21 +112,28 @@ async def test_a_fork_the_task_or_its_replay_cannot_honour_is_a_409_that_leaves_
         assert err.value.status == 409 and "025-files-trash is not forkable: the trash records" in err.value.detail
         await gym.terminate(parent)
         reasons = {}
-        for number in ("981", "982"):
-            parent = (await gym.reset(number))["execution_id"]
-            assert (await gym.act(parent, {"type": "type", "text": "echo hi > hi.txt\n"}))["ok"]
+        for number in ("981", "982", "deep"):
+            if number == "deep":   # issue 80: a HOME 1,100 folders deep was a 503 blaming the desktop
+                nest_folders(gym.manager.executions[parent].desktop.home, 1100)
+            else:
+                parent = (await gym.reset(number))["execution_id"]
+                assert (await gym.act(parent, {"type": "type", "text": "echo hi > hi.txt\n"}))["ok"]
             with pytest.raises(GymError) as err:
                 await gym.fork(parent, {"count": 1})
-            assert err.value.status == 409
+            assert err.value.status == 409, err.value.detail
             reasons[number] = err.value.detail
             assert list(gym.manager.executions) == [parent], "a refused fork left a child running"
             assert {name for name in names(_desktop_pids()).values()} >= {"Xvfb", "xterm"}
             assert sum(1 for n in names(_desktop_pids()).values() if n == "Xvfb") == 1   # the parent's only
-            await gym.terminate(parent)
+            if number == "deep":   # a HOME not on a tmpfs (a gym not root) is removed by shutil.rmtree: it recurses
+                remove_nested(gym.manager.executions[parent].desktop.home)
+            if number != "982":    # its HOME gets deep next
+                await gym.terminate(parent)
     assert reasons["981"].startswith("after replaying 1 actions (it never showed the parent's screen before action "
                                      "1) the child's screen is not the parent's at the fork: "), reasons
     assert reasons["982"].startswith("after replaying 1 actions the child's screen is the parent's but its task "
                                      "state is not: noise.txt: differs"), reasons
+    assert reasons["deep"].startswith("the parent's HOME is more than 64 folders deep (at 'd/d/d/"), reasons
 
 
 async def test_a_declared_volatile_region_is_the_mask_and_only_there_may_children_differ():
@@ -220,3 +228,4 @@ async def test_a_fork_cut_short_by_the_gym_shutting_down_leaves_nothing_running(
     assert not isinstance(result, GymError) or result.status == 429 and "shutting down" in result.detail, result
     assert gym.manager.executions == {}
     assert wait_gone(seen | _desktop_pids()) == set(), "a fork's child outlived the gym"
+
