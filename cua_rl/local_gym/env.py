@@ -529,9 +529,15 @@ class LocalGym:
                 logger.error("freezing the VM of execution %s failed: %s", parent.execution_id, exc)
                 raise GymError(503, f"could not snapshot the VM of execution {parent.execution_id}: {exc}") from exc
         children: list[Execution] = []
+        thaws: list[asyncio.Future] = []
+        taken: set[int] = set()   # ids of the machines a child took (adopt ends one it refuses)
 
         async def one() -> None:
-            child = await self.manager.run_blocking(type(desk).thaw, frozen, self.manager.workdir, timeout)
+            thaw = asyncio.ensure_future(self.manager.run_blocking(type(desk).thaw, frozen, self.manager.workdir,
+                                                                   timeout))
+            thaws.append(thaw)
+            child = await asyncio.shield(thaw)   # a cancelled fork's thaw runs on: _after_thaws ends its machine
+            taken.add(id(child))
             ex = await self.manager.adopt(parent.task, child, room)
             ex.seed, ex.begun, ex.mask, ex.history = parent.seed, parent.begun, parent.mask, list(history)
             ex.forked_from = parent.execution_id
@@ -541,8 +547,17 @@ class LocalGym:
         try:
             await self._all_or_none([one() for _ in range(count)], children)
         finally:
-            await asyncio.to_thread(frozen.release)
+            await asyncio.shield(self._after_thaws(thaws, taken, frozen))
         return children
+
+    async def _after_thaws(self, thaws: list[asyncio.Future], taken: set[int], frozen) -> None:
+        """Once every thaw of a fork has ended (those of a cancelled fork run on in their threads), stop the
+        machines no child took, then release the frozen state (a thaw reads it until it has loaded)."""
+        await asyncio.gather(*thaws, return_exceptions=True)
+        for thaw in thaws:
+            if not thaw.cancelled() and thaw.exception() is None and id(thaw.result()) not in taken:
+                await self.manager.discard(thaw.result())
+        await asyncio.to_thread(frozen.release)
 
     async def terminate(self, eid: str) -> dict:
         if not await self.manager.terminate(eid):

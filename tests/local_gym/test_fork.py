@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import GymError, GymOptions, LocalGym, curriculum, start_gym_server
 from cua_rl.local_gym.fork import home_state
-from gym_helpers import names, nest_folders, remove_nested, wait_gone
+from gym_helpers import alive, names, nest_folders, remove_nested, wait_gone
 from tests.hosts import descendants
 
 pytestmark = pytest.mark.desktop
@@ -228,4 +229,64 @@ async def test_a_fork_cut_short_by_the_gym_shutting_down_leaves_nothing_running(
     assert not isinstance(result, GymError) or result.status == 429 and "shutting down" in result.detail, result
     assert gym.manager.executions == {}
     assert wait_gone(seen | _desktop_pids()) == set(), "a fork's child outlived the gym"
+
+
+async def _hang_up_during(url: str, path: str, body: bytes, working) -> None:
+    """POST ``body`` to ``path`` on a raw socket, and close it once ``working()`` says the gym is at it: a client
+    gone before the answer (a trainer killed, a request timed out)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    await writer.drain()
+    deadline = time.monotonic() + 10
+    while not working():
+        assert time.monotonic() < deadline, "the gym never started on the request"
+        await asyncio.sleep(0.005)
+    with pytest.raises(asyncio.TimeoutError):   # no answer yet
+        await asyncio.wait_for(reader.read(1), 0.01)
+    writer.close()
+    await writer.wait_closed()
+
+
+async def _settled(manager, keep: set[int], timeout_s: float = 15.0) -> None:
+    """Wait until the gym holds no more than ``keep``'s desktops: nothing being created, ended or built in the
+    background (a build a cancelled create left runs on, then is destroyed), no other desktop process alive."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = manager.states()
+        extra = alive(_desktop_pids()) - keep
+        if not (states["creating"] or states["terminating"] or manager._tasks or extra):
+            return
+        assert time.monotonic() < deadline, (f"still running after the client hung up: executions "
+                                             f"{list(manager.executions)}, {states}, processes {names(extra)}")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_create_or_a_fork_whose_client_hung_up_ends_what_it_made():
+    """Issue 80: a fork whose client went away left its children running, ids unknown to anyone, until the idle
+    reaper (30 min); a create the same. Each request is watched for its client's hang-up and cancelled then, and
+    a cancelled create or fork ends what it made."""
+    seed = 5
+    keys = curriculum.make_instance("key-sequence", seed).solution
+    with start_gym_server(port=0, pool_size=0, x_spares=0, max_executions=4) as gym:
+        m = gym.manager
+        base = f"/api/v1/{gym.gym_id}"
+        await _hang_up_during(gym.url, f"{base}/tasks/054", b'{"options": {"seed": 5}}',
+                              lambda: m.states()["creating"] > 0)
+        await _settled(m, set())
+        assert m.executions == {}, "a create whose client hung up left its execution"
+        async with GenvClient(gym.url, gym.gym_id) as c:
+            parent = (await c.create_execution("054", {"seed": seed})).execution_id
+            for action in keys[:2]:
+                assert (await c.act(parent, action))["ok"]
+            mine = alive(_desktop_pids())
+            await _hang_up_during(gym.url, f"{base}/executions/{parent}/fork", b'{"count": 2}',
+                                  lambda: m.states()["creating"] > 0)
+            await _settled(m, mine)
+            assert list(m.executions) == [parent], "a fork whose client hung up left children"
+            assert (await c._http.get(f"{gym.url}/health")).json()["executions"] == 1
+            assert (await c.act(parent, keys[2]))["ok"] and (await c.evaluate(parent)).reward == 1.0
+            await c.terminate(parent)
+        assert wait_gone(mine) == set()
 
