@@ -3,10 +3,10 @@
 Why: uvicorn runs a request's handler to its end whether or not anyone still waits for the answer, and an answer
 to a closed connection is dropped without a word. For most requests that costs a little time; for one that makes
 something (the gym's create and fork start desktops) it leaves what it made running with ids nobody knows, until
-an idle reaper ends it (docs/security.md, "Leave executions behind"). So such a request watches its connection
-while its work runs: once the client is gone the work is cancelled (its own clean-up ends what it made so far), and
-what it finished anyway is handed to ``undo``. A client that hangs up after the answer was sent cannot be told
-from one that read it: that window (the answer's last write) is left.
+an idle reaper ends it (docs/security.md, "Leave executions running that nobody knows of"). So such a request
+watches its connection while its work runs: once the client is gone the work is cancelled (its own clean-up ends
+what it made so far), and what it finished anyway is handed to ``undo``. A client that hangs up after the answer
+was sent cannot be told from one that read it: that window (the answer's last write) is left.
 """
 
 from __future__ import annotations

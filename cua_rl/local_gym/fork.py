@@ -9,9 +9,10 @@ that needs N new executions in the parent's exact state, the parent going on unt
   it was played on (``Step``). A child is a fresh execution (a warm spare when there is one), begun with the
   parent's seed; each recorded action is played on it once its screen shows what the parent's showed when the
   parent played that action (so a dialog the parent waited for is waited for), and at the end its screen must
-  equal the parent's frame at the fork and its task state (``suite.fork_state``: the HOME's files, the page's DOM
-  and task globals) the parent's. A child that never gets there is a ``ForkRefused`` (HTTP 409) naming where
-  it went astray: a fork never hands out another state.
+  equal the parent's frame at the fork and its task state (``suite.fork_state``: the HOME's files, every one whole
+  (``home_state``), the page's DOM and task globals) the parent's. A child that never gets there is a
+  ``ForkRefused`` (HTTP 409) naming where it went astray, and so is a HOME too large or deep to compare whole
+  (``HomeRefused``): a fork never hands out another state.
 - **snapshot** (QEMU VMs): the parent's RAM, devices and disk are frozen and each child resumes them on an
   overlay of its own (``vm/backend.py``, ``VMDesktop.freeze``/``thaw``).
 
