@@ -42,8 +42,8 @@ MAX_COUNT = 16             # children per fork
 MAX_MASK = 0.02            # a task's volatile regions cover at most this share of the screen
 # What one read of a HOME's state compares whole; a HOME past any of them is a refused fork (``home_state``), never
 # one compared in part. The bytes are the default HOME quota (``SandboxLimits.home_bytes``: a HOME the default
-# quota allows is always compared; ~0.3 s to read and hash on SHA-NI), the entries its tmpfs's inode cap (mounts.py), the
-# depth far past any app's folders (~6) and what bounds the walk's open descriptors.
+# quota allows is always compared; ~0.3 s to read and hash on SHA-NI), the entries its tmpfs's inode cap
+# (mounts.py), the depth far past any app's folders (~6) and what bounds the walk's open descriptors.
 MAX_HOME_BYTES = 256 << 20
 MAX_HOME_ENTRIES = 16384
 MAX_HOME_DEPTH = 64
