@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
-from .fork import (Capture, ForkRefused, Step, difference, fork_count,
+from .fork import (Capture, ForkRefused, HomeRefused, Step, difference, fork_count,
                    frames_equal, screen_key, state_difference, wait_for_screen)
 from .live import LiveViewError
 from .manager import CapacityError, Execution, GymManager, GymOptions, Reservation
@@ -123,6 +123,8 @@ class LocalGym:
             await self._manager.close()
             logger.info("gym %s shut down; every desktop ended", self.gym_id)
         self._encoder.shutdown(wait=False, cancel_futures=True)
+        if hasattr(self.suite, "close"):
+            self.suite.close()
 
     async def __aenter__(self) -> "LocalGym":
         return await self.start()
@@ -389,6 +391,7 @@ class LocalGym:
                 d.screen.frame_now()
             except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
                 raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
+            await self._parent_state(parent)   # a state it cannot compare (fork.HomeRefused) makes no child
             capture = Capture(list(parent.history), parent.seed, parent.mask, d.spec.width, d.spec.height)
             children: list[Execution] = []
             jobs = [self._replay_child(parent, capture, room, children) for _ in range(count)]
@@ -439,8 +442,16 @@ class LocalGym:
     async def _parent_state(self, parent: Execution) -> dict:
         try:
             return await self.suite.fork_state(parent)
+        except HomeRefused as exc:   # its HOME is past what a fork compares whole: a refusal, not a failure
+            raise ForkRefused(f"the parent's {exc.reason}") from exc
         except Exception as exc:  # noqa: BLE001 - the parent's desktop is gone
             raise GymError(503, f"desktop of execution {parent.execution_id} is not responding: {exc}") from exc
+
+    async def _child_state(self, ex: Execution) -> dict:
+        try:
+            return await self.suite.fork_state(ex)
+        except HomeRefused as exc:
+            raise ForkRefused(f"the child's {exc.reason}") from exc
 
     async def _replay(self, ex: Execution, parent: Execution, capture: Capture) -> bytearray:
         """Play the parent's actions on the child, each once the child's screen is what the parent's was when
@@ -489,7 +500,7 @@ class LocalGym:
             raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is not the parent's at the "
                               f"fork: {difference(parent_screen.grab(), d.screen.grab(), w, h, mask)}")
         deadline = time.monotonic() + wait_s
-        while (diff := state_difference(await self._parent_state(parent), await self.suite.fork_state(ex))):
+        while (diff := state_difference(await self._parent_state(parent), await self._child_state(ex))):
             if time.monotonic() > deadline:
                 raise ForkRefused(f"after replaying {n} actions{unseen} the child's screen is the parent's but its "
                                   f"task state is not: {diff}")
@@ -518,9 +529,15 @@ class LocalGym:
                 logger.error("freezing the VM of execution %s failed: %s", parent.execution_id, exc)
                 raise GymError(503, f"could not snapshot the VM of execution {parent.execution_id}: {exc}") from exc
         children: list[Execution] = []
+        thaws: list[asyncio.Future] = []
+        taken: set[int] = set()   # ids of the machines a child took (adopt ends one it refuses)
 
         async def one() -> None:
-            child = await self.manager.run_blocking(type(desk).thaw, frozen, self.manager.workdir, timeout)
+            thaw = asyncio.ensure_future(self.manager.run_blocking(type(desk).thaw, frozen, self.manager.workdir,
+                                                                   timeout))
+            thaws.append(thaw)
+            child = await asyncio.shield(thaw)   # a cancelled fork's thaw runs on: _after_thaws ends its machine
+            taken.add(id(child))
             ex = await self.manager.adopt(parent.task, child, room)
             ex.seed, ex.begun, ex.mask, ex.history = parent.seed, parent.begun, parent.mask, list(history)
             ex.forked_from = parent.execution_id
@@ -530,8 +547,17 @@ class LocalGym:
         try:
             await self._all_or_none([one() for _ in range(count)], children)
         finally:
-            await asyncio.to_thread(frozen.release)
+            await asyncio.shield(self._after_thaws(thaws, taken, frozen))
         return children
+
+    async def _after_thaws(self, thaws: list[asyncio.Future], taken: set[int], frozen) -> None:
+        """Once every thaw of a fork has ended (those of a cancelled fork run on in their threads), stop the
+        machines no child took, then release the frozen state (a thaw reads it until it has loaded)."""
+        await asyncio.gather(*thaws, return_exceptions=True)
+        for thaw in thaws:
+            if not thaw.cancelled() and thaw.exception() is None and id(thaw.result()) not in taken:
+                await self.manager.discard(thaw.result())
+        await asyncio.to_thread(frozen.release)
 
     async def terminate(self, eid: str) -> dict:
         if not await self.manager.terminate(eid):

@@ -9,9 +9,10 @@ that needs N new executions in the parent's exact state, the parent going on unt
   it was played on (``Step``). A child is a fresh execution (a warm spare when there is one), begun with the
   parent's seed; each recorded action is played on it once its screen shows what the parent's showed when the
   parent played that action (so a dialog the parent waited for is waited for), and at the end its screen must
-  equal the parent's frame at the fork and its task state (``suite.fork_state``: the HOME's files, the page's DOM
-  and task globals) the parent's. A child that never gets there is a ``ForkRefused`` (HTTP 409) naming where
-  it went astray: a fork never hands out another state.
+  equal the parent's frame at the fork and its task state (``suite.fork_state``: the HOME's files, every one whole
+  (``home_state``), the page's DOM and task globals) the parent's. A child that never gets there is a
+  ``ForkRefused`` (HTTP 409) naming where it went astray, and so is a HOME too large or deep to compare whole
+  (``HomeRefused``): a fork never hands out another state.
 - **snapshot** (QEMU VMs): the parent's RAM, devices and disk are frozen and each child resumes them on an
   overlay of its own (``vm/backend.py``, ``VMDesktop.freeze``/``thaw``).
 
@@ -39,7 +40,14 @@ from .home_paths import OPEN_DIR, OPEN_FILE
 
 MAX_COUNT = 16             # children per fork
 MAX_MASK = 0.02            # a task's volatile regions cover at most this share of the screen
-HOME_READ_LIMIT = 64 << 20 # bytes of a HOME hashed for one state (the quota is 256 MiB; an agent's files are small)
+# What one read of a HOME's state compares whole; a HOME past any of them is a refused fork (``home_state``), never
+# one compared in part. The bytes are the default HOME quota (``SandboxLimits.home_bytes``: a HOME the default
+# quota allows is always compared; ~0.3 s to read and hash on SHA-NI), the entries its tmpfs's inode cap
+# (mounts.py), the depth far past any app's folders (~6) and what bounds the walk's open descriptors.
+MAX_HOME_BYTES = 256 << 20
+MAX_HOME_ENTRIES = 16384
+MAX_HOME_DEPTH = 64
+KEY_FILE_BYTES = 1 << 20   # a settings file larger than this is compared byte for byte, not parsed
 
 
 class ForkRefused(Exception):
@@ -49,6 +57,11 @@ class ForkRefused(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class HomeRefused(ForkRefused):
+    """A HOME the fork's state check cannot compare whole (``home_state``: past one of its bounds). ``reason``
+    starts with "HOME", so the caller can say whose: the parent's or a child's."""
 
 
 @dataclass(frozen=True)
@@ -189,19 +202,137 @@ KEY_FILES = (".config/glib-2.0/settings/keyfile", ".config/pcmanfm/default/pcman
 
 
 def home_state(home: Path, skip: tuple[str, ...] = HOME_BOOKKEEPING) -> dict:
-    """A desktop's files as ``{path: what}`` (``dir``, ``file <sha256>``, ``keyfile <its groups and keys>``,
-    ``link <target>``, ``other``), paths relative to HOME, ``skip`` and what is below it left out. Blocking.
-    Walked as ``home_paths`` opens HOME: each folder opened relative to the one above it, nothing followed (links
-    are read as links), files opened O_NOFOLLOW|O_NONBLOCK and read only when the descriptor is a regular file
-    (a FIFO the agent made never blocks the gym, a link it swaps in is never read through)."""
-    out: dict[str, str] = {}
-    budget = [HOME_READ_LIMIT]
-    fd = os.open(home, OPEN_DIR)
+    """A desktop's files as ``{path: what}``, paths relative to HOME, ``skip`` and what is below it left out:
+    ``dir <mode>``, ``file <mode> <n> bytes sha256 <hex>`` (every byte read, streamed), ``keyfile <mode> <its
+    groups and keys>``, ``link <target>``, ``other <kind> <mode>``. Blocking; run it on a bounded executor.
+
+    Every file is compared whole or the fork is refused: ``HomeRefused`` when HOME holds more than
+    ``MAX_HOME_BYTES``, more than ``MAX_HOME_ENTRIES`` entries or folders more than ``MAX_HOME_DEPTH`` deep (the
+    reason starts with "HOME", for the caller to say whose). Walked as ``home_paths`` opens HOME, iteratively (no
+    recursion; one descriptor per folder level, at most ``MAX_HOME_DEPTH`` + 1): each folder opened relative to
+    the one above it, nothing followed (links are read as links), files opened O_NOFOLLOW|O_NONBLOCK and read only
+    when the descriptor is a regular file (a FIFO the agent made never blocks the gym, a link it swaps in is never
+    read through)."""
+    walk = _Walk(skip)
     try:
-        _walk(fd, "", skip, out, budget)
+        walk.enter(os.open(home, OPEN_DIR), "")
+        while walk.stack:
+            walk.step()
     finally:
-        os.close(fd)
-    return out
+        walk.close()
+    return walk.out
+
+
+class _Walk:
+    """The state of one ``home_state`` walk: the open folders from HOME down (each with the names it has left to
+    look at) and what is left of the bounds."""
+
+    def __init__(self, skip: tuple[str, ...]) -> None:
+        self.skip, self.out = skip, {}
+        self.stack: list[tuple[int, str, list[str]]] = []
+        self.bytes_left, self.entries_left = MAX_HOME_BYTES, MAX_HOME_ENTRIES
+
+    def close(self) -> None:
+        while self.stack:
+            os.close(self.stack.pop()[0])
+
+    def enter(self, fd: int, rel: str) -> None:
+        """Take the open folder ``fd`` (``rel`` under HOME) as the next to walk (closed once walked)."""
+        try:
+            if len(self.stack) > MAX_HOME_DEPTH:
+                raise HomeRefused(f"HOME is more than {MAX_HOME_DEPTH} folders deep (at {_short(rel)}): a fork "
+                                  f"compares every file, in folders at most {MAX_HOME_DEPTH} deep")
+            names = []
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    self.entries_left -= 1
+                    if self.entries_left < 0:
+                        raise HomeRefused(f"HOME holds more than {MAX_HOME_ENTRIES} files and folders: a fork "
+                                          f"compares every file, of at most {MAX_HOME_ENTRIES}")
+                    names.append(entry.name)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.stack.append((fd, rel, names))
+
+    def step(self) -> None:
+        """Look at the next name of the deepest open folder (or close it when none is left)."""
+        dir_fd, rel, names = self.stack[-1]
+        if not names:
+            os.close(self.stack.pop()[0])
+            return
+        name = names.pop()
+        path = f"{rel}/{name}" if rel else name
+        if path in self.skip:
+            return
+        try:
+            mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+        except OSError:   # removed since the listing
+            return
+        if stat.S_ISLNK(mode):
+            try:
+                self.out[path] = f"link {os.readlink(name, dir_fd=dir_fd)}"
+            except OSError as exc:   # swapped or removed since the look above
+                self.out[path] = f"unreadable {errno.errorcode.get(exc.errno, exc.errno)}"
+            return
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            self.out[path] = _other(mode)
+            return
+        try:
+            fd = os.open(name, OPEN_DIR if stat.S_ISDIR(mode) else OPEN_FILE, dir_fd=dir_fd)
+        except OSError as exc:   # swapped for a link or removed since the look above
+            self.out[path] = f"unreadable {errno.errorcode.get(exc.errno, exc.errno)}"
+            return
+        try:
+            kind = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if stat.S_ISDIR(kind.st_mode):
+            self.out[path] = f"dir {stat.S_IMODE(kind.st_mode):04o}"
+            self.enter(fd, path)   # closes fd, now or once walked
+            return
+        try:
+            if stat.S_ISREG(kind.st_mode):
+                self.out[path] = self._file(fd, kind, path in KEY_FILES)
+            else:
+                self.out[path] = _other(kind.st_mode)
+        finally:
+            os.close(fd)
+
+    def _file(self, fd: int, st: os.stat_result, keyfile: bool) -> str:
+        """A regular file's entry, every byte read (``HomeRefused`` once HOME's bytes pass ``MAX_HOME_BYTES``)."""
+        if st.st_size > self.bytes_left:   # known too large before anything is read
+            self._too_large()
+        digest, size, data = hashlib.sha256(), 0, []
+        keep = keyfile and st.st_size <= KEY_FILE_BYTES
+        while chunk := os.read(fd, 1 << 20):   # the file may grow while it is read: counted as read
+            size += len(chunk)
+            self.bytes_left -= len(chunk)
+            if self.bytes_left < 0:
+                self._too_large()
+            digest.update(chunk)
+            if keep:
+                data.append(chunk)
+        mode = f"{stat.S_IMODE(st.st_mode):04o}"
+        if keep and size <= KEY_FILE_BYTES:
+            return f"keyfile {mode} " + key_file(b"".join(data).decode("utf-8", errors="replace"))
+        return f"file {mode} {size} bytes sha256 {digest.hexdigest()}"
+
+    @staticmethod
+    def _too_large() -> None:
+        raise HomeRefused(f"HOME holds more than {MAX_HOME_BYTES >> 20} MiB: a fork compares every byte, of at "
+                          f"most {MAX_HOME_BYTES >> 20} MiB")
+
+
+def _other(mode: int) -> str:
+    kinds = {stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "char-device", stat.S_IFBLK: "block-device"}
+    return f"other {kinds.get(stat.S_IFMT(mode), 'unknown')} {stat.S_IMODE(mode):04o}"
+
+
+def _short(rel: str, keep: int = 60) -> str:
+    """A path for a message: quoted, its middle cut when long."""
+    return repr(rel) if len(rel) <= keep else repr(f"{rel[:keep // 2]}...{rel[-keep // 2:]}")
 
 
 def key_file(text: str) -> str:
@@ -218,52 +349,6 @@ def key_file(text: str) -> str:
             key, _, value = line.partition("=")
             group[key.strip()] = value.strip()
     return "\n".join(f"[{g}] {k}={v}" for g in sorted(groups) for k, v in sorted(groups[g].items()))
-
-
-def _walk(dir_fd: int, rel: str, skip, out: dict, budget: list[int]) -> None:
-    for name in sorted(os.listdir(dir_fd)):
-        path = f"{rel}/{name}" if rel else name
-        if path in skip:
-            continue
-        try:
-            mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-        except OSError:
-            continue
-        if stat.S_ISLNK(mode):
-            out[path] = f"link {os.readlink(name, dir_fd=dir_fd)}"
-        elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
-            try:
-                fd = os.open(name, OPEN_DIR if stat.S_ISDIR(mode) else OPEN_FILE, dir_fd=dir_fd)
-            except OSError as exc:   # swapped for a link or removed since the look above
-                out[path] = f"unreadable {errno.errorcode.get(exc.errno, exc.errno)}"
-                continue
-            try:
-                kind = os.fstat(fd).st_mode
-                if stat.S_ISDIR(kind):
-                    out[path] = "dir"
-                    _walk(fd, path, skip, out, budget)
-                elif stat.S_ISREG(kind):
-                    out[path] = _file_hash(fd, budget, path in KEY_FILES)
-                else:
-                    out[path] = "other"
-            finally:
-                os.close(fd)
-        else:
-            out[path] = "other"
-
-
-def _file_hash(fd: int, budget: list[int], keyfile: bool = False) -> str:
-    digest, data = hashlib.sha256(), []
-    while chunk := os.read(fd, 1 << 20):
-        budget[0] -= len(chunk)
-        if budget[0] < 0:
-            return "file (over the fork's read limit)"
-        digest.update(chunk)
-        if keyfile:
-            data.append(chunk)
-    if keyfile:
-        return "keyfile " + key_file(b"".join(data).decode("utf-8", errors="replace"))
-    return f"file {digest.hexdigest()}"
 
 
 def state_difference(parent: dict, child: dict) -> str | None:

@@ -447,6 +447,10 @@ class GymManager:
     async def _destroy_async(self, desk: Desktop) -> None:
         await asyncio.to_thread(self._destroy, desk)
 
+    async def discard(self, desk: Desktop) -> None:
+        """End a desktop made outside the pool that no execution took (a cancelled fork's VM child)."""
+        await self._destroy_async(desk)
+
     # -- pool ---------------------------------------------------------------------------------------
     def _touch(self, spec: DesktopSpec) -> None:
         key = pool_key(spec)

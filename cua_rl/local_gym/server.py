@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
+from ..http.hangup import ClientGone, unless_client_leaves
 from ..http.serve import ServedApp, serve_app_in_thread
 from ..http.input import MiB, BadJSON, limit_body, parse_json
 from .env import GymError, LocalGym
@@ -50,6 +51,19 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
     async def gym_error(_request: Request, exc: GymError) -> JSONResponse:
         body = {"detail": exc.detail} if exc.fault is None else {"detail": exc.detail, "fault": exc.fault}
         return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_request: Request, exc: ClientGone) -> JSONResponse:
+        """A create or fork whose client hung up (``unless_client_leaves``): what it made is ended; the answer
+        (499, nginx's "client closed request") reaches nobody, the log says what happened."""
+        logger.info("%s", exc)
+        return JSONResponse({"detail": str(exc)}, status_code=499)
+
+    async def end_all(ids: list[str]) -> None:
+        """Terminate the executions a request made for a client that hung up (one already gone is fine)."""
+        for eid in ids:
+            if gym.manager.get(eid) is not None:
+                await gym.terminate(eid)
 
     async def json_body(request: Request, expected: str, empty: object = None) -> object:
         """The body as JSON (``empty`` when there is none); 422 saying what was expected otherwise."""
@@ -99,8 +113,9 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         if body is None:    # JSON null is not "no body": a caller that sends it has a bug worth hearing about
             raise HTTPException(422, f"the body must be a JSON object ({expected}) or absent, not null")
         counts, started = gym.manager.metrics, time.monotonic()
-        try:
-            created = await gym.reset(task_id, body)
+        try:   # a client that hangs up first gets no execution left running (docs/security.md)
+            created = await unless_client_leaves(request, gym.reset(task_id, body),
+                                                 lambda made: end_all([made["execution_id"]]))
         except GymError as exc:
             if exc.status in (429, 503):
                 counts.count("refused_full" if exc.status == 429 else "create_failed")
@@ -153,7 +168,10 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         """Our extension of genv: ``count`` new executions in the execution's state now (docs/protocols.md §1.9)."""
         check_gym(gym_id)
         gym.execution(eid)   # an unknown execution is a 404 before the body is looked at
-        return await gym.fork(eid, await json_body(request, '{"count": N}', empty={}))
+        body = await json_body(request, '{"count": N}', empty={})
+        # a client that hangs up first gets no child left running (docs/security.md)
+        return await unless_client_leaves(request, gym.fork(eid, body),
+                                          lambda made: end_all([c["id"] for c in made["executions"]]))
 
     @app.post("/api/v1/{gym_id}/executions/{eid}/terminate")
     async def terminate(gym_id: str, eid: str) -> dict:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from . import curriculum, validators
 from .fork import home_state, mask_pixels
 from .tasks import TASKS_DIR, load_tasks
 
 MAX_SEED = 2 ** 53 - 1   # JSON numbers are exact up to here (and so are JavaScript's)
+HOME_READERS = 2         # threads that read HOMEs for forks' state checks (hashing: CPU-bound, GIL released)
 
 
 async def on_own_thread(fn, *args):
@@ -89,6 +91,13 @@ class DesktopSuite:
 
     def __init__(self, tasks_dir: str | None = None, tasks=None, extra_tasks: list | None = None) -> None:
         self.tasks = tasks if tasks is not None else load_tasks(tasks_dir or TASKS_DIR, extra_tasks)
+        # Forks' HOME reads (``fork_state``) have threads of their own, a bounded number: a hostile HOME costs its
+        # fork time on them (each read is bounded: fork.MAX_HOME_*), never the shared executor's workers.
+        self._home_readers = ThreadPoolExecutor(max_workers=HOME_READERS, thread_name_prefix="gym-home-state")
+
+    def close(self) -> None:
+        """End the HOME readers (reads under way finish: each is bounded)."""
+        self._home_readers.shutdown(wait=False, cancel_futures=True)
 
     async def begin(self, ex, seed: int | None) -> dict:
         setup = ex.task.setup
@@ -110,11 +119,11 @@ class DesktopSuite:
         return None
 
     async def fork_state(self, ex) -> dict:
-        """The task state a child must share: the desktop's files (a VM's are its disk, which its snapshot
-        carries)."""
+        """The task state a child must share: the desktop's files, every one whole (``fork.home_state``; a HOME
+        it cannot compare whole is a ``fork.HomeRefused``). A VM's files are its disk, which its snapshot carries."""
         if ex.task.setup.vm is not None:
             return {}
-        return await asyncio.to_thread(home_state, ex.desktop.home)
+        return await asyncio.get_running_loop().run_in_executor(self._home_readers, home_state, ex.desktop.home)
 
     def volatile(self, task, width: int, height: int) -> list[list[int]]:
         return mask_pixels(task.volatile, width, height)

@@ -1,5 +1,5 @@
 """Helpers for the gym tests: which processes a desktop (or a whole server) consists of; a scripted solution
-written and parsed as the keyboard agent format's replies."""
+written and parsed as the keyboard agent format's replies; a folder chain too deep for recursive code."""
 
 from __future__ import annotations
 
@@ -20,6 +20,40 @@ def names(pids) -> dict[int, str]:
         except OSError:
             continue
     return out
+
+
+def nest_folders(top, depth: int, name: str = "d") -> None:
+    """``depth`` folders ``name`` each in the last under ``top`` (os.makedirs recurses, and a path per level would
+    cost depth squared lookups: each is made from a descriptor of the one above)."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir(name, dir_fd=fd)
+            nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
+
+
+def remove_nested(top, name: str = "d") -> int:
+    """Remove a chain ``nest_folders`` made (shutil.rmtree recurses): the folder below the first moved up in its
+    place, one level at a time. Returns how many levels were removed."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    levels = 0
+    try:
+        while os.path.lexists(os.path.join(top, name)):
+            below = os.path.join(name, name)
+            if os.path.lexists(os.path.join(top, below)):
+                os.rename(below, f"{name}.up", src_dir_fd=fd, dst_dir_fd=fd)
+                os.rmdir(name, dir_fd=fd)
+                os.rename(f"{name}.up", name, src_dir_fd=fd, dst_dir_fd=fd)
+            else:
+                os.rmdir(name, dir_fd=fd)
+            levels += 1
+    finally:
+        os.close(fd)
+    return levels
 
 
 def alive(pids: set[int]) -> set[int]:

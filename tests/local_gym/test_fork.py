@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import GymError, GymOptions, LocalGym, curriculum, start_gym_server
 from cua_rl.local_gym.fork import home_state
-from gym_helpers import names, wait_gone
+from gym_helpers import alive, names, nest_folders, remove_nested, wait_gone
 from tests.hosts import descendants
 
 pytestmark = pytest.mark.desktop
@@ -101,7 +102,8 @@ async def test_children_equal_the_parent_and_each_other_then_each_goes_its_own_w
 
 async def test_a_fork_the_task_or_its_replay_cannot_honour_is_a_409_that_leaves_no_child():
     random_screen = _xterm_task("981", "od -An -N8 -tx1 /dev/urandom")           # each desktop shows other bytes
-    random_file = _xterm_task("982", "od -An -N8 -tx1 /dev/urandom > noise.txt")  # same screen, other file
+    # same screen, other file; 80 MB of zeros first (issue 80: the state read 64 MiB, then took every file for equal)
+    random_file = _xterm_task("982", "head -c 80000000 /dev/zero > a.bin; od -An -N8 -tx1 /dev/urandom > noise.txt")
     opts = GymOptions(gym_id="fork-409", pool_size=0, x_spares=0, extra_tasks=[random_screen, random_file],
                       fork_wait_s=1.0)   # refused after a second of waiting for the parent's screen or files
     async with LocalGym(opts) as gym:
@@ -111,21 +113,28 @@ async def test_a_fork_the_task_or_its_replay_cannot_honour_is_a_409_that_leaves_
         assert err.value.status == 409 and "025-files-trash is not forkable: the trash records" in err.value.detail
         await gym.terminate(parent)
         reasons = {}
-        for number in ("981", "982"):
-            parent = (await gym.reset(number))["execution_id"]
-            assert (await gym.act(parent, {"type": "type", "text": "echo hi > hi.txt\n"}))["ok"]
+        for number in ("981", "982", "deep"):
+            if number == "deep":   # issue 80: a HOME 1,100 folders deep was a 503 blaming the desktop
+                nest_folders(gym.manager.executions[parent].desktop.home, 1100)
+            else:
+                parent = (await gym.reset(number))["execution_id"]
+                assert (await gym.act(parent, {"type": "type", "text": "echo hi > hi.txt\n"}))["ok"]
             with pytest.raises(GymError) as err:
                 await gym.fork(parent, {"count": 1})
-            assert err.value.status == 409
+            assert err.value.status == 409, err.value.detail
             reasons[number] = err.value.detail
             assert list(gym.manager.executions) == [parent], "a refused fork left a child running"
             assert {name for name in names(_desktop_pids()).values()} >= {"Xvfb", "xterm"}
             assert sum(1 for n in names(_desktop_pids()).values() if n == "Xvfb") == 1   # the parent's only
-            await gym.terminate(parent)
+            if number == "deep":   # a HOME not on a tmpfs (a gym not root) is removed by shutil.rmtree: it recurses
+                remove_nested(gym.manager.executions[parent].desktop.home)
+            if number != "982":    # its HOME gets deep next
+                await gym.terminate(parent)
     assert reasons["981"].startswith("after replaying 1 actions (it never showed the parent's screen before action "
                                      "1) the child's screen is not the parent's at the fork: "), reasons
     assert reasons["982"].startswith("after replaying 1 actions the child's screen is the parent's but its task "
                                      "state is not: noise.txt: differs"), reasons
+    assert reasons["deep"].startswith("the parent's HOME is more than 64 folders deep (at 'd/d/d/"), reasons
 
 
 async def test_a_declared_volatile_region_is_the_mask_and_only_there_may_children_differ():
@@ -220,3 +229,64 @@ async def test_a_fork_cut_short_by_the_gym_shutting_down_leaves_nothing_running(
     assert not isinstance(result, GymError) or result.status == 429 and "shutting down" in result.detail, result
     assert gym.manager.executions == {}
     assert wait_gone(seen | _desktop_pids()) == set(), "a fork's child outlived the gym"
+
+
+async def _hang_up_during(url: str, path: str, body: bytes, working) -> None:
+    """POST ``body`` to ``path`` on a raw socket, and close it once ``working()`` says the gym is at it: a client
+    gone before the answer (a trainer killed, a request timed out)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    await writer.drain()
+    deadline = time.monotonic() + 10
+    while not working():
+        assert time.monotonic() < deadline, "the gym never started on the request"
+        await asyncio.sleep(0.005)
+    with pytest.raises(asyncio.TimeoutError):   # no answer yet
+        await asyncio.wait_for(reader.read(1), 0.01)
+    writer.close()
+    await writer.wait_closed()
+
+
+async def _settled(manager, keep: set[int], timeout_s: float = 15.0) -> None:
+    """Wait until the gym holds no more than ``keep``'s desktops: nothing being created, ended or built in the
+    background (a build a cancelled create left runs on, then is destroyed), no other desktop process alive."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = manager.states()
+        extra = alive(_desktop_pids()) - keep
+        if not (states["creating"] or states["terminating"] or manager._tasks or extra):
+            return
+        assert time.monotonic() < deadline, (f"still running after the client hung up: executions "
+                                             f"{list(manager.executions)}, {states}, processes {names(extra)}")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_create_or_a_fork_whose_client_hung_up_ends_what_it_made():
+    """Issue 80: a fork whose client went away left its children running, ids unknown to anyone, until the idle
+    reaper (30 min); a create the same. Each request is watched for its client's hang-up and cancelled then, and
+    a cancelled create or fork ends what it made."""
+    seed = 5
+    keys = curriculum.make_instance("key-sequence", seed).solution
+    with start_gym_server(port=0, pool_size=0, x_spares=0, max_executions=4) as gym:
+        m = gym.manager
+        base = f"/api/v1/{gym.gym_id}"
+        await _hang_up_during(gym.url, f"{base}/tasks/054", b'{"options": {"seed": 5}}',
+                              lambda: m.states()["creating"] > 0)
+        await _settled(m, set())
+        assert m.executions == {}, "a create whose client hung up left its execution"
+        async with GenvClient(gym.url, gym.gym_id) as c:
+            parent = (await c.create_execution("054", {"seed": seed})).execution_id
+            for action in keys[:2]:
+                assert (await c.act(parent, action))["ok"]
+            mine = alive(_desktop_pids())
+            await _hang_up_during(gym.url, f"{base}/executions/{parent}/fork", b'{"count": 2}',
+                                  lambda: m.states()["creating"] > 0)
+            await _settled(m, mine)
+            assert list(m.executions) == [parent], "a fork whose client hung up left children"
+            assert (await c._http.get(f"{gym.url}/health")).json()["executions"] == 1
+            assert (await c.act(parent, keys[2]))["ok"] and (await c.evaluate(parent)).reward == 1.0
+            await c.terminate(parent)
+        assert wait_gone(mine) == set()
+

@@ -12,6 +12,7 @@ from cua_rl.genv import Fork, GenvError
 from cua_rl.local_gym import fork as F
 from cua_rl.local_gym.tasks import TaskDef
 from cua_rl.local_gym.vm import layers
+from gym_helpers import nest_folders, remove_nested
 
 
 def test_the_count_is_an_integer_in_range_and_nothing_else_is_accepted():
@@ -66,15 +67,16 @@ def test_a_home_state_follows_nothing_and_compares_settings_files_by_their_keys(
     (home / "d" / "f.txt").write_text("x")
     (tmp_path / "outside.txt").write_text("secret")
     os.symlink(tmp_path / "outside.txt", home / "link")
-    os.mkfifo(home / "fifo")                                  # opening it for reading would block
+    os.mkfifo(home / "fifo", 0o600)                           # opening it for reading would block
     (home / ".cache").mkdir()
     (home / ".cache" / "thumb").write_text("changes")
     keyfile = home / F.KEY_FILES[0]
     keyfile.parent.mkdir(parents=True)
     keyfile.write_text("[b]\ny=2\nx=1\n\n[a]\nz=3\n")
+    os.chmod(home / "d", 0o750)
     state = F.home_state(home)
-    assert state["d"] == "dir" and state["d/f.txt"].startswith("file ")
-    assert state["link"] == f"link {tmp_path / 'outside.txt'}" and state["fifo"] == "other"
+    assert state["d"] == "dir 0750" and state["d/f.txt"].startswith("file ")
+    assert state["link"] == f"link {tmp_path / 'outside.txt'}" and state["fifo"] == "other fifo 0600"
     assert not any(k.startswith(".cache") for k in state)
     keyfile.write_text("[a]\nz=3\n[b]\nx=1\ny=2\n")          # the same settings, written in another order
     assert F.home_state(home) == state
@@ -83,6 +85,55 @@ def test_a_home_state_follows_nothing_and_compares_settings_files_by_their_keys(
     (home / "d" / "new").write_text("")
     assert F.state_difference(state, F.home_state(home)) is not None
     assert F.state_difference({"a": 1}, {"a": 1}) is None and "the child has none" in F.state_difference({"a": 1}, {})
+
+
+def test_every_byte_of_a_home_is_compared_however_much_comes_before_it(tmp_path):
+    """The attack (issue 80): 80 MB of zeros first, then a file each desktop fills at random. The state read
+    64 MiB and took every file after that for equal, so a fork handed out a child with other contents."""
+    homes = [tmp_path / "parent", tmp_path / "child"]
+    for home, noise in zip(homes, (b"1f 2e", b"9a 0c")):
+        home.mkdir()
+        with open(home / "a.bin", "wb") as f:   # sparse: 80 MB of zeros that cost no disk
+            f.truncate(80_000_000)
+        (home / "noise.txt").write_bytes(noise)
+    parent, child = (F.home_state(h) for h in homes)
+    assert parent["a.bin"] == child["a.bin"] and " 80000000 bytes sha256 " in parent["a.bin"]
+    assert F.state_difference(parent, child).startswith("noise.txt: differs"), (parent, child)
+    os.chmod(homes[1] / "noise.txt", 0o600)            # same bytes, another mode: not the same state
+    (homes[1] / "noise.txt").write_bytes(b"1f 2e")
+    assert F.state_difference(parent, F.home_state(homes[1])).startswith("noise.txt: differs")
+
+
+def test_a_home_the_state_cannot_compare_whole_is_refused_saying_why(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    with open(home / "big", "wb") as f:
+        f.truncate(F.MAX_HOME_BYTES + 1)
+    with pytest.raises(F.ForkRefused, match=r"HOME holds more than 256 MiB"):
+        F.home_state(home)
+    (home / "big").unlink()
+    for i in range(12):
+        (home / f"f{i}").write_text("")
+    monkeypatch.setattr(F, "MAX_HOME_ENTRIES", 10)
+    with pytest.raises(F.ForkRefused, match=r"HOME holds more than 10 files and folders"):
+        F.home_state(home)
+
+
+def test_a_home_a_thousand_folders_deep_is_refused_without_recursion_or_a_descriptor_per_level(tmp_path):
+    """The attack (issue 80): a HOME 1,100 folders deep made every fork a 503 blaming the desktop (the recursive
+    walk passed Python's recursion limit; a descriptor held per level can run out too)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    nest_folders(home, 1100)
+    fds = len(os.listdir("/proc/self/fd"))
+    try:
+        with pytest.raises(F.ForkRefused, match=rf"HOME is more than {F.MAX_HOME_DEPTH} folders deep \(at 'd/d/d"):
+            F.home_state(home)
+        assert len(os.listdir("/proc/self/fd")) == fds, "the walk left descriptors open"
+    finally:
+        remove_nested(home)
+    nest_folders(home, F.MAX_HOME_DEPTH)      # as deep as the bound allows: compared
+    assert F.home_state(home)["/".join(["d"] * F.MAX_HOME_DEPTH)].startswith("dir ")
 
 
 def test_a_disk_layer_lives_while_a_machine_or_a_layer_above_it_holds_it(tmp_path):

@@ -356,6 +356,20 @@ async def test_a_vm_forks_into_children_in_its_exact_state_each_on_a_disk_of_its
         assert err.value.status == 409 and "is not the parent's: 1 pixels differ" in err.value.detail, err.value.detail
         assert set(gym.manager.executions) == {eid, *kids} and wait_gone(_qemu_pids(workdir) - running) == set()
         assert not list((workdir / "vm-layers").glob("*.state")), "a refused fork left its saved state"
+
+        # a fork cancelled while its children load (its HTTP client hung up: server.py) ends their machines
+        monkeypatch.setattr(backend.VMDesktop, "freeze", real_freeze)
+        cancelled = asyncio.create_task(gym.fork(kids[1], {"count": 2}))
+        deadline = time.monotonic() + 60
+        while len(_qemu_pids(workdir) - running) < 2 and not cancelled.done():
+            assert time.monotonic() < deadline, "the fork's children never started"
+            await asyncio.sleep(0.05)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert set(gym.manager.executions) == {eid, *kids}
+        assert wait_gone(_qemu_pids(workdir) - running) == set(), "a cancelled fork left its children's machines"
+        assert not list((workdir / "vm-layers").glob("*.state")), "a cancelled fork left its saved state"
         for x in (eid, *kids):
             await gym.terminate(x)
         assert _qemu_pids(workdir) == set() and list((workdir / "vm-layers").iterdir()) == []
