@@ -8,6 +8,9 @@ refused (429/503) or that never reached the gym (down or restarting): nothing wa
 again when the caller allows (``busy_wait_s``). Terminate is retried too: ending an execution twice is
 harmless, and a lost terminate leaks a desktop. Every failure is a ``GenvError`` carrying the server's
 ``detail``.
+
+Every request carries the gym's bearer token when there is one (``token``, else ``CUA_GYM_TOKEN`` or the file
+``CUA_GYM_TOKEN_FILE`` names: cua_rl/http/auth.py), and every POST says ``Content-Type: application/json``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ..http.auth import GYM_TOKEN, bearer, token_from_env
 from ..http.client import async_client
 from ..http.retry import RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .errors import GenvError
@@ -43,10 +47,12 @@ class GenvTimeouts:
 
 
 class GenvClient:
-    """``async with GenvClient(base_url, gym_id) as gym: tasks = await gym.list_tasks()``."""
+    """``async with GenvClient(base_url, gym_id) as gym: tasks = await gym.list_tasks()``. ``token``: the gym's
+    bearer token (None: ``CUA_GYM_TOKEN`` / ``CUA_GYM_TOKEN_FILE``; "": none)."""
 
     def __init__(self, base_url: str, gym_id: str, *, timeouts: GenvTimeouts | None = None,
-                 retry: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 retry: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 token: str | None = None) -> None:
         if not base_url:
             raise ValueError("GenvClient needs a gym base URL")
         if not gym_id:
@@ -57,7 +63,8 @@ class GenvClient:
         self.retry = retry or RetryPolicy()
         t = self.timeouts
         self._http = async_client(
-            timeout=httpx.Timeout(t.read, connect=t.connect), transport=transport)
+            timeout=httpx.Timeout(t.read, connect=t.connect), transport=transport,
+            headers=bearer(token_from_env(GYM_TOKEN) if token is None else token))
 
     async def __aenter__(self) -> "GenvClient":
         return self
@@ -191,7 +198,7 @@ class GenvClient:
     async def terminate(self, execution_id: str) -> dict:
         """Release the execution; retried like a read (see the module docstring). The gym's TTL reaper is
         the last backstop. A 404 (already gone, e.g. after a retry whose first try did land) raises."""
-        body = await self._json("POST", self._url("executions", execution_id, "terminate"), idempotent=True)
+        body = await self._json("POST", self._url("executions", execution_id, "terminate"), idempotent=True, json={})
         logger.info("terminated execution %s", execution_id)
         return body if isinstance(body, dict) else {"value": body}
 

@@ -40,6 +40,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from ..http.auth import GYM_TOKEN, bearer, token_from_env
 from ..http.client import async_client
 
 logger = logging.getLogger(__name__)
@@ -286,7 +287,8 @@ class Fleet:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = async_client(timeout=httpx.Timeout(self.timeout_s), transport=self._transport)
+            self._client = async_client(timeout=httpx.Timeout(self.timeout_s), transport=self._transport,
+                                        headers=bearer(token_from_env(GYM_TOKEN)))   # /capacity needs the token
         return self._client
 
     async def _alive(self, host: Host) -> tuple[bool, str]:
