@@ -122,7 +122,7 @@ async def bench_creates(args) -> dict:
                 eid, ms, warm = await create(http, warm_gym)
                 assert warm, "expected a warm desktop"
                 lat.append(ms)
-                await http.post(f"{warm_gym.api}/executions/{eid}/terminate")
+                await http.post(f"{warm_gym.api}/executions/{eid}/terminate", json={})
             out["create_warm_ms"] = summary(lat)
     finally:
         warm_gym.stop()
@@ -142,7 +142,7 @@ async def bench_cold_and_steps(args) -> dict:
                 await gym.wait(http, bare_x=args.x_spares if args.x_spares is not None else 0)
                 eid, ms, _ = await create(http, gym)
                 lat.append(ms)
-                await http.post(f"{gym.api}/executions/{eid}/terminate")
+                await http.post(f"{gym.api}/executions/{eid}/terminate", json={})
             out["create_cold_ms"] = summary(lat)
             if args.only_creates:
                 return out
@@ -159,7 +159,7 @@ async def bench_cold_and_steps(args) -> dict:
                 t = time.perf_counter()
                 (await http.post(f"{gym.api}/executions/{eid}/actions", json={"action": action})).raise_for_status()
                 acts.append((time.perf_counter() - t) * 1e3)
-            await http.post(f"{gym.api}/executions/{eid}/terminate")
+            await http.post(f"{gym.api}/executions/{eid}/terminate", json={})
             out["screenshot_ms"] = {fmt: summary(v) for fmt, v in shots.items()}
             out["action_ms"] = summary(acts)
             out["action_note"] = "type one character / BackSpace in the editor, including the settle wait"
@@ -221,7 +221,7 @@ async def bench_level(http, gym: Gym, level: int, fmt: str, args) -> dict:
             return (await create(http, gym))[0]
     eids = await asyncio.gather(*(make() for _ in range(level)))
     res = await step_load(http, gym, eids, fmt, args)
-    await asyncio.gather(*(http.post(f"{gym.api}/executions/{e}/terminate") for e in eids))
+    await asyncio.gather(*(http.post(f"{gym.api}/executions/{e}/terminate", json={}) for e in eids))
     return {**res, "format": fmt}
 
 

@@ -320,7 +320,7 @@ async def _our_episode(http, api: str, ep: dict, where: dict) -> dict:
         where["evaluate"] = where.get("evaluate", 0.0) + (time.perf_counter() - t) * 1e3
         row["reward"] = r.json()["result"]["miniwob"]["raw_reward"]
     finally:
-        await http.post(f"{api}/executions/{eid}/terminate")
+        await http.post(f"{api}/executions/{eid}/terminate", json={})
     row["end_s"] = time.monotonic()
     return row
 

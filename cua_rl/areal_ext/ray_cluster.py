@@ -10,7 +10,8 @@ worker process before its actor is built) and the variables below. The scheduler
 wait than AReaL's fixed 30 s: a worker that imports torch and AReaL on a busy node takes longer.
 
 What crosses to the workers, by name: ``FORWARD_NAMES`` and everything starting with ``FORWARD_PREFIXES``
-(vLLM's and this project's settings, the Hugging Face, tokenizer and W&B variables, the monitor's). They sit
+(vLLM's and this project's settings, the Hugging Face, tokenizer and W&B variables, the monitor's, the gym and agent
+tokens: a token given as a file is forwarded as its value). They sit
 in Ray's job record, readable by whoever can read the cluster's (docs/cluster.md). Everything else a worker
 sees is the environment of the shell that ran ``ray start`` on its node.
 """
@@ -24,7 +25,9 @@ from collections.abc import Mapping
 logger = logging.getLogger("cua-rl.ray")
 
 FORWARD_PREFIXES = ("CUA_RL_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "WANDB_", "TORCHDYNAMO_")
-FORWARD_NAMES = ("MONITOR_BASE_URL", "PROJECT_ID", "PROJECT_TOKEN")
+FORWARD_NAMES = ("MONITOR_BASE_URL", "PROJECT_ID", "PROJECT_TOKEN", "CUA_GYM_TOKEN", "CUA_AGENT_TOKEN")
+# Tokens given as files are forwarded as their values (a path on this node means nothing on another)
+TOKEN_NAMES = ("CUA_GYM_TOKEN", "CUA_AGENT_TOKEN")
 SETUP_HOOK = "cua_rl.areal_ext.worker.ray_setup"
 # AReaL waits this long for a placement group and each worker's first answer (its default: 30 s)
 STARTUP_TIMEOUT_S = 300.0
@@ -35,8 +38,15 @@ START_HINT = ("ray start --head --num-cpus=N --num-gpus=G --memory=BYTES (with t
 
 def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The trainer's variables that its Ray workers get (see the module docstring)."""
-    return {name: value for name, value in environ.items()
-            if name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES)}
+    from cua_rl.http.auth import token_from_env
+
+    forwarded = {name: value for name, value in environ.items()
+                 if name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES)}
+    for name in TOKEN_NAMES:
+        token = token_from_env(name, environ)
+        if token:
+            forwarded[name] = token
+    return forwarded
 
 
 def connect(environ: Mapping[str, str] = os.environ) -> int:

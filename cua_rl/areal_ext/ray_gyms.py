@@ -13,8 +13,12 @@ them. Ray has no public call for one node's free resources: ``ray._private.state
 
 Each actor starts the gym as a child process (its own mount namespace, as ``cua-gym serve`` always runs: the
 desktops' HOME mounts end with it), which dies with the actor (PR_SET_PDEATHSIG), and answers the gym's URL
-once ``/health`` answers. ``RayGyms.stop`` ends each gym (SIGTERM: every desktop ended) and its actor; a driver
-that dies takes its actors, and so their gyms, with it (Ray ends a job's actors).
+once ``/health`` answers. Each gym serves on the node's network address, so it needs the run's gym token: the actor
+hands the ``CUA_GYM_TOKEN`` of its environment (the run's job-wide Ray environment: ``ensure_gym_token`` makes one
+before the trainer joins the cluster; ``ray_cluster.worker_env`` forwards it, so the rollout workers send it too) to
+``cua-gym serve`` through the child's environment, never its command line. ``RayGyms.stop`` ends each gym (SIGTERM:
+every desktop ended) and its actor; a driver that dies takes its actors, and so their gyms, with it (Ray ends a
+job's actors).
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ from dataclasses import dataclass, field
 
 logger = logging.getLogger("cua-rl.ray")
 READY_TIMEOUT_S = 180.0
+
+
+def ensure_gym_token(environ=os.environ) -> None:
+    """Before the trainer joins the cluster: ``CUA_GYM_TOKEN`` set in ``environ`` (the user's, from the variable or
+    the file ``CUA_GYM_TOKEN_FILE`` names: the one token of the run's fleet), else a fresh random one."""
+    from cua_rl.http.auth import GYM_TOKEN, new_token, token_from_env
+
+    environ[GYM_TOKEN] = token_from_env(GYM_TOKEN, environ) or new_token()
 
 
 def desktops_for(free_cpus: float, cpus_per_desktop: float, min_per_node: int, max_per_node: int) -> int:
@@ -71,8 +83,16 @@ class GymNode:
         argv = gym_argv(self.host, self.port, *argv_tail)
         os.makedirs(log_dir, exist_ok=True)
         self.log = os.path.join(log_dir, f"ray-gym-{self.host}-{self.port}.log")
+        from cua_rl.http.auth import GYM_TOKEN, token_from_env
+
+        token = token_from_env(GYM_TOKEN)
+        if not token:
+            raise RuntimeError(f"no {GYM_TOKEN} in the Ray gym's environment: a gym on {self.host} would serve "
+                               f"anyone on the network (ray_gyms.ensure_gym_token sets it before the trainer joins "
+                               f"the cluster)")
         with open(self.log, "w") as sink:
-            self.proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                                         env={**os.environ, GYM_TOKEN: token})
 
     def url(self) -> str:
         """The gym's URL once its ``/health`` answers (RuntimeError naming its log if it does not)."""

@@ -13,6 +13,8 @@ Why bounded: a gym on the network is not ours to trust (the trainer and the agen
 this client). A reply is read up to ``MAX_REPLY_BYTES`` (a full-HD screenshot is a few MiB), asked for
 uncompressed and refused undecoded when it comes compressed all the same (``http.retry._bounded``: 589 bytes
 of stacked gzip decode to 596 MB at once).
+Every request carries the gym's bearer token when there is one (``token``, else ``CUA_GYM_TOKEN`` or the file
+``CUA_GYM_TOKEN_FILE`` names: cua_rl/http/auth.py), and every POST says ``Content-Type: application/json``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ..http.auth import GYM_TOKEN, bearer, token_from_env
 from ..http.client import async_client
 from ..http.input import MiB
 from ..http.retry import AnswerRefused, RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
@@ -51,11 +54,12 @@ class GenvTimeouts:
 
 
 class GenvClient:
-    """``async with GenvClient(base_url, gym_id) as gym: tasks = await gym.list_tasks()``."""
+    """``async with GenvClient(base_url, gym_id) as gym: tasks = await gym.list_tasks()``. ``token``: the gym's
+    bearer token (None: ``CUA_GYM_TOKEN`` / ``CUA_GYM_TOKEN_FILE``; "": none)."""
 
     def __init__(self, base_url: str, gym_id: str, *, timeouts: GenvTimeouts | None = None,
                  retry: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
+                 max_reply_bytes: int = MAX_REPLY_BYTES, token: str | None = None) -> None:
         if not base_url:
             raise ValueError("GenvClient needs a gym base URL")
         if not gym_id:
@@ -67,7 +71,8 @@ class GenvClient:
         self.max_reply_bytes = max_reply_bytes
         t = self.timeouts
         self._http = async_client(
-            timeout=httpx.Timeout(t.read, connect=t.connect), transport=transport)
+            timeout=httpx.Timeout(t.read, connect=t.connect), transport=transport,
+            headers=bearer(token_from_env(GYM_TOKEN) if token is None else token))
 
     async def __aenter__(self) -> "GenvClient":
         return self
@@ -203,7 +208,7 @@ class GenvClient:
     async def terminate(self, execution_id: str) -> dict:
         """Release the execution; retried like a read (see the module docstring). The gym's TTL reaper is
         the last backstop. A 404 (already gone, e.g. after a retry whose first try did land) raises."""
-        body = await self._json("POST", self._url("executions", execution_id, "terminate"), idempotent=True)
+        body = await self._json("POST", self._url("executions", execution_id, "terminate"), idempotent=True, json={})
         logger.info("terminated execution %s", execution_id)
         return body if isinstance(body, dict) else {"value": body}
 

@@ -49,6 +49,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from ..http.auth import GYM_TOKEN, bearer, token_from_env
 from ..http.client import async_client
 from ..http.input import parse_json
 from ..http.retry import AnswerRefused, send_with_retry
@@ -371,7 +372,8 @@ class Fleet:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = async_client(timeout=httpx.Timeout(self.timeout_s), transport=self._transport)
+            self._client = async_client(timeout=httpx.Timeout(self.timeout_s), transport=self._transport,
+                                        headers=bearer(token_from_env(GYM_TOKEN)))   # /capacity needs the token
         return self._client
 
     async def _get(self, url: str) -> httpx.Response:

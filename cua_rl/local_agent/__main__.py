@@ -1,4 +1,9 @@
-"""``cua-agent serve --host 127.0.0.1 --port 3000`` (also ``python -m cua_rl.local_agent serve``)."""
+"""``cua-agent serve --host 127.0.0.1 --port 3000`` (also ``python -m cua_rl.local_agent serve``).
+
+A bearer token comes from ``--token-file FILE``, ``CUA_AGENT_TOKEN`` or ``CUA_AGENT_TOKEN_FILE``; an address other than
+loopback without one is refused unless ``--insecure-no-token`` (cua_rl/http/auth.py, docs/security.md). The gyms its
+runs drive get ``CUA_GYM_TOKEN`` (or ``CUA_GYM_TOKEN_FILE``'s) from its environment.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import sys
 from .formats import format_names
 from .runner import AgentSettings
 
+from cua_rl.http.auth import AGENT_TOKEN, TokenError, exposure_error, insecure_warning, read_token_file, token_from_env
 from cua_rl.logs import setup_logging
 
 
@@ -27,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-concurrent-runs", type=int, default=AgentSettings.max_concurrent_runs)
     serve.add_argument("--no-token-hints", action="store_true",
                        help="do not ask the model endpoint for logprobs / return_token_ids")
+    serve.add_argument("--token-file", default=None, metavar="FILE",
+                       help=f"a file holding the bearer token every route but /health needs (else ${AGENT_TOKEN}, "
+                            f"or the file ${AGENT_TOKEN}_FILE names); needed on an address other than loopback")
+    serve.add_argument("--insecure-no-token", action="store_true",
+                       help="serve on an address other than loopback without a token: anyone who reaches it can "
+                            "start, read and cancel runs")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -42,12 +54,23 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < low:
             print(f"cua-agent: --{name.replace('_', '-')} must be >= {low}", file=sys.stderr)
             return 2
+    try:
+        token = read_token_file(args.token_file) if args.token_file else token_from_env(AGENT_TOKEN)
+    except TokenError as exc:
+        print(f"cua-agent: {exc}", file=sys.stderr)
+        return 2
+    refused = exposure_error("cua-agent", args.host, token, args.insecure_no_token, AGENT_TOKEN)
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
+    if args.insecure_no_token and not token:
+        logging.getLogger(__name__).warning(insecure_warning("cua-agent", args.host))
     settings = AgentSettings(history_images=args.history_images, max_invalid_turns=args.max_invalid_turns,
                              max_run_time_s=args.max_run_time, max_concurrent_runs=args.max_concurrent_runs,
                              send_token_hints=not args.no_token_hints)
     logging.getLogger(__name__).info("agent service on http://%s:%d (agents: %s)", args.host, args.port,
                                      ", ".join(format_names()))
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(create_app(settings, token=token), host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 

@@ -69,6 +69,8 @@ class RunRecord:
     screenshots: dict[str, str] = field(default_factory=dict)   # name -> data URL
     cancel_requested: bool = False
     resume_points: list[ResumePoint] = field(default_factory=list, repr=False)   # one per finished step
+    # SHA-256 of the model key the run was started with (b"": none): a continuation (startFrom) must show that key
+    key_digest: bytes = field(default=b"", repr=False)
     _event_times: list[datetime] = field(default_factory=list, repr=False)
 
     # -- events --------------------------------------------------------------------------------------

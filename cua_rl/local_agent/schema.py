@@ -106,10 +106,14 @@ class Sampling(BaseModel):
 
 class StartFrom(_Model):
     """``startFrom``: continue the episode of another run of this service after its first ``steps`` steps (a
-    continuation on a forked execution: docs/local_agent.md, "Starting from another run's history")."""
+    continuation on a forked execution: docs/local_agent.md, "Starting from another run's history"). ``apiKey``:
+    the model key the parent run was started with, when the continuation's own ``model.apiKey`` is another (a
+    policy endpoint's key per episode); a continuation that shows neither is refused (the parent's screenshots,
+    replies and task would reach a stranger's model)."""
 
     run_id: str = Field(alias="runId", min_length=1, max_length=128)
     steps: int = Field(ge=1, le=MAX_STEPS)
+    api_key: SecretStr | None = Field(default=None, alias="apiKey")
 
     @field_validator("run_id")
     @classmethod
@@ -165,4 +169,6 @@ class RunRequest(_Model):
         data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
         if self.model.api_key is not None:
             data["model"]["apiKey"] = "***"
+        if self.start_from is not None and self.start_from.api_key is not None:
+            data["startFrom"]["apiKey"] = "***"
         return data

@@ -4,6 +4,10 @@
 the other endpoints read that run's record. ``POST /runs/{id}/cancel`` ends a run (``run_end`` with reason
 ``cancelled``). Finished runs stay readable until ``keep_finished_runs``/``finished_ttl_s`` push them out.
 
+With a ``token`` every route but ``/health`` needs it, and state changes are JSON only (cua_rl/http/auth.py); the
+service sends the gym token (``gym_token``, else ``CUA_GYM_TOKEN``) to the gyms its runs drive. A continuation
+(``startFrom``) must show the model key its parent run was started with.
+
 In-process use (tests, the embedded launcher)::
 
     handle = start_agent_server()          # 127.0.0.1, a free port
@@ -14,6 +18,8 @@ In-process use (tests, the embedded launcher)::
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import time
 import uuid
@@ -28,6 +34,7 @@ from fastapi.responses import JSONResponse
 
 from ..http.serve import ServedApp, serve_app_in_thread
 from ..genv import GenvClient
+from ..http.auth import AGENT_TOKEN, exposure_error, protect
 from ..http.input import MiB, limit_body
 from .formats import format_names
 from .record import ResumePoint, RunRecord, parse_time
@@ -46,8 +53,9 @@ FEATURES = ("startFrom",)
 class RunManager:
     """All runs of one service instance. Lives on the server's event loop."""
 
-    def __init__(self, settings: AgentSettings) -> None:
+    def __init__(self, settings: AgentSettings, gym_token: str | None = None) -> None:
         self.settings = settings
+        self.gym_token = gym_token   # None: GenvClient's own (CUA_GYM_TOKEN)
         self.runs: dict[str, RunRecord] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.hints_supported: dict[str, bool] = {}
@@ -82,12 +90,13 @@ class RunManager:
         start = self._resume_point(request)
         self._prune()
         run_id = uuid.uuid4().hex
-        record = RunRecord(run_id=run_id, request=request.redacted(), agent=request.agent)
+        record = RunRecord(run_id=run_id, request=request.redacted(), agent=request.agent,
+                           key_digest=_digest(request.model.api_key))
         self.runs[run_id] = record
         assert self.http is not None, "RunManager.open() was not awaited"
         key = (request.env.gym_base_url, request.env.gym_id)
         if key not in self.gyms:
-            self.gyms[key] = GenvClient(*key, retry=self.settings.gym_retry)
+            self.gyms[key] = GenvClient(*key, retry=self.settings.gym_retry, token=self.gym_token)
         run = AgentRun(record, request, self.settings, self.http, self.gyms[key], self.hints_supported, start)
         task = asyncio.create_task(run.run(), name=f"agent-run-{run_id}")
         self.tasks[run_id] = task
@@ -99,7 +108,8 @@ class RunManager:
     def _resume_point(self, request: RunRequest) -> ResumePoint | None:
         """Where ``startFrom`` continues: the parent run's state after its first ``steps`` steps, refused (422, the
         field named) when this service has no such run or it has not finished that many steps yet, or when the
-        continuation would build other prompts than the parent's (another task, prompt format or history size)."""
+        continuation would build other prompts than the parent's (another task, prompt format or history size);
+        403 when it does not show the parent's model key (``owns``)."""
         start = request.start_from
         if start is None:
             return None
@@ -108,6 +118,7 @@ class RunManager:
             raise HTTPException(422, f"startFrom.runId: no run {start.run_id} on this agent service (finished runs "
                                      f"are kept {self.settings.finished_ttl_s:g} s; a continuation starts from a run "
                                      f"of the same service)")
+        owns(parent, request)
         if len(parent.resume_points) < start.steps:
             raise HTTPException(422, f"startFrom.steps: run {start.run_id} has finished "
                                      f"{len(parent.resume_points)} steps that can be continued, not {start.steps}")
@@ -146,6 +157,25 @@ class RunManager:
             del self.runs[record.run_id]
 
 
+def _digest(key) -> bytes:
+    """SHA-256 of a model key (a ``SecretStr``), b"" for none: what a run keeps to know its owner."""
+    return b"" if key is None else hashlib.sha256(key.get_secret_value().encode()).digest()
+
+
+def owns(parent: RunRecord, request: RunRequest) -> None:
+    """403 unless ``request`` shows the model key ``parent`` was started with (``startFrom.apiKey``, else its own
+    ``model.apiKey``): a continuation hands the parent's screenshots, replies and task to its own model, so only
+    whoever started the parent may ask for one. A parent started without a key can be continued by nobody."""
+    start = request.start_from
+    shown = start.api_key if start is not None and start.api_key is not None else request.model.api_key
+    if not parent.key_digest:
+        raise HTTPException(403, f"startFrom: run {parent.run_id} was started without model.apiKey, so no "
+                                 f"continuation can show it started it; it cannot be continued")
+    if not hmac.compare_digest(_digest(shown), parent.key_digest):
+        raise HTTPException(403, f"startFrom: run {parent.run_id} was started with another model key; a "
+                                 f"continuation must show its parent's key (startFrom.apiKey, or model.apiKey)")
+
+
 def _absolute(request: Request, value: Any) -> Any:
     """Screenshot paths in steps are stored relative; callers get URLs on this server."""
     base = str(request.base_url).rstrip("/")
@@ -174,9 +204,11 @@ async def _invalid_payload(_request: Request, exc: RequestValidationError) -> JS
     return JSONResponse({"detail": errors}, status_code=422)
 
 
-def create_app(settings: AgentSettings | None = None) -> FastAPI:
-    """The FastAPI app; one :class:`RunManager` per app."""
-    manager = RunManager(settings or AgentSettings())
+def create_app(settings: AgentSettings | None = None, *, token: str | None = None,
+               gym_token: str | None = None) -> FastAPI:
+    """The FastAPI app; one :class:`RunManager` per app. ``token``: the bearer token every route but ``/health``
+    needs (None: none, for a service on loopback); ``gym_token``: what it sends to gyms (None: ``CUA_GYM_TOKEN``)."""
+    manager = RunManager(settings or AgentSettings(), gym_token)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -257,14 +289,21 @@ def create_app(settings: AgentSettings | None = None) -> FastAPI:
         data, media = found
         return Response(content=data, media_type=media)
 
+    protect(app, token)   # last: outside the body limit, so a stranger's body is never read
     return app
 
 
 def start_agent_server(host: str = "127.0.0.1", port: int = 0, settings: AgentSettings | None = None,
-                       *, log_level: str = "warning") -> ServedApp:
+                       *, log_level: str = "warning", token: str | None = None,
+                       gym_token: str | None = None) -> ServedApp:
     """Serve the agent API on a background thread; returns a handle with ``.url`` and ``.stop()``.
 
     ``port=0`` picks a free port. ``stop()`` cancels running runs (each gets its ``run_end``) and frees
-    the port. Also usable as a context manager: ``with start_agent_server() as agent: ...``.
+    the port. Also usable as a context manager: ``with start_agent_server() as agent: ...``. ``token`` and
+    ``gym_token``: as ``create_app``'s; an address other than loopback needs a ``token`` (ValueError otherwise).
     """
-    return serve_app_in_thread(create_app(settings), host, port, log_level=log_level)
+    refused = exposure_error("start_agent_server", host, token, False, AGENT_TOKEN)
+    if refused:
+        raise ValueError(refused)
+    return serve_app_in_thread(create_app(settings, token=token, gym_token=gym_token), host, port,
+                               log_level=log_level)

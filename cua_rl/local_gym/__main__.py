@@ -3,6 +3,8 @@
 ``--gym-id miniwob`` serves the MiniWoB++ suite on browser desktops (``--suite`` names it explicitly).
 ``cua-gym suite keyboard --target desktop --out DIR`` writes the keyboard suite's task files (``keyboard_suite.py``)
 for ``serve --tasks-dir DIR``.
+``serve`` takes a bearer token from ``--token-file FILE``, ``CUA_GYM_TOKEN`` or ``CUA_GYM_TOKEN_FILE``, and refuses an
+address other than loopback without one unless ``--insecure-no-token`` (cua_rl/http/auth.py, docs/security.md).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 
 import uvicorn
 
+from cua_rl.http.auth import GYM_TOKEN, TokenError, exposure_error, insecure_warning, read_token_file, token_from_env
 from cua_rl.http.serve import KEEP_ALIVE_S, DrainingServer
 from cua_rl.logs import setup_logging
 
@@ -59,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--fork-wait", type=float, default=5.0,
                    help="seconds a fork's child may take to show each screen of the parent's it replays, and to have "
                         "the parent's task state, before the fork is refused with 409 (docs/local_gym.md, Forks)")
+    s.add_argument("--token-file", default=None, metavar="FILE",
+                   help=f"a file holding the bearer token every route but /health needs (else ${GYM_TOKEN}, or the "
+                        f"file ${GYM_TOKEN}_FILE names); needed on an address other than loopback")
+    s.add_argument("--insecure-no-token", action="store_true",
+                   help="serve on an address other than loopback without a token: anyone who reaches it can use "
+                        "every execution")
     s.add_argument("--log-level", default="info")
     l = sub.add_parser("list", help="print the tasks and exit")
     l.add_argument("--tasks-dir", default=None)
@@ -98,6 +107,17 @@ def main(argv: list[str] | None = None) -> int:
                   "other", file=sys.stderr)
             return 2
         args.reuse_browsers = 0
+    try:
+        token = read_token_file(args.token_file) if args.token_file else token_from_env(GYM_TOKEN)
+    except TokenError as exc:
+        print(f"cua-gym: {exc}", file=sys.stderr)
+        return 2
+    refused = exposure_error("cua-gym", args.host, token, args.insecure_no_token, GYM_TOKEN)
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
+    if args.insecure_no_token and not token:
+        logging.getLogger("cua_rl.local_gym").warning(insecure_warning("cua-gym", args.host))
     private_namespace()   # before any thread: the desktops' HOME mounts end with this process (mounts.py)
     try:   # bad options (GymOptions' checks, a bad task file) are a message, not a traceback
         opts = GymOptions(gym_id=args.gym_id, suite=args.suite, width=args.width, height=args.height,
@@ -107,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                           miniwob_time_limit_s=args.miniwob_time_limit, reuse_browsers=args.reuse_browsers,
                           restart_in_page=args.restart_in_page, live_view_host=args.live_view_host,
                           evaluate_timeout_s=args.evaluate_timeout, fork_wait_s=args.fork_wait)
-        app = create_app(opts)
+        app = create_app(opts, token=token)
     except ValueError as exc:   # a bad option or task file: say which and why, no traceback
         print(f"cua-gym: {exc}", file=sys.stderr)
         return 2

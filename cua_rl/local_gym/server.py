@@ -3,6 +3,7 @@ calls one method; ``GymError`` becomes its HTTP status with ``{"detail": ...}``.
 
 ``start_gym_server(host, port, **options)`` runs it in-process (tests, the embedded launcher) and returns a
 handle with ``.url``, ``.gym_id``, ``.manager`` and ``.stop()``; ``cua-gym serve`` runs it in the foreground.
+With a ``token`` every route but ``/health`` needs it, and state changes are JSON only (cua_rl/http/auth.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from ..http.hangup import ClientGone, unless_client_leaves
+from ..http.auth import GYM_TOKEN, exposure_error, protect
 from ..http.serve import ServedApp, serve_app_in_thread
 from ..http.input import MiB, BadJSON, limit_body, parse_json
 from .env import GymError, LocalGym
@@ -29,8 +31,10 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1 * MiB
 
 
-def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) -> FastAPI:
-    """The genv routes over one ``LocalGym`` (started and closed with the app)."""
+def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None, *,
+               token: str | None = None) -> FastAPI:
+    """The genv routes over one ``LocalGym`` (started and closed with the app); ``token``: the bearer token
+    every route but ``/health`` needs (None: none, for a gym on loopback)."""
     gym = LocalGym(options, tasks)
 
     @contextlib.asynccontextmanager
@@ -178,6 +182,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         check_gym(gym_id)
         return await gym.terminate(eid)
 
+    protect(app, token)   # last: outside the body limit, so a stranger's body is never read
     return app
 
 
@@ -215,9 +220,14 @@ def make_options(**opts) -> GymOptions:
     return GymOptions(**opts)
 
 
-def start_gym_server(host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning", **opts) -> GymServer:
-    """Start the gym on ``host:port`` (0 = a free port) in a background thread; ``opts`` are ``GymOptions``."""
+def start_gym_server(host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning", token: str | None = None,
+                     **opts) -> GymServer:
+    """Start the gym on ``host:port`` (0 = a free port) in a background thread; ``opts`` are ``GymOptions``.
+    ``token``: what its clients must send (needed on an address other than loopback: ValueError otherwise)."""
+    refused = exposure_error("start_gym_server", host, token, False, GYM_TOKEN)
+    if refused:
+        raise ValueError(refused)
     options = make_options(**opts)
-    app = create_app(options)
+    app = create_app(options, token=token)
     served = serve_app_in_thread(app, host, port, log_level=log_level)
     return GymServer(served=served, gym_id=options.gym_id, app=app)

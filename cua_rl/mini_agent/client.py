@@ -6,6 +6,8 @@ sent once (a retry could start two agents on one execution). ``wait`` never rais
 it returns a ``RunResult`` with the reason, keeping every event seen, and cancels the run on timeout.
 A reply is read up to ``MAX_REPLY_BYTES``, asked for uncompressed and refused undecoded when it comes
 compressed all the same (``http.retry._bounded``: a few hundred bytes of stacked gzip decode to gigabytes).
+Every request carries the service's bearer token when there is one (``token``, else ``CUA_AGENT_TOKEN`` or the file
+``CUA_AGENT_TOKEN_FILE`` names: cua_rl/http/auth.py), and every POST says ``Content-Type: application/json``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ..http.auth import AGENT_TOKEN, bearer, token_from_env
 from ..http.client import async_client
 from ..http.input import MiB
 from ..http.retry import AnswerRefused, RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
@@ -46,15 +49,17 @@ def _unwrap_list(body: Any, key: str) -> list:
 
 
 class MiniAgentClient:
-    """``async with MiniAgentClient(url) as agent: result = await agent.run(request, timeout_s=600)``."""
+    """``async with MiniAgentClient(url) as agent: result = await agent.run(request, timeout_s=600)``. ``token``:
+    the service's bearer token (None: ``CUA_AGENT_TOKEN`` / ``CUA_AGENT_TOKEN_FILE``; "": none)."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 30.0, retry: RetryPolicy | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, token: str | None = None) -> None:
         if not base_url:
             raise ValueError("MiniAgentClient needs a base URL")
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy(attempts=5, backoff_s=0.5, max_backoff_s=4.0)
-        self._http = async_client(timeout=timeout_s, transport=transport)
+        self._http = async_client(timeout=timeout_s, transport=transport,
+                                  headers=bearer(token_from_env(AGENT_TOKEN) if token is None else token))
 
     async def __aenter__(self) -> "MiniAgentClient":
         return self
@@ -97,10 +102,13 @@ class MiniAgentClient:
                 lambda: self._call("POST", "/runs", idempotent=False, json=request.to_payload()),
                 nothing_done=never_sent, budget_s=unreachable_wait_s,
                 what=f"starting an agent run on execution {request.env.execution_id}")
-        except MiniAgentError as exc:  # a 422 may echo the body back, api key included
-            key = request.model.api_key
-            if key and key in exc.detail:
-                raise MiniAgentError(exc.detail.replace(key, "***"), exc.status_code) from None
+        except MiniAgentError as exc:  # a 422 may echo the body back, api keys included
+            keys = [k for k in (request.model.api_key, request.start_from and request.start_from.api_key) if k]
+            if any(k in exc.detail for k in keys):
+                detail = exc.detail
+                for key in keys:
+                    detail = detail.replace(key, "***")
+                raise MiniAgentError(detail, exc.status_code) from None
             raise
         run_id = body.get("runId") if isinstance(body, dict) else None
         if not isinstance(run_id, str) or not run_id:
@@ -137,7 +145,8 @@ class MiniAgentClient:
 
     async def cancel(self, run_id: str) -> None:
         """``POST /runs/{id}/cancel``; cancelling twice is harmless, so it is retried. 404 = already gone."""
-        body = await self._call("POST", self._run_path(run_id, "cancel"), idempotent=True, none_on_404=True)
+        body = await self._call("POST", self._run_path(run_id, "cancel"), idempotent=True, none_on_404=True,
+                                json={})
         logger.info("agent run %s cancel requested (%s)", run_id, "unknown run" if body is None else "ok")
 
     async def _safe_cancel(self, run_id: str, errors: list[str]) -> None:

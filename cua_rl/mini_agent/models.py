@@ -72,17 +72,23 @@ class Sampling:
 @dataclass(frozen=True)
 class StartFrom:
     """Continue run ``run_id``'s episode after its first ``steps`` steps (a continuation on a forked execution:
-    the run's first step is ``steps + 1``, its prompt history the parent's). Our agent service's extension."""
+    the run's first step is ``steps + 1``, its prompt history the parent's). Our agent service's extension.
+    ``api_key``: the model key the parent run was started with, the proof that the caller started it (the
+    service refuses a continuation without it unless its own model key is the parent's)."""
 
     run_id: str
     steps: int
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.run_id or self.steps < 1:
             raise ValueError(f"StartFrom needs a run id and steps >= 1, got {self.run_id!r}, {self.steps}")
 
-    def to_payload(self) -> dict:
-        return {"runId": self.run_id, "steps": self.steps}
+    def to_payload(self, *, redact: bool = False) -> dict:
+        payload: dict[str, Any] = {"runId": self.run_id, "steps": self.steps}
+        if self.api_key:
+            payload["apiKey"] = "***" if redact else self.api_key
+        return payload
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,7 @@ class RunRequest:
         if self.sampling and self.sampling.to_payload():
             payload["sampling"] = self.sampling.to_payload()
         if self.start_from is not None:
-            payload["startFrom"] = self.start_from.to_payload()
+            payload["startFrom"] = self.start_from.to_payload(redact=redact)
         payload.update(self.extra)
         return payload
 

@@ -135,33 +135,42 @@ def _clear_name_records(config) -> None:
                                                 trial_name=config.trial_name))
 
 
-def _start_embedded(config, stack: contextlib.ExitStack) -> list[str]:
-    """Gym + agent service in this process; returns the overrides that point training at them."""
+def _start_embedded(config, stack: contextlib.ExitStack, env: dict[str, str]) -> list[str]:
+    """Gym + agent service in this process; returns the overrides that point training at them. Each gets a fresh
+    random token for this run, handed to the trainer's clients through ``env`` (``CUA_GYM_TOKEN``,
+    ``CUA_AGENT_TOKEN``) and to the agent service's gym client directly: never a command line or a file."""
+    from cua_rl.http.auth import AGENT_TOKEN, GYM_TOKEN, new_token
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.local_gym.server import start_gym_server
 
     emb = config.embedded
     t0 = time.monotonic()
     tasks_dir = os.path.abspath(os.path.expanduser(emb.tasks_dir)) if emb.tasks_dir else None
+    gym_token, agent_token = new_token(), new_token()
     gym = start_gym_server(emb.host, emb.gym_port, gym_id=config.embedded_gym_id, pool_size=emb.num_desktops,
                            tasks_dir=tasks_dir, extra_tasks=config.custom_tasks(),
                            reuse_browsers=emb.reuse_browsers, restart_in_page=emb.restart_in_page,
-                           fault_rate=emb.fault_rate)
+                           fault_rate=emb.fault_rate, token=gym_token)
     stack.callback(gym.stop)
-    agent = start_agent_server(emb.host, emb.agent_port)
+    agent = start_agent_server(emb.host, emb.agent_port, token=agent_token, gym_token=gym_token)
     stack.callback(agent.stop)
+    env[GYM_TOKEN], env[AGENT_TOKEN] = gym_token, agent_token
     logger.info("embedded gym at %s (gym id %s), agent service at %s (%.1fs)", gym.url, gym.gym_id, agent.url,
                 time.monotonic() - t0)
     return [f"gym_base_url={gym.url}", f"gym_id={gym.gym_id}", f"gbox_mini_agent_base_url={agent.url}"]
 
 
-def _start_embedded_agent(config, stack: contextlib.ExitStack) -> list[str]:
+def _start_embedded_agent(config, stack: contextlib.ExitStack, env: dict[str, str]) -> list[str]:
     """``--agent embedded`` with a gym of the user's: our agent service in this process (beside the policy
-    endpoint, so on loopback), playing the tasks of the gym at ``gym_base_url``."""
+    endpoint, so on loopback), playing the tasks of the gym at ``gym_base_url`` (with the user's ``CUA_GYM_TOKEN``,
+    if any); a fresh token of its own reaches the trainer's clients through ``env``."""
+    from cua_rl.http.auth import AGENT_TOKEN, new_token
     from cua_rl.local_agent.server import start_agent_server
 
-    agent = start_agent_server(config.embedded.host, config.embedded.agent_port)
+    token = new_token()
+    agent = start_agent_server(config.embedded.host, config.embedded.agent_port, token=token)
     stack.callback(agent.stop)
+    env[AGENT_TOKEN] = token
     logger.info("embedded agent service at %s, playing the tasks of the gym at %s", agent.url, config.gym_base_url)
     return [f"gbox_mini_agent_base_url={agent.url}"]
 
@@ -367,6 +376,9 @@ def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> 
         print(f"  {cli.mask(arg)}")
     if "PROJECT_TOKEN" in request.environ:
         print("environment: PROJECT_TOKEN=**** (the monitor token; never an override)")
+    for name in ("CUA_GYM_TOKEN", "CUA_AGENT_TOKEN"):
+        if os.environ.get(name) or os.environ.get(f"{name}_FILE"):
+            print(f"environment: {name}=**** (sent to the {name.split('_')[1].lower()} service; never an override)")
     if config.embedded_enabled:
         print(f"preflight: {_preflight_line(config)}")
     from cua_rl.run.estimate import of_config
@@ -480,10 +492,10 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
                 start = Path(model)
                 logger.info("training from the SFT warm start %s", model)
             if config.embedded_enabled:
-                overrides += _start_embedded(config, stack)
+                overrides += _start_embedded(config, stack, env)
                 overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
             elif config.agent_service == "embedded":
-                overrides += _start_embedded_agent(config, stack)
+                overrides += _start_embedded_agent(config, stack, env)
             cmd = [sys.executable, "-m", "cua_rl.train", "--config", config_file, *overrides]
             logger.info("starting the trainer: python -m cua_rl.train --config %s ...", config_file)
             rc, stopped_by = _run_trainer(cmd, env, paths.logs / "train.log", config.total_train_steps, early)

@@ -12,8 +12,8 @@ has decided the run.
 The environment is the one thing a running interpreter cannot take back: a module may read a variable when
 it is imported. So the early process gets the environment the launcher predicts (``predicted_env``: its own,
 the ``.env`` values, vLLM's CPU variables and the offline Hub switches of a CPU run), and the hand-over
-carries only variables that nothing reads at import (``LATE_ENV``: the embedded monitor's token). Variables
-that the imports themselves set (swanlab's and others', seen in the launcher's own environment) are set in
+carries only variables that nothing reads at import (``LATE_ENV``: the embedded monitor's, gym's and agent's
+tokens). Variables that the imports themselves set (swanlab's and others', seen in the launcher's own environment) are set in
 the early process by the same imports. Any other difference, or an early process that died, makes
 ``hand_over`` discard it and return None: the launcher then starts the trainer the ordinary way. Closing the launcher's end without a hand-over (the launcher failed or
 was killed) makes the early process exit quietly.
@@ -32,8 +32,9 @@ from pathlib import Path
 logger = logging.getLogger("cua_rl.run.launch")
 
 FLAG = "--from-launcher"
-# Variables the trainer reads only after its hand-over (cua_rl.train main: resolve_project_token).
-LATE_ENV = frozenset({"PROJECT_TOKEN"})
+# Variables the trainer reads only after its hand-over (cua_rl.train main: resolve_project_token; the gym and agent
+# clients read their tokens when they are made, per episode)
+LATE_ENV = frozenset({"PROJECT_TOKEN", "CUA_GYM_TOKEN", "CUA_AGENT_TOKEN"})
 # Set to "1" for a run that needs no Hugging Face Hub (launch._hub_access decides; predicted here)
 HUB_OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 

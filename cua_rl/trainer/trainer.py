@@ -50,8 +50,14 @@ def ray_gyms(config):
     their URLs ([] when off); call it once AReaL's workers are placed. They are ended when this context ends:
     enter it before the ``Trainer``, so AReaL's close ends the rollout workers (the next step's episodes still
     play on these gyms at the end of a run) before their gyms go. Ended first, the gyms were drained by the
-    rollout worker's fleet as failed hosts and a group was dropped and played again during the close."""
+    rollout worker's fleet as failed hosts and a group was dropped and played again during the close. On entry
+    (before the trainer joins the Ray cluster, whose job-wide environment carries it to every worker) the run's gym
+    token is made when the user gave none: the Ray gyms serve on their nodes' addresses."""
     started = []
+    if config.gym_fleet.ray_gyms.enabled:
+        from cua_rl.areal_ext.ray_gyms import ensure_gym_token
+
+        ensure_gym_token()
 
     def start() -> list[str]:
         if not config.gym_fleet.ray_gyms.enabled:

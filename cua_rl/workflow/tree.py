@@ -219,8 +219,8 @@ class TreePlayer:
                 if hold is None or not await _arrives(hold, play, self.setup.limits.max_task_time_seconds):
                     break
                 path.recorded_at_fork[turn] = len(held["episode"].turns)
-                kids = await self._fork(gym, execution, run_id.result(), turn,
-                                        report.uuid if report is not None else None)
+                kids = await self._fork(gym, execution, StartFrom(run_id.result(), turn - 1, held["episode"].key),
+                                        turn, report.uuid if report is not None else None)
                 if kids:
                     path.branches.append((turn, [kid for kid, _ in kids]))
                     children += [task for _, task in kids]
@@ -237,9 +237,10 @@ class TreePlayer:
             if stray:
                 await asyncio.gather(*stray, return_exceptions=True)
 
-    async def _fork(self, gym: GenvClient, execution, parent_run: str, turn: int, parent: str | None):
-        """The forked children of ``execution`` before ``turn`` and the tasks playing them; [] when the gym
-        refused the fork or had no room for it within ``tree.fork_wait_seconds`` (no branch, counted)."""
+    async def _fork(self, gym: GenvClient, execution, start: StartFrom, turn: int, parent: str | None):
+        """The forked children of ``execution`` before ``turn`` and the tasks playing them, each continuing the
+        parent's run from ``start`` (its run, steps and model key); [] when the gym refused the fork or had no
+        room for it within ``tree.fork_wait_seconds`` (no branch, counted)."""
         try:
             fork = await gym.fork(execution.execution_id, self.tree.branches, busy_wait_s=self.tree.fork_wait_seconds)
         except GenvError as exc:
@@ -255,8 +256,7 @@ class TreePlayer:
             if child.instruction is None:   # the continuation must be told its parent's task, word for word
                 child = dataclasses.replace(child, instruction=execution.instruction)
             kid = PlayedPath(turn, self._index())
-            out.append((kid, asyncio.create_task(self._child(gym, kid, child, StartFrom(parent_run, turn - 1),
-                                                             parent))))
+            out.append((kid, asyncio.create_task(self._child(gym, kid, child, start, parent))))
         return out
 
 

@@ -46,10 +46,12 @@ CASES = [
     Case("non-JSON body", "POST", "/runs", content=b"task=open", headers=JSON, status=422, says="JSON"),
     Case("empty body", "POST", "/runs", content=b"", headers=JSON, status=422, says="body"),
     Case("array body", "POST", "/runs", json=[GOOD], status=422, says="dictionary"),
+    # what a web page can send cross-origin without a CORS preflight (issue 80): refused as not JSON
     Case("text/plain JSON", "POST", "/runs", content=json_bytes(GOOD), headers={"Content-Type": "text/plain"},
-         status=422),
+         status=415, says="application/json"),
     Case("form body", "POST", "/runs", content=b"task=x&agent=mai-ui",
-         headers={"Content-Type": "application/x-www-form-urlencoded"}, status=422),
+         headers={"Content-Type": "application/x-www-form-urlencoded"}, status=415),
+    Case("cancel without a body or type", "POST", "/runs/{run_id}/cancel", status=415),
     Case("deep JSON", "POST", "/runs", content=nested(100_000), headers=JSON),
     Case("deep JSON in sampling", "POST", "/runs",
          content=json_bytes(payload())[:-1] + b', "sampling": {"stop": ' + nested(500) + b"}}", headers=JSON,
@@ -100,8 +102,8 @@ CASES = [
     Case("step index negative", "GET", "/runs/{run_id}/steps/-1", status=404),
     Case("step index overflow", "GET", "/runs/{run_id}/steps/" + "9" * 40, status=404),
     Case("screenshot traversal", "GET", "/runs/{run_id}/screenshots/..%2F..%2F..%2Fetc%2Fpasswd", status=404),
-    Case("cancel unknown", "POST", "/runs/nope/cancel", status=404),
-    Case("wrong method", "DELETE", "/runs", status=405),
+    Case("cancel unknown", "POST", "/runs/nope/cancel", json={}, status=404),
+    Case("wrong method", "DELETE", "/runs", headers=JSON, status=405),
 ]
 
 

@@ -1,5 +1,6 @@
 """The embedded gym refuses every request of its malformed-request corpus with a clear 4xx, creates no
-execution or desktop for any of them, leaves the running execution usable and stays healthy (issue 16)."""
+execution or desktop for any of them, leaves the running execution usable and stays healthy (issue 16); the
+corpus holds what a web page can send cross-origin without a preflight, which state changes refuse (issue 80)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ pytestmark = pytest.mark.desktop
 G = "/api/v1/desktop"
 E = G + "/executions/{eid}"
 JSON = {"Content-Type": "application/json"}
+TEXT = {"Content-Type": "text/plain;charset=UTF-8"}   # what fetch() sends with a string body
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 def act(name, action, says="", status=None):
@@ -31,13 +34,11 @@ CASES = [
     Case("act on unknown", "POST", G + "/executions/nope/actions", json={"action": {"type": "wait", "ms": 1}},
          status=404),
     Case("evaluate unknown", "POST", G + "/executions/nope/evaluate", json={}, status=404),
-    Case("terminate unknown", "POST", G + "/executions/nope/terminate", status=404),
-    Case("terminate %2F id", "POST", G + "/executions/{eid}%2F..%2Fnope/terminate", status=404),
-    Case("wrong method", "DELETE", G + "/tasks/001", status=405),
+    Case("terminate unknown", "POST", G + "/executions/nope/terminate", json={}, status=404),
+    Case("terminate %2F id", "POST", G + "/executions/{eid}%2F..%2Fnope/terminate", json={}, status=404),
+    Case("wrong method", "DELETE", G + "/tasks/001", headers=JSON, status=405),
     # create-execution bodies
-    Case("create non-JSON", "POST", G + "/tasks/001", content=b"seed=7", says="not valid JSON"),
-    Case("create form content type", "POST", G + "/tasks/001", content=b"options=1",
-         headers={"Content-Type": "application/x-www-form-urlencoded"}, status=422),
+    Case("create non-JSON", "POST", G + "/tasks/001", content=b"seed=7", headers=JSON, says="not valid JSON"),
     Case("create array body", "POST", G + "/tasks/001", json=[1, 2], says="JSON object"),
     Case("create null body", "POST", G + "/tasks/001", content=b"null", headers=JSON, status=422, says="not null"),
     Case("create options string", "POST", G + "/tasks/001", json={"options": "seed=7"}, says="options"),
@@ -58,8 +59,8 @@ CASES = [
     Case("screenshot quality text", "GET", E + "/screenshot?quality=high", status=422, says="quality"),
     Case("screenshot quality overflow", "GET", E + "/screenshot?quality=" + "9" * 40, status=422),
     # actions
-    Case("act non-JSON", "POST", E + "/actions", content=b"click 0.5 0.5", says="not valid JSON"),
-    Case("act empty body", "POST", E + "/actions", content=b"", says="action"),
+    Case("act non-JSON", "POST", E + "/actions", content=b"click 0.5 0.5", headers=JSON, says="not valid JSON"),
+    Case("act empty body", "POST", E + "/actions", content=b"", headers=JSON, says="action"),
     Case("act array body", "POST", E + "/actions", json=[{"type": "wait"}], says="action"),
     Case("act deep JSON", "POST", E + "/actions", content=b'{"action": ' + nested(5000) + b"}", headers=JSON,
          says="deep"),
@@ -93,9 +94,22 @@ CASES = [
     Case("fork array body", "POST", E + "/fork", json=[2], status=422, says="JSON object"),
     Case("fork unknown field", "POST", E + "/fork", json={"count": 1, "depth": 3}, status=422, says="unknown fork"),
     # evaluate bodies
-    Case("evaluate non-JSON", "POST", E + "/evaluate", content=b"answer=42", says="not valid JSON"),
+    Case("evaluate non-JSON", "POST", E + "/evaluate", content=b"answer=42", headers=JSON, says="not valid JSON"),
     Case("evaluate array body", "POST", E + "/evaluate", json=["answer"], says="object"),
     Case("evaluate deep JSON", "POST", E + "/evaluate", content=nested(100_000), headers=JSON, says="deep"),
+    # what a web page open in a researcher's browser can send to a gym on loopback without a CORS preflight
+    # (issue 80): a "simple" POST has no body, or a text/plain, form or multipart one; JSON-only refuses them all
+    Case("create text/plain JSON", "POST", G + "/tasks/001", content=b"{}", headers=TEXT, status=415,
+         says="application/json"),
+    Case("create form content type", "POST", G + "/tasks/001", content=b"options=1", headers=FORM, status=415),
+    Case("create multipart", "POST", G + "/tasks/001", content=b"--b--\r\n",
+         headers={"Content-Type": "multipart/form-data; boundary=b"}, status=415),
+    Case("create without a body or type", "POST", G + "/tasks/001", status=415),
+    Case("act text/plain JSON", "POST", E + "/actions", content=json_bytes({"action": {"type": "wait", "ms": 1}}),
+         headers=TEXT, status=415),
+    Case("evaluate text/plain", "POST", E + "/evaluate", content=b"{}", headers=TEXT, status=415),
+    Case("fork text/plain JSON", "POST", E + "/fork", content=b'{"count": 1}', headers=TEXT, status=415),
+    Case("terminate without a body or type", "POST", E + "/terminate", status=415),
 ]
 
 
@@ -158,5 +172,5 @@ async def test_gym_is_healthy_after_the_corpus(gym):
         assert moved.status_code == 200 and moved.json()["ok"] is True
         shot = await http.get(f"{G}/executions/{eid}/screenshot")
         assert shot.status_code == 200 and shot.content[:4] == b"\x89PNG"
-        assert (await http.post(f"{G}/executions/{eid}/terminate")).status_code == 200
+        assert (await http.post(f"{G}/executions/{eid}/terminate", json={})).status_code == 200
     assert server.manager.executions == {}

@@ -23,8 +23,9 @@ async def test_the_embedded_gym_reuses_browsers_unless_the_config_says_not_to(tm
         ["--config", str(EXAMPLE / "config.yaml"), f"cluster.fileroot={tmp_path}", "gym_id=miniwob",
          "embedded.num_desktops=1", *overrides], CUAConfig)
     with contextlib.ExitStack() as stack:
-        overrides = dict(o.split("=", 1) for o in launch._start_embedded(config, stack))
-        async with GenvClient(overrides["gym_base_url"], overrides["gym_id"]) as client:
+        env: dict[str, str] = {}
+        overrides = dict(o.split("=", 1) for o in launch._start_embedded(config, stack, env))
+        async with GenvClient(overrides["gym_base_url"], overrides["gym_id"], token=env["CUA_GYM_TOKEN"]) as client:
             async with client.execution("click-test", {"seed": 1}) as ex:
                 assert ex.raw["reused"] is False
                 first = ex.raw["device"]["display"]

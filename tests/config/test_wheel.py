@@ -183,7 +183,7 @@ def test_a_gym_host_installs_and_serves_without_the_trainer(gym_host, tmp_path):
         assert httpx.post(f"{api}/executions/{eid}/actions", json={"action": {"type": "key", "keys": ["r"]}},
                           timeout=60).json()["ok"]
         assert httpx.post(f"{api}/executions/{eid}/evaluate", json={}, timeout=60).json()["task_id"].startswith("002")
-        httpx.post(f"{api}/executions/{eid}/terminate", timeout=60).raise_for_status()
+        httpx.post(f"{api}/executions/{eid}/terminate", json={}, timeout=60).raise_for_status()
         assert 'cua_gym_executions{state="running"} 0' in httpx.get(f"http://127.0.0.1:{gym_port}/metrics").text
     finally:
         for proc in procs:

@@ -55,8 +55,11 @@ def test_a_fleet_of_gym_hosts_survives_a_killed_and_a_blackholed_host(tmp_path, 
     env = {**os.environ, "CUA_RL_FILEROOT": str(tmp_path / "fileroot"), "CUA_RL_DEVICE": "cpu", "UV_OFFLINE": "1",
            "PYTHONPATH": str(ROOT)}
     request.addfinalizer(lambda: [shutil.rmtree(d, ignore_errors=True) for d in (RAY_DIR, f"{RAY_DIR}-g1")])
-    for name in ("GYM_BASE_URL", "GYM_ID", "GBOX_MINI_AGENT_BASE_URL"):
+    for name in ("GYM_BASE_URL", "GYM_ID", "GBOX_MINI_AGENT_BASE_URL", "CUA_GYM_TOKEN_FILE", "CUA_AGENT_TOKEN_FILE"):
         env.pop(name, None)
+    # the gyms and the agent serve on their hosts' addresses: each needs a token (issue 80), which the trainer's
+    # clients, the agent's gym client and the Ray gyms take from the same variables
+    env["CUA_GYM_TOKEN"], env["CUA_AGENT_TOKEN"] = os.urandom(16).hex(), os.urandom(16).hex()
     with Hosts(["trainer", "agent", *GYMS, "other"]) as hosts:
         url = {g: f"http://{hosts.ip(g)}:5010" for g in GYMS}
         agent_url = f"http://{hosts.ip('agent')}:3000"
@@ -70,6 +73,9 @@ def test_a_fleet_of_gym_hosts_survives_a_killed_and_a_blackholed_host(tmp_path, 
                               "--port", "3000"], tmp_path / "agent.log", env=env, cwd=ROOT)
         for target in (*(url[g] for g in GYMS[:3]), agent_url):
             hosts.wait_http("trainer", f"{target}/health")
+        # a host of the network without the tokens gets nothing from them (issue 80)
+        assert hosts.http_status("other", f"{url['g1']}/api/v1/desktop/tasks") == 401
+        assert hosts.http_status("other", f"{agent_url}/runs") == 401
         started = time.monotonic()
         train = hosts.start("trainer", [
             "bash", str(ROOT / "examples/cua_agent/train.sh"), "--config", str(LEARN),

@@ -17,6 +17,8 @@ from cua_rl.http.serve import free_port
 from cua_rl.local_agent import start_agent_server
 from cua_rl.local_agent.record import RunRecord, iso, parse_time
 from cua_rl.local_agent.server import RunManager
+from cua_rl.mini_agent import MiniAgentClient
+from cua_rl.mini_agent.models import GenvEnv, ModelEndpoint, RunRequest
 
 
 def closed_port() -> int:
@@ -31,6 +33,15 @@ def payload(**overrides):
             "standardActionSpace": "pc"}
     body.update(overrides)
     return body
+
+
+def to_request(body: dict) -> RunRequest:
+    """``body`` (a ``payload()``) as the mini-agent client's request."""
+    model, env = body["model"], body["env"]
+    return RunRequest(task=body["task"], agent=body["agent"], max_steps=body["maxSteps"],
+                      model=ModelEndpoint(base_url=model["baseUrl"], name=model["name"], api_key=model["apiKey"]),
+                      env=GenvEnv(env["gymBaseUrl"], env["gymId"], env["executionId"]),
+                      standard_action_space=body["standardActionSpace"])
 
 
 async def wait_finished(http: httpx.AsyncClient, run_id: str, timeout_s: float = 30) -> dict:
@@ -71,7 +82,7 @@ async def test_unknown_runs_are_404(agent):
         for method, path in (("GET", "/runs/nope"), ("GET", "/runs/nope/events"), ("GET", "/runs/nope/steps"),
                              ("GET", "/runs/nope/steps/0"), ("GET", "/runs/nope/tokens"),
                              ("GET", "/runs/nope/trajectory"), ("POST", "/runs/nope/cancel")):
-            response = await http.request(method, path)
+            response = await http.request(method, path, json={} if method == "POST" else None)
             assert response.status_code == 404, path
             assert "not found" in response.json()["detail"]
 
@@ -98,7 +109,7 @@ async def test_unreachable_gym_fails_the_run_with_a_reason_and_events_can_be_win
         assert (await http.get(f"/runs/{run_id}/steps/0")).status_code == 404
         assert (await http.get(f"/runs/{run_id}/screenshots/1")).status_code == 404
         # cancelling a finished run changes nothing
-        cancelled = (await http.post(f"/runs/{run_id}/cancel")).json()
+        cancelled = (await http.post(f"/runs/{run_id}/cancel", json={})).json()
         assert cancelled["status"] == "failed"
 
 
@@ -147,7 +158,7 @@ async def test_concurrency_cap_answers_503():
                 assert first.status_code == 200
                 second = await http.post("/runs", json=slow_gym)
                 assert second.status_code == 503 and "allows 1 at once" in second.json()["detail"]
-                await http.post(f"/runs/{first.json()['runId']}/cancel")
+                await http.post(f"/runs/{first.json()['runId']}/cancel", json={})
                 status = (await http.get(f"/runs/{first.json()['runId']}")).json()
                 assert status["status"] == "cancelled"
 
@@ -193,3 +204,117 @@ async def test_stop_cancels_running_runs_and_returns_promptly():
         assert time.monotonic() - t0 < 15 and not agent.thread.is_alive()
     assert record.status == "cancelled" and record.reason == "agent service shutting down"
     assert record.events[-1]["type"] == "run_end"
+
+
+def _serve_agent(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cua_rl.local_agent", "serve", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_health(base: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{base}/health", timeout=2).raise_for_status()
+            return
+        except httpx.HTTPError:
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "cua-agent serve did not come up"
+            time.sleep(0.2)
+
+
+def _stop_agent(proc: subprocess.Popen) -> str:
+    """Stop it; what it wrote to stderr (its log)."""
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[1]
+
+
+async def test_an_agent_service_with_a_token_serves_only_its_holders(tmp_path, monkeypatch):
+    """Issue 80: an agent service on a network address answered anyone: a stranger could start runs on anyone's
+    executions, read every run (screenshots, replies, the task) and cancel it. With ``CUA_AGENT_TOKEN`` every route
+    but ``/health`` answers 401 without the token; the mini-agent client sends it (here from the file
+    ``CUA_AGENT_TOKEN_FILE`` names), and no log line holds it."""
+    token = "agent-" + os.urandom(16).hex()
+    port = closed_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUA_AGENT_TOKEN")}
+    proc = _serve_agent(["--host", "0.0.0.0", "--port", str(port), "--log-level", "debug"],
+                        {**env, "CUA_AGENT_TOKEN": token})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_health(base, proc)
+        async with httpx.AsyncClient(base_url=base, timeout=30) as stranger:
+            for headers in ({}, {"Authorization": "Bearer " + token[:-1]}):
+                started = await stranger.post("/runs", json=payload(), headers=headers)
+                assert started.status_code == 401, started.text
+            assert (await stranger.get("/runs")).status_code == 401
+            (tmp_path / "token").write_text(token + "\n")
+            monkeypatch.delenv("CUA_AGENT_TOKEN", raising=False)
+            monkeypatch.setenv("CUA_AGENT_TOKEN_FILE", str(tmp_path / "token"))
+            async with MiniAgentClient(base) as owner:
+                run_id = await owner.start_run(to_request(payload()))
+                for method, path in (("GET", f"/runs/{run_id}"), ("GET", f"/runs/{run_id}/events"),
+                                     ("GET", f"/runs/{run_id}/steps"), ("GET", f"/runs/{run_id}/trajectory"),
+                                     ("POST", f"/runs/{run_id}/cancel")):
+                    answer = await stranger.request(method, path, json={} if method == "POST" else None)
+                    assert answer.status_code == 401, (path, answer.text)
+                assert (await owner.status(run_id)).status in ("running", "failed")
+    finally:
+        log = _stop_agent(proc)
+    assert token not in log
+
+
+def test_an_agent_service_on_a_network_address_needs_a_token(tmp_path):
+    """Issue 80: without a token ``cua-agent serve`` on an address other than loopback is refused at start with
+    what to do; with ``--token-file`` it serves, and only to the token's holders."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUA_AGENT_TOKEN")}
+    refused = subprocess.run([sys.executable, "-m", "cua_rl.local_agent", "serve", "--host", "0.0.0.0", "--port",
+                              str(closed_port())], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "refusing to serve on 0.0.0.0 without a token" in refused.stderr and "CUA_AGENT_TOKEN" in refused.stderr
+    (tmp_path / "token").write_text("from-a-file\n")
+    port = closed_port()
+    proc = _serve_agent(["--host", "0.0.0.0", "--port", str(port), "--token-file", str(tmp_path / "token")], env)
+    try:
+        _wait_health(f"http://127.0.0.1:{port}", proc)
+        assert httpx.get(f"http://127.0.0.1:{port}/runs").status_code == 401
+        assert httpx.get(f"http://127.0.0.1:{port}/runs", headers={"Authorization": "Bearer from-a-file"}).json() \
+            == {"runs": []}
+    finally:
+        _stop_agent(proc)
+
+
+async def test_a_continuation_must_show_its_parents_model_key(agent):
+    """Issue 80: a stranger continued another agent run with ``startFrom`` and its model received that run's
+    screenshots, replies and task. A continuation must show the model key its parent was started with
+    (``startFrom.apiKey``, else its own ``model.apiKey``): else 403 saying why, before anything else is looked at;
+    a run started without a key cannot be continued. (The continuation itself: tests/local_agent/
+    test_agent_desktop.py::test_a_continuation_starts_from_its_parents_history.)"""
+    async with httpx.AsyncClient(base_url=agent.url) as http:
+        parent = (await http.post("/runs", json=payload())).json()["runId"]          # model key sk-secret
+        keyless = (await http.post("/runs", json={**payload(), "model": {"baseUrl": "http://127.0.0.1:9/v1"}})).json()
+        await wait_finished(http, parent)
+        await wait_finished(http, keyless["runId"])
+        before = (await http.get("/runs")).json()
+
+        def continuation(key: str | None, run_id: str = parent, shown: str | None = None) -> dict:
+            body = payload(startFrom={"runId": run_id, "steps": 1, **({"apiKey": shown} if shown else {})})
+            body["model"] = {"baseUrl": "http://127.0.0.1:9/v1", **({"apiKey": key} if key else {})}
+            return body
+
+        for body in (continuation("sk-stranger"), continuation(None), continuation("sk-stranger", shown="sk-guess")):
+            refused = await http.post("/runs", json=body)
+            assert refused.status_code == 403, refused.text
+            assert "another model key" in refused.json()["detail"] and "sk-" not in refused.text
+        refused = await http.post("/runs", json=continuation(None, keyless["runId"]))
+        assert refused.status_code == 403 and "started without model.apiKey" in refused.json()["detail"]
+        # the parent's key, as its own or shown in startFrom, passes: this parent has no step to continue from
+        for body in (continuation("sk-secret"), continuation("sk-child", shown="sk-secret")):
+            answer = await http.post("/runs", json=body)
+            assert answer.status_code == 422 and "startFrom.steps" in answer.json()["detail"], answer.text
+        assert (await http.get("/runs")).json() == before   # nothing started
+        shown = (await http.get(f"/runs/{parent}")).json()
+        assert "sk-secret" not in str(shown)

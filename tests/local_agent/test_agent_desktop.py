@@ -327,7 +327,10 @@ async def test_a_continuation_starts_from_its_parents_history(gym, model, agent)
     episode after step 3: its first step is step 4 and its first prompt is the parent's step-4 prompt (the
     aged-out step's summary line, the two kept screenshots and replies, the invalid reply's feedback due with
     step 4's screenshot) but for the screenshot of its own screen; refused with the field named when the parent
-    is unknown, has not finished that many steps, or ran another task; ``GET /health`` lists the feature."""
+    is unknown, has not finished that many steps, or ran another task; ``GET /health`` lists the feature. The child
+    shows its parent's model key (``startFrom.apiKey``): a stranger's continuation, which would hand the parent's
+    screenshots, replies and task to the stranger's model, is refused with 403 and its model is asked nothing
+    (issue 80)."""
     scripted, base = model
     parent_key = scripted.script("parent", [qwen_call(action="wait", time=0), qwen_call(action="wait", time=0),
                                             "no tool call here", qwen_call(action="wait", time=0),
@@ -336,14 +339,19 @@ async def test_a_continuation_starts_from_its_parents_history(gym, model, agent)
     async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
         parent = await run_to_end(agent, run_request(gym, eid, base, parent_key))
     assert parent.ok and parent.answer == "parent"
-    start = StartFrom(parent.run_id, 3)
+    stranger_key = scripted.script("stranger", [qwen_call(action="answer", text="stolen")])
     async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        async with httpx.AsyncClient(base_url=agent.url) as http:
+            stranger = run_request(gym, eid, base, stranger_key, start_from=StartFrom(parent.run_id, 3))
+            stolen = await http.post("/runs", json=stranger.to_payload())
+        assert stolen.status_code == 403 and "another model key" in stolen.text, stolen.text
+        start = StartFrom(parent.run_id, 3, api_key=parent_key)
         child = await run_to_end(agent, run_request(gym, eid, base, child_key, start_from=start))
         async with httpx.AsyncClient(base_url=agent.url) as http:
             health = (await http.get("/health")).json()
             refusals = {}
             for name, change in {"startFrom.runId": {"runId": "0" * 32, "steps": 1},
-                                 "startFrom.steps": {"runId": parent.run_id, "steps": 5}}.items():
+                                 "startFrom.steps": {"runId": parent.run_id, "steps": 5, "apiKey": parent_key}}.items():
                 body = {**run_request(gym, eid, base, child_key).to_payload(), "startFrom": change}
                 refusals[name] = await http.post("/runs", json=body)
             other = run_request(gym, eid, base, child_key, task="another task", start_from=start)
@@ -353,6 +361,7 @@ async def test_a_continuation_starts_from_its_parents_history(gym, model, agent)
                 run_request(gym, eid, base, child_key, max_steps=3, start_from=start)
             late = {**run_request(gym, eid, base, child_key, max_steps=3).to_payload(), "startFrom": start.to_payload()}
             refusals["maxSteps"] = await http.post("/runs", json=late)
+    assert scripted.requests.get(stranger_key, []) == []   # the stranger's model saw nothing of the parent's
     assert child.ok and child.answer == "child"
     assert [e.step for e in events_of(child, "step_start")] == [4]
     expected, got = scripted.requests[parent_key][3]["messages"], scripted.requests[child_key][0]["messages"]

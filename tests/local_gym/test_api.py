@@ -96,7 +96,8 @@ async def test_bad_input_is_rejected_and_desktop_stays_usable(gym):
                     await c.act(eid, action)
                 assert err.value.status_code == status and words in err.value.detail, (action, err.value)
             async with httpx.AsyncClient() as h:  # not JSON at all
-                r = await h.post(f"{gym.url}/api/v1/{gym.gym_id}/executions/{eid}/actions", content=b"{nope")
+                r = await h.post(f"{gym.url}/api/v1/{gym.gym_id}/executions/{eid}/actions", content=b"{nope",
+                                 headers={"Content-Type": "application/json"})
                 assert r.status_code == 422 and "JSON" in r.json()["detail"]
                 r = await h.get(f"{gym.url}/api/v1/{gym.gym_id}/executions/{eid}/screenshot?format=gif")
                 assert r.status_code == 422
@@ -374,3 +375,93 @@ def test_a_gym_start_sweeps_the_work_folders_dead_gyms_left(tmp_path):
         os.utime(folders[name], (old, old))
     gym_manager._remove_stale_workdirs(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cua-gym-empty-new", "cua-gym-foreign", "cua-gym-live"]
+
+
+def _serve(args: list[str], env: dict[str, str], log) -> "subprocess.Popen":
+    """``cua-gym serve ARGS`` (no desktops kept ready), its output into ``log``."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "cua_rl.local_gym", "serve", "--pool-size", "0", "--x-spares", "0",
+                             "--max-executions", "2", *args], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(server) -> None:
+    server.terminate()
+    server.wait(30)
+
+
+def _health(base: str, server, log_path) -> dict:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return httpx.get(f"{base}/health", timeout=2).raise_for_status().json()
+        except httpx.HTTPError:
+            assert server.poll() is None, f"cua-gym serve exited: {log_path.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "cua-gym serve did not come up"
+            time.sleep(0.2)
+
+
+async def test_a_gym_with_a_token_serves_only_its_holders(tmp_path, monkeypatch):
+    """Issue 80: ``cua-gym serve --host 0.0.0.0`` (docs/cluster.md) answered anyone, so any client could act on, fork
+    and end anyone's executions. With ``CUA_GYM_TOKEN`` in its environment every route but ``/health`` answers 401
+    without the token (or with another), a stranger's requests change nothing, the genv client sends the token
+    from the same variable, and the token is in no log line."""
+    from cua_rl.http.serve import free_port
+
+    token = "gym-" + os.urandom(16).hex()
+    port, log_path = free_port(), tmp_path / "gym.log"
+    with open(log_path, "w") as log:
+        server = _serve(["--host", "0.0.0.0", "--port", str(port), "--log-level", "debug"],
+                        {**os.environ, "CUA_GYM_TOKEN": token}, log)
+    base, api = f"http://127.0.0.1:{port}", "/api/v1/desktop"
+    try:
+        assert _health(base, server, log_path)["ok"] is True        # /health stays open (fleets, load balancers)
+        async with httpx.AsyncClient(base_url=base, timeout=60) as stranger:
+            for headers in ({}, {"Authorization": "Bearer not-" + token}, {"Authorization": token}):
+                refused = await stranger.post(f"{api}/tasks/{EDITOR_TASK}", json={}, headers=headers)
+                assert refused.status_code == 401, refused.text
+            for path in (f"{api}/tasks", "/metrics", f"{api}/capacity", "/openapi.json", "/docs"):
+                assert (await stranger.get(path)).status_code == 401, path
+            monkeypatch.setenv("CUA_GYM_TOKEN", token)
+            async with GenvClient(base, "desktop") as owner, owner.execution(EDITOR_TASK) as ex:
+                e = f"{api}/executions/{ex.execution_id}"
+                for method, path, body in (("GET", e, None), ("GET", e + "/screenshot", None),
+                                           ("POST", e + "/actions", {"action": {"type": "key", "keys": ["a"]}}),
+                                           ("POST", e + "/fork", {"count": 1}), ("POST", e + "/evaluate", {}),
+                                           ("POST", e + "/terminate", {}), ("GET", e + "/live?redirect=0", None)):
+                    answer = await stranger.request(method, path, json=body)
+                    assert answer.status_code == 401, (path, answer.text)
+                    assert "Bearer" in answer.headers["www-authenticate"]
+                assert (await owner.get_execution(ex.execution_id))["status"] == "running"   # untouched
+                assert (await owner.act(ex.execution_id, {"type": "wait", "ms": 1}))["ok"] is True
+    finally:
+        _stop(server)
+    assert token not in log_path.read_text()
+
+
+def test_a_gym_on_a_network_address_needs_a_token_or_says_it_serves_anyone(tmp_path):
+    """Issue 80: without a token, ``cua-gym serve`` on an address other than loopback is refused at start with
+    what to do; ``--insecure-no-token`` serves, with a WARNING line; a token file that cannot be read is named."""
+    import subprocess
+    import sys
+
+    from cua_rl.http.serve import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUA_GYM_TOKEN")}
+    refused = subprocess.run([sys.executable, "-m", "cua_rl.local_gym", "serve", "--host", "0.0.0.0", "--port",
+                              str(free_port()), "--pool-size", "0", "--x-spares", "0"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "refusing to serve on 0.0.0.0 without a token" in refused.stderr and "--token-file" in refused.stderr
+    missing = subprocess.run([sys.executable, "-m", "cua_rl.local_gym", "serve", "--token-file",
+                              str(tmp_path / "nope")], env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and f"cannot read the token file {tmp_path / 'nope'}" in missing.stderr
+    port, log_path = free_port(), tmp_path / "gym.log"
+    with open(log_path, "w") as log:
+        server = _serve(["--host", "0.0.0.0", "--port", str(port), "--insecure-no-token"], env, log)
+    try:
+        _health(f"http://127.0.0.1:{port}", server, log_path)
+    finally:
+        _stop(server)
+    assert "WARNING cua_rl.local_gym: cua-gym serves on 0.0.0.0 WITHOUT A TOKEN" in log_path.read_text()

@@ -56,7 +56,7 @@ def test_an_execution_shows_in_capacity_and_metrics():
             assert httpx.post(f"{base}/executions/{eid}/actions", json={"action": {"type": "wait", "ms": 10}},
                               timeout=60).json()["ok"]
         httpx.post(f"{base}/executions/{eid}/evaluate", json={}, timeout=60).raise_for_status()
-        httpx.post(f"{base}/executions/{eid}/terminate", timeout=60).raise_for_status()
+        httpx.post(f"{base}/executions/{eid}/terminate", json={}, timeout=60).raise_for_status()
         m = _metrics(gym.url)
         assert m["cua_gym_step_seconds_count"] == 2 and m["cua_gym_evaluate_seconds_count"] == 1
         assert m["cua_gym_terminated_total"] == 1 and m["cua_gym_capacity_free"] == 1

@@ -324,7 +324,7 @@ async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_si
                                     json={"action": {"type": "key", "keys": ["a"]}}, timeout=30)
             assert acted.status_code == 200 and acted.json()["ok"], acted.text
             print(f"an action on the grabbed desktop answered in {time.monotonic() - t0:.1f} s")
-            assert (await http.post(f"{base}/executions/{control}/terminate")).status_code == 200
+            assert (await http.post(f"{base}/executions/{control}/terminate", json={})).status_code == 200
         t0 = time.monotonic()
         server.send_signal(signal.SIGTERM)   # the swapping executions still run
         assert server.wait(20) in (0, -signal.SIGTERM), "the gym did not stop on SIGTERM"

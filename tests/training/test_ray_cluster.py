@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cua_rl.areal_ext.ray_cluster import worker_env
 from cua_rl.local_model.vllm_server import CPU_ENV
 
@@ -64,3 +66,28 @@ def test_loopback_services_are_refused_on_a_cluster_of_several_nodes(caplog):
                                monitor_base_url="http://localhost:8700")
     check_addresses(routable, 2)   # the fleet test's set-up; the monitor only warned about
     assert "Training Monitor at http://localhost:8700 is this node's loopback" in caplog.text
+
+
+def test_the_gym_and_agent_tokens_reach_the_workers_as_values_and_a_ray_gym_needs_one(tmp_path, monkeypatch):
+    """Issue 80: Ray gyms serve on their nodes' addresses, so the run has a gym token before the trainer joins the
+    cluster (``ensure_gym_token``: the user's, else a fresh one), the workers get it (a token given as a file, as
+    its value: the path means nothing on another node), and a Ray gym without one is never started."""
+    from types import SimpleNamespace
+
+    from cua_rl.areal_ext.ray_gyms import GymNode, ensure_gym_token
+
+    (tmp_path / "agent-token").write_text("agent-secret\n")
+    trainer = {"PATH": "/usr/bin", "CUA_AGENT_TOKEN_FILE": str(tmp_path / "agent-token")}
+    ensure_gym_token(trainer)
+    made = trainer["CUA_GYM_TOKEN"]
+    assert len(made) >= 40
+    ensure_gym_token(trainer)
+    assert trainer["CUA_GYM_TOKEN"] == made   # one token for the run's whole fleet
+    got = worker_env(trainer)
+    assert got["CUA_GYM_TOKEN"] == made and got["CUA_AGENT_TOKEN"] == "agent-secret", got
+    monkeypatch.delenv("CUA_GYM_TOKEN", raising=False)
+    monkeypatch.delenv("CUA_GYM_TOKEN_FILE", raising=False)
+    embedded = SimpleNamespace(num_desktops=1, tasks_dir="", reuse_browsers=None, restart_in_page=None)
+    with pytest.raises(RuntimeError, match="no CUA_GYM_TOKEN in the Ray gym's environment"):
+        GymNode([1, "desktop", embedded], str(tmp_path / "logs"))
+    assert not list((tmp_path / "logs").glob("*.log"))   # no gym was started
