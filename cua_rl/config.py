@@ -550,6 +550,11 @@ class CUAConfig(GRPOConfig):
                     out.append(task)
         return out
 
+    def external_services(self) -> list[tuple[str, str]]:
+        """(setting name, URL) of every service the rollout workers call: each gym host, then the agent service."""
+        return [*(("gym_base_url", url) for url in self.gym_urls),
+                ("gbox_mini_agent_base_url", self.gbox_mini_agent_base_url)]
+
     @property
     def gym_urls(self) -> list[str]:
         """The run's gym hosts (``gym_base_url`` as a list; empty for the embedded gym)."""

@@ -244,7 +244,7 @@ async def _one_pass(workflow, endpoint, checkpoint, plays, concurrency, samples,
     return result
 
 
-def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int = 16, concurrency: int = 4,
+def evaluate_checkpoints(config: CUAConfig, checkpoints: list[str], *, seeds_per_task: int = 16, concurrency: int = 4,
                          samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
                          log_dir: str | Path | None = None, prefix_caching: bool = False,
                          regimes: tuple[str, ...] = (), tasks: list[str] | None = None,
@@ -277,7 +277,7 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
                     log_dir=log_dir, prefix_caching=prefix_caching, echo=echo)
 
 
-def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", episodes_per_task: int = 1,
+def evaluate_on_gym(config: CUAConfig, checkpoints: list[str], *, split: str = "eval", episodes_per_task: int = 1,
                     concurrency: int = 4, samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
                     model_url: str | None = None, log_dir: str | Path | None = None) -> list[CheckpointResult]:
     """``cua-eval``: each checkpoint on the tasks of ``config``'s task source on the gym at
@@ -299,7 +299,7 @@ def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", epis
                     samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url)
 
 
-def _gym_rows(config, split: str) -> list[dict]:
+def _gym_rows(config: CUAConfig, split: str) -> list[dict]:
     from cua_rl.dataset import aload_tasks, choose_splits, task_row
 
     if split not in ("eval", "train", "all"):
@@ -314,7 +314,7 @@ def _gym_rows(config, split: str) -> list[dict]:
     return [task_row(t, config.gym_base_url, config.gym_id) for t in picked]
 
 
-def _run(config, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *, gym: tuple[str, str],
+def _run(config: CUAConfig, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *, gym: tuple[str, str],
          agent_url: str, concurrency: int, samples: int, decodings, log_dir, prefix_caching: bool = False,
          model_url: str | None = None, echo: bool = True) -> list[CheckpointResult]:
     """The model (a CPU vLLM server for the first checkpoint, or the one at ``model_url``), AReaL's engine on it,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import ipaddress
 import logging
 import os
 import secrets
@@ -44,6 +43,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from ..http.auth import is_loopback   # one rule for "this machine only" (servers and the endpoint)
 from .images import NOT_A_DATA_URL, BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
 from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
@@ -200,15 +200,6 @@ def endpoint_hosts(settings: EndpointSettings, agent_url: str = "") -> tuple[str
     if bind not in WILDCARDS:
         return bind, bind
     return bind, route_address(agent_host)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def route_address(host: str | None) -> str:

@@ -493,7 +493,7 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
                 logger.info("training from the SFT warm start %s", model)
             if config.embedded_enabled:
                 overrides += _start_embedded(config, stack, env)
-                overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
+                overrides += monitor_for_embedded_run(config.embedded, config.monitor_base_url, paths.logs, env, stack)
             elif config.agent_service == "embedded":
                 overrides += _start_embedded_agent(config, stack, env)
             cmd = [sys.executable, "-m", "cua_rl.train", "--config", config_file, *overrides]
