@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import functools
 import json
 import logging
 import mimetypes
@@ -385,12 +386,14 @@ class BrowserDesktop(Desktop):
 
     # -- stop ---------------------------------------------------------------------------------------
     def stop(self) -> None:
+        """``Desktop.stop`` between closing the DevTools pipe and joining its reader (each step runs whatever
+        another raised)."""
         cdp, self.cdp = self.cdp, None
         if cdp is not None:
-            cdp.close()
+            self._step("close the DevTools pipe", cdp.close)
         super().stop()
-        if cdp is not None:
-            cdp.close(join_s=2.0)   # the browser is gone: its reader thread sees EOF and ends
+        if cdp is not None:   # the browser is gone: its reader thread sees EOF and ends
+            self._step("end the DevTools reader", functools.partial(cdp.close, join_s=2.0))
 
 
 def page_events(action, xin) -> int:

@@ -102,8 +102,11 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None) 
         try:
             created = await gym.reset(task_id, body)
         except GymError as exc:
-            if exc.status in (429, 503):
+            if exc.status == 429 or exc.status >= 500:
                 counts.count("refused_full" if exc.status == 429 else "create_failed")
+            raise
+        except Exception:   # a 500: failed all the same, and counted as such
+            counts.count("create_failed")
             raise
         counts.create.observe(time.monotonic() - started)
         counts.count("created")
