@@ -20,10 +20,8 @@ class AppKind:
 
 APPS: dict[str, AppKind] = {
     "mousepad": AppKind(("mousepad",), "Mousepad"),
-    # -vb: a visual bell, never the X Bell request, which the X server refuses an untrusted client (xauth.py) and
-    # xterm exits on
     "xterm": AppKind(("xterm", "-fa", "DejaVu Sans Mono", "-fs", "13", "-bg", "white", "-fg", "black",
-                      "-geometry", "100x30", "-title", "Terminal", "-vb"), "XTerm"),
+                      "-geometry", "100x30", "-title", "Terminal"), "XTerm"),
     "pcmanfm": AppKind(("pcmanfm",), "Pcmanfm"),
     # The seeded curriculum's window (curriculum.py); apps start in HOME, so the script path is relative.
     "board": AppKind(("wish", ".board/board.tcl", "-name", "board"), "Board",

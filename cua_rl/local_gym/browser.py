@@ -145,7 +145,14 @@ SITE_FILES = _SiteFiles()
 
 @dataclass
 class BrowserDesktop(Desktop):
-    """A ``Desktop`` whose only app is Chromium, driven by the gym over DevTools."""
+    """A ``Desktop`` whose only app is Chromium, driven by the gym over DevTools.
+
+    Chromium stays a trusted X client of its display whatever ``Desktop.untrusted_apps`` says: as an untrusted one
+    it has no XKEYBOARD and reads the keys the gym sends through the wrong keymap ("MiXeD" typed as "mMimXemD"). No
+    program of the policy's runs on a browser desktop: it acts on pages (served by the gym, nothing else reachable),
+    whose scripts cannot speak X. The gym's connections are re-opened all the same if one is ever lost (env.py)."""
+
+    untrusted_apps = False
 
     cdp: CDPPipe | None = dataclasses.field(default=None, repr=False)
     session: str | None = None

@@ -107,9 +107,9 @@ async def _wait_report(path: Path, timeout_s: float = 20.0) -> str:
 
 async def test_a_desktop_cannot_kill_the_gyms_x_connections(gym):
     """Issue 80: python3 typed into a desktop's terminal sends KillClient to every client of its X server (raw X
-    protocol: X-Resource's list, then every client id base). The gym's frame, DAMAGE and XTEST connections live
-    on: the execution's screenshots and actions answer, its terminate is 200, the gym's capacity is whole again
-    and nothing of the desktop outlives it. (Only the desktop's own apps, untrusted like the attack, can go.)"""
+    protocol: X-Resource's list, then every client id base), killing the gym's frame, DAMAGE and XTEST
+    connections. They are opened again: the execution's screenshots and actions answer with no gym fault, its
+    terminate is 200, the gym's capacity is whole again and nothing of the desktop outlives it."""
     script = "".join(line for line in X_KILL_ALL.read_text().splitlines(keepends=True) if not line.startswith("#"))
     base = f"{gym.url}/api/v1/{gym.gym_id}"
     async with httpx.AsyncClient(timeout=60) as http:
