@@ -95,11 +95,12 @@ X_KILL_ALL = Path(__file__).with_name("x_kill_all.py")   # issue 80's attack, ty
 
 
 async def _wait_report(path: Path, timeout_s: float = 20.0) -> str:
-    """The attack's report once it wrote its last line ("done")."""
+    """The attack's report once it sent its KillClients (killing the terminal may end the sandbox, and the attack
+    with it, before it reads the answers) or it gave up ("done")."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = path.read_text() if path.exists() else ""
-        if text.endswith("done\n"):
+        if "KillClient\n" in text or text.endswith("done\n"):
             return text
         await asyncio.sleep(0.1)
     raise AssertionError(f"the attack never finished: {path.read_text() if path.exists() else 'no report'}")

@@ -48,10 +48,9 @@ if reply[8]:
 out.write(f"X-Resource listed {len(bases)} clients\n")
 bases |= {k * (mask + 1) for k in range(1, 0x20000000 // (mask + 1))}
 bases.discard(base)
-for b in sorted(bases):
-    s.sendall(struct.pack("<BxHI", 113, 2, b))
-s.sendall(struct.pack("<BxH", 43, 1))
+s.sendall(b"".join(struct.pack("<BxHI", 113, 2, b) for b in sorted(bases)) + struct.pack("<BxH", 43, 1))
+out.write(f"sent {len(bases)} KillClient\n")   # now: killing the terminal may end the sandbox, and this with it
 refused = 0
 while recv(32)[0] != 1:
     refused += 1
-out.write(f"sent {len(bases)} KillClient, {refused} refused\ndone\n")
+out.write(f"{refused} refused\ndone\n")
