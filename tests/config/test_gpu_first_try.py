@@ -1,0 +1,89 @@
+"""A GPU node at first try (issue 82): what the launcher decides or refuses on a node with GPUs, shown here without
+one. ``nvidia-smi`` is a script on the PATH that lists 1, 2, 4 or 8 GPUs as the real one does (``GPU i: ...``);
+the placement is AReaL's own local scheduler run on the config the launcher chose, with no process started
+(tests/config/test_gpu_placement.py's stand-ins).
+
+Items: 2, the default recipe fitted to the GPUs present and a user's allocation too large for them refused;
+4, the set-up plan on a GPU node (scripts/setup.sh's CUA_RL_SETUP_PLAN: which Debian packages, which lock, which
+Python); 5, the vLLM server ``cua-eval`` starts for a checkpoint on a GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cua_rl.run import cli, launch
+from cua_rl.run.launch import RECIPES
+from tests.config.test_gpu_placement import _shared_without_colocation, areal_placement, creation_orders
+from tests.config.test_gpu_placement import no_processes  # noqa: F401  (a fixture)
+
+GYM = ["--gym", "http://127.0.0.1:5010", "--gym-id", "g"]
+
+
+@pytest.fixture
+def fake_gpus(tmp_path, monkeypatch):
+    """``fake_gpus(n)``: an ``nvidia-smi`` first on the PATH whose ``-L`` lists ``n`` GPUs, CUA_RL_DEVICE unset."""
+    base_path = launch.os.environ["PATH"]
+
+    def install(n: int) -> None:
+        bin_dir = tmp_path / f"smi{n}"
+        bin_dir.mkdir(exist_ok=True)
+        script = bin_dir / "nvidia-smi"
+        script.write_text('#!/bin/sh\n[ "$1" = -L ] || exit 1\n'
+                          + "".join(f'echo "GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-{i})"\n' for i in range(n)))
+        script.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{base_path}")
+        monkeypatch.delenv("CUA_RL_DEVICE", raising=False)
+    return install
+
+
+def _gpus_held(placed: dict) -> set[int]:
+    return {g for workers in placed.values() for worker in workers for g in worker}
+
+
+def test_gpu_first_try_2_the_default_recipe_uses_all_of_1_2_4_8_gpus(launcher, fake_gpus, tmp_path, no_processes):
+    """On n GPUs (no allocation of the user's) the launcher's dry run says ``uses n of n``, and AReaL's scheduler,
+    given the config the launcher chose, places the rollout, the actor and (KL penalty on) the reference on all
+    n GPUs, in every order our Trainer and AReaL create the roles, no GPU shared without a colocation."""
+    for n in (1, 2, 4, 8):
+        fake_gpus(n)
+        rc, report, _, out = launcher(GYM, device="auto")
+        assert rc == 0, out.err
+        assert report["gpus"].startswith(f"uses {n} of {n} ("), report["gpus"]
+        request = cli.parse([*GYM, "actor.kl_ctl=0.05"], {}, [])
+        path, why, config = launch.choose_config(request, True, n)
+        assert "fitted" in why, why
+        for i, order in enumerate(creation_orders(config)):
+            placed = areal_placement(config, tmp_path / f"logs{n}-{i}", order)
+            assert _shared_without_colocation(config, placed) == [], (n, order, placed)
+            assert _gpus_held(placed) == set(range(n)), (n, order, placed)
+            assert placed["ref"] == placed["actor"], (n, placed)
+
+
+def test_gpu_first_try_2_an_allocation_of_the_users_is_kept_and_refused_when_too_large(launcher, fake_gpus):
+    """An allocation the user set (their config file, or an override of an allocation key) is not fitted: it is
+    kept when the GPUs are there and refused at load, naming both numbers, when they are not."""
+    fake_gpus(2)
+    rc, _, _, out = launcher([*GYM, "--config", str(RECIPES / "config.yaml")], device="auto")
+    assert rc == 2 and "needs 8 GPUs" in out.err and "this node has 2" in out.err, out.err
+    rc, _, _, out = launcher([*GYM, "rollout.backend=vllm:d2p1t1", "actor.backend=fsdp:d2"], device="auto")
+    assert rc == 2 and "needs 4 GPUs" in out.err and "this node has 2" in out.err, out.err
+    fake_gpus(8)
+    rc, report, overrides, out = launcher([*GYM, "rollout.backend=vllm:d2p1t1", "actor.backend=fsdp:d2"],
+                                          device="auto")
+    assert rc == 0 and report["gpus"].startswith("uses 4 of 8 (the allocation as written"), (report, out.err)
+    assert not any(o.startswith("cluster.n_gpus_per_node") for o in overrides), overrides
+
+
+def test_gpu_first_try_2_print_config_prints_the_resolved_config_as_yaml(launcher, fake_gpus, capsys):
+    """``--print-config`` prints the config the run would use (fitted to the GPUs present) as YAML on stdout."""
+    import yaml
+
+    fake_gpus(4)
+    assert launch.main(["--print-config", *GYM]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["cluster"]["n_gpus_per_node"] == 4
+    assert printed["rollout"]["backend"] == "vllm:d2p1t1" and printed["actor"]["backend"] == "fsdp:d2"
+    assert printed["gym_base_url"] == "http://127.0.0.1:5010"
