@@ -87,3 +87,29 @@ def test_gpu_first_try_2_print_config_prints_the_resolved_config_as_yaml(launche
     assert printed["cluster"]["n_gpus_per_node"] == 4
     assert printed["rollout"]["backend"] == "vllm:d2p1t1" and printed["actor"]["backend"] == "fsdp:d2"
     assert printed["gym_base_url"] == "http://127.0.0.1:5010"
+
+
+def test_gpu_first_try_5_cua_eval_on_a_gpu_starts_areal_vllm_server_on_the_gpu(tmp_path, monkeypatch):
+    """``cua-eval`` with the GPU recipe (what it picks where a GPU is listed) and no ``--model-url`` starts AReaL's
+    vLLM server for the checkpoint with the recipe's ``vllm`` section on the GPU: no CPU backend, no CPU worker
+    extension, no CPU environment; with the CPU recipe it is still the CPU server. The command is built as
+    ``VLLMServer`` builds it; nothing starts."""
+    from cua_rl.evaluate import eval_vllm_config
+    from cua_rl.local_model.vllm_server import CPU_ENV, CPU_WORKER_EXTENSION, server_command
+
+    monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
+    checkpoint = str(tmp_path / "step-7")
+    config = launch.load_config(str(RECIPES / "config.yaml"), ["gym_base_url=http://127.0.0.1:5010", "gym_id=g"])
+    cfg = eval_vllm_config(config, checkpoint)
+    assert cfg is not None, "cua-eval on a GPU recipe would start no server (it needed --model-url)"
+    cmd, env = server_command(cfg, "127.0.0.1", 8123, on_cpu=cfg is None)
+    text = " ".join(cmd)
+    assert "areal.engine.vllm_ext.areal_vllm_server" in text, text
+    assert f"--model {checkpoint}" in text and "--port 8123" in text, text
+    assert f"--gpu-memory-utilization {config.vllm.gpu_memory_utilization}" in text, text
+    assert f"--max-model-len {config.vllm.max_model_len}" in text, text
+    assert "--logprobs-mode processed_logprobs" in text, text   # the run's sampling logprobs
+    assert "--distributed-executor-backend uni" not in text and CPU_WORKER_EXTENSION not in text, text
+    assert all(env.get(k) == launch.os.environ.get(k) for k in CPU_ENV), "vLLM's CPU environment on a GPU"
+    cpu = launch.load_config(str(RECIPES / "config.cpu.yaml"), ["gym_base_url=http://127.0.0.1:5010", "gym_id=g"])
+    assert eval_vllm_config(cpu, checkpoint) is None   # the CPU recipe: VLLMServer's CPU server, as before
