@@ -113,3 +113,54 @@ def test_gpu_first_try_5_cua_eval_on_a_gpu_starts_areal_vllm_server_on_the_gpu(t
     assert all(env.get(k) == launch.os.environ.get(k) for k in CPU_ENV), "vLLM's CPU environment on a GPU"
     cpu = launch.load_config(str(RECIPES / "config.cpu.yaml"), ["gym_base_url=http://127.0.0.1:5010", "gym_id=g"])
     assert eval_vllm_config(cpu, checkpoint) is None   # the CPU recipe: VLLMServer's CPU server, as before
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _setup_plan(tmp_path, gpus: int, python: str = "3.11 x86_64", **env) -> tuple[int, str]:
+    """``scripts/setup.sh`` in its plan mode (CUA_RL_SETUP_PLAN=1) on a node whose ``nvidia-smi -L`` lists ``gpus``
+    GPUs and whose ``python3`` says ``python`` (version and machine): (exit code, stdout + stderr). ``sudo`` and
+    ``apt-get`` on its PATH refuse, and CUA_RL_HOME is in ``tmp_path``, so nothing is installed whatever it does."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / f"bin{gpus}"
+    bin_dir.mkdir(exist_ok=True)
+    fakes = {"sudo": "echo refused in a test >&2; exit 1", "apt-get": "echo refused in a test >&2; exit 1",
+             "python3": f'echo "{python}"',
+             "nvidia-smi": "".join(f'echo "GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-{i})"\n' for i in range(gpus))}
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    if not gpus:
+        (bin_dir / "nvidia-smi").unlink()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CUA_RL_")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], capture_output=True, text=True, timeout=60,
+                          env={**clean, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CUA_RL_SETUP_PLAN": "1",
+                               "CUA_RL_HOME": str(tmp_path / "home"), "CUA_RL_PYTHON": str(bin_dir / "python3"),
+                               **env})
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_gpu_first_try_4_setup_on_a_gpu_node_installs_no_desktop_package_and_checks_python(tmp_path):
+    """On a node with GPUs, set-up plans the GPU lock and no Debian package (the launcher's preflight installs an
+    embedded gym's when a run turns out embedded; CUA_RL_APT=embedded asks for them all); a Python other than the
+    lock's 3.11 on x86_64 is refused, saying what to do; without a GPU the embedded stack's packages stay the
+    default."""
+    every = [line.split()[0] for line in (ROOT / "scripts" / "apt-packages.txt").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    rc, out = _setup_plan(tmp_path, gpus=2)
+    assert rc == 0, out
+    assert "device: gpu" in out and "lock: scripts/requirements-gpu.lock" in out, out
+    assert "debian packages (CUA_RL_APT=none): 0 asked for" in out, out
+    assert "debian packages to install: 0" in out, out
+    rc, out = _setup_plan(tmp_path, gpus=2, CUA_RL_APT="embedded")
+    assert rc == 0 and f"debian packages (CUA_RL_APT=embedded): {len(every)} asked for: {' '.join(every)}" in out, out
+    rc, out = _setup_plan(tmp_path, gpus=0)
+    assert rc == 0 and "device: cpu" in out and f"(CUA_RL_APT=embedded): {len(every)} asked for" in out, out
+    rc, out = _setup_plan(tmp_path, gpus=8, python="3.10 x86_64")
+    assert rc == 2 and "is Python 3.10" in out and "made for Python 3.11" in out and "CUA_RL_PYTHON" in out, out
+    rc, out = _setup_plan(tmp_path, gpus=8, python="3.11 aarch64")
+    assert rc == 2 and "runs on aarch64" in out and "x86_64 only" in out, out
+    assert not (tmp_path / "home").exists(), "the plan made the set-up's home"
