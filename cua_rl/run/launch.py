@@ -308,7 +308,7 @@ def _fit_to_gpus(request: cli.Request, present: int | None) -> tuple[str, str]:
         return str(RECIPES / "config.yaml"), f"default: a GPU is present; {why}"
     recipe, fitted = deploy.fit_default(present)
     request.overrides[:0] = fitted   # first: what the user wrote stays last
-    return str(RECIPES / recipe), f"default: {present} GPU{'s' if present > 1 else ''} present, fitted to them"
+    return str(RECIPES / recipe), f"default: {present} GPU{'s' if present > 1 else ''} listed, fitted to the GPUs present"
 
 
 def _gpus_line(config, gpu: bool, present: int | None, config_file: str, why: str) -> str:
@@ -317,7 +317,7 @@ def _gpus_line(config, gpu: bool, present: int | None, config_file: str, why: st
 
     if not gpu:
         how = "no GPU found: vLLM and the trainer on the CPU"
-    elif "fitted to them" in why:
+    elif "fitted to the GPUs present" in why:
         how = f"{Path(config_file).name} fitted to the GPUs present"
     else:
         how = "the allocation as written" + (", checked against the GPUs present" if present is not None else "")
