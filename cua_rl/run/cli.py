@@ -99,6 +99,7 @@ class Request:
     overrides: list[str] = field(default_factory=list)   # the flags' overrides, then the user's own
     config_file: str = ""                                 # --config / CUA_CONFIG; "" = the default
     dry_run: bool = False
+    print_config: bool = False                            # --print-config: the resolved config as YAML, then stop
     environ: dict[str, str] = field(default_factory=dict)  # .env values and the token, for the run's environment
     flag_keys: dict[str, str] = field(default_factory=dict)  # config key -> "--flag / ENV" that set it
 
@@ -183,6 +184,8 @@ def build_parser(prog: str = "train.sh") -> argparse.ArgumentParser:
         parser.add_argument(flag.name, *flag.aliases, metavar=flag.metavar, help=f"{flag_help(flag)} {_names(flag)}")
     parser.add_argument("--dry-run", action="store_true",
                         help="load and check the config, print what would run, start nothing")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config as YAML on stdout (as Hydra's --cfg job), start nothing")
     parser.add_argument("--resume", action="store_true",
                         help="continue a killed run from its last committed recover point: the run named by "
                              "trial_name=..., else the experiment's newest [-> existing_run=resume]")
@@ -200,7 +203,7 @@ def _check_override(arg: str) -> str:
     return arg
 
 
-SWITCHES = ("--dry-run", "--resume", "--help", "-h")
+SWITCHES = ("--dry-run", "--print-config", "--resume", "--help", "-h")
 
 
 def _split_argv(argv: list[str]) -> tuple[dict[str, str], list[str], set[str]]:
@@ -242,7 +245,8 @@ def parse(argv: list[str], environ: dict[str, str], env_files: list[Path]) -> Re
         return None
     defaults = env_defaults(env_files, environ)
     lookup = {**defaults, **environ, **given}
-    request = Request(dry_run="--dry-run" in switches, environ=dict(defaults))
+    request = Request(dry_run="--dry-run" in switches, print_config="--print-config" in switches,
+                      environ=dict(defaults))
     if "--resume" in switches:
         request.overrides.append("existing_run=resume")
         request.flag_keys["existing_run"] = "--resume"
