@@ -130,7 +130,7 @@ def test_a_stop_step_that_fails_still_releases_everything(monkeypatch, caplog):
             eid = created.json()["execution_id"]
             desk = manager.executions[eid].desktop
             pids = descendants(desk.pids())
-            ended = httpx.post(f"{base}/executions/{eid}/terminate", timeout=60)
+            ended = httpx.post(f"{base}/executions/{eid}/terminate", json={}, timeout=60)
             assert ended.status_code == 200, ended.text
             assert wait_gone(pids) == set(), "desktop processes outlived the terminate"
             assert not desk.root.exists() and mounts.mounted_under(desk.root) == []

@@ -133,7 +133,7 @@ async def test_a_desktop_cannot_kill_the_gyms_x_connections(gym):
             assert click.status_code == 200 and click.json()["ok"], click.text
             assert gym.manager.executions[eid].faults["gym"] == 0
         finally:
-            ended = await http.post(f"{base}/executions/{eid}/terminate")
+            ended = await http.post(f"{base}/executions/{eid}/terminate", json={})
         assert ended.status_code == 200, ended.text
         assert (await http.get(f"{base}/capacity")).json() == capacity
         assert wait_gone(pids) == set(), "desktop processes outlived the terminate"
