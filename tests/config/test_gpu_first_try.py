@@ -118,6 +118,22 @@ def test_gpu_first_try_5_cua_eval_on_a_gpu_starts_areal_vllm_server_on_the_gpu(t
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _until_runnable(scripts, tries: int = 50) -> None:
+    """Each fresh script runs once before the test relies on it: a process forked elsewhere in this test process
+    while one was open for writing holds that descriptor until it execs, and meanwhile running the script fails
+    with ETXTBSY (seen as a set-up that found no GPU, once, in a run of the whole folder)."""
+    import subprocess
+    import time
+
+    for script in scripts:
+        for _ in range(tries):
+            try:
+                subprocess.run([str(script)], capture_output=True, timeout=10)
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
 def _setup_plan(tmp_path, gpus: int, python: str = "3.11 x86_64", **env) -> tuple[int, str]:
     """``scripts/setup.sh`` in its plan mode (CUA_RL_SETUP_PLAN=1) on a node whose ``nvidia-smi -L`` lists ``gpus``
     GPUs and whose ``python3`` says ``python`` (version and machine): (exit code, stdout + stderr). ``sudo`` and
@@ -135,6 +151,7 @@ def _setup_plan(tmp_path, gpus: int, python: str = "3.11 x86_64", **env) -> tupl
         (bin_dir / name).chmod(0o755)
     if not gpus:
         (bin_dir / "nvidia-smi").unlink()
+    _until_runnable([bin_dir / name for name in fakes if (bin_dir / name).exists()])
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CUA_RL_")}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], capture_output=True, text=True, timeout=60,
                           env={**clean, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CUA_RL_SETUP_PLAN": "1",
