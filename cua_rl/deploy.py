@@ -37,6 +37,14 @@ NEUTRAL_TOP_K = 1_000_000
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def actor_without_kl():
+    """``CUAConfig``'s default actor: AReaL's, with no KL penalty (AReaL's default ``kl_ctl`` is 0.1, which with
+    the default ``trajectory.group_weight: equal`` ``check_kl_weight`` refuses; the recipes set 0 too)."""
+    from areal.api.cli_args import PPOActorConfig
+
+    return PPOActorConfig(kl_ctl=0.0)
+
+
 def reference_model(actor):
     """The KL penalty's reference when the config names none: the actor's own model (path, backend, dtype,
     attention, micro-batches) frozen at its starting weights, with no optimizer (AReaL's ref engine only computes
