@@ -140,7 +140,7 @@ async def bench_e2e(stack, engine, groups: int) -> dict:
         policy={"max_screenshots_in_history": 2, "max_pixels": 200704}, group_size=2)
     async with GenvClient(stack["gym"].url, "desktop") as gym:
         tasks = (await gym.list_tasks())[:groups]
-    rows = [{"task_id": t.id, "instruction": t.instruction} for t in tasks]
+    rows = [{"task_id": t.id, "instruction": t.instruction, "seed_bits": t.raw.get("seed_bits")} for t in tasks]
     await wf.arun_episode(engine, rows[0])  # warm-up: processor load, desktop pool
     t0 = time.perf_counter()
     results = [await wf.arun_episode(engine, r) for r in rows]

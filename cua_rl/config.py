@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal.api.cli_args import GRPOConfig
+from areal.api.cli_args import GRPOConfig, PPOActorConfig
 
 from cua_rl.genv.fleet import join_gym_urls, parse_gym_urls
 from cua_rl.trainer.health import HealthConfig
@@ -404,6 +404,11 @@ class CUAConfig(GRPOConfig):
         "help": "Model name the agent sends; the policy endpoint serves one model whatever the name."})
 
     # --- regularisers
+    # AReaL's actor section, with no KL penalty by default (AReaL's kl_ctl default is 0.1; the recipes set 0): a KL
+    # penalty needs trajectory.group_weight tokens (cua_rl.deploy.check_kl_weight)
+    actor: PPOActorConfig = field(default_factory=deploy.actor_without_kl, metadata={
+        "help": "AReaL's actor (PPOActorConfig); here actor.kl_ctl defaults to 0, and a KL penalty (kl_ctl > 0) "
+                "needs trajectory.group_weight=tokens (cua_rl.deploy.check_kl_weight)."})
     entropy_bonus: float = field(default=0.0, metadata={
         "help": "The actor's loss minus this times the mean entropy of its trained tokens "
                 "(cua_rl/areal_ext/entropy_bonus.py; 0 = off). The KL penalty is AReaL's actor.kl_ctl; with "

@@ -46,6 +46,7 @@ ROW_FEATURES = Features({
     "difficulty": Value("string"),     # easy/normal/hard from the tags, None when unknown
     "gym_base_url": Value("string"),
     "gym_id": Value("string"),
+    "seed_bits": Value("int64"),       # the seeds the gym takes (its task's seed_bits), None when undeclared
 })
 
 
@@ -254,7 +255,14 @@ def weighted(parts: list[tuple[float, int, list[dict]]]) -> list[dict]:
 def task_row(task: Task, gym_base_url: str, gym_id: str) -> dict:
     return {"task_id": task.id, "number": task.number, "name": task.name, "instruction": task.instruction,
             "description": task.description, "tags": list(task.tags), "difficulty": task.difficulty,
-            "gym_base_url": gym_base_url, "gym_id": gym_id}
+            "gym_base_url": gym_base_url, "gym_id": gym_id, "seed_bits": declared_seed_bits(task)}
+
+
+def declared_seed_bits(task: Task) -> int | None:
+    """The task object's ``seed_bits`` (docs/protocols.md 1.2: its gym takes seeds in 0..2**seed_bits-1; what
+    the workflow's instance seeds keep within, cua_rl/workflow/seeding.py), None when it declares none."""
+    bits = task.raw.get("seed_bits")
+    return bits if isinstance(bits, int) and not isinstance(bits, bool) else None
 
 
 def gym_of(config: CUAConfig, source: TaskSourceConfig) -> tuple[str, str]:

@@ -3,7 +3,7 @@ and, where one switch implies the others, written into them, once, when a ``CUAC
 
 Why a module of its own: ``cua_rl.config`` is the schema (each setting, its default and its own checks); the rules
 here are about AReaL's sections and how they must agree with each other and with ours: the sampling the trainer
-recomputes, one length limit, the KL penalty's reference, the training engine and the workers' command, the
+recomputes, one length limit, the KL penalty's reference and weighting, the training engine and the workers' command, the
 placement of the roles on a node's GPUs, LoRA's wiring, and the reward and advantage normalisations that would
 undo the workflow's own group normalisation. Each rule raises ``ValueError`` naming the setting and the fix.
 
@@ -35,6 +35,14 @@ NEUTRAL_TOP_K = 1_000_000
 # The modules LoRA may adapt: the language model's attention and MLP projections (Qwen-VL's names; the vision
 # tower's are qkv, proj and linear_fc*). The default is the first four.
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def actor_without_kl():
+    """``CUAConfig``'s default actor: AReaL's, with no KL penalty (AReaL's default ``kl_ctl`` is 0.1, which with
+    the default ``trajectory.group_weight: equal`` ``check_kl_weight`` refuses; the recipes set 0 too)."""
+    from areal.api.cli_args import PPOActorConfig
+
+    return PPOActorConfig(kl_ctl=0.0)
 
 
 def reference_model(actor):
@@ -274,6 +282,7 @@ def apply(config: CUAConfig) -> None:
     check_sampling(config)
     check_lengths(config)
     wire_reference(config)
+    check_kl_weight(config)
     check_train_engine(config)
     check_worker_commands(config)
     check_placement(config)
@@ -291,6 +300,25 @@ def wire_reference(config: CUAConfig) -> None:
         raise ValueError(f"actor.kl_ctl must be a number >= 0, got {config.actor.kl_ctl}")
     if config.actor.kl_ctl > 0 and config.ref is None:
         config.ref = reference_model(config.actor)
+
+
+def check_kl_weight(config: CUAConfig) -> None:
+    """A KL penalty only with ``trajectory.group_weight: tokens``. AReaL 1.0.4 adds ``-kl_ctl * KL`` to every
+    token's reward with one scalar (its loss mask is boolean: nothing per row scales it), while ``equal`` divides
+    each row's reward by its group's mean trained tokens (~1e-3 at 20 turns of 50 tokens): the KL's weight
+    against the task then grows with the group's length (16.7x the task at kl_ctl 0.05, a success trained down).
+
+    Why a refusal and not a worker patch that scales each row's KL by its row's weight: such a patch replaces
+    AReaL's scalar ``kl_ctl`` inside its ``_compute_advantages`` and needs a per-row key to survive AReaL's batch
+    path (the controller's split across data-parallel ranks, micro-batching), which only a trainer run shows;
+    the KL is off by default, and ``tokens`` (AReaL's own weighting, the CPU learning recipes') keeps the KL's
+    share as AReaL's. Lift this when such a patch exists and is tested through a trainer."""
+    if config.actor.kl_ctl > 0 and config.trajectory.group_weight != "tokens":
+        raise ValueError(f"actor.kl_ctl {config.actor.kl_ctl:g} needs trajectory.group_weight=tokens (got "
+                         f"{config.trajectory.group_weight!r}): AReaL adds the KL penalty to every token's reward "
+                         f"unscaled, while {config.trajectory.group_weight!r} divides each row's reward by its "
+                         f"group's mean trained tokens, so the KL would outweigh the task (and train successes "
+                         f"down) in long groups. Set trajectory.group_weight=tokens, or actor.kl_ctl=0")
 
 
 def check_reward_shift(config: CUAConfig) -> None:

@@ -284,7 +284,7 @@ def evaluate_on_gym(config: CUAConfig, checkpoints: list[str], *, split: str = "
     """``cua-eval``: each checkpoint on the tasks of ``config``'s task source on the gym at
     ``config.gym_base_url`` (module docstring)."""
     from cua_rl.local_agent.server import start_agent_server
-    from cua_rl.local_gym.curriculum import heldout_seeds
+    from cua_rl.workflow.seeding import heldout, seed_bits
 
     if not checkpoints:
         raise ValueError("no checkpoints to evaluate")
@@ -295,7 +295,7 @@ def evaluate_on_gym(config: CUAConfig, checkpoints: list[str], *, split: str = "
         agent_url = config.gbox_mini_agent_base_url
         if config.agent_service == "embedded":
             agent_url = stack.enter_context(start_agent_server()).url
-        return _run(config, checkpoints, [(row, heldout_seeds(episodes_per_task)) for row in rows],
+        return _run(config, checkpoints, [(row, heldout(0, episodes_per_task, seed_bits(row))) for row in rows],
                     gym=(config.gym_base_url, config.gym_id), agent_url=agent_url, concurrency=concurrency,
                     samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url)
 

@@ -142,10 +142,20 @@ def _gym_faults(raw: dict) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def _gym_unrecovered(raw: dict) -> int | None:
+    """``faults.gym_unrecovered`` (**extension**, docs/protocols.md 1.4): the gym's faults after the execution's
+    last screenshot or action it served, 0 when the agent recovered from every one; None when the gym does not
+    say (a non-negative integer, else None)."""
+    value = _dict(raw.get("faults")).get("gym_unrecovered")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """A parsed evaluate reply. ``reward`` is in [0, 1]; ``source`` says which rule produced it; ``gym_faults``:
-    the execution's calls the gym itself failed (its ``faults.gym``; 0 from a gym that does not count them)."""
+    the execution's calls the gym itself failed (its ``faults.gym``; 0 from a gym that does not count them);
+    ``gym_unrecovered``: how many of them came after the last call it served (None when it does not say);
+    ``counts_faults``: whether the reply carries ``faults`` at all."""
 
     reward: float
     success: bool | None
@@ -153,6 +163,8 @@ class Evaluation:
     source: str
     raw: dict = field(default_factory=dict, repr=False, compare=False)
     gym_faults: int = 0
+    gym_unrecovered: int | None = None
+    counts_faults: bool = False
 
     @classmethod
     def from_raw(cls, raw: Any) -> "Evaluation":
@@ -170,7 +182,8 @@ class Evaluation:
             reward, source = 0.0, "none"
             logger.warning("evaluation reply has no score, validators or success flag: %s", str(raw)[:300])
         return cls(reward=min(1.0, max(0.0, reward)), success=success, validators=validators,
-                   source=source, raw=raw, gym_faults=_gym_faults(raw))
+                   source=source, raw=raw, gym_faults=_gym_faults(raw), gym_unrecovered=_gym_unrecovered(raw),
+                   counts_faults=isinstance(raw.get("faults"), dict))
 
 
 def extract_reward(raw: Any) -> float:

@@ -40,6 +40,9 @@ from .validators import ValidatorSpec
 
 HELDOUT_START = 2 ** 40                       # held-out instances (of trained content)
 HELDOUT_CONTENT_START = 2 ** 41               # held-out content (for families that hold content out)
+# The seeds our gyms take (0..2**53-1: JSON numbers are exact up to here), declared in every task object they
+# list (``seed_bits``, docs/protocols.md 1.2), so the workflow sends them these held-out seeds (workflow/seeding.py)
+SEED_BITS = 53
 SPLITS = ("train", "heldout", "heldout-content")
 EVENTS = ".board/events"                      # what the window recorded, relative to HOME
 GRID = 3                                      # the screen is split into GRID x GRID cells

@@ -73,8 +73,20 @@ def _injected_fault(ex: Execution, rate: float) -> bool:
 
 def _fault(ex: Execution, who: str, status: int, detail: str) -> GymError:
     """Count a failed call of ``ex`` as ``who``'s (docs/protocols.md 1.5) and the error that answers it."""
-    ex.faults[who] += 1
+    _count(ex, who)
     return GymError(status, detail, fault=who)
+
+
+def _count(ex: Execution, who: str) -> None:
+    """One failed call of ``ex``, ``who``'s; a gym fault stays unrecovered until a call of ``ex`` is served."""
+    ex.faults[who] += 1
+    if who == "gym":
+        ex.faults["gym_unrecovered"] += 1
+
+
+def _served(ex: Execution) -> None:
+    """A screenshot or action of ``ex`` served: every gym fault before it was recovered from (docs/protocols.md 1.4)."""
+    ex.faults["gym_unrecovered"] = 0
 
 
 class LocalGym:
@@ -235,6 +247,7 @@ class LocalGym:
         except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
             logger.error("screenshot of %s failed: %s", eid, exc)
             raise _fault(ex, "gym", 503, f"desktop of execution {eid} is not responding: {exc}") from exc
+        _served(ex)
         return data, fmt
 
     async def _frame_now(self, ex: Execution, arm: bool = False) -> bytearray:
@@ -295,7 +308,7 @@ class LocalGym:
                     raise InjectedFault(f"fault injected at rate {self.manager.opt.fault_rate} (GymOptions.fault_rate)")
                 await self._input(ex, action)
             except InputRefused as exc:   # the keyboard has no key for what was asked: the policy's, nothing sent
-                ex.faults["policy"] += 1
+                _count(ex, "policy")
                 return {"ok": False, "error": str(exc), "fault": "policy", "screen_changed": False}
             except ConnectionClosedError as exc:
                 xin = d.xinput
@@ -313,7 +326,7 @@ class LocalGym:
                         "fault": "policy", "screen_changed": False}
             except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
                 logger.warning("action %s on %s failed in the gym: %s", action.type, eid, exc)
-                ex.faults["gym"] += 1
+                _count(ex, "gym")
                 with contextlib.suppress(Exception):
                     d.xinput.reset_modifiers()
                 if not isinstance(exc, InjectedFault):   # an injected one played nothing
@@ -332,6 +345,7 @@ class LocalGym:
                 frame = d.screen.grab()   # the connections are open again: the screen as the action left it
                 changed = frame != before
             d.screen.remember(frame)
+            _served(ex)
             ex.last_used = time.monotonic()
             # The agent's next call is almost always a screenshot of this very frame, in the format it
             # asked for last time: start encoding it now.

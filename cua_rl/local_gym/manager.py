@@ -263,8 +263,10 @@ class Execution:
     evaluating: asyncio.Lock = field(default_factory=asyncio.Lock)
     evaluation: asyncio.Future | None = None
     # Calls of this execution that failed, by whose failure it was (LocalGym.act/screenshot): "gym" (its desktop
-    # or input failed) and "policy" (an action refused as malformed). Reported by describe and evaluate.
-    faults: dict = field(default_factory=lambda: {"gym": 0, "policy": 0})
+    # or input failed) and "policy" (an action refused as malformed); "gym_unrecovered": the gym's since the
+    # last screenshot or action it served (0 once the agent's next call succeeded: the fault was recovered from).
+    # Reported by describe and evaluate (docs/protocols.md 1.4).
+    faults: dict = field(default_factory=lambda: {"gym": 0, "policy": 0, "gym_unrecovered": 0})
     # What a fork needs (fork.py): the seed the task began with and its create reply's extra fields, the screen
     # regions the task declares volatile (pixels), the actions played so far with the screen each was played
     # on, why they can no longer be replayed (an action the display refused midway), and the execution this

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from .browser import BrowserDesktop, BrowserSpec
 from .cdp import CDPError
+from .curriculum import SEED_BITS
 from .screen import settle
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ class MiniwobTask:
             "evaluation": {"reward": "miniwob_page", "score": "clip(raw_reward, 0, 1) once the episode is done",
                            "notes": list(self.notes)},
             "examples": list(self.examples), "utterance_fields": list(self.fields),
-            "forkable": self.fork_note is None,
+            "forkable": self.fork_note is None, "seed_bits": SEED_BITS,
         }
 
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .apps import APPS
-from .curriculum import FAMILIES
+from .curriculum import FAMILIES, SEED_BITS
 from .desktop import AppLaunch, DesktopSpec
 from .home_paths import home_file_parts
 from .fork import MAX_MASK, mask_share
@@ -241,7 +241,7 @@ class TaskDef(BaseModel):
                            {"type": "desktop", "apps": [a.app for a in self.setup.apps],
                             **({"family": self.family} if self.family else {})}),
             "evaluation": {"validators": [v.model_dump(exclude_none=True) for v in self.validators]},
-            "forkable": self.forkable or self.setup.vm is not None,
+            "forkable": self.forkable or self.setup.vm is not None, "seed_bits": SEED_BITS,
         }
 
 

@@ -110,6 +110,25 @@ def final_checkpoint(checkpoints: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def fault_lines(totals: dict[str, int]) -> list[str]:
+    """The gym faults the agent recovered from (counted, the episodes trained) and, for a gym that sends no
+    ``faults``, its episodes' failed runs by kind: trained as the policy's, since nothing told the gym's
+    failures apart (docs/protocols.md 1.4)."""
+    lines = []
+    if totals.get("episodes_gym_faults_recovered"):
+        lines.append(f"[cua-rl] gym faults:  {totals.get('gym_faults_recovered', 0)} recovered from in "
+                     f"{totals['episodes_gym_faults_recovered']} evaluated episodes (the agent went on past them; "
+                     f"counted, not dropped)")
+    if totals.get("episodes_gym_without_faults"):
+        prefix = "episodes_gym_without_faults_failed_"
+        kinds = {k[len(prefix):]: v for k, v in sorted(totals.items()) if k.startswith(prefix) and v}
+        lines.append(f"[cua-rl] WARNING: {totals['episodes_gym_without_faults']} evaluated episodes on a gym that "
+                     f"sends no faults (docs/protocols.md 1.4); their failed runs by kind: "
+                     f"{', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none'}; trained as the policy's, "
+                     f"since nothing told the gym's failures apart")
+    return lines
+
+
 def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | None = None,
                   train_command: str = "train.sh") -> None:
     """What the run did; ``stopped_by``: the signal that asked the launcher to stop it (not a failure);
@@ -139,6 +158,8 @@ def print_summary(paths: RunPaths, elapsed: float, rc: int, stopped_by: int | No
               f"infrastructure failures (gym, agent service or model server: never given a reward"
               f"{'; ' + causes if causes else ''}), "
               f"{totals.get('groups_rejected', 0)} groups rejected for too few evaluated episodes")
+        for line in fault_lines(totals):
+            print(line)
     for line in host_lines(totals):
         print(line)
     final = final_checkpoint(paths.checkpoints) if paths.checkpoints.is_dir() else None

@@ -97,6 +97,13 @@ INVARIANTS: tuple[Invariant, ...] = (
               "most policy versions between a trained token's sampling and the update (ppo_actor version stats)",
               "rollouts older than rollout.max_head_offpolicyness allows",
               "rollout.max_head_offpolicyness and the rollout/train balance"),
+    Invariant("lost_length_skew", "warn", 0.2,
+              "share of long episodes (at least half of max_turns played) lost minus the share of short ones lost",
+              "drops that grow with episode length (gym faults or slow steps under load, the model server on long "
+              "prompts): the long, mostly failing episodes leave their groups' baselines and the rest is trained "
+              "as if they had not happened (survivorship)",
+              "the summary's lost-by-cause counts and the named service's log; rollout/lost_long and "
+              "rollout/lost_short; the gym's load (gym_fleet, --pool-size)", steps=3),
     Invariant("at_max_turns_share", "warn", 1.0,
               "share of evaluated episodes that ended at max_turns",
               "the agent never finishes: max_turns too small, or the policy never answers 'done'",
@@ -207,6 +214,9 @@ class Health:
                 out[name] = v
         if self.max_turns > 1 and (v := _get(stats, "rollout/at_max_turns")) is not None:
             out["at_max_turns_share"] = v
+        long, short = _get(stats, "rollout/lost_long"), _get(stats, "rollout/lost_short")
+        if self.max_turns > 1 and long is not None and short is not None:
+            out["lost_length_skew"] = long - short
         success = _get(stats, "rollout/task_success")
         if success is not None:
             self._stuck = self._stuck + 1 if success in (0.0, 1.0) else 0

@@ -6,7 +6,8 @@ terminate (always, in ``finally``). The endpoint recorded every model turn exact
 
 Outcomes: an episode is either evaluated (``EpisodeOutcome``) or dropped (``Dropped``, with its cause: the
 gym, the agent service or the model server failed, or the episode crashed; the gym's failure also when the agent
-did not report it but the gym's evaluation counts faults of its own), never given a reward it did not earn. A run
+did not report it but the gym's evaluation says the execution ended on a fault of its own: ``gym_fault_decided``;
+one the agent recovered from is counted, not dropped), never given a reward it did not earn. A run
 that merely ends badly (timeout, the agent gave up, unparseable output, a prompt that outgrew the policy's context)
 is still evaluated and keeps its real, possibly zero, reward.
 
@@ -45,10 +46,12 @@ CAUSES = ("gym", "agent_service", "model_server", "policy_unreached", "crash")
 
 @dataclass
 class Dropped:
-    """An episode that was not evaluated: ``cause`` (one of ``CAUSES``) and what happened."""
+    """An episode that was not evaluated: ``cause`` (one of ``CAUSES``), what happened and, where known, how many
+    policy turns it had played (what the health check of drops by episode length reads)."""
 
     cause: str
     reason: str
+    turns: int | None = None
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSES:
@@ -152,13 +155,14 @@ async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: di
     run, turns = played
     evaluation = await gym.evaluate(execution.execution_id, answer_text=run.answer,
                                     execution_data=run.as_execution_data())
-    if evaluation.gym_faults and setup.trajectory.mutation != "gym_faults_as_policy":
-        # the gym failed calls of this execution (an action it could not play, a desktop that stopped
-        # answering): what the agent did next was not the policy's doing alone, whatever the agent said
-        # (a stock gbox-mini-agent sends no failure kind; docs/protocols.md 1.4 and 2.6)
-        why = f"the gym reported {evaluation.gym_faults} fault(s) of its own in this execution (faults.gym)"
-        logger.error("%s: %s; episode dropped", where, why)
-        return Dropped("gym", why)
+    decided = gym_fault_decided(evaluation, run)
+    if decided and setup.trajectory.mutation != "gym_faults_as_policy":
+        logger.error("%s: %s; episode dropped", where, decided)
+        return Dropped("gym", decided, turns=len(turns) or run.num_steps)   # the agent's steps: no endpoint
+    if evaluation.gym_faults:
+        logger.info("%s: the gym failed %d call(s) of this execution and the agent went on past them (faults.gym "
+                    "%d, none unrecovered): evaluated, the faults counted", where, evaluation.gym_faults,
+                    evaluation.gym_faults)
     seconds = time.monotonic() - started
     reward = shaped_reward(float(evaluation.reward), run.steps, setup.trajectory.format_reward,
                            setup.trajectory.action_reward)
@@ -168,7 +172,9 @@ async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: di
     info = {"success": evaluation.success, "run_ok": run.ok, "reason": run.reason, "seconds": seconds,
             "run_id": run.run_id, "execution_id": execution.execution_id, "seed": seed, "gym_host": gym_url,
             "evaluated_at": time.time(),
-            "instruction": execution.instruction, "env_reward": float(evaluation.reward), **hooks.info}
+            "instruction": execution.instruction, "env_reward": float(evaluation.reward),
+            "gym_faults_recovered": evaluation.gym_faults, "gym_counts_faults": evaluation.counts_faults,
+            "run_failure": None if run.ok else _failure_kind(run.failure), **hooks.info}
     if report is not None:
         report.finished(reward=reward, task_success=bool(evaluation.success),
                         num_turns=len(turns), num_validators=len(evaluation.validators),
@@ -179,6 +185,36 @@ async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: di
                         discount=setup.trajectory.turn_discount)
     return EpisodeOutcome(turns=turns, reward=reward, info=info,
                           monitor_uuid=report.uuid if report is not None else None)
+
+
+def _failure_kind(failure: str | None) -> str:
+    """A failed run's kind as the summary counts it: the agent's ``failure`` (docs/protocols.md 2.3), ``unreported``
+    when it sends none (a stock gbox-mini-agent), ``other`` for a value the protocol does not name."""
+    if failure is None:
+        return "unreported"
+    return failure if failure in ("env", "model", "policy") else "other"
+
+
+def gym_fault_decided(evaluation, run) -> str | None:
+    """Why the gym's own faults decided this episode (it is dropped as the gym's), or None: none did.
+
+    A fault decided it when the execution ended on it: the gym counts gym faults after the last call it served
+    (``faults.gym_unrecovered`` > 0, docs/protocols.md 1.4). One the agent went on past (a screenshot it retried,
+    an action answered ``ok: false`` after which the next one played) was recovered from: the episode is the
+    policy's, its fault counted. A gym that counts ``faults.gym`` but not the unrecovered ones: a run that ended
+    cleanly recovered, any other is dropped (as before, for want of knowing). Our agent ends a run the gym
+    failed as ``env`` itself, dropped before the evaluation (``_run_agent``)."""
+    if not evaluation.gym_faults:
+        return None
+    if evaluation.gym_unrecovered is not None:
+        if not evaluation.gym_unrecovered:
+            return None
+        return (f"the execution ended on {evaluation.gym_unrecovered} fault(s) of the gym's own that nothing "
+                f"served after (faults.gym_unrecovered; {evaluation.gym_faults} in all)")
+    if run.ok:
+        return None
+    return (f"the gym reported {evaluation.gym_faults} fault(s) of its own in this execution (faults.gym, without "
+            f"gym_unrecovered) and the run did not end cleanly ({run.reason})")
 
 
 async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execution_id,
@@ -234,14 +270,14 @@ async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execu
             return Dropped("policy_unreached", f"{episode.base_url} not reached: {run.reason}")
         logger.error("execution %s: the %s failed mid-run (%s); episode dropped", execution_id,
                      cause.replace("_", " "), run.reason)
-        return Dropped(cause, run.reason)
+        return Dropped(cause, run.reason, turns=len(episode.turns) if episode is not None else None)
     if episode is not None and (episode.failed_turns or episode.in_flight or episode.answer_lost):
         # the engine failed a turn, or the run ended on a model call the agent stopped waiting for (its
         # step time limit): the model server failed or was too slow, no decision of the policy's to score
         why = (f"{episode.failed_turns} policy turn(s) failed, {episode.in_flight} never finished in the engine"
                f", the last answer {'never reached the agent' if episode.answer_lost else 'was delivered'}")
         logger.error("execution %s: %s; episode dropped", execution_id, why)
-        return Dropped("model_server", why)
+        return Dropped("model_server", why, turns=len(episode.turns))
     return run, (episode.turns if episode else [])
 
 

@@ -183,17 +183,20 @@ class CUAAgentWorkflow(RolloutWorkflow):
             on_drained=self._drained)
         outcomes: list[EpisodeOutcome] = []
         lost: list[str] = []
+        lost_turns: list[int | None] = []   # the turns each lost episode played (None: unknown)
         for i, res in enumerate(results):
             if isinstance(res, BaseException):
                 logger.error("task %s episode %d crashed: %s: %s", task_id, i, type(res).__name__, res,
                              exc_info=res)
                 lost.append("crash")
+                lost_turns.append(None)
             elif isinstance(res, Dropped):
                 lost.append(res.cause)
+                lost_turns.append(res.turns)
             else:
                 outcomes.append(res)
         rejected = endpoint is not None and len(outcomes) < self.min_group_size
-        self._counted(endpoint, outcomes, lost, rejected)
+        self._counted(endpoint, outcomes, lost, rejected, lost_turns=lost_turns)
         if endpoint is None:
             return None  # the agent used another model: nothing of this run is trainable
         if rejected:
@@ -219,15 +222,16 @@ class CUAAgentWorkflow(RolloutWorkflow):
         return self._returned(batch, data, group, outcomes, _host,
                               lambda n: episode_columns(outcomes, t.export_style, n))
 
-    def _counted(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str], rejected: bool,
-                 **more: int) -> None:
+    def _counted(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str], rejected: bool, *,
+                 lost_turns: list[int | None] = (), **more: int) -> None:
         """A group's evaluated episodes (a tree's leaves) and lost ones in the worker's counts (``more``: other
-        counters to add), on disk for the run's summary, and in the step's statistics."""
+        counters to add; ``lost_turns``: the turns each lost one played, where known), on disk for the run's
+        summary, and in the step's statistics."""
         self._worker.count_group(len(outcomes), lost, rejected)
         self._worker.count_use(outcomes)
         self._worker.episodes.update(more)
         write_counts(self._kind, self.stats_dir, self._worker.totals())
-        self._record_stats(endpoint, outcomes, lost)
+        self._record_stats(endpoint, outcomes, lost, lost_turns)
 
     def _rejected(self, data: dict, what: str, got: int, lost: list[str]) -> None:
         """A group with fewer evaluated ``what`` than ``trajectory.min_group_size``: nothing to train."""
@@ -288,7 +292,8 @@ class CUAAgentWorkflow(RolloutWorkflow):
         return self._returned(batch, data, group, kept, gym_url,
                               lambda n: tree_episode_columns(roots, t.export_style, n))
 
-    def _record_stats(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str]) -> None:
+    def _record_stats(self, endpoint, outcomes: list[EpisodeOutcome], lost: list[str],
+                      lost_turns: list[int | None] = ()) -> None:
         """This group in the step's statistics (AReaL averages each key over its records): per evaluated
         episode its reward, success, turns and time, plus the indicators the run's health checks read
         (cua_rl/trainer/health.py): no policy turn, ended at max_turns, turns recorded on vLLM without the
@@ -305,8 +310,22 @@ class CUAAgentWorkflow(RolloutWorkflow):
                 scope.scalar(truncated_turns=sum(t.stop_reason in ("length", "abort") for t in o.turns) / len(o.turns))
         for _ in lost:
             scope.scalar(episode_lost=1.0)
+        self._record_lost_by_length(scope, [len(o.turns) for o in outcomes], lost_turns)
         if len(outcomes) >= 2:
             scope.scalar(zero_reward_variance=float(len({o.reward for o in outcomes}) == 1))
+
+    def _record_lost_by_length(self, scope, evaluated: list[int], lost: list[int | None]) -> None:
+        """The share of episodes lost among the long ones (at least half of ``max_turns`` played) and among the
+        short ones (``lost_long``, ``lost_short``: 1 per lost episode, 0 per evaluated one of that length; a lost
+        episode's length is what it played before the drop). Drops that grow with length take the long, mostly
+        failing episodes out of their groups' baselines (survivorship): health's ``lost_length_skew``."""
+        if self.limits.max_turns <= 1:
+            return
+        for turns, was_lost in [(n, 0.0) for n in evaluated] + [(n, 1.0) for n in lost if n is not None]:
+            if 2 * turns >= self.limits.max_turns:
+                scope.scalar(lost_long=was_lost)
+            else:
+                scope.scalar(lost_short=was_lost)
 
     def fleet(self, data: dict[str, Any]):
         """The fleet of gym hosts this row's group is placed on, or None for a single gym."""

@@ -89,9 +89,23 @@ class WorkerState:
         for o in outcomes:
             if o.info.get("gym_host"):
                 self.episodes[host_key(o.info["gym_host"], "episodes")] += 1
+            self.count_faults(o.info)
             self.episodes["env_steps"] += len(o.turns)
             self.episodes["desktop_ms"] += int(1000 * o.info.get("seconds", 0.0))
             self.episodes["trained_tokens"] += trained_tokens(o)
+
+    def count_faults(self, info: dict) -> None:
+        """An evaluated episode's gym faults it recovered from (counted, not dropped:
+        ``cua_rl.workflow.episode.gym_fault_decided``); on a gym that sends no ``faults`` (docs/protocols.md 1.4),
+        the episode, and its run's failure by kind (the agent's ``failure``, or ``unreported``): nothing told
+        the gym's failures from the policy's, and these were trained as the policy's."""
+        if info.get("gym_faults_recovered"):
+            self.episodes["episodes_gym_faults_recovered"] += 1
+            self.episodes["gym_faults_recovered"] += int(info["gym_faults_recovered"])
+        if info.get("gym_counts_faults") is False:
+            self.episodes["episodes_gym_without_faults"] += 1
+            if info.get("run_failure"):
+                self.episodes[f"episodes_gym_without_faults_failed_{info['run_failure']}"] += 1
 
     def totals(self) -> dict[str, int]:
         """This worker's episode counts and its endpoints' turn counts, summed; each gym host's drains."""

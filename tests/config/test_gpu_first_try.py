@@ -52,7 +52,7 @@ def test_gpu_first_try_2_the_default_recipe_uses_all_of_1_2_4_8_gpus(launcher, f
         rc, report, _, out = launcher(GYM, device="auto")
         assert rc == 0, out.err
         assert report["gpus"].startswith(f"uses {n} of {n} ("), report["gpus"]
-        request = cli.parse([*GYM, "actor.kl_ctl=0.05"], {}, [])
+        request = cli.parse([*GYM, "actor.kl_ctl=0.05", "trajectory.group_weight=tokens"], {}, [])   # KL needs tokens
         path, why, config = launch.choose_config(request, True, n)
         assert "fitted" in why, why
         for i, order in enumerate(creation_orders(config)):

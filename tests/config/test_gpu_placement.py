@@ -30,6 +30,9 @@ from areal.infra.scheduler import local
 from cua_rl import deploy
 from cua_rl.run.launch import RECIPES, load_config
 
+# A KL penalty as a run may set it: with token group weights (cua_rl.deploy.check_kl_weight refuses it with equal)
+KL = ["actor.kl_ctl=0.05", "trajectory.group_weight=tokens"]
+
 
 class _NeverRun:
     """Stands in for a worker process: alive, never started."""
@@ -129,7 +132,7 @@ def _shared_without_colocation(config, placed) -> list[tuple[str, str, int]]:
 
 def test_right_data_4_with_a_kl_penalty_on_8_gpus_vllm_keeps_gpus_of_its_own(tmp_path, monkeypatch, no_processes):
     monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
-    config = load_config(str(RECIPES / "config.yaml"), ["actor.kl_ctl=0.05"])
+    config = load_config(str(RECIPES / "config.yaml"), KL)
     orders = creation_orders(config)
     assert len(orders) == 3   # AReaL's order and our Trainer's two (the rollout started beside the actor)
     for i, order in enumerate(orders):
@@ -146,7 +149,7 @@ def test_right_data_4_the_one_gpu_recipe_colocates_in_an_order_areal_can_create(
     """config.1gpu.yaml, with and without the KL penalty: every role on GPU 0, each by a colocation AReaL can make
     (its target created before it), none by wrapping round."""
     monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
-    for i, overrides in enumerate(([], ["actor.kl_ctl=0.05"])):
+    for i, overrides in enumerate(([], KL)):
         config = load_config(str(RECIPES / "config.1gpu.yaml"), overrides)
         for j, order in enumerate(creation_orders(config)):   # colocated: our Trainer keeps AReaL's order
             placed = areal_placement(config, tmp_path / f"logs{i}-{j}", order)
@@ -167,7 +170,7 @@ def test_right_data_4_the_estimate_counts_the_reference(tmp_path, monkeypatch):
     figure = lambda lines: float(lines[0].split(": peak ")[1].split(" GiB")[0])   # noqa: E731
     for recipe in ("config.yaml", "config.1gpu.yaml"):
         plain = estimate.of_config(load_config(str(RECIPES / recipe), []))
-        with_ref = estimate.of_config(load_config(str(RECIPES / recipe), ["actor.kl_ctl=0.05"]))
+        with_ref = estimate.of_config(load_config(str(RECIPES / recipe), KL))
         assert "reference" not in plain[0] and "reference" in with_ref[0], with_ref[0]
         # the reference's weights alone, bf16 and sharded like the actor's, are at least 0.2 GiB per GPU here
         assert figure(with_ref) >= figure(plain) + 0.2, (recipe, plain[0], with_ref[0])
@@ -188,7 +191,7 @@ def test_a_layout_areal_would_wrap_or_cannot_create_is_refused_and_a_reference_o
         load_config(str(RECIPES / "config.1gpu.yaml"), ["rollout.scheduling_strategy.type=separation",
                                                         "+actor.scheduling_strategy.type=colocation",
                                                         "+actor.scheduling_strategy.target=rollout"])
-    config = load_config(str(RECIPES / "config.yaml"), ["actor.kl_ctl=0.05"])
+    config = load_config(str(RECIPES / "config.yaml"), KL)
     config.ref.scheduling_strategy = SchedulingStrategy(type="separation")
     with pytest.raises(ValueError, match="need 12 GPUs and the node has 8"):
         deploy.check_placement(config)

@@ -40,7 +40,7 @@ async def test_gym_number_range_split_and_rows(gym_server, gym_state):
     row = next(r for r in train if r["number"] == 33)
     assert row == {"task_id": "t033", "number": 33, "name": "task 33", "instruction": "do thing 33",
                    "description": "describe 33", "tags": ["easy", "gym"], "difficulty": "easy",
-                   "gym_base_url": gym_server.url, "gym_id": GYM_ID}
+                   "gym_base_url": gym_server.url, "gym_id": GYM_ID, "seed_bits": None}
     meta_row = next(r for r in train if r["number"] == 34)
     # meta-schema entry: id from `id`, instruction falls back to the description
     assert (meta_row["task_id"], meta_row["instruction"], meta_row["difficulty"]) == ("uuid-34", "describe 34", "normal")
@@ -241,3 +241,49 @@ def test_a_list_of_sources_and_an_eval_source_load_from_a_users_config(tmp_path)
     with pytest.raises(ConfigError, match="weight must be > 0"):
         load_config(str(RECIPES / "config.cpu.yaml"), ["gym_base_url=http://127.0.0.1:9", f"cluster.fileroot={tmp_path}",
                                                        "task_sources=[{kind:gym,weight:0}]"])
+
+
+# --- instance seeds within what the gym takes (issue 83 item 3) ---------------------------------
+def _seeds(row: dict, *, is_eval: bool, groups: int = 4, n: int = 4) -> list[int]:
+    """The seeds the workflow sends the gym for ``groups`` groups of ``n`` episodes of ``row``
+    (``cua_rl.workflow.seeding``, what ``CUAAgentWorkflow.episode_seeds`` calls), training rows at stream
+    indices 0..groups-1."""
+    import collections
+
+    from cua_rl.runs import STREAM_KEY
+    from cua_rl.workflow.seeding import group_seeds
+
+    run: collections.Counter = collections.Counter()
+    return [seed for k in range(groups)
+            for seed in group_seeds(1, object(), {**row, **({} if is_eval else {STREAM_KEY: k})}, n,
+                                    is_eval=is_eval, groups_run=run)]
+
+
+async def test_right_credit_3_held_out_seeds_fit_a_gym_that_declares_no_larger_seeds(gym_server, gym_state):
+    """A gym that declares no ``seed_bits`` (the genv double's tasks, listed over HTTP like any third-party
+    gym's) gets held-out seeds within 31 bits, apart from its training seeds; a gym that declares more keeps
+    them within what it declares; our gyms (53 bits) keep the curriculum's held-out seeds and the 31-bit
+    training hashes they were calibrated with."""
+    import hashlib
+
+    from cua_rl.dataset import own_gym_tasks, task_row
+    from cua_rl.local_gym import curriculum
+
+    train, evaluation = await aload_task_datasets(cfg(gym_server.url, gym_eval_number_range="001-032"))
+    row = evaluation[0]
+    assert row["seed_bits"] is None
+    held_out, trained = _seeds(row, is_eval=True), _seeds(row, is_eval=False, groups=200)
+    assert len(set(held_out)) == 16 and max(held_out) < 2 ** 31, f"held-out seeds past 31 bits: {held_out[:3]}"
+    assert not set(held_out) & set(trained) and max(trained) < min(held_out), (min(held_out), max(trained))
+
+    wider = task_row(Task.from_raw({**numbered_tasks(1)[0], "seed_bits": 36}), gym_server.url, GYM_ID)
+    held_out, trained = _seeds(wider, is_eval=True), _seeds(wider, is_eval=False, groups=200)
+    assert min(held_out) >= 2 ** 31 > max(trained) and max(held_out) < 2 ** 36, held_out
+
+    for gym_id in ("desktop", "miniwob"):
+        ours = task_row(own_gym_tasks(gym_id)[0], "", gym_id)
+        assert ours["seed_bits"] == curriculum.SEED_BITS == 53, gym_id
+        assert _seeds(ours, is_eval=True) == curriculum.heldout_seeds(16), gym_id
+        calibrated = [int.from_bytes(hashlib.sha256(f"1:stream:{ours['task_id']}:0:{k}".encode()).digest()[:4],
+                                     "big") & 0x7FFFFFFF for k in range(4)]
+        assert _seeds(ours, is_eval=False, n=1) == calibrated, gym_id

@@ -42,9 +42,10 @@ SMALL_UNTRAINED = ["--config", str(LEARN), "train_dataset.batch_size=1", "gconfi
 
 
 # The weight-update run also trains with a KL penalty to its starting weights and an entropy term (both small:
-# the run is about its weights, not what they learn), which the test then finds in its statistics.
+# the run is about its weights, not what they learn), which the test then finds in its statistics. A KL penalty
+# needs token group weights (cua_rl.deploy.check_kl_weight; the multiturn recipe's are equal).
 ENTROPY_BONUS = 0.001
-REGULARISED = ["actor.kl_ctl=0.02", f"entropy_bonus={ENTROPY_BONUS}"]
+REGULARISED = ["actor.kl_ctl=0.02", "trajectory.group_weight=tokens", f"entropy_bonus={ENTROPY_BONUS}"]
 # The stale-weights run stops at its first real update, which needs a group whose rewards differ: the pinned warm
 # start scores most groups alike (the drill draws yellow three times in four), and CI's run of 2026-11-30 had its
 # first mixed group at step 4, past the old limit of 3 steps. Eight steps leave room; the run ends at the stop.

@@ -59,7 +59,7 @@ async def test_right_data_5_evaluation_plays_distinct_heldout_instances(gym, tin
 
     url, state = gym
     engine = EngineDouble(processor.tokenizer)
-    rows = [{"task_id": t, "instruction": "x"} for t in ("a", "b")]
+    rows = [{"task_id": t, "instruction": "x", "seed_bits": 53} for t in ("a", "b")]   # as our gyms declare
     forget_workers()
     try:
         evaluation = _workflow(tiny_model_dir, gym={"base_url": url, "gym_id": "g"}, group_size=3, is_eval=True)

@@ -101,3 +101,29 @@ async def test_an_enter_after_typing_waits_for_the_client_to_have_taken_the_keys
         assert await save(gym, False, False) == 1.0, "the name and its Enter in one action did not save"
         assert await save(gym, True, False) == 1.0, "an Enter after keys an editor took late was lost"
         assert await save(gym, False, True) == 1.0, "an Enter to an editor stopped before its timer ran was lost"
+
+
+async def test_right_credit_4_a_gym_fault_is_unrecovered_until_the_next_call_is_served(monkeypatch):
+    """The evaluate answer's ``faults.gym_unrecovered`` (docs/protocols.md 1.4): a screenshot the X server failed
+    counts as the gym's, and once the agent's next screenshot is served it is recovered from (0); a failed action
+    the execution ends on stays unrecovered, which is what drops an episode (cua_rl.workflow.episode)."""
+    task = next(t for t in load_tasks().tasks if t.family is None and t.solution)
+    async with LocalGym(GymOptions(gym_id="env-faults", pool_size=0, max_executions=1)) as gym:
+        eid = (await gym.reset(task.task_id))["execution_id"]
+
+        async def x_gone(*args, **kwargs):   # the desktop's screen unreadable, connections opened again or not
+            raise OSError("X connection broken")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(gym, "_frame_now", x_gone)
+            with pytest.raises(GymError) as info:
+                await gym.screenshot(eid)
+            assert info.value.status == 503 and info.value.fault == "gym"
+        assert (await gym.evaluate(eid))["faults"] == {"gym": 1, "policy": 0, "gym_unrecovered": 1}
+        await gym.screenshot(eid)   # the agent's retry, served
+        assert (await gym.evaluate(eid))["faults"] == {"gym": 1, "policy": 0, "gym_unrecovered": 0}
+        with monkeypatch.context() as patch:
+            patch.setattr(gym, "_input", lambda *a, **kw: (_ for _ in ()).throw(OSError("BadWindow")))
+            answer = await gym.act(eid, task.solution[0])
+        assert answer["ok"] is False and answer["fault"] == "gym", answer
+        assert (await gym.evaluate(eid))["faults"] == {"gym": 2, "policy": 0, "gym_unrecovered": 1}

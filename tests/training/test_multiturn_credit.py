@@ -12,6 +12,8 @@ Each defect switched back on is shown to break what the defaults hold, so this t
 episode weights also zero the batch's token mean here, so the re-centring is shown with the old weighting.)
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 from areal.trainer.ppo.actor import PPOActor
@@ -140,3 +142,55 @@ def test_right_data_10_a_short_and_a_long_tasks_groups_pull_alike(actor_config, 
                                                                         "group_weight": "tokens"})
                                                      for g in (short, long)]), sizes)
     assert tokens[1] == pytest.approx(10 * tokens[0], rel=1e-4), tokens
+
+
+# ---- issue 83 item 1: a KL penalty keeps its weight against the task whatever group_weight is -----------------
+KL_CTL, KL_PER_TOKEN = 0.05, 0.01   # the review's figures: kl_ctl 0.05, 0.01 nats per token against the reference
+
+
+def _task_and_kl(actor, trajectory, group) -> tuple[list[float], list[float]]:
+    """Each episode's return summed over its trained tokens (GAE before adv_norm: what the update follows), as
+    AReaL's actor computes it with a reference ``KL_PER_TOKEN`` nats below the behaviour policy on every token
+    (``ref_logp``, AReaL's name): (the task's part, the KL penalty's part), per episode."""
+    def returns(with_kl: bool) -> list[float]:
+        batch = group_batch(group, **trajectory.group_options())
+        behaviour = torch.roll(batch["logprobs"], shifts=-1, dims=-1)   # AReaL's old_logp, aligned as ref_logp is
+        batch["ref_logp"] = behaviour - (KL_PER_TOKEN if with_kl else 0.0)
+        out = PPOActor(replace(actor, kl_ctl=KL_CTL), engine=None)._compute_advantages(batch)
+        per_row = (out["returns"] * out["loss_mask"]).sum(-1).tolist()
+        sums, row = [], 0
+        for episode in group:
+            sums.append(sum(per_row[row:row + len(episode.turns)]))
+            row += len(episode.turns)
+        return sums
+
+    task, total = returns(False), returns(True)
+    return task, [t - k for t, k in zip(total, task)]
+
+
+@pytest.mark.parametrize("recipe", ["config.yaml", "config.1gpu.yaml", "config.multiturn.yaml", "config.learn.yaml"])
+def test_right_credit_1_a_kl_penalty_weighs_against_the_task_as_under_token_weights(shipped, recipe):
+    """AReaL adds ``-kl_ctl * KL`` to every token's reward with one scalar, while ``group_weight: equal`` divides
+    each row's reward by its group's mean trained tokens (~1e-3 at 20 turns): the KL then outweighed the task
+    (16.7x in the review) and turned a success's pull negative. So a KL penalty with ``equal`` is refused at load,
+    naming both settings; every recipe a KL penalty loads on trains a success up, with the KL a small part of it
+    (its share under AReaL's own weighting, ``tokens``)."""
+    from cua_rl.run.launch import RECIPES, ConfigError
+
+    group = [_episode(20, 1.0)] + [_episode(20, 0.0)] * 3
+    task, kl = _task_and_kl(shipped.actor, replace(shipped.trajectory, group_weight="equal"), group)
+    assert task[0] > 0 and task[0] + kl[0] < 0, "the defect this refusal is for: the KL flips a success under equal"
+    overrides = [f"actor.kl_ctl={KL_CTL}"]
+    config = None
+    try:
+        config = load_config(str(RECIPES / recipe), overrides)
+    except ConfigError as refused:
+        assert "actor.kl_ctl" in str(refused) and "trajectory.group_weight" in str(refused), str(refused)
+        config = load_config(str(RECIPES / recipe), overrides + ["trajectory.group_weight=tokens"])
+    task, kl = _task_and_kl(config.actor, config.trajectory, group)
+    assert task[0] + kl[0] > 0, (f"{recipe} with actor.kl_ctl={KL_CTL} (group_weight "
+                                 f"{config.trajectory.group_weight}) trains the success down: task {task[0]:.4g}, "
+                                 f"KL {kl[0]:.4g}")
+    assert all(t + k < 0 for t, k in zip(task[1:], kl[1:])), (task, kl)
+    assert abs(kl[0]) < 0.05 * task[0], f"the KL is {abs(kl[0]) / task[0]:.3g}x the success's task part"
+    assert config.actor.kl_ctl == KL_CTL and config.trajectory.group_weight == "tokens", recipe

@@ -75,7 +75,7 @@ def test_a_kl_penalty_gets_the_actors_starting_weights_as_its_reference(tmp_path
     config_file = "examples/cua_agent/config.cpu.yaml"
     plain = load_config(config_file, [])
     assert plain.ref is None and plain.entropy_bonus == 0.0
-    config = load_config(config_file, ["actor.kl_ctl=0.05", "entropy_bonus=0.01"])
+    config = load_config(config_file, ["actor.kl_ctl=0.05", "trajectory.group_weight=tokens", "entropy_bonus=0.01"])
     ref, actor = config.ref, config.actor
     assert (ref.path, ref.backend, ref.dtype, ref.attn_impl) == (actor.path, actor.backend, actor.dtype, actor.attn_impl)
     assert [s.cmd for s in ref.scheduling_spec] == [s.cmd for s in actor.scheduling_spec] == \
