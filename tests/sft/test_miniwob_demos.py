@@ -70,3 +70,35 @@ def test_the_random_target_policy_finds_the_pages_valid_targets(gym):
                     await chance.play_one(client, gym, "click-test-2", seed, "target"))
     (won, one), (_, two) = asyncio.run(play())
     assert (won, one, two) == (True, 1, 2)
+
+
+def _config(tmp_path: Path, *overrides: str):
+    from areal.api.cli_args import load_expr_config
+
+    from cua_rl.config import CUAConfig
+
+    cfg, _ = load_expr_config(["--config", str(ROOT / "examples" / "cua_agent" / "config.cpu.yaml"),
+                               f"cluster.fileroot={tmp_path}", "gym_id=miniwob", *overrides], CUAConfig)
+    return cfg
+
+
+def test_python_m_cua_rl_sft_builds_miniwob_demonstrations_from_config(tmp_path, monkeypatch):
+    """``gym_id=miniwob`` with ``sft.tasks`` naming MiniWoB++ pages: the SFT build's demonstrations are the DOM
+    solvers' on training seeds (the SFT training itself is tests/sft/test_sft.py's); what cannot work is refused,
+    and the warm start's key tells a MiniWoB++ build from a curriculum one of the same settings."""
+    from cua_rl.sft import warm_start
+    from cua_rl.sft.__main__ import _miniwob_demos
+
+    config = _config(tmp_path, "sft.tasks=[focus-text]", "sft.demos_per_task=1", "sft.demo_error_rate=0.0")
+    [demo] = _miniwob_demos(config)
+    assert (demo.task_id, demo.seed, demo.reward, len(demo.turns)) == ("focus-text", 0, 1.0, 2)
+    for bad, why in ((["sft.tasks=[no-such-page]"], "does not serve: \\['no-such-page'\\]"),
+                     (["sft.demo_error_rate=0.2"], "demo_error_rate"),
+                     (["gym_base_url=http://127.0.0.1:9"], "in-process")):
+        with pytest.raises(SystemExit, match=why):
+            _miniwob_demos(_config(tmp_path, "sft.demo_error_rate=0.0", *bad))
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    same = ["sft.tasks=[050]", f"actor.path={tmp_path / 'model'}"]
+    (tmp_path / "model").mkdir()
+    assert warm_start.warm_start_key(_config(tmp_path, *same)) != warm_start.warm_start_key(
+        _config(tmp_path, *same, "gym_id=desktop"))
