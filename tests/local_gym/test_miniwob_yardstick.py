@@ -142,3 +142,25 @@ def test_the_committed_chance_table_covers_the_yardstick_with_exact_intervals():
             assert row["cp95"] == list(clopper_pearson(row["successes"], row["n"])), (task, policy)
     # a one-button page: any valid target wins; the same page clicked at random points mostly misses
     assert table["tasks"]["click-test"]["target"]["rate"] == 1.0 > table["tasks"]["click-test"]["pixel"]["rate"]
+
+
+def test_cua_eval_suite_rows_are_the_splits_tasks_on_the_gym_it_talks_to(tmp_path):
+    """``cua-eval --suite``'s task rows come from the gym it plays on (its task list over HTTP), in the split's
+    order, pointed at that gym; a gym that lacks a page of the split is refused by name. No browser starts: the
+    gym is asked for its task list only."""
+    from areal.api.cli_args import load_expr_config
+
+    from cua_rl.config import CUAConfig
+    from cua_rl.evaluate import suite_rows
+    from cua_rl.local_gym import start_gym_server
+
+    with start_gym_server(port=0, gym_id="miniwob", pool_size=0, max_executions=1) as gym:
+        config, _ = load_expr_config(["--config", str(ROOT / "examples/cua_agent/config.cpu.yaml"),
+                                      f"cluster.fileroot={tmp_path}", f"gym_base_url={gym.url}", "gym_id=miniwob"],
+                                     CUAConfig)
+        names, rows = suite_rows(config, "yardstick-heldout")
+    assert names == suites.plan()["heldout_tasks"] == [r["task_id"] for r in rows]
+    assert {r["gym_base_url"] for r in rows} == {gym.url} and {r["gym_id"] for r in rows} == {"miniwob"}
+    assert rows[0]["instruction"]   # the gym's own description of the task
+    with pytest.raises(suites.SuiteError, match="does not serve"):
+        suites.split_tasks("browsergym-test", served=names)
