@@ -365,6 +365,11 @@ def evaluate_on_suite(config, checkpoints: list[str], split: str, *, episodes_pe
                        samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url, echo=False)
     for result in results:
         result.suite = suite_report(result, split, names)
+        logger.info("%s (%s): %s", result.suite["about"], result.suite["decoding"], result.checkpoint)
+        for task, row in result.suite["per_task"].items():
+            target = ((row["chance"] or {}).get("target") or {}).get("rate")
+            logger.info("  %-24s %3d of %-3d %.3f [%.3f, %.3f]   chance (random target) %s", task, row["successes"],
+                        row["n"], row["rate"], *row["cp95"], "not measured" if target is None else f"{target:.3f}")
         print(json.dumps(result.__dict__), flush=True)
     return results
 
@@ -481,7 +486,8 @@ def _gym_parser():
                     "yardstick-heldout); per-task Clopper-Pearson intervals and chance baselines in the JSON")
     ap.add_argument("--checkpoint", action="append", required=True, help="a model directory (repeatable)")
     ap.add_argument("--config", default="", help="recipe (default: config.yaml with a GPU, config.cpu.yaml without)")
-    ap.add_argument("--split", default="eval", choices=("eval", "train", "all"))
+    ap.add_argument("--split", default="eval", choices=("eval", "train", "all"),
+                    help="the gym's own split (without --suite; a suite names its tasks itself)")
     ap.add_argument("--episodes-per-task", type=int, default=4)
     ap.add_argument("--samples", type=int, default=1, help="sampled episodes per instance (pass@K)")
     decoding = ap.add_mutually_exclusive_group()
