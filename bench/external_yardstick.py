@@ -25,6 +25,7 @@ miniwob:yardstick --greedy --out FILE`` per checkpoint, then:
     python bench/external_yardstick.py --before WARM.json --grpo 1:G1.json ... --control 1:C1.json ... \
         --warm-start HASH --decided COMMIT [--cross-check AGREE/OF] --out docs/bench/external_yardstick.json
     python bench/external_yardstick.py --check-plan     # the plan's lists: disjoint, >= 3 each, served by the gym
+    python bench/external_yardstick.py --pilot WARM.json  # which held-out candidates the warm start scores 0.1-0.7
 """
 
 from __future__ import annotations
@@ -209,6 +210,22 @@ def validate(doc: dict) -> list[str]:
     return problems
 
 
+PILOT_RANGE = (0.1, 0.7)   # the issue's: a held-out task the warm start scores within this is kept
+
+
+def pilot(warm: dict, plan: dict) -> dict:
+    """The pilot's choice from the warm start's greedy ``cua-eval`` result: each held-out candidate's score, which
+    lie within ``PILOT_RANGE`` (kept) and which not (dropped). It changes nothing: the plan is edited and committed
+    by hand, before any seed run, and only when at least 3 remain."""
+    scores = {t: task_rise([{"task": o[0], "seed": o[1], "before": min(int(o[2]), 1), "after": 0}
+                            for o in warm["outcomes"] if o[0] == t], [t])["per_task"][t]["before"]
+              for t in plan["heldout_tasks"]}
+    low, high = PILOT_RANGE
+    keep = [t for t, v in scores.items() if low <= v <= high]
+    return {"scores": scores, "range": list(PILOT_RANGE), "keep": keep,
+            "drop": [t for t in scores if t not in keep], "enough": len(keep) >= 3}
+
+
 def _labelled(values: list[str]) -> list[tuple[int, Path]]:
     out = []
     for v in values:
@@ -229,6 +246,8 @@ def _greedy(path: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check-plan", action="store_true", help="check the committed plan and print it")
+    ap.add_argument("--pilot", type=Path, help="the warm start's cua-eval --suite miniwob:yardstick --greedy --out: "
+                    "print which held-out candidates score within 0.1-0.7 (changes nothing)")
     ap.add_argument("--before", type=Path, help="cua-eval --suite miniwob:yardstick --greedy --out of the warm start")
     ap.add_argument("--grpo", nargs="*", default=[], help="SEED:FILE, each GRPO run's last step's cua-eval --out")
     ap.add_argument("--control", nargs="*", default=[], help="SEED:FILE, each control's last step's cua-eval --out")
@@ -239,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     plan = load_plan()
     problems = check_plan(plan)
+    if args.pilot:
+        print(json.dumps(pilot(_greedy(args.pilot), plan), indent=1))
+        return 0
     if args.check_plan or not args.before:
         print(json.dumps({"plan": plan, "problems": problems}, indent=1))
         return 1 if problems else 0

@@ -107,6 +107,16 @@ def test_the_bar_and_the_result_json_in_the_issues_schema():
     assert any("decided" in p for p in problems) and any("bad heldout_tasks row" in p for p in problems)
 
 
+def test_the_pilot_keeps_the_candidates_the_warm_start_scores_between_0_1_and_0_7():
+    plan = suites.plan()
+    a, b, c, d = plan["heldout_tasks"]
+    scores = {a: 1, b: 3, c: 7, d: 10}   # successes of 10: 0.1 and 0.7 are kept (inclusive), 0.3 too, 1.0 not
+    warm = {"outcomes": [[t, s, int(s < k), "", ""] for t, k in scores.items() for s in range(10)]}
+    choice = yardstick.pilot(warm, plan)
+    assert choice["keep"] == [a, b, c] and choice["drop"] == [d] and choice["enough"]
+    assert choice["scores"] == {a: 0.1, b: 0.3, c: 0.7, d: 1.0}
+
+
 def test_rows_pair_the_same_instances_before_and_after():
     plan = suites.plan()
     t = plan["heldout_tasks"][0]
