@@ -1,7 +1,7 @@
 """MiniWoB++ side by side: the ``miniwob`` package's own Gymnasium environment against our MiniWoB++ gym.
 
 Run through ``python bench/miniwob_bench.py --against-reference``. Both sides play the same episodes: the
-test suite's scripted solutions (tests/local_gym/miniwob_solvers.py, which read the DOM) are played once on
+test suite's scripted solutions (cua_rl/local_gym/miniwob_solvers.py, which read the DOM) are played once on
 the reference environment to record their actions, then those actions are replayed on both sides, timed:
 
 - reference: ``gymnasium.make("miniwob/<task>-v1")`` as its README shows (headless Chromium driven by

@@ -7,6 +7,7 @@
     cua-eval --gym URL[,URL...] --gym-id ID --checkpoint DIR [--checkpoint DIR ...] [--split eval|train|all]
         [--episodes-per-task N] [--samples K] [--greedy | --both] [--gbox-mini-url URL | --agent embedded]
         [--model-url URL] [--concurrency N] [--config FILE] [--out FILE] [key=value ...]
+    cua-eval --suite miniwob[:SPLIT] --checkpoint DIR [--gym URL] [--episodes-per-task N] [--greedy] [--out FILE] ...
 
 ``cua-eval`` (``evaluate_on_gym``) plays the tasks of the configured task source on the gym at ``--gym`` (several:
 ``URL,URL,...`` or ``@FILE``, each episode placed on one host as training places a group: cua_rl/workflow/placement.py)
@@ -19,6 +20,15 @@ episode, per task, pass@K with ``--samples``, mean policy turns, dropped episode
 checkpoint, on a GPU with a GPU recipe (its ``vllm`` section: ``eval_vllm_config``) or on the CPU, or, with
 ``--model-url``, one already running (each checkpoint is loaded into it through ``/areal_update_weights``, and it
 keeps the last one).
+
+``cua-eval --suite miniwob[:SPLIT]`` (``evaluate_on_suite``) plays a named MiniWoB++ task list
+(cua_rl/local_gym/miniwob_suites.py: ``all``, ``browsergym-train``, ``browsergym-test``, ``yardstick``,
+``yardstick-train``, ``yardstick-heldout``) on our MiniWoB++ gym (started here unless ``--gym`` names one serving
+the same pages), ``--episodes-per-task`` held-out instances of each, and adds ``suite`` to each checkpoint's JSON:
+the split and what it is, per task the successes, episodes, rate and two-sided 95% Clopper-Pearson interval
+(cua_rl/stats.py) with the task's chance baseline beside it (cua_rl/local_gym/miniwob_chance.json, played by
+bench/miniwob_chance.py; null where not measured), the same over the split, and a note that published MiniWoB++
+leaderboards mostly use text observations while this agent sees screenshots.
 
 Why a separate path from AReaL's evaluator: the learning gate compares checkpoints written by different runs
 (the SFT warm start, every RL step, the negative control) on one fixed set of held-out instances, so one
@@ -56,8 +66,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cua_rl.logs import setup_logging
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
 
 logger = logging.getLogger("cua-evaluate")
 
@@ -81,6 +95,8 @@ class CheckpointResult:
     # [task id, seed, successes of its K episodes, regime, content unit] per instance, sorted: the same list for
     # every checkpoint, so two checkpoints can be compared instance by instance (the learning bench's bootstrap)
     outcomes: list[list] = field(default_factory=list)
+    # cua-eval --suite: the split played, per-task rates with Clopper-Pearson intervals and chance (suite_report)
+    suite: dict | None = None
 
 
 @dataclass
@@ -300,6 +316,69 @@ def evaluate_on_gym(config: CUAConfig, checkpoints: list[str], *, split: str = "
                     samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url)
 
 
+def suite_report(result: CheckpointResult, split: str, tasks: list[str]) -> dict:
+    """``result``'s ``suite`` entry (module docstring): per task and over the split, successes of episodes with
+    their Clopper-Pearson interval, and each task's chance baseline."""
+    from cua_rl.local_gym.miniwob_suites import chance, describe
+    from cua_rl.stats import rate_with_interval
+
+    per_task = {}
+    for task in tasks:
+        mine = [o for o in result.outcomes if o[0] == task]
+        successes, n = sum(o[2] for o in mine), len(mine) * result.samples
+        per_task[task] = {**rate_with_interval(successes, n), "chance": chance(task)}
+    total = sum(v["successes"] for v in per_task.values()), sum(v["n"] for v in per_task.values())
+    return {"suite": "miniwob", "split": split, "about": describe(split), "decoding": "greedy" if result.greedy
+            else "sampled", "overall": rate_with_interval(*total), "per_task": per_task}
+
+
+def suite_rows(config: CUAConfig, split: str) -> tuple[list[str], list[dict]]:
+    """The split's task names and their task rows on the gym at ``config.gym_base_url`` (which must serve them)."""
+    from cua_rl.dataset import aload_tasks, task_row
+    from cua_rl.local_gym.miniwob_suites import split_tasks
+
+    served = {t.id: t for t in asyncio.run(aload_tasks(config))}
+    names = split_tasks(split, sorted(served))
+    return names, [task_row(served[name], config.gym_base_url, config.gym_id) for name in names]
+
+
+def evaluate_on_suite(config: CUAConfig, checkpoints: list[str], split: str, *, episodes_per_task: int = 4,
+                      concurrency: int = 4, samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
+                      model_url: str | None = None, log_dir: str | Path | None = None) -> list[CheckpointResult]:
+    """``cua-eval --suite miniwob:SPLIT``: each checkpoint on the split's tasks (module docstring), on the gym at
+    ``config.gym_base_url`` or on our MiniWoB++ gym started for the evaluation."""
+    from cua_rl.local_agent.server import start_agent_server
+    from cua_rl.local_gym.curriculum import heldout_seeds
+
+    if not checkpoints:
+        raise ValueError("no checkpoints to evaluate")
+    with contextlib.ExitStack() as stack:
+        if not config.gym_base_url:
+            from cua_rl.local_gym.server import start_gym_server
+
+            gym = stack.enter_context(start_gym_server(gym_id="miniwob", pool_size=concurrency,
+                                                       max_executions=concurrency))
+            config.gym_base_url, config.gym_id = gym.url, gym.gym_id
+        names, rows = suite_rows(config, split)
+        logger.info("evaluating %d checkpoint(s) on miniwob:%s (%d tasks) at %s, %d episode(s) each", len(checkpoints),
+                    split, len(rows), config.gym_base_url, episodes_per_task * samples)
+        agent_url = config.gbox_mini_agent_base_url
+        if config.agent_service == "embedded":
+            agent_url = stack.enter_context(start_agent_server()).url
+        results = _run(config, checkpoints, [(row, heldout_seeds(episodes_per_task)) for row in rows],
+                       gym=(config.gym_base_url, config.gym_id), agent_url=agent_url, concurrency=concurrency,
+                       samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url, echo=False)
+    for result in results:
+        result.suite = suite_report(result, split, names)
+        logger.info("%s (%s): %s", result.suite["about"], result.suite["decoding"], result.checkpoint)
+        for task, row in result.suite["per_task"].items():
+            target = ((row["chance"] or {}).get("target") or {}).get("rate")
+            logger.info("  %-24s %3d of %-3d %.3f [%.3f, %.3f]   chance (random target) %s", task, row["successes"],
+                        row["n"], row["rate"], *row["cp95"], "not measured" if target is None else f"{target:.3f}")
+        print(json.dumps(result.__dict__), flush=True)
+    return results
+
+
 def _gym_rows(config: CUAConfig, split: str) -> list[dict]:
     from cua_rl.dataset import aload_tasks, choose_splits, task_row
 
@@ -400,7 +479,7 @@ the other mode, without --gym: the seeded curriculum's held-out instances (the l
   docs/learning.md says what it prints."""
 
 
-def eval_vllm_config(config, checkpoint: str, prefix_caching: bool = False):
+def eval_vllm_config(config: CUAConfig, checkpoint: str, prefix_caching: bool = False):
     """The vLLM config of the server ``cua-eval`` starts for ``checkpoint``: None (``VLLMServer``'s CPU server) for a
     CPU recipe (``cluster.n_gpus_per_node`` 0), else the recipe's own ``vllm`` section on one GPU
     (``gpu_vllm_config``): the server a training run's rollout uses, so a checkpoint is scored as it was sampled."""
@@ -417,12 +496,17 @@ def _gym_parser():
     ap = argparse.ArgumentParser(prog="cua-eval", description="Held-out success of checkpoints on your gym "
                                  "(JSON per checkpoint). Other arguments are Hydra overrides of the config.",
                                  epilog=CURRICULUM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gym", required=True, help="gym server base URL (genv API); several: URL,URL,... or @FILE "
-                    "(one URL a line), each episode placed on one host")
-    ap.add_argument("--gym-id", required=True)
+    ap.add_argument("--gym", default="", help="gym server base URL (genv API); several: URL,URL,... or @FILE "
+                    "(one URL a line), each episode placed on one host. Needed unless --suite (which starts our "
+                    "MiniWoB++ gym when no --gym is given)")
+    ap.add_argument("--gym-id", default="", help="the gym's id (with --suite: miniwob unless given)")
+    ap.add_argument("--suite", default="", help="miniwob[:SPLIT]: a named MiniWoB++ task list instead of the gym's "
+                    "own split (SPLIT: all, browsergym-train, browsergym-test, yardstick, yardstick-train, "
+                    "yardstick-heldout); per-task Clopper-Pearson intervals and chance baselines in the JSON")
     ap.add_argument("--checkpoint", action="append", required=True, help="a model directory (repeatable)")
     ap.add_argument("--config", default="", help="recipe (default: config.yaml with a GPU, config.cpu.yaml without)")
-    ap.add_argument("--split", default="eval", choices=("eval", "train", "all"))
+    ap.add_argument("--split", default="eval", choices=("eval", "train", "all"),
+                    help="the gym's own split (without --suite; a suite names its tasks itself)")
     ap.add_argument("--episodes-per-task", type=int, default=4)
     ap.add_argument("--samples", type=int, default=1, help="sampled episodes per instance (pass@K)")
     decoding = ap.add_mutually_exclusive_group()
@@ -446,6 +530,17 @@ def gym_main(argv: list[str]) -> int:
     args, overrides = _gym_parser().parse_known_args(argv)
     if any(o.startswith("-") for o in overrides):
         _gym_parser().error(f"unknown option(s): {[o for o in overrides if o.startswith('-')]}")
+    split = None
+    if args.suite:
+        from cua_rl.local_gym.miniwob_suites import SuiteError, parse_suite
+
+        try:
+            _, split = parse_suite(args.suite)
+        except SuiteError as e:
+            _gym_parser().error(str(e))
+        args.gym_id = args.gym_id or "miniwob"
+    elif not args.gym or not args.gym_id:
+        _gym_parser().error("--gym URL and --gym-id ID are required (or --suite miniwob[:SPLIT])")
     apply_process_defaults()
     setup_logging()
     config_file = args.config or str(RECIPES / ("config.yaml" if has_gpu() else "config.cpu.yaml"))
@@ -456,9 +551,14 @@ def gym_main(argv: list[str]) -> int:
         overrides.append(f"agent_service={args.agent}")
     config = load_config(config_file, overrides)
     decodings = ("greedy",) if args.greedy else ("sampled", "greedy") if args.both else ("sampled",)
-    results = evaluate_on_gym(config, args.checkpoint, split=args.split, episodes_per_task=args.episodes_per_task,
-                              concurrency=args.concurrency, samples=args.samples, decodings=decodings,
-                              model_url=args.model_url)
+    if split is not None:
+        results = evaluate_on_suite(config, args.checkpoint, split, episodes_per_task=args.episodes_per_task,
+                                    concurrency=args.concurrency, samples=args.samples, decodings=decodings,
+                                    model_url=args.model_url)
+    else:
+        results = evaluate_on_gym(config, args.checkpoint, split=args.split,
+                                  episodes_per_task=args.episodes_per_task, concurrency=args.concurrency,
+                                  samples=args.samples, decodings=decodings, model_url=args.model_url)
     if args.out:
         Path(args.out).write_text(json.dumps([r.__dict__ for r in results], indent=2))
     return 0
@@ -468,7 +568,7 @@ def main(argv: list[str] | None = None) -> int | None:
     """``python -m cua_rl.evaluate --config ... --checkpoints ...`` (the curriculum), or with ``--gym`` (and as
     ``cua-eval``) a gym's own tasks."""
     argv = sys.argv[1:] if argv is None else argv
-    if "--gym" in argv or "-h" in argv or "--help" in argv:
+    if "--gym" in argv or "--suite" in argv or "-h" in argv or "--help" in argv:
         return gym_main(argv)
     from areal.api.cli_args import load_expr_config
 

@@ -3,7 +3,9 @@
 Reads the same ``CUAConfig`` as training (``sft:`` section; ``actor.path`` is the model, ``policy`` decides
 the prompt exactly as the policy endpoint will, ``gbox_mini_agent_agent`` the prompt format), records the
 scripted solutions of the curriculum tasks on real desktops (the embedded gym unless ``gym_base_url`` is
-set), trains and writes an HF checkpoint; prints one JSON line with the figures. RL then starts from it:
+set), or with ``gym_id=miniwob`` the DOM solvers of the MiniWoB++ tasks ``sft.tasks`` names
+(``sft.tasks='[click-test,click-test-2,focus-text,click-dialog,click-tab]'``: issue 85's train tasks;
+cua_rl/sft/miniwob_demos.py), trains and writes an HF checkpoint; prints one JSON line with the figures. RL then starts from it:
 ``train.sh actor.path=<checkpoint>``.
 """
 
@@ -18,8 +20,12 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cua_rl.logs import keep_stdlib_logging
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
 
 logger = logging.getLogger("cua_rl.sft")
 
@@ -55,6 +61,32 @@ def _gym(config: CUAConfig):
         yield gym.url, gym.gym_id
 
 
+def _miniwob_demos(config: CUAConfig) -> list:
+    """``gym_id=miniwob``: the DOM solvers' demonstrations of the MiniWoB++ tasks ``sft.tasks`` names (the
+    yardstick's train tasks: cua_rl/sft/miniwob_demos.py), on training seeds, on a MiniWoB++ gym started here
+    (the solvers read the page in-process). ``sft.demo_error_rate`` is refused: errors are the model's own."""
+    from cua_rl.local_gym import start_gym_server
+    from cua_rl.local_gym.curriculum import seeds
+    from cua_rl.local_gym.miniwob_suites import split_tasks
+    from cua_rl.sft.miniwob_demos import record_miniwob_demos
+
+    cfg = config.sft
+    if config.gym_base_url:
+        raise SystemExit("MiniWoB++ demonstrations read the page's DOM in-process: leave gym_base_url empty and "
+                         "the SFT build starts its own MiniWoB++ gym")
+    if cfg.demo_error_rate:
+        raise SystemExit("sft.demo_error_rate plants wrong curriculum solutions; MiniWoB++ demonstrations have none "
+                         "(the warm start's errors are the model's own): set it to 0")
+    unknown = sorted(set(cfg.tasks) - set(split_tasks("all")))
+    if unknown:
+        raise SystemExit(f"sft.tasks names pages the MiniWoB++ gym does not serve: {unknown}")
+    with start_gym_server(port=0, gym_id="miniwob", max_executions=4, pool_size=2) as gym:
+        return asyncio.run(record_miniwob_demos(gym, list(cfg.tasks), seeds("train", cfg.demos_per_task,
+                                                                            cfg.seed_offset),
+                                                config.gbox_mini_agent_agent, cfg.history_images,
+                                                max_turns=config.max_turns))
+
+
 def run(config: CUAConfig) -> dict:
     from transformers import AutoProcessor
 
@@ -64,16 +96,20 @@ def run(config: CUAConfig) -> dict:
     from cua_rl.sft import demo_rows, record_demos, train_rows
 
     cfg = config.sft
-    tasks = [load_tasks().get(key) for key in cfg.tasks]
-    bad = [key for key, task in zip(cfg.tasks, tasks) if task is None or task.family is None]
-    if bad:
-        raise SystemExit(f"sft.tasks must name curriculum family tasks; not: {bad}")
     model = _model_dir(config)
     t0 = time.perf_counter()
-    with _gym(config) as (url, gym_id):
-        demos = asyncio.run(record_demos(url, gym_id, tasks, seeds("train", cfg.demos_per_task, cfg.seed_offset),
-                                         config.gbox_mini_agent_agent, cfg.history_images,
-                                         error_rate=cfg.demo_error_rate, max_turns=config.max_turns))
+    if config.gym_id == "miniwob":
+        demos = _miniwob_demos(config)
+    else:
+        tasks = [load_tasks().get(key) for key in cfg.tasks]
+        bad = [key for key, task in zip(cfg.tasks, tasks) if task is None or task.family is None]
+        if bad:
+            raise SystemExit(f"sft.tasks must name curriculum family tasks (or, with gym_id=miniwob, MiniWoB++ "
+                             f"tasks); not: {bad}")
+        with _gym(config) as (url, gym_id):
+            demos = asyncio.run(record_demos(url, gym_id, tasks, seeds("train", cfg.demos_per_task, cfg.seed_offset),
+                                             config.gbox_mini_agent_agent, cfg.history_images,
+                                             error_rate=cfg.demo_error_rate, max_turns=config.max_turns))
     demo_s = time.perf_counter() - t0
     processor = AutoProcessor.from_pretrained(model)
     settings = EndpointSettings.from_dict(asdict(config.policy))

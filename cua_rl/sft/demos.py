@@ -108,29 +108,42 @@ async def record_demo(client: GenvClient, task, seed: int, agent: str = "qwen3-v
     actions, erroneous = demo_actions(instance, error_rate)
     async with client.execution(task.task_id, {"seed": seed}) as ex:
         eid = ex.execution_id
-        screen = (await client.get_execution(eid)).get("screen", {})
-        ctx = PromptContext(instruction=ex.instruction or task.instruction, space="pc",
-                            history_images=history_images,
-                            screen=(int(screen.get("width") or 0), int(screen.get("height") or 0)))
+        ctx = await prompt_context(client, ex, task.instruction, history_images)
         demo = Demonstration(task.task_id, seed, ctx.instruction, erroneous=erroneous)
         history: list[HistoryStep] = []
-        for step, action in enumerate(demo_turns(actions, max_turns), start=1):
-            shot = png_data_url(await client.screenshot(eid))
-            messages = fmt.build_messages(ctx, history, shot, None)
-            reply = write(action)
-            turn = fmt.parse({"role": "assistant", "content": reply}, ctx)
-            for parsed in turn.actions:
-                if parsed.gym_action is not None:
-                    result = await client.act(eid, parsed.gym_action)
-                    if not result.get("ok"):
-                        raise RuntimeError(f"{task.task_id} seed {seed}: action {parsed.gym_action} failed: {result}")
-                if parsed.pointer is not None:
-                    ctx.pointer = parsed.pointer
-            history.append(HistoryStep(step=step, screenshot=shot, feedback=None, reply=reply,
-                                       summary=fmt.summarize(turn)))
-            demo.turns.append(DemoTurn(messages, reply))
+        for action in demo_turns(actions, max_turns):
+            demo.turns.append(await play_turn(client, eid, fmt, write, ctx, history, action,
+                                              f"{task.task_id} seed {seed}"))
         demo.reward = (await client.evaluate(eid)).reward
     return demo
+
+
+async def prompt_context(client: GenvClient, ex, fallback_instruction: str, history_images: int) -> PromptContext:
+    """The ``PromptContext`` the agent service fills in for an execution: the create reply's instruction and the
+    screen size."""
+    screen = (await client.get_execution(ex.execution_id)).get("screen", {})
+    return PromptContext(instruction=ex.instruction or fallback_instruction, space="pc", history_images=history_images,
+                         screen=(int(screen.get("width") or 0), int(screen.get("height") or 0)))
+
+
+async def play_turn(client: GenvClient, eid: str, fmt, write, ctx: PromptContext, history: list[HistoryStep],
+                    action: dict | None, label: str) -> DemoTurn:
+    """One agent turn of a demonstration: the prompt the agent would build from the screen now, the reply that
+    performs ``action`` (None: terminate), parsed back by the same format and the *parsed* action played."""
+    shot = png_data_url(await client.screenshot(eid))
+    messages = fmt.build_messages(ctx, history, shot, None)
+    reply = write(action)
+    turn = fmt.parse({"role": "assistant", "content": reply}, ctx)
+    for parsed in turn.actions:
+        if parsed.gym_action is not None:
+            result = await client.act(eid, parsed.gym_action)
+            if not result.get("ok"):
+                raise RuntimeError(f"{label}: action {parsed.gym_action} failed: {result}")
+        if parsed.pointer is not None:
+            ctx.pointer = parsed.pointer
+    history.append(HistoryStep(step=len(history) + 1, screenshot=shot, feedback=None, reply=reply,
+                               summary=fmt.summarize(turn)))
+    return DemoTurn(messages, reply)
 
 
 async def record_demos(gym_url: str, gym_id: str, tasks: list, seeds: list[int], agent: str = "qwen3-vl",

@@ -37,7 +37,7 @@ logger = logging.getLogger("cua_rl.sft")
 PACKAGE = Path(__file__).resolve().parents[1]      # cua_rl
 # The code a warm start depends on: demonstrations, curriculum, prompt building, rows, SFT training.
 SOURCES = ("sft/__main__.py", "sft/demos.py", "sft/rows.py", "sft/train.py", "local_gym/curriculum.py",
-           "local_gym/board.tcl", "local_agent", "policy")
+           "local_gym/board.tcl", "local_agent", "policy", "sft/miniwob_demos.py", "local_gym/miniwob_solvers.py")
 # and the task files of the tasks it demonstrates (``sft.tasks``; task_files): not every task of the gym
 STAMP = "warm_start.json"
 # The SFT child's progress lines: "recorded 16/128 demonstrations", "SFT step 15/300: loss ...".
@@ -70,6 +70,8 @@ def warm_start_key(config: CUAConfig) -> str:
     sft = {k: v for k, v in asdict(config.sft).items() if k not in ("output_dir", "warm_start")}
     inputs = {"sft": sft, "policy": asdict(config.policy), "agent": config.gbox_mini_agent_agent,
               "base": _base_model_identity(Path(os.path.expanduser(config.actor.path)))}
+    if config.gym_id == "miniwob":   # the same task names would be MiniWoB++ pages, not curriculum tasks
+        inputs["gym"] = "miniwob"
     h = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
     for rel in SOURCES:
         if (PACKAGE / rel).exists():

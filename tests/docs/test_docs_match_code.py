@@ -46,6 +46,7 @@ NOT_PATHS = {
     "envs/miniwob_envs.py",      # a file of the installed miniwob package, read where pip put it
     "recover_info/COMMIT.json",  # written by a run into its checkpoint directory
     "recover_info/stream.json",
+    "docs/bench/external_yardstick.json",   # issue 85's result: written by its seed runs, which have not run yet
 }
 # Code blocks in these languages are not shell command lines (their `a=b` are Python or YAML).
 NOT_SHELL = {"python", "py", "yaml", "yml", "json", "jsonc", "js", "javascript", "tcl", "html", "css"}

@@ -6,6 +6,7 @@ checkpoint no better than the warm start, exclude 0 for one better on most units
 instance bootstrap when instances repeat a unit); the gate's verdict on constructed runs, each way of failing
 named; the interval across seeds."""
 
+import json
 import importlib.util
 from pathlib import Path
 
@@ -155,6 +156,14 @@ def test_the_calibrations_bounds_and_fit():
     summary = cal.summarize(records, 0.25)
     assert summary["null"]["runs"] == 2 and summary["null"]["passed"] == 0 and summary["power"]["passed"] == 1
     assert summary["null"]["gate_statistic"] == [0.1, 0.1] and summary["power"]["gate_statistic"] == [0.8]
+    # the evidence is the count and its exact bound; the normal fit sits beside it, named as a model
+    assert summary["null"]["evidence"].startswith("0 of 2 shuffled-reward controls passed")
+    assert "p_pass_fit" not in summary["null"] and "a model" in summary["null"]["normal_fit_model"]["what"]
+    # the committed calibration of CI's task says 0 of 8, bound 0.37, with the fit's failure on the earlier tasks
+    committed = json.loads((ROOT / "docs/bench/calibration/drill-task/summary.json").read_text())["calibration"]
+    assert committed["null"]["evidence"].startswith("0 of 8") and committed["null"]["cp95_upper"] == 0.3694
+    earlier = {e["task"]: e for e in committed["normal_fit_on_earlier_tasks"]}
+    assert earlier["flailing-demonstrator"]["passed"] == 2 and earlier["flailing-demonstrator"]["at_or_above_bar"] == 3
     # a bench run of one control seed (--first-control-seed 7) names its seed; one that does not is refused
     single = cal.seed_records({"controls": {"shuffled_rewards": {**run, "seed": 7}}}, "y.json")
     assert [(r["kind"], r["seed"]) for r in single] == [("control", 7)]
