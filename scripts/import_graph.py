@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cua_rl.monitor",),
     ("cua_rl.local_agent", "cua_rl.trajectory"),
     ("cua_rl.genv", "cua_rl.local_gym", "cua_rl.mini_agent", "cua_rl.policy"),
-    ("cua_rl.http", "cua_rl.logs", "cua_rl.progress", "cua_rl.runs", "cua_rl.recipes", "cua_rl"),
+    ("cua_rl.http", "cua_rl.logs", "cua_rl.progress", "cua_rl.runs", "cua_rl.recipes", "cua_rl.stats", "cua_rl"),
 )
 
 
