@@ -113,6 +113,7 @@ class Request:
     overrides: list[str] = field(default_factory=list)   # the flags' overrides, then the user's own
     config_file: str = ""                                 # --config / CUA_CONFIG; "" = the default
     dry_run: bool = False
+    offline: bool = False                                 # --offline: --dry-run probes no service (run/probes.py)
     environ: dict[str, str] = field(default_factory=dict)  # .env values and the token, for the run's environment
     flag_keys: dict[str, str] = field(default_factory=dict)  # config key -> "--flag / ENV" that set it
 
@@ -190,7 +191,11 @@ def build_parser(prog: str = "train.sh") -> argparse.ArgumentParser:
     for flag in FLAGS:
         parser.add_argument(flag.name, *flag.aliases, metavar=flag.metavar, help=f"{flag.help} {_names(flag)}")
     parser.add_argument("--dry-run", action="store_true",
-                        help="load and check the config, print what would run, start nothing")
+                        help="load and check the config, print what would run, start nothing; then probe every "
+                             "external service the run would use (each gym host, the agent service, the monitor: "
+                             "one 'probe: ROLE URL: ok' line each, within 30 s; any failure exits 1)")
+    parser.add_argument("--offline", action="store_true",
+                        help="with --dry-run: skip the probes of the external services (no network)")
     parser.add_argument("--resume", action="store_true",
                         help="continue a killed run from its last committed recover point: the run named by "
                              "trial_name=..., else the experiment's newest [-> existing_run=resume]")
@@ -208,7 +213,7 @@ def _check_override(arg: str) -> str:
     return arg
 
 
-SWITCHES = ("--dry-run", "--resume", "--help", "-h")
+SWITCHES = ("--dry-run", "--offline", "--resume", "--help", "-h")
 
 
 def _split_argv(argv: list[str]) -> tuple[dict[str, str], list[str], set[str]]:
@@ -250,7 +255,7 @@ def parse(argv: list[str], environ: dict[str, str], env_files: list[Path]) -> Re
         return None
     defaults = env_defaults(env_files, environ)
     lookup = {**defaults, **environ, **given}
-    request = Request(dry_run="--dry-run" in switches, environ=dict(defaults))
+    request = Request(dry_run="--dry-run" in switches, offline="--offline" in switches, environ=dict(defaults))
     if "--resume" in switches:
         request.overrides.append("existing_run=resume")
         request.flag_keys["existing_run"] = "--resume"
