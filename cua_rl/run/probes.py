@@ -8,8 +8,8 @@ to find. The dry-run asks instead, all services at once, each within ``TIMEOUT_S
 - each gym host of ``gym_base_url`` (a fleet may list several): ``GET {base}/api/v1/{gym_id}/tasks``, with
   ``CUA_GYM_TOKEN`` as the trainer's client sends it; ok is a JSON list of tasks (``{"tasks": [...]}`` or bare);
 - the agent service when ``agent_service=external``: ``GET {base}/runs/<an id nobody has>`` with
-  ``CUA_AGENT_TOKEN``; ok is the protocol's answer to an unknown run, a 404 with a JSON ``detail`` naming it (a
-  route that does not exist answers FastAPI's bare ``Not Found`` or a web page: not an agent service);
+  ``CUA_AGENT_TOKEN``; ok is the protocol's answer to an unknown run, a 404 (a route that does not exist answers
+  a web server's error page or FastAPI's bare ``{"detail": "Not Found"}``: not an agent service);
 - the Training Monitor when ``monitor_base_url`` is set: ``GET {base}/healthz`` (our monitor's), else its
   ``GET {base}/api/trainings`` read.
 
@@ -92,6 +92,10 @@ def _connect_error(exc: httpx.ConnectError) -> str:
     return f"cannot connect: {_short(text) or type(exc).__name__}"
 
 
+def _is_page(text: str) -> bool:
+    return text.lstrip()[:15].lower().startswith(("<!doctype", "<html"))
+
+
 def _status_problem(response: httpx.Response, token_env: str | None, path: str) -> str:
     """The words for an HTTP error status (a 401 says which token is missing or refused)."""
     status = response.status_code
@@ -133,11 +137,16 @@ async def probe_agent(base: str) -> None:
     response = await _get(base.rstrip("/") + path, AGENT_TOKEN)
     if response.status_code == 401:
         raise ProbeFailed(_status_problem(response, AGENT_TOKEN, path))
-    if response.status_code == 404:
-        body = _json(response, f"GET {path}")
-        detail = body.get("detail") if isinstance(body, dict) else None
-        if detail in (None, "Not Found"):
-            raise ProbeFailed(f"not our protocol: GET {path} is no route there ({_short(str(body), 80)}); an "
+    if response.status_code == 404:   # the protocol's answer, unless it is a web page or a route nobody serves
+        if _is_page(response.text):
+            raise ProbeFailed(f"not our protocol: GET {path} answered a web page (a 404 of a web server, not an "
+                              "agent service's unknown run)")
+        try:
+            body = response.json()
+        except ValueError:   # a plain-text 404 naming the run (the protocol does not fix its body)
+            return
+        if isinstance(body, dict) and body.get("detail") == "Not Found":
+            raise ProbeFailed(f"not our protocol: GET {path} is no route there (FastAPI's bare Not Found); an "
                               "agent service answers an unknown run with a 404 naming it")
         return
     if response.status_code >= 400:
@@ -165,11 +174,11 @@ def probes_of(config) -> list[Probe]:
         for url in config.gym_urls:
             found.append(Probe("gym", url, lambda url=url: probe_gym(url, config.gym_id)))
         if config.agent_service == "external":
-            url = config.gbox_mini_agent_base_url
-            found.append(Probe("agent", url, lambda: probe_agent(url)))
+            agent = config.gbox_mini_agent_base_url
+            found.append(Probe("agent", agent, lambda: probe_agent(agent)))
     if config.monitor_base_url:
-        url = config.monitor_base_url
-        found.append(Probe("monitor", url, lambda: probe_monitor(url)))
+        monitor = config.monitor_base_url
+        found.append(Probe("monitor", monitor, lambda: probe_monitor(monitor)))
     return found
 
 

@@ -94,3 +94,26 @@ def test_a_silent_server_times_out_within_the_bound_and_embedded_stacks_probe_no
     assert took < 10, took
     rc, _, _, out = launcher([], offline=False)   # the embedded stack: started by the run, nothing to probe
     assert rc == 0 and probe_lines(out) == [], out.out
+
+
+def test_a_stock_agent_and_our_monitor_pass(launcher, live, tmp_path, monkeypatch):
+    """The agent double (a gbox-mini-agent stand-in: FastAPI, its own 404 for an unknown run) and our Training
+    Monitor (with a read token: its /healthz is open) answer their probes; the gym is ours, reached with its token.
+    Each probe asks its own service (before: the agent's probe asked the monitor's URL, a closure bound late)."""
+    from cua_rl.http.serve import serve_app_in_thread
+    from cua_rl.monitor.embedded import start_monitor
+    from tests.doubles.agent_double import AgentState, build_agent_double
+
+    gym, _agent = live
+    monkeypatch.setenv("CUA_GYM_TOKEN", "gym-secret")
+    stock = serve_app_in_thread(build_agent_double(AgentState()))
+    monitor = start_monitor(tmp_path / "monitor", read_token="reads")
+    try:
+        rc, _, _, out = launcher(["--gym", gym.url, "--gym-id", "desktop", "--gbox-mini-url", stock.url,
+                                  "--monitor-base-url", monitor.url], offline=False)
+    finally:
+        monitor.stop()
+        stock.stop()
+    assert rc == 0, out.out + out.err
+    assert probe_lines(out) == [f"probe: gym {gym.url}: ok", f"probe: agent {stock.url}: ok",
+                                f"probe: monitor {monitor.url}: ok"]
