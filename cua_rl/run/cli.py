@@ -253,6 +253,8 @@ def parse(argv: list[str], environ: dict[str, str], env_files: list[Path]) -> Re
     given, passthrough, switches = _split_argv(argv)
     if "--help" in switches:
         return None
+    if "--offline" in switches and "--dry-run" not in switches:
+        raise UsageError("--offline goes with --dry-run (it skips the dry-run's probes; a run contacts its services)")
     defaults = env_defaults(env_files, environ)
     lookup = {**defaults, **environ, **given}
     request = Request(dry_run="--dry-run" in switches, offline="--offline" in switches, environ=dict(defaults))

@@ -117,3 +117,11 @@ def test_a_stock_agent_and_our_monitor_pass(launcher, live, tmp_path, monkeypatc
     assert rc == 0, out.out + out.err
     assert probe_lines(out) == [f"probe: gym {gym.url}: ok", f"probe: agent {stock.url}: ok",
                                 f"probe: monitor {monitor.url}: ok"]
+
+
+def test_offline_goes_with_the_dry_run_only():
+    from cua_rl.run import cli
+
+    assert cli.parse(["--dry-run", "--offline"], {}, []).offline
+    with pytest.raises(cli.UsageError, match="--offline goes with --dry-run"):
+        cli.parse(["--offline", "--gym", "http://127.0.0.1:9"], {}, [])
