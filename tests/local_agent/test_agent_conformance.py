@@ -37,3 +37,31 @@ def test_a_file_server_fails_and_a_missing_token_is_named(capsys, gym, file_serv
         rc, found, last = check(capsys, guarded.url, gym.url)
     assert rc == 1 and found["start"].startswith("FAILED: HTTP 401: needs a token (CUA_AGENT_TOKEN)"), found
     assert not gym.manager.executions
+
+
+def test_an_agent_that_never_calls_the_model_fails_naming_the_checks(capsys, monkeypatch):
+    """The agent double replays scripted events without calling any model (a half-broken agent), on the genv double
+    as the gym: the checks that need the model fail by name, the protocol's shapes pass."""
+    from cua_rl.http.serve import serve_app_in_thread
+    from cua_rl.mini_agent import conformance
+    from tests.doubles.agent_double import AgentState, build_agent_double
+    from tests.doubles.genv_double import GymState, build_gym_double
+
+    monkeypatch.setattr(conformance, "CANCEL_S", 1.0)
+    gym_state = GymState(refuse_unknown=True)
+    gym = serve_app_in_thread(build_gym_double(gym_state))
+    fake = serve_app_in_thread(build_agent_double(AgentState()))
+    try:
+        rc = cua_agent(["check", fake.url, "--gym", gym.url, "--gym-id", "g1"])
+    finally:
+        fake.stop()
+        gym.stop()
+    lines = capsys.readouterr().out.splitlines()
+    found = {line.split(": ", 2)[1]: line.split(": ", 2)[2] for line in lines if line.startswith("check: ")}
+    assert rc == 1 and found["start"].startswith("ok (run run-1)"), found
+    assert found["model"] == "FAILED: the agent never called the model at model.baseUrl", found
+    assert found["events"].startswith("FAILED: no action_executed event whose gym result is ok"), found
+    assert found["result"] == "FAILED: the run's answer is 'done', the model answered 'cua-check-answer'", found
+    assert found["cancel"] == "FAILED: the run never called the model within 1 s; nothing to cancel", found
+    assert lines[-1].endswith("fails 4 of 6 checks: model, events, result, cancel"), lines[-1]
+    assert sorted(gym_state.terminated) == ["exec-1", "exec-2"]   # the check ends what it created
