@@ -40,9 +40,11 @@ class Check:
     detail: str = ""
 
     def line(self) -> str:
-        state = "ok" if self.ok else ("not run" if self.ok is None else "FAILED")
-        return f"check: {self.name}: {state}" + (f" ({self.detail})" if self.detail and self.ok else
-                                                  f": {self.detail}" if self.detail else "")
+        """``check: NAME: ok (detail)``, ``check: NAME: FAILED: why`` or ``check: NAME: not run: why``."""
+        if self.ok:
+            return f"check: {self.name}: ok" + (f" ({self.detail})" if self.detail else "")
+        state = "not run" if self.ok is None else "FAILED"
+        return f"check: {self.name}: {state}" + (f": {self.detail}" if self.detail else "")
 
 
 def summary(checks: list[Check], what: str) -> tuple[str, int]:

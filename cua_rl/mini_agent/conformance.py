@@ -110,7 +110,9 @@ def _agent_words(exc: MiniAgentError) -> str:
 
 
 class AgentChecks(Checks):
-    async def run(self, name, step):   # MiniAgentError and GenvError both become the check's failure
+    """``Checks`` that also turn the agent service's errors (``MiniAgentError``) into the check's failure."""
+
+    async def run(self, name, step) -> bool:
         try:
             return await super().run(name, step)
         except MiniAgentError as exc:
