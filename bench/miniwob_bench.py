@@ -91,13 +91,13 @@ async def bench_creates(args) -> dict:
                 eid, ms, warm = await create(http, gym, TASK, i)
                 assert warm, "expected a warm browser"
                 same.append(ms)
-                await http.post(f"{gym.api}/executions/{eid}/terminate")
+                await http.post(f"{gym.api}/executions/{eid}/terminate", json={})
             for i in range(args.creates):       # alternate pages: each spare shows the other one
                 await gym.wait(http, spares=1)
                 eid, ms, warm = await create(http, gym, OTHER if i % 2 == 0 else TASK, i)
                 assert warm
                 other.append(ms)
-                await http.post(f"{gym.api}/executions/{eid}/terminate")
+                await http.post(f"{gym.api}/executions/{eid}/terminate", json={})
             out["create_warm_ms"] = summary(same)
             out["create_warm_ms_note"] = "spare shows the task's page: seeded reset in the loaded page"
             out["create_warm_other_page_ms"] = summary(other)
@@ -117,7 +117,7 @@ async def bench_cold_and_steps(args) -> dict:
             for i in range(max(3, args.creates // 2)):
                 eid, ms, _ = await create(http, gym, TASK, i)
                 lat.append(ms)
-                await http.post(f"{gym.api}/executions/{eid}/terminate")
+                await http.post(f"{gym.api}/executions/{eid}/terminate", json={})
             out["create_cold_ms"] = summary(lat)
             out["steps_png"] = {}
             for level in args.levels:
@@ -143,7 +143,7 @@ async def bench_level(http, gym: Gym, level: int, args) -> dict:
     desk_pss = pss_kib(tree(gym.proc.pid))
     mem_drop = mem0 - _mem_available_kib()
     res = await step_load(http, gym, eids, "png", args, settle_s=0.0)
-    await asyncio.gather(*(http.post(f"{gym.api}/executions/{e}/terminate") for e in eids))
+    await asyncio.gather(*(http.post(f"{gym.api}/executions/{e}/terminate", json={}) for e in eids))
     return {**res, "all_ready_s": round(ready_s, 1),
             "pss_mib_per_browser_desktop": round(desk_pss / 1024 / level, 1),
             "mem_available_drop_mib_per_desktop": round(mem_drop / 1024 / level, 1)}

@@ -68,37 +68,43 @@ class EmbeddedStackConfig:
     without --gym): the genv-compatible gym with X11 desktops and the agent service. The model is
     always served by AReaL's vLLM (on the CPU without a GPU), never by this section."""
 
-    # None = automatic: embedded iff gym_base_url is empty. true/false force it.
-    enabled: bool | None = None
-    host: str = "127.0.0.1"
-    # 0 = pick a free port (tests and CI run several stacks on one machine).
-    gym_port: int = 0
-    agent_port: int = 0
-    gym_id: str = "desktop"
-    # A folder of task YAML files for the embedded gym instead of its built-in tasks; tasks whose setup
-    # names a VM image run on QEMU machines (docs/local_gym.md, "VM desktops"). Empty = the built-in tasks.
-    tasks_dir: str = ""
-    # Desktops the gym keeps ready for each task profile in use (its pool_size); the gym keeps at most
-    # GymOptions.max_spares (4) spares in all, so values above 4 act as 4. Each costs ~60-75 MB and a little CPU.
-    num_desktops: int = 2
-    # Browser desktops (gym id miniwob): executions one browser serves, nothing of one episode left for the next;
-    # null = the gym's default (50), 0 = a new browser for each (~1.4 s of CPU per episode). restart_in_page: the
-    # next MiniWoB++ episode restarts in the used page, as the package's own environment does (null = the gym's
-    # default: on with reused browsers), false = the page loaded again (docs/local_gym.md, "Browsers are reused").
-    reuse_browsers: int | None = None
-    restart_in_page: bool | None = None
-    # Tiny offline Qwen3-VL checkpoint (built with `cua-model build-tiny` if missing).
-    # Empty = <CUA_RL_HOME or ~/.cache/cua-rl>/models/tiny-qwen3-vl (see resolve_tiny_model_dir).
-    tiny_model_dir: str = ""
-    # Seconds to wait for each embedded service to answer its health check.
-    ready_timeout_seconds: float = 180.0
-    # Our Training Monitor (run store + viewer; SQLite in the run's log directory) unless monitor_base_url
-    # points elsewhere. Its URL is printed at start-up; 0 = a free port.
-    start_monitor: bool = True
-    monitor_port: int = 0
-    # The learning bench's gym-fault mutation only: this share of the embedded gym's actions fails as the gym's
-    # fault (local_gym GymOptions.fault_rate); 0 for every real run.
-    fault_rate: float = 0.0
+    enabled: bool | None = field(default=None, metadata={
+        "help": "None = automatic: embedded iff gym_base_url is empty. true/false force it."})
+    host: str = field(default="127.0.0.1", metadata={
+        "help": "Address the embedded gym and agent service listen on (loopback: a token is not needed)."})
+    gym_port: int = field(default=0, metadata={
+        "help": "The embedded gym's port; 0 picks a free one (tests and CI run several stacks on one machine)."})
+    agent_port: int = field(default=0, metadata={"help": "The embedded agent service's port; 0 picks a free one."})
+    gym_id: str = field(default="desktop", metadata={
+        "help": "The gym id the embedded gym serves: desktop (X11 apps and the curriculum) or miniwob.",
+        "choices": list(EMBEDDED_GYM_IDS)})
+    tasks_dir: str = field(default="", metadata={
+        "help": "A folder of task YAML files for the embedded gym instead of its built-in tasks; tasks whose setup "
+                "names a VM image run on QEMU machines (docs/local_gym.md, \"VM desktops\"). Empty = the built-in "
+                "tasks."})
+    num_desktops: int = field(default=2, metadata={
+        "help": "Desktops the gym keeps ready for each task profile in use (its pool_size); the gym keeps at most "
+                "GymOptions.max_spares (4) spares in all, so values above 4 act as 4. Each costs ~60-75 MB and a "
+                "little CPU."})
+    reuse_browsers: int | None = field(default=None, metadata={
+        "help": "Browser desktops (gym id miniwob): executions one browser serves, nothing of one episode left for "
+                "the next; null = the gym's default (50), 0 = a new browser for each (~1.4 s of CPU per episode). "
+                "docs/local_gym.md, \"Browsers are reused\"."})
+    restart_in_page: bool | None = field(default=None, metadata={
+        "help": "The next MiniWoB++ episode restarts in the used page, as the package's own environment does (null: "
+                "the gym's default, on with reused browsers; false: the page loaded again)."})
+    tiny_model_dir: str = field(default="", metadata={
+        "help": "Tiny offline Qwen3-VL checkpoint (built with `cua-model build-tiny` if missing). Empty = "
+                "<CUA_RL_HOME or ~/.cache/cua-rl>/models/tiny-qwen3-vl (see resolve_tiny_model_dir)."})
+    ready_timeout_seconds: float = field(default=180.0, metadata={
+        "help": "Seconds to wait for each embedded service to answer its health check."})
+    start_monitor: bool = field(default=True, metadata={
+        "help": "Our Training Monitor (run store + viewer; SQLite in the run's log directory) unless "
+                "monitor_base_url points elsewhere. Its URL is printed at start-up; 0 = a free port."})
+    monitor_port: int = field(default=0, metadata={"help": "The embedded Training Monitor's port; 0 picks a free one."})
+    fault_rate: float = field(default=0.0, metadata={
+        "help": "The learning bench's gym-fault mutation only: this share of the embedded gym's actions fails as "
+                "the gym's fault (local_gym GymOptions.fault_rate); 0 for every real run."})
 
     def __post_init__(self):
         for name in ("gym_port", "agent_port", "monitor_port"):
@@ -141,11 +147,13 @@ class RayGymsConfig:
     and end with the run. They serve ``gym_id`` (default desktop) with the embedded gym's settings (``embedded.*``:
     tasks_dir, num_desktops, reuse_browsers)."""
 
-    enabled: bool = False
-    cpus_per_desktop: float = 0.25
-    min_per_node: int = 1       # a node with room for fewer executions gets no gym
-    max_per_node: int = 16      # executions one node's gym runs at most
-    port: int = 0               # 0 = a free port on each node
+    enabled: bool = field(default=False, metadata={
+        "help": "Start our gym on the Ray cluster's nodes for this run (needs scheduler.type=ray)."})
+    cpus_per_desktop: float = field(default=0.25, metadata={
+        "help": "Ray CPUs a node's gym takes per execution it may run."})
+    min_per_node: int = field(default=1, metadata={"help": "A node with room for fewer executions gets no gym."})
+    max_per_node: int = field(default=16, metadata={"help": "Executions one node's gym runs at most."})
+    port: int = field(default=0, metadata={"help": "Port of each node's gym; 0 picks a free one on each node."})
 
     def __post_init__(self):
         if not self.cpus_per_desktop > 0:
@@ -163,9 +171,12 @@ class GymFleetConfig:
     is asked and how long an answer may take (two failed checks in a row drain a host), and our gyms started on
     the Ray cluster's nodes."""
 
-    health_interval_seconds: float = 2.0
-    health_timeout_seconds: float = 3.0
-    ray_gyms: RayGymsConfig = field(default_factory=RayGymsConfig)
+    health_interval_seconds: float = field(default=2.0, metadata={
+        "help": "Seconds between two health checks of each gym host (two failed in a row drain it)."})
+    health_timeout_seconds: float = field(default=3.0, metadata={
+        "help": "Seconds a gym host's health answer may take before the check counts as failed."})
+    ray_gyms: RayGymsConfig = field(default_factory=RayGymsConfig, metadata={
+        "help": "Our gym started on the Ray cluster's nodes, joining the run's fleet."})
 
     def __post_init__(self):
         if not (self.health_interval_seconds > 0 and self.health_timeout_seconds > 0):
@@ -177,29 +188,36 @@ class TaskSourceConfig:
     """Where training tasks come from (dataset.py). Tag filter, split and limit (the gym_* keys)
     apply to every kind."""
 
-    # gym: list the gym's tasks; file: a local JSONL/YAML task file; ids: these ids on the gym; custom: the tasks
-    # written below, served by the embedded gym (a genv gym evaluates only the tasks it defines).
-    kind: str = "gym"
-    task_file: str = ""
-    task_ids: list[str] = field(default_factory=list)
-    # kind custom: tasks in the embedded gym's task-file schema (number, name, category, difficulty,
-    # instruction, setup, validators; docs/local_gym.md), checked when the config loads
-    tasks: list[Any] = field(default_factory=list)
-    # Each training task this many times per epoch: several GRPO groups of one task in a step, each on its
-    # own instance seed (for gyms that draw instances by seed, like the curriculum and MiniWoB++).
-    repeat: int = 1
-    # Keep tasks of these difficulties (easy, normal, hard; "medium" is normal), from the tasks' tags or their
-    # difficulty field; a task with none is left out by the filter. Categories are tags: gym_tags.
-    difficulty: list[str] | None = None
-    # In a list of sources (task_sources) or as the eval source (eval_task_source); null = the run's setting:
-    tags: list[str] | None = None      # this source's tag filter instead of gym_tags
-    limit: int | None = None           # at most N tasks of this source per split instead of gym_limit
-    seed: int | None = None            # this source's split and sampling seed instead of gym_seed
-    gym_base_url: Any = ""             # this source's gym(s) instead of the run's (rows carry their gym)
-    gym_id: str = ""
-    # Share of the training rows per epoch among task_sources (relative; the number of rows stays what the
-    # sources give with repeat: each source's tasks cycle to fill its share)
-    weight: float = 1.0
+    kind: str = field(default="gym", metadata={
+        "help": "gym: list the gym's tasks; file: a local JSONL/YAML task file; ids: these ids on the gym; custom: "
+                "the tasks written below, served by the embedded gym (a genv gym evaluates only the tasks it "
+                "defines).",
+        "choices": list(TASK_SOURCE_KINDS)})
+    task_file: str = field(default="", metadata={"help": "The JSONL or YAML task file of kind file."})
+    task_ids: list[str] = field(default_factory=list, metadata={"help": "The task ids on the gym of kind ids."})
+    tasks: list[Any] = field(default_factory=list, metadata={
+        "help": "kind custom: tasks in the embedded gym's task-file schema (number, name, category, difficulty, "
+                "instruction, setup, validators; docs/local_gym.md), checked when the config loads"})
+    repeat: int = field(default=1, metadata={
+        "help": "Each training task this many times per epoch: several GRPO groups of one task in a step, each on "
+                "its own instance seed (for gyms that draw instances by seed, like the curriculum and MiniWoB++)."})
+    difficulty: list[str] | None = field(default=None, metadata={
+        "help": "Keep tasks of these difficulties (easy, normal, hard; \"medium\" is normal), from the tasks' tags "
+                "or their difficulty field; a task with none is left out by the filter. Categories are tags: "
+                "gym_tags."})
+    tags: list[str] | None = field(default=None, metadata={
+        "help": "This source's tag filter instead of gym_tags (in task_sources or as eval_task_source; null: the "
+                "run's)."})
+    limit: int | None = field(default=None, metadata={
+        "help": "at most N tasks of this source per split instead of gym_limit"})
+    seed: int | None = field(default=None, metadata={
+        "help": "this source's split and sampling seed instead of gym_seed"})
+    gym_base_url: Any = field(default="", metadata={
+        "help": "this source's gym(s) instead of the run's (rows carry their gym)"})
+    gym_id: str = field(default="", metadata={"help": "This source's gym id instead of the run's."})
+    weight: float = field(default=1.0, metadata={
+        "help": "Share of the training rows per epoch among task_sources (relative; the number of rows stays what "
+                "the sources give with repeat: each source's tasks cycle to fill its share)"})
 
     def __post_init__(self):
         if self.repeat < 1:
@@ -240,11 +258,14 @@ class TreeConfig:
     evaluated, and segments are credited against their siblings (cua_rl/trajectory/tree.py). Needs a gym with the
     fork route and an agent that continues another run's history (``startFrom``); a run is refused without them."""
 
-    enabled: bool = False
-    branch_turns: list[int] = field(default_factory=lambda: [2])   # path turns where a path forks (each >= 2)
-    branches: int = 1               # forked continuations per branch point (the path's own goes on too)
-    # how long a fork waits for the gym's capacity (429) before that branch point is skipped (counted)
-    fork_wait_seconds: float = 30.0
+    enabled: bool = field(default=False, metadata={
+        "help": "Play tree groups on forked desktops instead of plain GRPO groups."})
+    branch_turns: list[int] = field(default_factory=lambda: [2], metadata={
+        "help": "path turns where a path forks (each >= 2)"})
+    branches: int = field(default=1, metadata={
+        "help": "forked continuations per branch point (the path's own goes on too)"})
+    fork_wait_seconds: float = field(default=30.0, metadata={
+        "help": "how long a fork waits for the gym's capacity (429) before that branch point is skipped (counted)"})
 
     def __post_init__(self):
         turns = [int(t) for t in self.branch_turns]
@@ -262,28 +283,31 @@ class TreeConfig:
 class SFTConfig:
     """Warm start by SFT on scripted demonstrations (``python -m cua_rl.sft``; cua_rl/sft)."""
 
-    # Curriculum family tasks (ids or numbers) to demonstrate, and how many training seeds each.
-    tasks: list[str] = field(default_factory=lambda: ["050", "051", "052"])
-    demos_per_task: int = 8
-    seed_offset: int = 0            # first training seed used (curriculum.seeds("train", n, offset))
-    # An imperfect demonstrator: this fraction of the demonstrations (chosen by seed) plays a well-formed
-    # wrong solution (another key, another cell) and is kept; the model then imitates its slips, which RL
-    # can correct (docs/learning.md). 0 = only correct demonstrations.
-    demo_error_rate: float = 0.0
-    # Screenshots the agent keeps in its prompt (the agent service's --history-images).
-    history_images: int = 3
-    steps: int = 20                 # optimiser steps
-    rows_per_step: int = 8          # rows (agent turns) per step
-    lr: float = 1e-3
-    seed: int = 1                   # row order
-    # Tokens per micro-batch (AReaL packs one into a single sequence; CPU attention cost grows with its square).
-    max_tokens_per_mb: int = 4096
-    # Where the checkpoint goes; empty = <cluster.fileroot>/<experiment>/<trial>/sft. RL starts from it
-    # with actor.path=<dir>.
-    output_dir: str = ""
-    # train.sh fine-tunes actor.path on these demonstrations before RL and trains from the result, built
-    # once and kept under <CUA_RL_HOME>/warm-starts, keyed by what it depends on (cua_rl/sft/warm_start.py).
-    warm_start: bool = False
+    tasks: list[str] = field(default_factory=lambda: ["050", "051", "052"], metadata={
+        "help": "Curriculum family tasks (ids or numbers) to demonstrate, and how many training seeds each."})
+    demos_per_task: int = field(default=8, metadata={"help": "Training seeds demonstrated per task."})
+    seed_offset: int = field(default=0, metadata={
+        "help": "first training seed used (curriculum.seeds(\"train\", n, offset))"})
+    demo_error_rate: float = field(default=0.0, metadata={
+        "help": "An imperfect demonstrator: this fraction of the demonstrations (chosen by seed) plays a "
+                "well-formed wrong solution (another key, another cell) and is kept; the model then imitates its "
+                "slips, which RL can correct (docs/learning.md). 0 = only correct demonstrations."})
+    history_images: int = field(default=3, metadata={
+        "help": "Screenshots the agent keeps in its prompt (the agent service's --history-images)."})
+    steps: int = field(default=20, metadata={"help": "Optimiser steps of the SFT run."})
+    rows_per_step: int = field(default=8, metadata={"help": "Rows (agent turns) in each SFT step."})
+    lr: float = field(default=1e-3, metadata={"help": "Learning rate of the SFT optimiser."})
+    seed: int = field(default=1, metadata={"help": "Seed of the order the SFT rows are visited in."})
+    max_tokens_per_mb: int = field(default=4096, metadata={
+        "help": "Tokens per micro-batch (AReaL packs one into a single sequence; CPU attention cost grows with its "
+                "square)."})
+    output_dir: str = field(default="", metadata={
+        "help": "Where the checkpoint goes; empty = <cluster.fileroot>/<experiment>/<trial>/sft. RL starts from it "
+                "with actor.path=<dir>."})
+    warm_start: bool = field(default=False, metadata={
+        "help": "train.sh fine-tunes actor.path on these demonstrations before RL and trains from the result, "
+                "built once and kept under <CUA_RL_HOME>/warm-starts, keyed by what it depends on "
+                "(cua_rl/sft/warm_start.py)."})
 
     def __post_init__(self):
         for name in ("demos_per_task", "history_images", "steps", "rows_per_step"):
@@ -300,9 +324,11 @@ class VerdictConfig:
     """The run's verdict on learning (cua_rl/verdict.py): after a finished run on the embedded curriculum, held-out
     greedy success of the starting policy and the last step on the learning yardstick's gated regimes."""
 
-    enabled: bool = True
-    instances: int = 64             # held-out instances per gated regime (the learning gate's)
-    concurrency: int = 16           # episodes at once, each on a desktop of its own (the learning gate's)
+    enabled: bool = field(default=True, metadata={
+        "help": "Judge learning at the end of a finished run on the embedded curriculum."})
+    instances: int = field(default=64, metadata={"help": "held-out instances per gated regime (the learning gate's)"})
+    concurrency: int = field(default=16, metadata={
+        "help": "episodes at once, each on a desktop of its own (the learning gate's)"})
 
     def __post_init__(self):
         if self.instances < 1 or self.concurrency < 1:
@@ -316,92 +342,123 @@ class VerdictConfig:
 class CUAConfig(GRPOConfig):
     """GRPOConfig plus the keys of the computer-use agent (the original example's names, one per train.sh flag)."""
 
-    # Rollout workflow classes: import paths that AReaL resolves on the rollout workers.
-    workflow: str = "cua_rl.workflow.CUAAgentWorkflow"
-    eval_workflow: str = "cua_rl.workflow.CUAAgentWorkflow"
+    # --- the rollout workflows: import paths AReaL resolves on the rollout workers
+    workflow: str = field(default="cua_rl.workflow.CUAAgentWorkflow", metadata={
+        "help": "Import path of the training rollout workflow class, resolved on AReaL's rollout workers."})
+    eval_workflow: str = field(default="cua_rl.workflow.CUAAgentWorkflow", metadata={
+        "help": "Import path of the evaluation rollout workflow class, resolved on AReaL's rollout workers."})
 
     # --- episode limits
-    max_turns: int = 20
-    max_task_time_seconds: int = 600
-    max_turn_time_seconds: int = 120
+    max_turns: int = field(default=20, metadata={
+        "help": "Agent turns (model calls) one episode may take; the agent service's maxSteps."})
+    max_task_time_seconds: int = field(default=600, metadata={
+        "help": "Time limit of one episode in seconds; it also bounds the wait for a gym or agent service that is "
+                "down or at capacity."})
+    max_turn_time_seconds: int = field(default=120, metadata={
+        "help": "Time limit of one turn in seconds (the agent service's step time limit)."})
 
-    # --- gym server (genv API). Empty gym_base_url = the embedded gym (see `embedded`). Several gyms (a fleet:
-    # groups placed by capacity, a dead host drained; gym_fleet): URL,URL,... or a YAML list or @FILE (one URL a
-    # line), held as "URL,URL,...".
-    gym_base_url: Any = ""
-    gym_id: str = ""
-    gym_train_ratio: float = 0.8
-    # Which split trains: "train" (default), "eval" or "all" (every task; a sanity/overfit run).
-    gym_split_type: str = "train"
-    gym_limit: int | None = None  # cap per split (seeded sample); None = no cap
-    gym_seed: int = 42
-    # Send every GRPO group one instance seed (create-execution options.seed; cua_rl/workflow/seeding.py derives it).
-    gym_seed_instances: bool = True
-    gym_tags: list[str] | None = None  # keep tasks having any of these tags
-    # Task numbers that form the eval split, e.g. "001-032"; overrides gym_train_ratio.
-    gym_eval_number_range: str | None = None
+    # --- gym server (genv API)
+    gym_base_url: Any = field(default="", metadata={
+        "help": "Gym server base URL (genv API); several: URL,URL,... or a YAML list or @FILE (one URL a line), each "
+                "GRPO group placed on one host by capacity (docs/cluster.md); empty: the embedded gym (`embedded`)."})
+    gym_id: str = field(default="", metadata={
+        "help": "Gym id on that server (without a gym URL: the embedded gym's, desktop or miniwob)."})
+    gym_train_ratio: float = field(default=0.8, metadata={
+        "help": "Share of the gym's tasks that trains when the split is by ratio (the rest evaluates)."})
+    gym_split_type: str = field(default="train", metadata={
+        "help": "Which split trains: train, eval, or all (every task; a sanity or overfit run).",
+        "choices": list(SPLIT_TYPES)})
+    gym_limit: int | None = field(default=None, metadata={
+        "help": "At most this many tasks per split (a seeded sample); null for no cap."})
+    gym_seed: int = field(default=42, metadata={"help": "Seed of the train/eval split and of the limit's sample."})
+    gym_seed_instances: bool = field(default=True, metadata={
+        "help": "Send every GRPO group one instance seed (create-execution options.seed; "
+                "cua_rl/workflow/seeding.py derives it)."})
+    gym_tags: list[str] | None = field(default=None, metadata={"help": "Keep tasks having any of these tags."})
+    gym_eval_number_range: str | None = field(default=None, metadata={
+        "help": "Task numbers that form the eval split, e.g. 001-032 or 1-8,12; beats gym_train_ratio."})
 
     # --- agent service (gbox-mini-agent API)
-    gbox_mini_agent_base_url: str = "http://127.0.0.1:3000"
-    # "external": the agent service at gbox_mini_agent_base_url. "embedded": train.sh starts ours on this machine
-    # (beside the policy endpoint) to play your gym's tasks: for a gym of your own and no agent service. The
-    # embedded stack (no gym_base_url) always starts ours.
-    agent_service: str = "external"
-    # "qwen3-vl" matches the default model (Qwen3-VL); use "mai-ui" for MAI-UI checkpoints, "keyboard" for the
-    # Windows example's keyboard-only tags (docs/local_agent.md).
-    gbox_mini_agent_agent: str = "qwen3-vl"
-    # "pc" for the embedded X11 desktops; "mobile" for phone gyms (the original's default).
-    gbox_mini_agent_standard_action_space: str = "pc"
-    # Service-specific fields sent as-is in every run request, e.g. {historyImages: 6} for the embedded agent
-    # (screenshots it keeps in the prompt; the multi-turn recipe keeps all, so a turn's prompt extends the
-    # previous one and an episode trains as one row: trajectory.export_style=concat).
-    gbox_mini_agent_extra: dict[str, Any] = field(default_factory=dict)
+    gbox_mini_agent_base_url: str = field(default="http://127.0.0.1:3000", metadata={
+        "help": "Agent service base URL (gbox-mini-agent API), used with agent_service external."})
+    agent_service: str = field(default="external", metadata={
+        "help": "external: the agent service at gbox_mini_agent_base_url; embedded: ours, started on this machine "
+                "beside the policy endpoint to play your gym's tasks (for a gym of your own and no agent service). "
+                "The embedded stack (no gym URL) always starts ours.",
+        "choices": ["external", "embedded"]})
+    gbox_mini_agent_agent: str = field(default="qwen3-vl", metadata={
+        "help": "The agent's prompt format: qwen3-vl matches Qwen3-VL, mai-ui MAI-UI checkpoints, keyboard the "
+                "Windows example's keyboard-only tags (docs/local_agent.md)."})
+    gbox_mini_agent_standard_action_space: str = field(default="pc", metadata={
+        "help": "The agent's action space: pc for the embedded X11 desktops, mobile for phone gyms."})
+    gbox_mini_agent_extra: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "Service-specific fields sent as-is in every run request, e.g. {historyImages: 6} for the embedded "
+                "agent (screenshots it keeps in the prompt; the multi-turn recipe keeps all, so a turn's prompt "
+                "extends the previous one and an episode trains as one row: trajectory.export_style=concat)."})
 
-    # --- the model the agent calls: always this run's policy endpoint (AReaL serves the policy). model_base_url
-    # (--model-base-url) is AReaL's cua_agent example's key, kept so that its commands get a clear refusal (a run
-    # whose agent calls another model trains nothing); cua-eval --model-url evaluates a model served elsewhere.
-    model_base_url: str = ""
-    model_name: str = ""
+    # --- the model the agent calls: always this run's policy endpoint (AReaL serves the policy)
+    model_base_url: str = field(default="", metadata={
+        "help": "AReaL's cua_agent example's model server key, refused when set: a run whose agent calls another "
+                "model trains nothing (cua-eval --model-url evaluates a model served elsewhere)."})
+    model_name: str = field(default="", metadata={
+        "help": "Model name the agent sends; the policy endpoint serves one model whatever the name."})
 
-    # --- regularisers. entropy_bonus: the actor's loss minus this times the mean entropy of its trained tokens
-    # (cua_rl/areal_ext/entropy_bonus.py; 0 = off, AReaL's loss as it is). The KL penalty to a reference model is
-    # AReaL's actor.kl_ctl (per-token KL in the reward, actor.kl_estimator); with kl_ctl > 0 and no ref section
-    # the run's reference is the actor's starting weights (cua_rl.deploy.reference_model).
-    entropy_bonus: float = 0.0
+    # --- regularisers
+    entropy_bonus: float = field(default=0.0, metadata={
+        "help": "The actor's loss minus this times the mean entropy of its trained tokens "
+                "(cua_rl/areal_ext/entropy_bonus.py; 0 = off). The KL penalty is AReaL's actor.kl_ctl; with "
+                "kl_ctl > 0 and no ref section the reference is the actor's starting weights "
+                "(cua_rl.deploy.reference_model)."})
 
-    # --- evaluation: evaluate the base model on the eval split once before the first step (the monitor
-    # shows it as the run's baseline); skipped on resume and when there is no eval split
-    baseline_eval: bool = False
+    # --- evaluation
+    baseline_eval: bool = field(default=False, metadata={
+        "help": "Evaluate the base model on the eval split once before the first step (the monitor shows it as the "
+                "run's baseline); skipped on resume and without an eval split."})
 
-    # --- Training Monitor (nothing is sent while monitor_base_url is empty)
-    monitor_base_url: str = ""
-    project_id: str = ""
-    project_token: str = ""  # prefer the PROJECT_TOKEN environment variable (never saved)
+    # --- Training Monitor
+    monitor_base_url: str = field(default="", metadata={
+        "help": "Training Monitor URL; nothing is sent while empty (the embedded stack starts ours)."})
+    project_id: str = field(default="", metadata={"help": "Training Monitor project the run is filed under."})
+    project_token: str = field(default="", metadata={
+        "help": "Training Monitor token; prefer the PROJECT_TOKEN environment variable (the launcher never saves "
+                "a token into a config)."})
 
-    # trial_name "auto" (config.yaml): the launcher names each run run<YYYYmmdd_HHMMSS>, so runs never share
-    # logs, statistics or checkpoints. An explicit trial_name whose run exists is refused unless this is
-    # "overwrite" (its logs and checkpoints are deleted first) or "resume" (train.sh --resume: continue it
-    # from its last committed recover point, cua_rl/trainer/resume.py; with trial_name auto, the newest run).
-    existing_run: str = "refuse"
-    # AReaL's vLLM settings plus logprobs_mode (cua_rl/areal_ext/vllm_config.py: logprobs after temperature)
-    vllm: CUAvLLMConfig = field(default_factory=CUAvLLMConfig)
-    policy: EndpointSettings = field(default_factory=EndpointSettings)  # cua_rl/policy/endpoint.py
-    embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig)
-    task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig)
-    # Several training sources combined (each with its own filters, limit, seed, gym and weight); when set,
-    # task_source is not used. eval_task_source: the eval tasks from a source of their own (every task it
-    # gives, after its filters and limit), and the training sources are then not split (all of theirs train).
-    task_sources: list[TaskSourceConfig] = field(default_factory=list)
-    eval_task_source: TaskSourceConfig | None = None
-    trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    # per-step health checks: what an anomaly does (--on-anomaly) and thresholds (cua_rl/trainer/health.py)
-    health: HealthConfig = field(default_factory=HealthConfig)
-    gym_fleet: GymFleetConfig = field(default_factory=GymFleetConfig)
-    # the verdict on learning at the end of a run (cua_rl/verdict.py; verdict.enabled=false turns it off)
-    verdict: VerdictConfig = field(default_factory=VerdictConfig)
-    # tree groups on forked desktops instead of plain GRPO groups (cua_rl/workflow/tree.py; off by default)
-    tree: TreeConfig = field(default_factory=TreeConfig)
+    # --- the run
+    existing_run: str = field(default="refuse", metadata={
+        "help": "What to do when an explicit trial_name's run exists: refuse, overwrite (its logs and checkpoints "
+                "deleted first) or resume (train.sh --resume: from its last committed recover point, "
+                "cua_rl/trainer/resume.py; with trial_name auto, the newest run). trial_name auto names each run "
+                "run<YYYYmmdd_HHMMSS>, so runs never share logs or checkpoints.",
+        "choices": list(EXISTING_RUN)})
+
+    # --- sections
+    vllm: CUAvLLMConfig = field(default_factory=CUAvLLMConfig, metadata={
+        "help": "AReaL's vLLM settings plus logprobs_mode (cua_rl/areal_ext/vllm_config.py)."})
+    policy: EndpointSettings = field(default_factory=EndpointSettings, metadata={
+        "help": "The policy endpoint's settings (cua_rl/policy/endpoint.py EndpointSettings)."})
+    embedded: EmbeddedStackConfig = field(default_factory=EmbeddedStackConfig, metadata={
+        "help": "The embedded stack started without a gym URL: gym, agent service, monitor, tiny model."})
+    task_source: TaskSourceConfig = field(default_factory=TaskSourceConfig, metadata={
+        "help": "Where the training tasks come from (cua_rl/dataset.py); unused when task_sources is set."})
+    task_sources: list[TaskSourceConfig] = field(default_factory=list, metadata={
+        "help": "Several training sources combined (each with its own filters, limit, seed, gym and weight); when "
+                "set, task_source is not used."})
+    eval_task_source: TaskSourceConfig | None = field(default=None, metadata={
+        "help": "The eval tasks from a source of their own (every task it gives, after its filters and limit); the "
+                "training sources are then not split (all of theirs train)."})
+    trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig, metadata={
+        "help": "How recorded turns become training rows (cua_rl/trajectory/config.py)."})
+    sft: SFTConfig = field(default_factory=SFTConfig, metadata={
+        "help": "The SFT warm start on scripted demonstrations (cua_rl/sft)."})
+    health: HealthConfig = field(default_factory=HealthConfig, metadata={
+        "help": "Per-step health checks: what an anomaly does (--on-anomaly) and thresholds "
+                "(cua_rl/trainer/health.py)."})
+    gym_fleet: GymFleetConfig = field(default_factory=GymFleetConfig, metadata={
+        "help": "Several gym hosts in one run: health checks and our gyms on a Ray cluster's nodes."})
+    verdict: VerdictConfig = field(default_factory=VerdictConfig, metadata={
+        "help": "The verdict on learning at the end of a run (cua_rl/verdict.py)."})
+    tree: TreeConfig = field(default_factory=TreeConfig, metadata={
+        "help": "Tree groups on forked desktops instead of plain GRPO groups (cua_rl/workflow/tree.py)."})
 
     def _check_tree(self) -> None:
         """What tree groups need of the rest of the config (the gym's fork route and the agent's ``startFrom``
@@ -492,6 +549,11 @@ class CUAConfig(GRPOConfig):
                     seen.add(key)
                     out.append(task)
         return out
+
+    def external_services(self) -> list[tuple[str, str]]:
+        """(setting name, URL) of every service the rollout workers call: each gym host, then the agent service."""
+        return [*(("gym_base_url", url) for url in self.gym_urls),
+                ("gbox_mini_agent_base_url", self.gbox_mini_agent_base_url)]
 
     @property
     def gym_urls(self) -> list[str]:

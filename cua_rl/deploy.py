@@ -149,6 +149,31 @@ def check_worker_commands(config: CUAConfig) -> None:
         specs[0].cmd = cmd.replace(AREAL_WORKER_MODULE, WORKER_MODULE)
 
 
+def _roles(config: CUAConfig) -> list[tuple[str, object, tuple[int, int]]]:
+    """(name, engine, (workers, GPUs per worker)) of each role a run creates, in AReaL's order (actor, critic, the
+    KL penalty's reference when on, rollout)."""
+    roles = [(name, engine, _replicas(engine.backend, name, rollout=False))
+             for name, engine in (("actor", config.actor), ("critic", config.critic), ("ref", config.ref))
+             if engine is not None and (name != "ref" or config.actor.kl_ctl > 0)]
+    roles.append(("rollout", config.rollout, _replicas(config.rollout.backend, "rollout", rollout=True)))
+    return roles
+
+
+def _own_gpus(name: str, engine, replicas: int, per_replica: int) -> int:
+    """The GPUs a role not colocated with another takes: a rollout's per server (tp x pp) when it is on GPUs, a
+    training role's ``scheduling_spec[0].gpu`` per worker."""
+    spec = engine.scheduling_spec[0]
+    return replicas * (per_replica if spec.gpu > 0 else 0) if name == "rollout" else replicas * spec.gpu
+
+
+def gpus_used(config: CUAConfig) -> int:
+    """The GPUs the run's roles hold on a node: the sum over the roles on GPUs of their own (a colocated role
+    shares its target's), as AReaL's controllers count them (``_replicas``)."""
+    return sum(_own_gpus(name, engine, *counts) for name, engine, counts in _roles(config)
+               if str(getattr(engine.scheduling_strategy.type, "value", engine.scheduling_strategy.type))
+               != "colocation")
+
+
 def check_placement(config: CUAConfig) -> None:
     """AReaL's local scheduler creates the roles in the trainer's order (actor, critic, ref, then rollout;
     ``PPOTrainer.__init__``) and hands GPUs out round-robin without ever refusing: a role colocated with one
@@ -157,10 +182,7 @@ def check_placement(config: CUAConfig) -> None:
     refused here, at load time (tests/config/test_gpu_placement.py runs AReaL's scheduler on the recipes)."""
     if getattr(config.scheduler, "type", "local") != "local":
         return
-    roles = [(name, engine, _replicas(engine.backend, name, rollout=False))
-             for name, engine in (("actor", config.actor), ("critic", config.critic), ("ref", config.ref))
-             if engine is not None and (name != "ref" or config.actor.kl_ctl > 0)]
-    roles.append(("rollout", config.rollout, _replicas(config.rollout.backend, "rollout", rollout=True)))
+    roles = _roles(config)
     created: dict[str, int] = {}
     gpus = 0
     for name, engine, (replicas, per_replica) in roles:
@@ -176,8 +198,7 @@ def check_placement(config: CUAConfig) -> None:
                 raise ValueError(f"{name} ({replicas} workers) is colocated with {target} ({created[target]} "
                                  f"workers): AReaL needs the same number of workers on both")
         else:
-            spec = engine.scheduling_spec[0]
-            gpus += replicas * (per_replica if spec.gpu > 0 else 0) if name == "rollout" else replicas * spec.gpu
+            gpus += _own_gpus(name, engine, replicas, per_replica)
         created[name] = replicas
     node = config.cluster.n_gpus_per_node
     if node and gpus > node:
@@ -323,3 +344,72 @@ def check_host(config: CUAConfig) -> None:
                              f"importable here: install it, or set {name}.attn_impl=sdpa (PyTorch's own "
                              f"attention, the recipes' choice; packed sequences stay apart through "
                              f"cua_rl/areal_ext/packed_attention.py)")
+
+
+# --- The GPUs present on the launching node (AReaL's local scheduler, one node) --------------------------------
+# The keys an allocation is made of. An override of one of them, or of a mapping that holds one (``cluster=...``),
+# means the user set the allocation: the launcher keeps it and checks it (``check_gpus``). Without one, and
+# without a config file of the user's, the launcher fits the default recipe to the GPUs present (``fit_default``).
+ALLOCATION_KEYS = ("cluster.n_gpus_per_node", "cluster.n_nodes", "scheduler.type", "enable_offload",
+                   *(f"{role}.{key}" for role in ("actor", "ref", "critic", "rollout")
+                     for key in ("backend", "scheduling_strategy", "scheduling_spec")))
+RECIPE_GPUS = 8   # config.yaml's own allocation: vLLM d4 + FSDP d4 on cluster.n_gpus_per_node 8
+
+
+def override_key(arg: str) -> str:
+    """The config key of a Hydra override (``++a.b=1``, ``+a.b=1``, ``~a.b``, ``a.b=1`` -> ``a.b``)."""
+    return arg.split("=", 1)[0].lstrip("+~").strip()
+
+
+def allocation_overrides(overrides: list[str]) -> list[str]:
+    """The overrides that set (part of) the allocation: a key of ``ALLOCATION_KEYS``, one below it
+    (``actor.scheduling_spec.0.gpu``) or a mapping above it (``rollout``)."""
+    def sets(key: str) -> bool:
+        return any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in ALLOCATION_KEYS)
+    return [arg for arg in overrides if sets(override_key(arg))]
+
+
+def fit_default(present: int) -> tuple[str, list[str]]:
+    """(recipe file, overrides) that fit the default recipe to ``present`` GPUs (>= 1) and use all of them on 1,
+    2, 4 or 8: one GPU is config.1gpu.yaml (vLLM colocated with the actor, offloaded in turn); more are split in
+    halves, vLLM data-parallel on one and the FSDP actor on the other (the KL penalty's reference, when on, sits
+    on the actor's: ``reference_model``), on the largest power of two present (vLLM's and FSDP's
+    data-parallel sizes stay powers of two, as the recipe's batch sizes divide)."""
+    if present < 1:
+        raise ValueError(f"no GPU to fit the recipe to (got {present})")
+    if present == 1:
+        return "config.1gpu.yaml", []
+    used = 1 << (present.bit_length() - 1)
+    if used == RECIPE_GPUS:
+        return "config.yaml", []
+    half = used // 2
+    return "config.yaml", [f"cluster.n_gpus_per_node={used}", f"rollout.backend=vllm:d{half}p1t1",
+                           f"actor.backend=fsdp:d{half}"]
+
+
+def _one_local_node(config: CUAConfig) -> bool:
+    return getattr(config.scheduler, "type", "local") == "local" and (config.cluster.n_nodes or 1) == 1
+
+
+def check_gpus(config: CUAConfig, present: int) -> None:
+    """On one node under AReaL's local scheduler, the roles' GPUs must be present: AReaL hands out the ids
+    0..n_gpus_per_node-1 whether they exist or not, and a role on a missing GPU fails minutes into the start.
+    Multi-node and Ray runs are placed by their own schedulers on their nodes: not checked here."""
+    if not _one_local_node(config):
+        return
+    used = gpus_used(config)
+    if used > present:
+        raise ValueError(
+            f"the allocation needs {used} GPUs (rollout.backend {config.rollout.backend}, actor.backend "
+            f"{config.actor.backend}, cluster.n_gpus_per_node {config.cluster.n_gpus_per_node}) and this node has "
+            f"{present} (nvidia-smi -L): give fewer GPUs to the roles (e.g. rollout.backend=vllm:d1p1t1 "
+            f"actor.backend=fsdp:d1 cluster.n_gpus_per_node=2), or drop your allocation and let the launcher fit "
+            f"the default recipe to the GPUs present")
+
+
+def gpus_line(config: CUAConfig, present: int | None, how: str) -> str:
+    """``uses U of N (how)``: the launcher's ``gpus:`` line (``--dry-run`` and the run's header); ``present``
+    None: not counted (CUA_RL_DEVICE=gpu where nvidia-smi lists none)."""
+    used = gpus_used(config)
+    where = "" if _one_local_node(config) else " per node"
+    return f"uses {used}{where} of {'?' if present is None else present} ({how})"

@@ -15,9 +15,10 @@ split; or all), ``--episodes-per-task`` instances of each (instance seeds the cu
 a gym that draws no instances by seed plays the task again), with the agent service at ``--gbox-mini-url`` or
 ours (``--agent embedded``), and prints one JSON object per checkpoint and decoding: success over every
 episode, per task, pass@K with ``--samples``, mean policy turns, dropped episodes and model errors
-(``--out`` writes the list). The model: AReaL's vLLM server on the CPU for the first checkpoint, or, with
-``--model-url``, a running AReaL vLLM server (``areal_vllm_server``, e.g. on a GPU node; each checkpoint is
-loaded into it through ``/areal_update_weights``, and it keeps the last one).
+(``--out`` writes the list). The model: AReaL's vLLM server (``areal_vllm_server``) started here for the first
+checkpoint, on a GPU with a GPU recipe (its ``vllm`` section: ``eval_vllm_config``) or on the CPU, or, with
+``--model-url``, one already running (each checkpoint is loaded into it through ``/areal_update_weights``, and it
+keeps the last one).
 
 Why a separate path from AReaL's evaluator: the learning gate compares checkpoints written by different runs
 (the SFT warm start, every RL step, the negative control) on one fixed set of held-out instances, so one
@@ -244,7 +245,7 @@ async def _one_pass(workflow, endpoint, checkpoint, plays, concurrency, samples,
     return result
 
 
-def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int = 16, concurrency: int = 4,
+def evaluate_checkpoints(config: CUAConfig, checkpoints: list[str], *, seeds_per_task: int = 16, concurrency: int = 4,
                          samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
                          log_dir: str | Path | None = None, prefix_caching: bool = False,
                          regimes: tuple[str, ...] = (), tasks: list[str] | None = None,
@@ -277,7 +278,7 @@ def evaluate_checkpoints(config, checkpoints: list[str], *, seeds_per_task: int 
                     log_dir=log_dir, prefix_caching=prefix_caching, echo=echo)
 
 
-def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", episodes_per_task: int = 1,
+def evaluate_on_gym(config: CUAConfig, checkpoints: list[str], *, split: str = "eval", episodes_per_task: int = 1,
                     concurrency: int = 4, samples: int = 1, decodings: tuple[str, ...] = ("sampled",),
                     model_url: str | None = None, log_dir: str | Path | None = None) -> list[CheckpointResult]:
     """``cua-eval``: each checkpoint on the tasks of ``config``'s task source on the gym at
@@ -299,7 +300,7 @@ def evaluate_on_gym(config, checkpoints: list[str], *, split: str = "eval", epis
                     samples=samples, decodings=decodings, log_dir=log_dir, model_url=model_url)
 
 
-def _gym_rows(config, split: str) -> list[dict]:
+def _gym_rows(config: CUAConfig, split: str) -> list[dict]:
     from cua_rl.dataset import aload_tasks, choose_splits, task_row
 
     if split not in ("eval", "train", "all"):
@@ -314,11 +315,12 @@ def _gym_rows(config, split: str) -> list[dict]:
     return [task_row(t, config.gym_base_url, config.gym_id) for t in picked]
 
 
-def _run(config, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *, gym: tuple[str, str],
+def _run(config: CUAConfig, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *, gym: tuple[str, str],
          agent_url: str, concurrency: int, samples: int, decodings, log_dir, prefix_caching: bool = False,
          model_url: str | None = None, echo: bool = True) -> list[CheckpointResult]:
-    """The model (a CPU vLLM server for the first checkpoint, or the one at ``model_url``), AReaL's engine on it,
-    the workflow pointed at ``gym`` and ``agent_url``, and every checkpoint evaluated in turn."""
+    """The model (a vLLM server started for the first checkpoint, on a GPU or the CPU: ``eval_vllm_config``; or
+    the one at ``model_url``), AReaL's engine on it, the workflow pointed at ``gym`` and ``agent_url``, and every
+    checkpoint evaluated in turn."""
     from areal.api.cli_args import InferenceEngineConfig
     from areal.engine.vllm_remote import RemotevLLMEngine
 
@@ -330,7 +332,9 @@ def _run(config, checkpoints: list[str], plays: list[tuple[dict, list[int]]], *,
             url = model_url.rstrip("/")
         else:
             log_path = Path(log_dir) / "evaluate-vllm.log" if log_dir else None
-            url = stack.enter_context(VLLMServer(checkpoints[0], log_path=log_path, prefix_caching=prefix_caching)).url
+            url = stack.enter_context(VLLMServer(checkpoints[0], log_path=log_path, prefix_caching=prefix_caching,
+                                                 vllm_config=eval_vllm_config(config, checkpoints[0],
+                                                                              prefix_caching))).url
         engine = RemotevLLMEngine(InferenceEngineConfig(backend="vllm:d1", max_concurrent_rollouts=concurrency,
                                                         request_timeout=300, setup_timeout=60))
         engine.initialize(addr=url.split("://", 1)[-1])
@@ -396,6 +400,17 @@ the other mode, without --gym: the seeded curriculum's held-out instances (the l
   docs/learning.md says what it prints."""
 
 
+def eval_vllm_config(config, checkpoint: str, prefix_caching: bool = False):
+    """The vLLM config of the server ``cua-eval`` starts for ``checkpoint``: None (``VLLMServer``'s CPU server) for a
+    CPU recipe (``cluster.n_gpus_per_node`` 0), else the recipe's own ``vllm`` section on one GPU
+    (``gpu_vllm_config``): the server a training run's rollout uses, so a checkpoint is scored as it was sampled."""
+    if not config.cluster.n_gpus_per_node:
+        return None
+    from cua_rl.local_model.vllm_server import gpu_vllm_config
+
+    return gpu_vllm_config(config.vllm, checkpoint, prefix_caching=prefix_caching)
+
+
 def _gym_parser():
     import argparse
 
@@ -416,7 +431,8 @@ def _gym_parser():
     ap.add_argument("--gbox-mini-url", default=None, help="the agent service (default: the config's)")
     ap.add_argument("--agent", choices=("external", "embedded"), default=None,
                     help="embedded: start our agent service here")
-    ap.add_argument("--model-url", default=None, help="a running AReaL vLLM server (default: start one on the CPU)")
+    ap.add_argument("--model-url", default=None, help="a running AReaL vLLM server (default: start one for the first checkpoint: on a GPU with a GPU "
+                    "recipe, the recipe's vllm section; else on the CPU)")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--out", default="", help="also write the results (a JSON list) here")
     return ap

@@ -34,6 +34,11 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from areal.api.cli_args import BaseExperimentConfig
+
 
 logger = logging.getLogger("cua_rl.runs")
 
@@ -53,7 +58,7 @@ class RunPaths:
     tensorboard: Path
 
     @classmethod
-    def of(cls, config, trial: str | None = None) -> "RunPaths":
+    def of(cls, config: BaseExperimentConfig, trial: str | None = None) -> "RunPaths":
         """The directories AReaL's StatsLogger and Saver use for this run (``trial`` in place of the
         config's), computed without creating them (AReaL's own getters make the directories)."""
         user, s = getpass.getuser(), config.stats_logger

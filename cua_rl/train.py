@@ -34,7 +34,7 @@ from cua_rl.workflow import workflow_kwargs
 logger = logging.getLogger("cua-train")
 
 
-def wandb_environment(config) -> None:
+def wandb_environment(config: CUAConfig) -> None:
     """W&B follows ``stats_logger.wandb.mode``. AReaL's StatsLogger calls ``wandb.login()`` for any mode but
     "disabled", which fails without an API key even for an offline run; W&B's own offline mode
     (``WANDB_MODE=offline``) makes that login a no-op, so an offline run needs no account (``wandb sync`` later)."""
@@ -80,15 +80,18 @@ def main(args: list[str]) -> None:
     with training_run(config.monitor_base_url, config.project_id, config.experiment_name, config.trial_name,
                       token=token, enabled=int(os.environ.get("RANK", "0")) == 0,
                       config=asdict(config)) as training_id, \
-            ray_gyms(config) as start_ray_gyms, \
-            Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset) as trainer:
+            ray_gyms(config.gym_fleet.ray_gyms, config.embedded, config.gym_id,
+                     str(RunPaths.of(config).logs)) as start_ray_gyms, \
+            Trainer(config, train_dataset=train_dataset, valid_dataset=valid_dataset, health=config.health,
+                    max_turns=config.max_turns, services=config.external_services(),
+                    monitor_url=config.monitor_base_url) as trainer:
         # gyms started on the Ray cluster's spare CPUs once AReaL's workers are placed join the fleet (and end
         # after the Trainer's close)
         config.gym_base_url = join_gym_urls([*config.gym_urls, *start_ray_gyms()])
         train_kwargs = workflow_kwargs(config, config.gconfig, group_size, monitor_training_id=training_id)
         eval_kwargs = workflow_kwargs(config, config.eval_gconfig, eval_group_size, is_eval=True,
                                       monitor_training_id=training_id)
-        with update_reporter(config, token, training_id) as trainer.report_update:
+        with update_reporter(config.monitor_base_url, config.project_id, token, training_id) as trainer.report_update:
             # atomic recover dumps; each stream item trained (or dropped) once (cua_rl/trainer/resume.py)
             install(trainer, point, RunPaths.of(config).logs)
             if point is not None and trainer.recover_info is None:

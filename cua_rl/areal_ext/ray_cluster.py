@@ -21,6 +21,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from areal.api.cli_args import BaseExperimentConfig
+
 
 logger = logging.getLogger("cua-rl.ray")
 
@@ -99,37 +104,35 @@ def _reachable(address: str) -> None:
                          f"start one first: {START_HINT}") from None
 
 
-def scheduler(config):
-    """AReaL's RayScheduler for ``config``, on the cluster ``connect`` joined."""
+def scheduler(config: BaseExperimentConfig, services: list[tuple[str, str]], monitor_url: str):
+    """AReaL's RayScheduler for AReaL's ``config``, on the cluster ``connect`` joined, once the run's external
+    services (setting name, URL) and monitor are reachable from every node (``check_addresses``)."""
     from areal.infra.scheduler.ray import RayScheduler
 
-    check_addresses(config, connect())
+    check_addresses(services, monitor_url, connect())
     return RayScheduler(startup_timeout=STARTUP_TIMEOUT_S, exp_config=config)
 
 
-def check_addresses(config, nodes: int) -> None:
+def check_addresses(services: list[tuple[str, str]], monitor_url: str, nodes: int) -> None:
     """On a cluster of several nodes the rollout workers may run on any of them, and a loopback URL there is
     that node's own: the embedded gym and agent (started beside the launcher on 127.0.0.1) or a gym or agent
     given as localhost would be unreachable and every episode lost. Refused before any worker starts; a
-    loopback monitor only loses the workers' records, so it is a warning."""
+    loopback monitor only loses the workers' records, so it is a warning. ``services``: (setting name, URL), every
+    host of a gym fleet under its one name (``CUAConfig.external_services``)."""
     if nodes < 2:
         return
     from urllib.parse import urlsplit
 
-    from cua_rl.policy.endpoint import is_loopback   # the endpoint's own rule for "this machine only"
+    from cua_rl.http.auth import is_loopback   # one rule for "this machine only"
 
-    from cua_rl.genv.fleet import parse_gym_urls
-
-    named = [("gym_base_url", url) for url in parse_gym_urls(config.gym_base_url)]   # every host of a fleet
-    local = [(name, url) for name, url in (*named, ("gbox_mini_agent_base_url", config.gbox_mini_agent_base_url))
-             if url and is_loopback(urlsplit(url).hostname or "")]
+    local = [(name, url) for name, url in services if url and is_loopback(urlsplit(url).hostname or "")]
     if local:
         raise SystemExit(
             f"scheduler.type=ray on {nodes} nodes: {', '.join(f'{k}={v}' for k, v in local)} is this "
             "node's loopback, which rollout workers on the other nodes cannot reach (the embedded stack and "
             "--agent embedded serve there). Give routable URLs (--gym, --gbox-mini-url) with services of your "
             "own, or run on one node; docs/cluster.md")
-    monitor = config.monitor_base_url
+    monitor = monitor_url
     if monitor and is_loopback(urlsplit(monitor).hostname or ""):
         logger.warning("scheduler.type=ray on %d nodes: the Training Monitor at %s is this node's loopback; "
                        "rollout workers on other nodes cannot send it their records (docs/cluster.md)",

@@ -31,6 +31,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # the run's sections (cua_rl.config, above this room)
+    from cua_rl.config import EmbeddedStackConfig, RayGymsConfig
 
 logger = logging.getLogger("cua-rl.ray")
 READY_TIMEOUT_S = 180.0
@@ -138,13 +142,15 @@ class RayGyms:
     actors: list = field(default_factory=list)
 
     @classmethod
-    def start(cls, config, log_dir: str) -> "RayGyms":
-        """One gym per node with spare CPUs (module docstring); none when no node has room (said once)."""
+    def start(cls, opts: RayGymsConfig, embedded: EmbeddedStackConfig, gym_id: str, log_dir: str) -> "RayGyms":
+        """One gym per node with spare CPUs (module docstring); none when no node has room (said once). ``opts``:
+        the run's ``gym_fleet.ray_gyms``; ``embedded``: the gym's settings (tasks, desktops, browsers); ``gym_id``:
+        what it serves (the run's, else the embedded gym's)."""
         import ray
         from ray._private import state
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        opts, gym_id = config.gym_fleet.ray_gyms, config.gym_id or config.embedded.gym_id
+        gym_id = gym_id or embedded.gym_id
         free = state.state.available_resources_per_node()
         nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
         actor_class = ray.remote(GymNode)
@@ -160,7 +166,7 @@ class RayGyms:
                     actor = actor_class.options(
                         num_cpus=n * opts.cpus_per_desktop, name=None,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-                    ).remote([n, gym_id, config.embedded], log_dir, opts.port)
+                    ).remote([n, gym_id, embedded], log_dir, opts.port)
                     gyms.actors.append(actor)
                     plan.append((address, n))
             gyms.urls = ray.get([a.url.remote() for a in gyms.actors], timeout=READY_TIMEOUT_S + 30)

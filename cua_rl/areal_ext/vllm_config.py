@@ -22,12 +22,14 @@ a field here is all it takes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from areal.api.cli_args import vLLMConfig
 
 
 @dataclass
 class CUAvLLMConfig(vLLMConfig):
-    logprobs_mode: str = "processed_logprobs"
-    mm_processor_cache_gb: float = 0.0
+    logprobs_mode: str = field(default="processed_logprobs", metadata={
+        "help": "Which logprobs vLLM returns: processed_logprobs, after temperature, as the trainer recomputes them."})
+    mm_processor_cache_gb: float = field(default=0.0, metadata={
+        "help": "vLLM's multimodal processor cache in GiB; 0 turns it off (its two copies disagreed: module doc)."})

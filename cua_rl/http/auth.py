@@ -17,7 +17,8 @@ Where tokens come from: ``CUA_GYM_TOKEN`` / ``CUA_AGENT_TOKEN`` (the value), els
 ``MiniAgentClient``, the gym fleet) read the same variables, so whatever starts a client and a server gives both
 the same environment. A token is never logged, put on a command line or written under the run's logs.
 
-``exposure_error`` is the start-up rule of both CLIs: a service on an address other than loopback needs a token,
+``serving_token`` (with ``exposure_error``) is the start-up rule of both CLIs: a service on an address other than
+loopback needs a token,
 or an explicit ``--insecure-no-token`` (which ``insecure_warning`` makes loud).
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import secrets
 from collections.abc import Mapping
@@ -92,6 +94,20 @@ def exposure_error(prog: str, host: str, token: str | None, insecure: bool, env_
             f"drive, read and end anyone's work. Give one with --token-file FILE or {env_name} (clients send it "
             f"from the same variable; docs/security.md), or serve on 127.0.0.1, or pass --insecure-no-token on a "
             f"network you trust")
+
+
+def serving_token(prog: str, host: str, token_file: str | None, insecure: bool, env_name: str,
+                  logger: logging.Logger) -> str | None:
+    """The token ``prog serve`` guards its routes with: ``--token-file``, else ``env_name`` (or its ``_FILE``);
+    ``TokenError`` with the reason when it cannot read one or must not serve on ``host`` without one (logs the
+    loud line when ``--insecure-no-token`` lets it)."""
+    token = read_token_file(token_file) if token_file else token_from_env(env_name)
+    refused = exposure_error(prog, host, token, insecure, env_name)
+    if refused:
+        raise TokenError(refused.removeprefix(f"{prog}: "))
+    if insecure and not token:
+        logger.warning(insecure_warning(prog, host))
+    return token
 
 
 def insecure_warning(prog: str, host: str) -> str:

@@ -19,7 +19,7 @@ import sys
 from .formats import format_names
 from .runner import AgentSettings
 
-from cua_rl.http.auth import AGENT_TOKEN, TokenError, exposure_error, insecure_warning, read_token_file, token_from_env
+from cua_rl.http.auth import AGENT_TOKEN, TokenError, serving_token
 from cua_rl.logs import setup_logging
 
 
@@ -95,16 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cua-agent: --{name.replace('_', '-')} must be >= {low}", file=sys.stderr)
             return 2
     try:
-        token = read_token_file(args.token_file) if args.token_file else token_from_env(AGENT_TOKEN)
+        token = serving_token("cua-agent", args.host, args.token_file, args.insecure_no_token, AGENT_TOKEN,
+                              logging.getLogger(__name__))
     except TokenError as exc:
         print(f"cua-agent: {exc}", file=sys.stderr)
         return 2
-    refused = exposure_error("cua-agent", args.host, token, args.insecure_no_token, AGENT_TOKEN)
-    if refused:
-        print(refused, file=sys.stderr)
-        return 2
-    if args.insecure_no_token and not token:
-        logging.getLogger(__name__).warning(insecure_warning("cua-agent", args.host))
     settings = AgentSettings(history_images=args.history_images, max_invalid_turns=args.max_invalid_turns,
                              max_run_time_s=args.max_run_time, max_concurrent_runs=args.max_concurrent_runs,
                              send_token_hints=not args.no_token_hints)

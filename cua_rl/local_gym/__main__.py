@@ -17,7 +17,7 @@ import sys
 
 import uvicorn
 
-from cua_rl.http.auth import GYM_TOKEN, TokenError, exposure_error, insecure_warning, read_token_file, token_from_env
+from cua_rl.http.auth import GYM_TOKEN, TokenError, serving_token
 from cua_rl.http.serve import KEEP_ALIVE_S, DrainingServer
 from cua_rl.logs import setup_logging
 
@@ -120,16 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         args.reuse_browsers = 0
     try:
-        token = read_token_file(args.token_file) if args.token_file else token_from_env(GYM_TOKEN)
+        token = serving_token("cua-gym", args.host, args.token_file, args.insecure_no_token, GYM_TOKEN,
+                              logging.getLogger("cua_rl.local_gym"))
     except TokenError as exc:
         print(f"cua-gym: {exc}", file=sys.stderr)
         return 2
-    refused = exposure_error("cua-gym", args.host, token, args.insecure_no_token, GYM_TOKEN)
-    if refused:
-        print(refused, file=sys.stderr)
-        return 2
-    if args.insecure_no_token and not token:
-        logging.getLogger("cua_rl.local_gym").warning(insecure_warning("cua-gym", args.host))
     private_namespace()   # before any thread: the desktops' HOME mounts end with this process (mounts.py)
     try:   # bad options (GymOptions' checks, a bad task file) are a message, not a traceback
         opts = GymOptions(gym_id=args.gym_id, suite=args.suite, width=args.width, height=args.height,

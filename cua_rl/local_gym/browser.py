@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import functools
 import json
 import logging
 import mimetypes
@@ -144,7 +145,14 @@ SITE_FILES = _SiteFiles()
 
 @dataclass
 class BrowserDesktop(Desktop):
-    """A ``Desktop`` whose only app is Chromium, driven by the gym over DevTools."""
+    """A ``Desktop`` whose only app is Chromium, driven by the gym over DevTools.
+
+    Chromium stays a trusted X client of its display whatever ``Desktop.untrusted_apps`` says: as an untrusted one
+    it has no XKEYBOARD and reads the keys the gym sends through the wrong keymap ("MiXeD" typed as "mMimXemD"). No
+    program of the policy's runs on a browser desktop: it acts on pages (served by the gym, nothing else reachable),
+    whose scripts cannot speak X. The gym's connections are re-opened all the same if one is ever lost (env.py)."""
+
+    untrusted_apps = False
 
     cdp: CDPPipe | None = dataclasses.field(default=None, repr=False)
     session: str | None = None
@@ -385,12 +393,14 @@ class BrowserDesktop(Desktop):
 
     # -- stop ---------------------------------------------------------------------------------------
     def stop(self) -> None:
+        """``Desktop.stop`` between closing the DevTools pipe and joining its reader (each step runs whatever
+        another raised)."""
         cdp, self.cdp = self.cdp, None
         if cdp is not None:
-            cdp.close()
+            self._step("close the DevTools pipe", cdp.close)
         super().stop()
-        if cdp is not None:
-            cdp.close(join_s=2.0)   # the browser is gone: its reader thread sees EOF and ends
+        if cdp is not None:   # the browser is gone: its reader thread sees EOF and ends
+            self._step("end the DevTools reader", functools.partial(cdp.close, join_s=2.0))
 
 
 def page_events(action, xin) -> int:

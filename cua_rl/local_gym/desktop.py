@@ -3,8 +3,9 @@
 Isolation (docs/local_gym.md, "Desktops and the sandbox"): apps run as a per-slot unprivileged uid, in new
 user/pid/net/ipc/uts namespaces, see only read-only /usr and the parts of /etc the apps read (``SANDBOX_ETC``), a fresh
 HOME made from the task's files (a size-capped tmpfs when the gym is root: ``mounts``), a small tmpfs /tmp,
-their own D-Bus session and only their own display's socket. Process and file-size rlimits cap fork bombs
-and disk fills. Nothing is ever reused between executions: a desktop is built for one
+their own D-Bus session and only their own display's socket, which lets in only who presents its cookie
+(``xauth``; the apps as *untrusted* X clients where ``Desktop.untrusted_apps`` is on). Process and file-size
+rlimits cap fork bombs and disk fills. Nothing is ever reused between executions: a desktop is built for one
 execution and destroyed with it, so no X state (Caps Lock, pointer, clipboard) can leak.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from Xlib import X, display as xdisplay, error as xerror
 
-from . import mounts, procs
+from . import mounts, procs, xauth
 from .apps import APPS, app_command
 from .home_paths import home_file_parts
 from .screen import Screen
@@ -35,6 +36,7 @@ from .xinput import XInput
 logger = logging.getLogger(__name__)
 
 SANDBOX_HOME = "/home/user"
+SANDBOX_XAUTHORITY = "/tmp/.Xauthority"   # the apps' cookie (read-only; ``Desktop.apps_xauth_file``)
 # What of the host's /etc the sandbox sees (read-only; missing ones are skipped): the dynamic linker, fonts,
 # GTK/X11/XDG settings, D-Bus's session config, the alternatives symlinks (``/usr/bin/x-*``), Chromium's
 # launcher settings, terminal and MIME data, the time zone. Never the host's accounts (passwd and group are
@@ -89,11 +91,14 @@ class SandboxLimits:
     home_bytes: int = 256 << 20  # HOME quota: the size of HOME's tmpfs (root), else the reaper's polled limit
 
 
-# Text carets that do not blink (GTK 3 and 2; the board's Tk entries set -insertofftime 0): a blinking caret
-# makes a still desktop give two different screenshots, reports "screen changed" after actions that changed
-# nothing, and costs an idle editor ~4 ms of CPU a second.
-STILL_CARETS = ((".config/gtk-3.0/settings.ini", "[Settings]\ngtk-cursor-blink = false\n"),
-                (".gtkrc-2.0", "gtk-cursor-blink = 0\n"))
+# Every HOME starts with these settings. Text carets that do not blink (GTK 3 and 2; the board's Tk entries set
+# -insertofftime 0): a blinking caret makes a still desktop give two different screenshots, reports "screen
+# changed" after actions that changed nothing, and costs an idle editor ~4 ms of CPU a second. And no bell (GTK's
+# error bell, readline's): the X server refuses untrusted clients (``Desktop.untrusted_apps``) the Bell request, and
+# GTK and xterm exit on that refusal (mousepad quit at Ctrl+Home at the top of its document; xterm needs -vb too).
+STILL_CARETS = ((".config/gtk-3.0/settings.ini", "[Settings]\ngtk-cursor-blink = false\ngtk-error-bell = false\n"),
+                (".gtkrc-2.0", "gtk-cursor-blink = 0\ngtk-error-bell = 0\n"),
+                (".inputrc", "$include /etc/inputrc\nset bell-style none\n"))
 
 
 def _openbox_rules(spec: DesktopSpec) -> str:
@@ -190,7 +195,14 @@ class Desktop:
     screen: Screen | None = field(default=None, repr=False)
     started_s: float = 0.0
     home_mounted: bool = False   # HOME is a tmpfs of the quota's size (else only the reaper limits it)
+    stop_errors: list[str] = field(default_factory=list, repr=False)   # what ``stop`` could not do (logged too)
     uses_x = True                # (a class fact: VM desktops have none, vm/backend.py)
+    # Whether the apps connect as untrusted X clients (xauth.py). Off for now: the X server delivers an untrusted
+    # client's answer to _NET_WM_PING to nobody, so keyboard input cannot wait for an editor to have taken its keys
+    # (tests/local_gym/test_env.py's Enter after typing is lost), it refuses their Bell (GTK and xterm exit: bells
+    # are off in every HOME) and Chromium without XKEYBOARD reads keys through the wrong keymap (browser.py). Until
+    # then a desktop that kills the gym's connections has them re-opened (env.py, docs/security.md).
+    untrusted_apps = False
 
     @property
     def display(self) -> str:
@@ -199,6 +211,17 @@ class Desktop:
     @property
     def home(self) -> Path:
         return self.root / "home"
+
+    @property
+    def xauth_file(self) -> Path:
+        """The display's trusted cookie (Xvfb's ``-auth``; the window manager and the live view present it): in the
+        desktop's root folder, which the sandbox never sees."""
+        return self.root / "xauth"
+
+    @property
+    def apps_xauth_file(self) -> Path:
+        """The cookie the sandboxed apps present (``_authorize_apps``)."""
+        return self.root / "apps.xauth"
 
     @property
     def files(self):
@@ -264,9 +287,10 @@ class Desktop:
             # test, 2026-11-30; curriculum.show now refuses such a board).
             openbox = desk._spawn_openbox()
             desk._wait_openbox(openbox, timeout_s)
+            desk._authorize_apps()
             desk._start_sandbox(limits)
             desk._wait_for_windows(timeout_s)
-            desk.xinput = XInput(desk.display)
+            desk.xinput = XInput(desk.display, pings=not desk.untrusted_apps)
             desk.screen = Screen(desk.display)
             # the windows are mapped and drawn: 50 ms of identical frames (grabs 10 ms apart) is settled
             desk.screen.wait_stable(stable_s=0.05, timeout_s=3.0)
@@ -313,10 +337,16 @@ class Desktop:
         # /tmp): "Keyboard initialization failed", and the X server exits. No X server holds this display now.
         with contextlib.suppress(OSError):
             os.unlink(f"/tmp/server-{self.display_num}.xkm")
+        # Only those who present this display's cookie get in, as trusted clients: the gym (its process's
+        # authority, xauth.gym_authority), openbox and the live view (``xauth_file``); the apps their own
+        # (``_authorize_apps``).
+        cookie = xauth.new_cookie()
+        xauth.display_file(self.xauth_file, self.display_num, cookie, self.uid)
+        xauth.gym_authority().add(self.display_num, cookie)
         r, w = os.pipe()
         try:
             argv = ["Xvfb", self.display, "-screen", "0", f"{self.spec.width}x{self.spec.height}x24",
-                    "-nolisten", "tcp", "-displayfd", str(w), "-noreset"]
+                    "-nolisten", "tcp", "-displayfd", str(w), "-noreset", "-auth", str(self.xauth_file)]
             with open(self.root / "xvfb.log", "wb") as log:
                 proc = procs.popen(argv, uid=self.uid, pass_fds=(w,), env={"PATH": os.environ.get("PATH", "")},
                                    stdout=log, stderr=log)
@@ -333,7 +363,8 @@ class Desktop:
             raise RuntimeError(f"Xvfb {self.display} did not start (exit {proc.poll()}, said {got!r}): {tail}")
 
     def _env(self, **extra: str) -> dict[str, str]:
-        return {"PATH": "/usr/bin:/bin", "DISPLAY": self.display, "LANG": "C.UTF-8", **extra}
+        return {"PATH": "/usr/bin:/bin", "DISPLAY": self.display, "LANG": "C.UTF-8",
+                "XAUTHORITY": str(self.xauth_file), **extra}
 
     def _spawn_openbox(self) -> subprocess.Popen:
         proc = procs.popen(["openbox", "--config-file", str(self.root / "rc.xml")], uid=self.uid,
@@ -357,6 +388,20 @@ class Desktop:
         if not ok:
             raise RuntimeError(f"openbox on {self.display} did not start (exit {proc.poll()})")
 
+    def _authorize_apps(self) -> None:
+        """The cookie the sandboxed apps connect with: generated by the X server as an untrusted one (xauth.py), or
+        the display's own where ``untrusted_apps`` is off."""
+        if not self.untrusted_apps:
+            shutil.copyfile(self.xauth_file, self.apps_xauth_file)
+            self._own(self.apps_xauth_file)
+            return
+        d = xdisplay.Display(self.display)
+        try:
+            cookie = xauth.untrusted_cookie(d)
+        finally:
+            d.close()
+        xauth.display_file(self.apps_xauth_file, self.display_num, cookie, self.uid)
+
     def bwrap_argv(self, limits: SandboxLimits, command: list[str] | None = None) -> list[str]:
         """The sandbox command line; ``command`` (run inside) defaults to the spec's apps in a D-Bus session."""
         sock = f"/tmp/.X11-unix/X{self.display_num}"
@@ -367,7 +412,7 @@ class Desktop:
         env = {"HOME": SANDBOX_HOME, "USER": "user", "LOGNAME": "user", "SHELL": "/bin/bash",
                "PATH": "/usr/local/bin:/usr/bin:/bin", "DISPLAY": self.display, "LANG": "C.UTF-8",
                "GSETTINGS_BACKEND": "keyfile", "NO_AT_BRIDGE": "1", "GTK_OVERLAY_SCROLLING": "0",
-               "XDG_RUNTIME_DIR": "/tmp/runtime", "TERM": "xterm"}
+               "XDG_RUNTIME_DIR": "/tmp/runtime", "TERM": "xterm", "XAUTHORITY": SANDBOX_XAUTHORITY}
         argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "desktop",
                 "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
                 "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
@@ -378,6 +423,7 @@ class Desktop:
                 "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
                 "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
                 "--dir", "/tmp/.X11-unix", "--bind", sock, sock,
+                "--ro-bind", str(self.apps_xauth_file), SANDBOX_XAUTHORITY,
                 "--dir", "/tmp/runtime",
                 "--bind", str(self.home), SANDBOX_HOME, "--chdir", SANDBOX_HOME, "--clearenv"]
         for k, v in env.items():
@@ -423,16 +469,55 @@ class Desktop:
         finally:
             d.close()
 
-    # -- stop ---------------------------------------------------------------------------------------
-    def stop(self) -> None:
-        for obj in (self.xinput, self.screen):
-            if obj is not None:
-                obj.close()
+    # -- the gym's connections --------------------------------------------------------------------------
+    def x_server_running(self) -> bool:
+        """Whether this desktop's X server (the first process it started) is still running."""
+        return bool(self.procs) and self.procs[0].poll() is None
+
+    def reconnect(self) -> None:
+        """Open the gym's X connections to this display again (input, screen, damage), closing the old ones: one
+        was lost (the X server closed it). Blocking; raises when the X server cannot be reached."""
+        old = (self.xinput, self.screen)
         self.xinput = self.screen = None
+        for obj in old:
+            if obj is not None:
+                with contextlib.suppress(Exception):   # already broken: that is why we are here
+                    obj.close()
+        xinput = XInput(self.display, pings=not self.untrusted_apps)
+        try:
+            self.screen = Screen(self.display)
+        except BaseException:
+            xinput.close()
+            raise
+        self.xinput = xinput
+        logger.warning("desktop %s: the gym's X connections were lost and are open again", self.display)
+
+    # -- stop ---------------------------------------------------------------------------------------
+    def _step(self, what: str, fn, *args) -> None:
+        """One step of ``stop``: a failure is logged and kept in ``stop_errors``, and the next steps run all the same."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - every later step must run; nothing is lost (logged, kept)
+            self.stop_errors.append(f"{what}: {type(exc).__name__}: {exc}")
+            logger.error("stopping desktop %s: could not %s: %s", self.display, what, exc, exc_info=True)
+
+    def stop(self) -> None:
+        """End everything the desktop started, step by step: the gym's X connections, every process (the
+        sandbox, openbox, Xvfb), HOME's mount, the folder, the display's cookie. Each step runs whatever an
+        earlier one raised (a desktop that broke a connection of the gym's made the first step raise, and the
+        sandbox outlived its execution, issue 80); what failed is logged and listed in ``stop_errors``."""
+        xinput, screen, self.xinput, self.screen = self.xinput, self.screen, None, None
+        if xinput is not None:
+            self._step("close the gym's input connection", xinput.close)
+        if screen is not None:
+            self._step("close the gym's screen connections", screen.close)
         for proc in reversed(self.procs):
-            procs.kill_group(proc)
+            self._step(f"kill process {proc.pid} ({proc.args[0] if proc.args else '?'})", procs.kill_group, proc)
         self.procs.clear()
         if self.home_mounted:   # after the apps are gone; detaching frees the tmpfs's memory with its files
-            mounts.unmount(self.home)
+            self._step("unmount HOME", mounts.unmount, self.home)
             self.home_mounted = False
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.root.exists():
+            self._step("remove the desktop's folder", shutil.rmtree, self.root)
+        if self.display_num >= 0:
+            self._step("forget the display's cookie", xauth.gym_authority().remove, self.display_num)

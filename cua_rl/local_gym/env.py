@@ -22,6 +22,8 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from Xlib.error import ConnectionClosedError
+
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
 from .fork import (Capture, ForkRefused, HomeRefused, Step, difference, fork_count,
@@ -40,6 +42,7 @@ logger = logging.getLogger(__name__)
 # typed characters show within ~10-20 ms.
 CHANGE_WAIT_S = {"key": 0.3, "click": 0.3, "press": 0.3, "type": 0.12, "scroll": 0.12, "drag": 0.12}
 SCREENSHOT_FORMATS = ("png", "jpeg")
+REOPEN_X_S = 10.0   # how long re-opening the gym's lost X connections to a desktop may take (``_reopen_x``)
 
 
 def _retrieve(run: asyncio.Future) -> None:
@@ -136,7 +139,7 @@ class LocalGym:
     def health(self) -> dict:
         m = self.manager
         return {"ok": True, "gym_id": self.gym_id, "suite": self.suite.kind, "tasks": len(self.tasks),
-                "executions": len(m.executions), "pool": m.pool_stats()}
+                "executions": len(m.executions), "capacity": m.capacity(), "pool": m.pool_stats()}
 
     def capacity(self) -> dict:
         """``GET .../capacity``: ``{"free": n, "max": m}`` executions (docs/protocols.md §1.10)."""
@@ -180,8 +183,8 @@ class LocalGym:
             ex = await self.manager.create(task)
         except CapacityError as exc:
             raise GymError(429, str(exc)) from exc
-        except RuntimeError as exc:
-            logger.error("create execution of %s failed: %s", task_id, exc)
+        except Exception as exc:  # noqa: BLE001 - whatever kept the desktop from starting: a 503 that says what
+            logger.error("create execution of %s failed: %s", task_id, exc, exc_info=not isinstance(exc, RuntimeError))
             raise GymError(503, f"could not start a desktop: {exc}") from exc
         try:
             extra = await self._begin(ex, seed)
@@ -223,16 +226,49 @@ class LocalGym:
             raise GymError(422, f"format must be png or jpeg, got {fmt!r}")
         if not 1 <= quality <= 100:
             raise GymError(422, "quality must be in 1..100")
-        screen = ex.desktop.screen
         ex.state["shot_format"] = (fmt, quality)
         try:
-            raw = screen.frame_now()
+            raw = await self._frame_now(ex)
+            screen = ex.desktop.screen
             data = screen.cached(raw, fmt, quality) or await asyncio.get_running_loop().run_in_executor(
                 self._encoder, screen.encode, raw, fmt, quality)
         except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
             logger.error("screenshot of %s failed: %s", eid, exc)
             raise _fault(ex, "gym", 503, f"desktop of execution {eid} is not responding: {exc}") from exc
         return data, fmt
+
+    async def _frame_now(self, ex: Execution, arm: bool = False) -> bytearray:
+        """The desktop's screen now (``Screen.frame_now``; with ``arm``, ``Screen.arm_and_grab`` before an action),
+        once more on connections opened again when the gym's were lost (``_reopen_x``)."""
+        d = ex.desktop
+        screen = d.screen
+        try:
+            return screen.arm_and_grab() if arm else screen.frame_now()
+        except Exception as exc:  # noqa: BLE001 - maybe a lost connection: re-opened and tried once more
+            if not await self._reopen_x(ex, screen, exc):
+                raise
+            return d.screen.arm_and_grab() if arm else d.screen.frame_now()
+
+    async def _reopen_x(self, ex: Execution, broken, exc: Exception) -> bool:
+        """The gym's X connections to ``ex``'s desktop failed (``broken``: the input or screen object that raised
+        ``exc``). When the desktop's X server still runs, the server closed them: open them again (once per
+        loss; concurrent calls wait for it). True when they are open again (or were already opened anew)."""
+        d = ex.desktop
+        if not getattr(d, "uses_x", False) or not hasattr(d, "reconnect") or not d.x_server_running():
+            return False
+        lock = ex.state.setdefault("x_reopen", asyncio.Lock())
+        async with lock:
+            if broken is not d.screen and broken is not d.xinput:
+                return d.screen is not None and d.xinput is not None   # another call opened them again
+            logger.warning("execution %s: the gym's X connection to %s failed (%s): opening them again",
+                           ex.execution_id, d.display, exc)
+            try:
+                await asyncio.wait_for(asyncio.to_thread(d.reconnect), REOPEN_X_S)
+            except Exception as err:  # noqa: BLE001 - the caller answers with the first failure
+                logger.error("execution %s: could not open the X connections to %s again: %s", ex.execution_id,
+                             d.display, err)
+                return False
+            return True
 
     async def act(self, eid: str, raw_action: object) -> dict:
         """Perform one action and wait for the screen to settle: ``{ok, screen_changed}``, or ``ok: false`` with
@@ -250,7 +286,7 @@ class LocalGym:
                 raise GymError(404, f"execution {eid!r} was terminated")
             d = ex.desktop
             try:
-                before = d.screen.arm_and_grab()
+                before = await self._frame_now(ex, arm=True)
             except Exception as exc:  # noqa: BLE001 - the X server of this desktop is gone
                 raise _fault(ex, "gym", 503, f"desktop of execution {eid} is not responding: {exc}") from exc
             screen_at = screen_key(before, d.spec.width, d.spec.height, ex.mask)   # what a fork replays it on
@@ -261,6 +297,20 @@ class LocalGym:
             except InputRefused as exc:   # the keyboard has no key for what was asked: the policy's, nothing sent
                 ex.faults["policy"] += 1
                 return {"ok": False, "error": str(exc), "fault": "policy", "screen_changed": False}
+            except ConnectionClosedError as exc:
+                xin = d.xinput
+                if not await self._reopen_x(ex, xin, exc):
+                    raise _fault(ex, "gym", 500, f"desktop of execution {eid} stopped answering while the action "
+                                                 f"was played: {exc}") from exc
+                # The X server, still running, closed the gym's connection midway: the desktop's doing (the gym
+                # never gives it cause), so the policy's failure. The connections are open again for the next one.
+                ex.faults["policy"] += 1
+                ex.unreplayable = ex.unreplayable or (
+                    f"action {len(ex.history) + 1} ({action.type}) was cut off when the desktop's X server closed "
+                    "the gym's connection: what it did cannot be replayed")
+                return {"ok": False, "error": "the desktop's X server closed the gym's input connection while the "
+                        "action was played (it may have been played in part); the connection is open again",
+                        "fault": "policy", "screen_changed": False}
             except Exception as exc:  # noqa: BLE001 - the X server said no; report, keep the desktop
                 logger.warning("action %s on %s failed in the gym: %s", action.type, eid, exc)
                 ex.faults["gym"] += 1
@@ -272,11 +322,15 @@ class LocalGym:
                         "did cannot be replayed")
                 return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "fault": "gym", "screen_changed": False}
             ex.history.append(Step(raw_action, screen_at))
+            screen = d.screen
             try:
-                changed, frame = await settle(d.screen, before, CHANGE_WAIT_S.get(action.type, 0.0))
+                changed, frame = await settle(screen, before, CHANGE_WAIT_S.get(action.type, 0.0))
             except Exception as exc:  # noqa: BLE001 - played, then the desktop stopped answering: not to be resent
-                raise _fault(ex, "gym", 500, f"desktop of execution {eid} stopped answering after the action: "
-                                             f"{exc}") from exc
+                if not await self._reopen_x(ex, screen, exc):
+                    raise _fault(ex, "gym", 500, f"desktop of execution {eid} stopped answering after the action: "
+                                                 f"{exc}") from exc
+                frame = d.screen.grab()   # the connections are open again: the screen as the action left it
+                changed = frame != before
             d.screen.remember(frame)
             ex.last_used = time.monotonic()
             # The agent's next call is almost always a screenshot of this very frame, in the format it

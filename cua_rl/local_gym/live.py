@@ -127,30 +127,32 @@ class LiveView:
     @classmethod
     def start(cls, display: str, host: str = "127.0.0.1", log_dir: Path | None = None,
               timeout_s: float = 10.0, vnc: Callable[[int], None] | None = None,
-              uid: int | None = None) -> "LiveView":
-        """A view of X display ``display`` (x11vnc runs as ``uid``, the desktop's), or, with ``vnc``, of the VNC
-        server that ``vnc(port)`` opens on a loopback port (a VM's QEMU); both behind ``ViewOnlyRFB``."""
+              uid: int | None = None, xauthority: Path | None = None) -> "LiveView":
+        """A view of X display ``display`` (x11vnc runs as ``uid``, the desktop's, presenting the display's cookie
+        from ``xauthority``), or, with ``vnc``, of the VNC server that ``vnc(port)`` opens on a loopback port (a
+        VM's QEMU); both behind ``ViewOnlyRFB``."""
         lack = missing() if vnc is None else [p for p in missing() if p != "x11vnc"]
         if lack:
             raise LiveViewError(f"live views need the Debian packages {' '.join(lack)} (scripts/apt-packages.txt)")
         view = cls(display=display, host=host)
         try:
-            view._start(log_dir, timeout_s, vnc, uid)
+            view._start(log_dir, timeout_s, vnc, uid, xauthority)
         except BaseException:
             view.stop()
             raise
         return view
 
     def _start(self, log_dir: Path | None, timeout_s: float, vnc_opener: Callable[[int], None] | None,
-               uid: int | None) -> None:
+               uid: int | None, xauthority: Path | None = None) -> None:
         rfb = free_port("127.0.0.1")
         log = open(log_dir / "live.log", "ab") if log_dir else subprocess.DEVNULL
         try:
             if vnc_opener is None:
                 if uid is None or (os.geteuid() == 0 and uid == 0):
                     raise LiveViewError("x11vnc runs as the desktop's uid, and none was given (or it is root)")
+                env = {"PATH": "/usr/bin:/bin", **({"XAUTHORITY": str(xauthority)} if xauthority else {})}
                 vnc = procs.popen(["x11vnc", "-display", self.display, "-rfbport", str(rfb), *X11VNC_FLAGS],
-                                  uid=uid, env={"PATH": "/usr/bin:/bin"}, stdout=log, stderr=log)
+                                  uid=uid, env=env, stdout=log, stderr=log)
                 self.procs.append(vnc)
                 _wait_listening("127.0.0.1", rfb, vnc, "x11vnc", timeout_s)
             else:

@@ -288,7 +288,8 @@ class GymManager:
         self._spares: dict[object, collections.deque[Desktop]] = collections.defaultdict(collections.deque)
         self._building: collections.Counter[object] = collections.Counter()
         self._recent: collections.OrderedDict[object, DesktopSpec] = collections.OrderedDict()
-        self._free_slots = list(range(options.max_executions + options.max_spares + options.x_spares + 8))
+        self._slot_count = options.max_executions + options.max_spares + options.x_spares + 8
+        self._free_slots = list(range(self._slot_count))
         self._bare_x: collections.deque[Desktop] = collections.deque()   # from Desktop.start_x
         self._building_x = 0
         self._display_claims: dict[int, int] = {}        # display in use -> the descriptor holding its claim
@@ -365,8 +366,7 @@ class GymManager:
         The first attempt builds on a pre-started X server when one is ready (``refill_x``)."""
         cls = spec.desktop_class   # an app, browser or VM desktop
         x = self._take_x(spec) if cls.uses_x else None
-        with self._display_lock:
-            slot = x.slot if x is not None else self._free_slots.pop(0)  # type: ignore[attr-defined]
+        slot = x.slot if x is not None else self._take_slot()  # type: ignore[attr-defined]
         uid = self._uid(slot)
         last: Exception | None = None
         try:
@@ -396,10 +396,17 @@ class GymManager:
         self._free_slots.append(slot)
         raise RuntimeError(f"could not start a desktop: {last}")
 
+    def _take_slot(self) -> int:
+        """A free desktop slot (its uid, its place among the gym's desktops); RuntimeError when none is left."""
+        with self._display_lock:
+            if not self._free_slots:
+                raise RuntimeError(f"no desktop slot free: all {self._slot_count} are held by executions, spares "
+                                   "and desktops being stopped")
+            return self._free_slots.pop(0)
+
     def _build_x(self) -> Desktop:
         """Blocking, on the pool's spawner thread: one bare X server of the gym's screen size."""
-        with self._display_lock:
-            slot = self._free_slots.pop(0)
+        slot = self._take_slot()
         try:
             num = self._pick_display()
             try:
@@ -438,11 +445,22 @@ class GymManager:
                 self._bare_x.append(x)
 
     def _destroy(self, desk: Desktop) -> None:
-        desk.stop()
-        self._release_display(desk.display_num)
-        slot = getattr(desk, "slot", None)
-        if slot is not None:
-            self._free_slots.append(slot)
+        """Stop ``desk`` and give back its display and slot, whatever its stop raised: a stop error is logged and
+        counted (``stop_errors`` in /metrics), never a failed terminate or a slot lost for good (issue 80)."""
+        try:
+            desk.stop()
+        except Exception as exc:  # noqa: BLE001 - (a VM's stop; Desktop.stop logs and keeps its own errors)
+            logger.error("stopping %s failed: %s", getattr(desk, "display", "a desktop"), exc, exc_info=True)
+            self.metrics.count("stop_errors")
+        finally:
+            self._release_display(getattr(desk, "display_num", -1))
+            slot = getattr(desk, "slot", None)
+            if slot is not None:
+                with self._display_lock:
+                    self._free_slots.append(slot)
+        errors = len(getattr(desk, "stop_errors", ()))
+        if errors:
+            self.metrics.count("stop_errors", errors)
 
     async def _destroy_async(self, desk: Desktop) -> None:
         await asyncio.to_thread(self._destroy, desk)
@@ -521,14 +539,20 @@ class GymManager:
 
     def pool_stats(self) -> dict:
         return {"spares": sum(len(d) for d in self._spares.values()), "building": sum(self._building.values()),
-                "profiles": len(self._recent), "bare_x": len(self._bare_x)}
+                "profiles": len(self._recent), "bare_x": len(self._bare_x), "free_slots": len(self._free_slots)}
 
     # -- executions ---------------------------------------------------------------------------------
     def capacity(self) -> dict:
         """``{"free": n, "max": m}``: executions it can still create now, and at most at once (a fleet places
-        groups by it: cua_rl/genv/fleet.py)."""
+        groups by it: cua_rl/genv/fleet.py). Free counts what it can really start: room under ``max_executions``,
+        and no more than the desktops it holds ready (spares, bare X servers) and the slots left to build others
+        in (a slot lost would otherwise show as room that every create fails on, issue 80)."""
         most = self.opt.max_executions
-        return {"free": max(0, most - len(self.executions) - self._reserved), "max": most}
+        room = most - len(self.executions) - self._reserved
+        with self._display_lock:
+            startable = len(self._free_slots) + len(self._bare_x)
+        startable += sum(len(d) for d in self._spares.values())
+        return {"free": max(0, min(room, startable)), "max": most}
 
     def states(self) -> dict[str, int]:
         """Executions by state now (metrics.STATES)."""
@@ -688,7 +712,8 @@ class GymManager:
                 root = getattr(desk, "root", None) or getattr(machine, "root", None)
                 ex.live = await asyncio.wrap_future(self._create_spawner.submit(functools.partial(
                     LiveView.start, desk.display, host=self.opt.live_view_host, log_dir=root,
-                    vnc=machine.open_vnc if machine is not None else None, uid=getattr(desk, "uid", None))))
+                    vnc=machine.open_vnc if machine is not None else None, uid=getattr(desk, "uid", None),
+                    xauthority=getattr(desk, "xauth_file", None))))
             ex.last_used = time.monotonic()
             return ex.live
 

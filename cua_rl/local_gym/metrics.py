@@ -3,7 +3,8 @@
 Why: a fleet of gym hosts is watched like any other service fleet, by a Prometheus that scrapes each host.
 What a host shows: its executions by state (``creating``, ``running``, ``evaluating``, ``terminating``; every
 state present from start-up, at 0), its capacity (``max_executions`` and what is free of it), creates refused
-because it was full (429) or failed (503), executions created and ended, and latency histograms of create
+because it was full (429) or failed (503), executions created and ended, steps of stopping a desktop that failed
+(each logged; the other steps of that stop ran all the same), and latency histograms of create
 (an execution's start, its task's set-up included), step (one action and the wait for its screen to settle)
 and evaluate. docs/protocols.md §1.10 lists the names.
 """
@@ -69,12 +70,12 @@ class GymMetrics:
         self.create = Histogram("create_seconds", "Seconds to create an execution (its desktop and task set-up)")
         self.step = Histogram("step_seconds", "Seconds to play one action and let the screen settle")
         self.evaluate = Histogram("evaluate_seconds", "Seconds to evaluate an execution")
-        self.counters = {"created": 0, "terminated": 0, "refused_full": 0, "create_failed": 0}
+        self.counters = {"created": 0, "terminated": 0, "refused_full": 0, "create_failed": 0, "stop_errors": 0}
         self._lock = threading.Lock()
 
-    def count(self, name: str) -> None:
+    def count(self, name: str, n: int = 1) -> None:
         with self._lock:
-            self.counters[name] += 1
+            self.counters[name] += n
 
     def render(self, states: dict[str, int], free: int, most: int) -> str:
         g = PREFIX
@@ -87,7 +88,8 @@ class GymMetrics:
                 f"# TYPE {g}_capacity_max gauge", f"{g}_capacity_max {most}"]
         helps = {"created": "Executions created", "terminated": "Executions ended (terminated or reaped)",
                  "refused_full": "Creates refused with 429 because the gym was full",
-                 "create_failed": "Creates that failed with 503 (no desktop started, or the task's set-up failed)"}
+                 "create_failed": "Creates that failed (503: no desktop started, or the task's set-up failed)",
+                 "stop_errors": "Steps of stopping a desktop that failed (logged; the other steps ran all the same)"}
         with self._lock:
             counters = dict(self.counters)
         for name, value in counters.items():

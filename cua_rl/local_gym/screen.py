@@ -26,6 +26,7 @@ last encoded frame's keeps its segment, so a step that redraws a line of text de
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import struct
@@ -148,13 +149,16 @@ class Screen:
         self._still: tuple[bytearray, int] | None = None   # ``remember``'s frame and the damage count it holds for
 
     def close(self) -> None:
-        if self.damage is not None:
-            self.damage.close()
-        with self._lock:
-            try:
-                self._mss.close()
-            except Exception:  # the X server may already be gone
-                pass
+        """Close both connections (the damage watch's first; each whatever the other did)."""
+        try:
+            if self.damage is not None:
+                self.damage.close()
+        finally:
+            with self._lock:
+                try:
+                    self._mss.close()
+                except Exception:  # the X server may already be gone
+                    pass
 
     def grab(self) -> bytearray:
         """One raw BGRA frame (a private copy)."""
@@ -300,6 +304,8 @@ class DamageWatch:
             raise
         # python-xlib registers a copy of the event class per display: match the event code, not the class
         self._notify_code = self._display.query_extension("DAMAGE").first_event + damage.DamageNotifyCode
+        self._fd = self._display.fileno()   # (python-xlib's fileno raises once the connection is lost)
+        self.lost: Exception | None = None   # why the connection was lost (``_drain``); then every wait raises it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flag: asyncio.Event | None = None
         self.notifications = 0
@@ -315,18 +321,33 @@ class DamageWatch:
             return None
 
     def _attach(self) -> asyncio.Event:
+        if self.lost is not None:
+            raise self.lost
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            loop.add_reader(self._display.fileno(), self._drain)
+            loop.add_reader(self._fd, self._drain)
             self._loop, self._flag = loop, asyncio.Event()
             self.subtracts += 1   # what the old loop's flag knew is gone: no frame from before is proof now
         return self._flag
 
     def _drain(self) -> None:
-        """Read every queued event (python-xlib also queues those that arrive while it reads a reply)."""
+        """Read every queued event (python-xlib also queues those that arrive while it reads a reply). A lost
+        connection stops the watch (its reader is removed at once: a closed socket must not be polled, nor its
+        number, which the next socket opened may take) and wakes its waiter, which raises ``lost``."""
         hit = False
-        while self._display.pending_events():
-            hit = (self._display.next_event().type & 0x7F) == self._notify_code or hit
+        try:
+            while self._display.pending_events():
+                hit = (self._display.next_event().type & 0x7F) == self._notify_code or hit
+        except Exception as exc:  # noqa: BLE001 - the X server closed the connection
+            self.lost = exc
+            loop, self._loop = self._loop, None
+            if loop is not None and not loop.is_closed():
+                with contextlib.suppress(Exception):
+                    loop.remove_reader(self._fd)
+            if self._flag is not None:
+                self._flag.set()
+            logger.warning("the DAMAGE connection was lost: %s", exc)
+            return
         if hit:
             self.notifications += 1
             self.last_change = time.monotonic()
@@ -363,6 +384,8 @@ class DamageWatch:
                 await asyncio.wait_for(flag.wait(), timeout_s)
             except TimeoutError:
                 return False
+        if self.lost is not None:
+            raise self.lost
         flag.clear()
         self._display.damage_subtract(self._damage)
         self.subtracts += 1
@@ -370,15 +393,17 @@ class DamageWatch:
         return True
 
     def close(self) -> None:
-        """Stop watching; callable from any thread (desktops are stopped in worker threads)."""
-        loop, fd = self._loop, self._display.fileno()
+        """Stop watching; callable from any thread (desktops are stopped in worker threads), also after the
+        connection was lost."""
+        loop, fd = self._loop, self._fd
         if loop is not None and not loop.is_closed():
             try:
                 running = asyncio.get_running_loop()
             except RuntimeError:
                 running = None
             if running is loop or not loop.is_running():  # a stopped loop would never run a callback
-                loop.remove_reader(fd)
+                with contextlib.suppress(Exception):      # (a loop closing meanwhile has no reader to remove)
+                    loop.remove_reader(fd)
             else:
                 done = threading.Event()
                 loop.call_soon_threadsafe(lambda: (loop.remove_reader(fd), done.set()))

@@ -124,8 +124,11 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None, 
             created = await unless_client_leaves(request, gym.reset(task_id, body),
                                                  lambda made: end_all([made["execution_id"]]))
         except GymError as exc:
-            if exc.status in (429, 503):
+            if exc.status == 429 or exc.status >= 500:
                 counts.count("refused_full" if exc.status == 429 else "create_failed")
+            raise
+        except Exception:   # a 500: failed all the same, and counted as such
+            counts.count("create_failed")
             raise
         counts.create.observe(time.monotonic() - started)
         counts.count("created")

@@ -14,6 +14,11 @@ import logging
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
+
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +211,7 @@ def is_current(model_dir: str | Path, seed: int = 0, spec: TinySpec | None = Non
     return saved == _stamp(seed, spec or TinySpec()) and (Path(model_dir) / "config.json").exists()
 
 
-def ensure_embedded_model(config) -> Path:
+def ensure_embedded_model(config: CUAConfig) -> Path:
     """``actor.path`` of ``config``; when that is the embedded tiny model's directory, the model is built there
     first if it is missing or an older builder's (the launcher before vLLM starts, and the warm start before its
     key is taken: the key names the base weights, so a key taken before the build names no weights and the

@@ -1,5 +1,6 @@
-"""AReaL's own vLLM server (``areal.engine.vllm_ext.areal_vllm_server``) as a child process, for tests and
-benchmarks that need a served model without a trainer.
+"""AReaL's own vLLM server (``areal.engine.vllm_ext.areal_vllm_server``) as a child process, for tests,
+benchmarks and ``cua-eval`` (on the CPU, or on a GPU with a GPU recipe's ``vllm`` section), which need a served
+model without a trainer.
 
 Training never uses this: AReaL's scheduler launches vLLM itself, on the CPU as on a GPU. This class builds
 the same command line AReaL builds (``vLLMConfig.build_cmd`` of the config class training uses) with the same CPU environment
@@ -57,28 +58,47 @@ def _die_with_parent() -> None:
     os.setsid()
 
 
+def gpu_vllm_config(vllm, model_dir: str | Path, *, prefix_caching: bool = False):
+    """A run's ``vllm`` section (``CUAvLLMConfig`` of a GPU recipe: its memory share, context, dtype, seed and
+    the project's logprobs mode) serving ``model_dir``: the server AReaL's scheduler starts for a rollout, one
+    GPU (tp 1), for a checkpoint ``cua-eval`` evaluates. ``prefix_caching``: as in ``cpu_vllm_config``."""
+    import dataclasses
+
+    return dataclasses.replace(vllm, model=str(model_dir), no_enable_prefix_caching=not prefix_caching)
+
+
+def server_command(cfg, host: str, port: int, *, on_cpu: bool = True,
+                   tool_call_parser: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """(command, environment) of ``areal_vllm_server`` for the vLLM config ``cfg``, built as AReaL builds it
+    (``vLLMConfig.build_args`` and ``build_cmd_from_args``, tp 1, pp 1); ``on_cpu``: with ``CPU_ENV``, else the GPU
+    (the machine's CUDA_VISIBLE_DEVICES: vLLM takes the first GPU it sees)."""
+    from areal.api.cli_args import vLLMConfig
+
+    args = vLLMConfig.build_args(cfg, tp_size=1, pp_size=1, host=host, port=port)
+    if tool_call_parser:   # vLLM's own tool-call parsing on its chat route (tests compare the endpoint's with it)
+        args.update(enable_auto_tool_choice=True, tool_call_parser=tool_call_parser)
+    # AReaL's launchers set this for every server they start: LoRA updates go through /v1/load_lora_adapter
+    env = {**os.environ, **(CPU_ENV if on_cpu else {}), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    return vLLMConfig.build_cmd_from_args(args), env
+
+
 class VLLMServer:
-    """``areal_vllm_server`` for ``model_dir`` on ``host:port``; ``addr`` is what AReaL's engine wants."""
+    """``areal_vllm_server`` for ``model_dir`` on ``host:port``; ``addr`` is what AReaL's engine wants. On the CPU
+    (``cpu_vllm_config``), or, given ``vllm_config`` (``gpu_vllm_config``), with that config on a GPU."""
 
     def __init__(self, model_dir: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
                  max_model_len: int = 8192, max_num_seqs: int = 16, seed: int = 1, dtype: str = "float32",
                  log_path: str | Path | None = None, start_timeout_s: float = 600.0, prefix_caching: bool = False,
                  tool_call_parser: str | None = None, max_lora_rank: int | None = None,
-                 lora_modules: list[str] | None = None):
-        from areal.api.cli_args import vLLMConfig
-
+                 lora_modules: list[str] | None = None, vllm_config=None):
         self.host, self.port = host, port or free_port(host)
-        cfg = cpu_vllm_config(model_dir, max_model_len=max_model_len, max_num_seqs=max_num_seqs, seed=seed,
-                              dtype=dtype, prefix_caching=prefix_caching)
+        cfg = vllm_config or cpu_vllm_config(model_dir, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                                             seed=seed, dtype=dtype, prefix_caching=prefix_caching)
         if max_lora_rank:   # serve LoRA adapters as a run with actor.use_lora does (cua_rl.deploy.wire_lora), the
             # initial ones given as AReaL's trainer gives them ("name-v0=path")
             cfg.enable_lora, cfg.max_lora_rank, cfg.lora_modules = True, max_lora_rank, lora_modules
-        args = vLLMConfig.build_args(cfg, tp_size=1, pp_size=1, host=host, port=self.port)
-        if tool_call_parser:   # vLLM's own tool-call parsing on its chat route (tests compare the endpoint's with it)
-            args.update(enable_auto_tool_choice=True, tool_call_parser=tool_call_parser)
-        self.cmd = vLLMConfig.build_cmd_from_args(args)
-        # AReaL's launchers set this for every server they start: LoRA updates go through /v1/load_lora_adapter
-        env = {**os.environ, **CPU_ENV, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        self.cmd, env = server_command(cfg, host, self.port, on_cpu=vllm_config is None,
+                                       tool_call_parser=tool_call_parser)
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.started = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,

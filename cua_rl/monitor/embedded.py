@@ -12,12 +12,16 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import own_command
 from ..http.serve import ServedApp, serve_app_in_thread
 from .blobs import BlobStore
 from .server import build_app
 from .store import Store, database_url_from_env, sqlite_url
+
+if TYPE_CHECKING:   # the run's section (cua_rl.config, above this room)
+    from cua_rl.config import EmbeddedStackConfig
 
 logger = logging.getLogger(__name__)
 EMBEDDED_PROJECT = "local"
@@ -88,15 +92,14 @@ def start_embedded_monitor(run_dir: str | Path, env: dict[str, str], *, host: st
     return monitor, [f"monitor_base_url={monitor.url}", f"project_id={EMBEDDED_PROJECT}"]
 
 
-def monitor_for_embedded_run(config, run_dir: str | Path, env: dict[str, str],
-                             stack: contextlib.ExitStack) -> list[str]:
+def monitor_for_embedded_run(embedded: EmbeddedStackConfig, monitor_url: str, run_dir: str | Path,
+                             env: dict[str, str], stack: contextlib.ExitStack) -> list[str]:
     """What ``launch.py`` calls for the embedded default: start the monitor unless the run already
-    reports to one (``monitor_base_url``) or ``embedded.start_monitor`` is false; it stops with ``stack``
-    and says how to browse the run afterwards. Returns the overrides for the trainer."""
-    if config.monitor_base_url or not getattr(config.embedded, "start_monitor", True):
+    reports to one (``monitor_url``, the run's ``monitor_base_url``) or ``embedded.start_monitor`` is false; it
+    stops with ``stack`` and says how to browse the run afterwards. Returns the overrides for the trainer."""
+    if monitor_url or not embedded.start_monitor:
         return []
-    monitor, overrides = start_embedded_monitor(run_dir, env, host=config.embedded.host,
-                                                port=getattr(config.embedded, "monitor_port", 0))
+    monitor, overrides = start_embedded_monitor(run_dir, env, host=embedded.host, port=embedded.monitor_port)
     data_dir = Path(run_dir) / "monitor"
 
     def stop() -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import ipaddress
 import logging
 import os
 import secrets
@@ -38,12 +37,13 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from ..http.auth import is_loopback   # one rule for "this machine only" (servers and the endpoint)
 from .images import NOT_A_DATA_URL, BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
 from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
@@ -69,44 +69,52 @@ class EndpointSettings:
     """The policy endpoint's settings: the ``policy:`` section of the training config (``CUAConfig.policy``
     is this class) and what ``PolicyEndpoint`` takes; the one definition of their defaults."""
 
-    # Where the endpoint listens. "auto": 127.0.0.1 when the agent service is on this machine's loopback
-    # (the embedded stack), else every interface (0.0.0.0), so an agent on another host can reach it.
-    bind_host: str = "auto"
-    # 0 = pick a free port at start-up (several rollout workers may share a machine).
-    port: int = 0
-    # Host put into the agent's `model.baseUrl`. Empty = the bind host, or, when that is a wildcard, the
-    # address of this machine's interface that routes to the agent service (another host's agent must be
-    # told an address it can reach, not 127.0.0.1).
-    advertised_host: str = ""
-    # Screenshots kept in the prompt; older image parts are dropped before the processor runs. Every kept
-    # image is re-encoded into every later turn's training row, so this bounds memory. null = keep all.
-    max_screenshots_in_history: int | None = 3
-    # Pixel bounds per image (null = none), applied together with the processor's own: an image outside them is
-    # resized once, straight onto the processor's patch grid (images.fit_pixels), so vLLM sees the same pixels and
-    # neither processor resamples them again. Qwen3-VL's visual token is a 32x32-pixel cell: a 1280x800 desktop is
-    # 40x25 of them (1000 visual tokens) and is sent as the agent sent it at 1_024_000.
-    min_pixels: int | None = None
-    max_pixels: int | None = 1_024_000
-    # Image parts are data: URLs (what our agents send). http(s) URLs only with allow_http_images (off: no request
-    # is ever made for them, images.py), fetched within these caps (the byte cap holds for data URLs too).
-    image_fetch_max_bytes: int = 20 * 1024 * 1024
-    image_fetch_timeout_seconds: float = 15.0
-    allow_http_images: bool = False
-    max_images_per_request: int = 64
-    # The model name the endpoint reports (agents' `model` field is accepted and ignored).
-    model_name: str = "policy"
-    # auto (what AReaL's engine carries: its config's backend, engine_kind), vllm or sglang: decides how
-    # version-straddling outputs are treated and whether the prompt proof is needed.
-    backend: str = "auto"
-    # Regenerations of an output interrupted by a weight update (vLLM), then 503.
-    max_straddle_retries: int = 2
-    # Samples again of an output holding an image/video placeholder or vision start/end token, then 503: a
-    # trained model rarely samples them and pays nothing; a random one (the tests' tiny model) does in about 3
-    # tries of 10, and 8 makes losing a turn to it about one in 50,000 (0.3^9).
-    max_vision_token_resamples: int = 8
-    # On vLLM, refuse to start when the engine's prompt ids cannot be proved (vllm_proof); false only trains
-    # unproved prompts with a warning.
-    require_prompt_proof: bool = True
+    bind_host: str = field(default="auto", metadata={
+        "help": "Where the endpoint listens. \"auto\": 127.0.0.1 when the agent service is on this machine's "
+                "loopback (the embedded stack), else every interface (0.0.0.0), so an agent on another host can "
+                "reach it."})
+    port: int = field(default=0, metadata={
+        "help": "The endpoint's port; 0 picks a free one at start-up (several rollout workers may share a machine)."})
+    advertised_host: str = field(default="", metadata={
+        "help": "Host put into the agent's `model.baseUrl`. Empty = the bind host, or, when that is a wildcard, "
+                "the address of this machine's interface that routes to the agent service (another host's agent "
+                "must be told an address it can reach, not 127.0.0.1)."})
+    max_screenshots_in_history: int | None = field(default=3, metadata={
+        "help": "Screenshots kept in the prompt; older image parts are dropped before the processor runs. Every "
+                "kept image is re-encoded into every later turn's training row, so this bounds memory. null = keep "
+                "all."})
+    min_pixels: int | None = field(default=None, metadata={
+        "help": "Lower pixel bound per image (null = none). The bounds are applied together with the "
+                "processor's own: an image outside them is resized once, straight onto the processor's patch grid (images.fit_pixels), so vLLM sees "
+                "the same pixels and neither processor resamples them again. Qwen3-VL's visual token is a "
+                "32x32-pixel cell: a 1280x800 desktop is 40x25 of them (1000 visual tokens) and is sent as the "
+                "agent sent it at 1_024_000."})
+    max_pixels: int | None = field(default=1_024_000, metadata={
+        "help": "Upper pixel bound per image (null = none); see min_pixels."})
+    image_fetch_max_bytes: int = field(default=20 * 1024 * 1024, metadata={
+        "help": "Bytes one image may take, data: URLs included (what our agents send); http(s) URLs are fetched "
+                "only with allow_http_images (images.py)."})
+    image_fetch_timeout_seconds: float = field(default=15.0, metadata={
+        "help": "Seconds an http(s) image fetch may take (only with allow_http_images)."})
+    allow_http_images: bool = field(default=False, metadata={
+        "help": "Fetch http(s) image URLs in agent messages; off, they are refused without a request."})
+    max_images_per_request: int = field(default=64, metadata={
+        "help": "Images one chat request may carry; more is refused (vLLM's --limit-mm-per-prompt counterpart)."})
+    model_name: str = field(default="policy", metadata={
+        "help": "The model name the endpoint reports (agents' `model` field is accepted and ignored)."})
+    backend: str = field(default="auto", metadata={
+        "help": "auto (what AReaL's engine carries: its config's backend, engine_kind), vllm or sglang: decides "
+                "how version-straddling outputs are treated and whether the prompt proof is needed.",
+        "choices": ["auto", "vllm", "sglang"]})
+    max_straddle_retries: int = field(default=2, metadata={
+        "help": "Regenerations of an output interrupted by a weight update (vLLM), then 503."})
+    max_vision_token_resamples: int = field(default=8, metadata={
+        "help": "Samples again of an output holding an image/video placeholder or vision start/end token, then "
+                "503: a trained model rarely samples them and pays nothing; a random one (the tests' tiny model) "
+                "does in about 3 tries of 10, and 8 makes losing a turn to it about one in 50,000 (0.3^9)."})
+    require_prompt_proof: bool = field(default=True, metadata={
+        "help": "On vLLM, refuse to start when the engine's prompt ids cannot be proved (vllm_proof); false only "
+                "trains unproved prompts with a warning."})
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -192,15 +200,6 @@ def endpoint_hosts(settings: EndpointSettings, agent_url: str = "") -> tuple[str
     if bind not in WILDCARDS:
         return bind, bind
     return bind, route_address(agent_host)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def route_address(host: str | None) -> str:

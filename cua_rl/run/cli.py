@@ -19,66 +19,52 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cua_rl.run import settings_help
+
 
 @dataclass(frozen=True)
 class Flag:
     name: str                   # --gym
     env: str                    # GYM_BASE_URL: its fallback in the environment and .env files
     keys: tuple[str, ...]       # the config keys it sets; () = not an override (the token, the config file)
-    help: str
+    # A flag that sets a key shows that field's help (cua_rl/run/settings_help.py); this is the whole help of a
+    # flag without a key, and a note after the field's help otherwise (what AReaL's own words leave out).
+    help: str = ""
     kind: str = "str"           # str | number | list: how a value is written into an override
     aliases: tuple[str, ...] = ()
     metavar: str = "VALUE"
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("--gym", "GYM_BASE_URL", ("gym_base_url",),
-         "gym server base URL (genv API); several: URL,URL,... or @FILE (one URL a line), each GRPO group placed on "
-         "one host by capacity (docs/cluster.md); none: the embedded stack", metavar="URL"),
-    Flag("--gym-id", "GYM_ID", ("gym_id",),
-         "gym id on that server (without --gym: the embedded gym's, desktop or miniwob)", metavar="ID"),
+    Flag("--gym", "GYM_BASE_URL", ("gym_base_url",), metavar="URL"),
+    Flag("--gym-id", "GYM_ID", ("gym_id",), metavar="ID"),
     Flag("--gbox-mini-url", "GBOX_MINI_AGENT_BASE_URL", ("gbox_mini_agent_base_url",),
-         "agent service URL (gbox-mini-agent API)", aliases=("--gbox-mini-agent-base-url",), metavar="URL"),
-    Flag("--agent", "CUA_AGENT", ("agent_service",),
-         "external: the agent service at --gbox-mini-url | embedded: ours, started here to play your gym's tasks "
-         "(a gym of your own and no agent service)", metavar="KIND"),
-    Flag("--gbox-agent", "GBOX_AGENT", ("gbox_mini_agent_agent",), "agent prompt format: qwen3-vl | mai-ui | keyboard",
-         metavar="NAME"),
+         aliases=("--gbox-mini-agent-base-url",), metavar="URL"),
+    Flag("--agent", "CUA_AGENT", ("agent_service",), metavar="KIND"),
+    Flag("--gbox-agent", "GBOX_AGENT", ("gbox_mini_agent_agent",), metavar="NAME"),
     Flag("--standard-action-space", "STANDARD_ACTION_SPACE", ("gbox_mini_agent_standard_action_space",),
-         "pc | mobile", metavar="NAME"),
-    Flag("--model-base-url", "MODEL_BASE_URL", ("model_base_url",),
-         "AReaL's cua_agent example's flag, refused: AReaL serves the policy here (cua-eval --model-url "
-         "evaluates a model you serve)",
-         aliases=("--inference-base-url",), metavar="URL"),
-    Flag("--model-name", "MODEL_NAME", ("model_name",), "model name the agent sends (the policy endpoint serves one model whatever the name)", metavar="NAME"),
-    Flag("--monitor-base-url", "MONITOR_BASE_URL", ("monitor_base_url",),
-         "Training Monitor URL (empty: send nothing)", metavar="URL"),
-    Flag("--project-id", "PROJECT_ID", ("project_id",), "Training Monitor project", metavar="ID"),
+         metavar="NAME"),
+    Flag("--model-base-url", "MODEL_BASE_URL", ("model_base_url",), aliases=("--inference-base-url",), metavar="URL"),
+    Flag("--model-name", "MODEL_NAME", ("model_name",), metavar="NAME"),
+    Flag("--monitor-base-url", "MONITOR_BASE_URL", ("monitor_base_url",), metavar="URL"),
+    Flag("--project-id", "PROJECT_ID", ("project_id",), metavar="ID"),
     Flag("--project-token", "PROJECT_TOKEN", (),
          "Training Monitor token: passed to the run through the environment only, never an override or a file",
          metavar="TOKEN"),
     Flag("--batch-size", "BATCH_SIZE", ("train_dataset.batch_size", "valid_dataset.batch_size"),
-         "tasks per step (train and eval)", kind="number", metavar="N"),
-    Flag("--max-turns", "MAX_TURNS", ("max_turns",), "agent turns per episode", kind="number", metavar="N"),
-    Flag("--max-task-time", "MAX_TASK_TIME", ("max_task_time_seconds",), "time limit of one episode",
-         kind="number", metavar="SECONDS"),
-    Flag("--max-step-time", "MAX_STEP_TIME", ("max_turn_time_seconds",), "time limit of one turn",
-         kind="number", metavar="SECONDS"),
+         "here: tasks (GRPO groups) per step, train and eval", kind="number", metavar="N"),
+    Flag("--max-turns", "MAX_TURNS", ("max_turns",), kind="number", metavar="N"),
+    Flag("--max-task-time", "MAX_TASK_TIME", ("max_task_time_seconds",), kind="number", metavar="SECONDS"),
+    Flag("--max-step-time", "MAX_STEP_TIME", ("max_turn_time_seconds",), kind="number", metavar="SECONDS"),
     Flag("--max-concurrent-groups", "MAX_CONCURRENT_ROLLOUTS", ("rollout.max_concurrent_rollouts",),
-         "GRPO groups in flight (AReaL's rollouts), each gconfig.n_samples episodes at once on one gym host",
+         "here: GRPO groups in flight, each gconfig.n_samples episodes at once on one gym host",
          kind="number", aliases=("--max-concurrent-rollouts",), metavar="N"),
-    Flag("--gym-train-ratio", "GYM_TRAIN_RATIO", ("gym_train_ratio",), "train share when splitting by ratio",
-         kind="number", metavar="R"),
-    Flag("--gym-seed", "GYM_SEED", ("gym_seed",), "seed of the split and the limit sample", kind="number",
-         metavar="N"),
-    Flag("--gym-limit", "GYM_LIMIT", ("gym_limit",), "at most N tasks per split", kind="number", metavar="N"),
-    Flag("--gym-tags", "GYM_TAGS", ("gym_tags",), "keep tasks having any of these tags", kind="list",
-         metavar="a,b"),
-    Flag("--gym-eval-number-range", "GYM_EVAL_NUMBER_RANGE", ("gym_eval_number_range",),
-         "eval split by task number, e.g. 001-032 or 1-8,12 (beats the ratio)", metavar="RANGE"),
-    Flag("--on-anomaly", "ON_ANOMALY", ("health.on_anomaly",),
-         "what a failed health check does: default (stop on garbage, warn otherwise; docs/health.md) | stop | "
-         "warn", metavar="ACTION"),
+    Flag("--gym-train-ratio", "GYM_TRAIN_RATIO", ("gym_train_ratio",), kind="number", metavar="R"),
+    Flag("--gym-seed", "GYM_SEED", ("gym_seed",), kind="number", metavar="N"),
+    Flag("--gym-limit", "GYM_LIMIT", ("gym_limit",), kind="number", metavar="N"),
+    Flag("--gym-tags", "GYM_TAGS", ("gym_tags",), kind="list", metavar="a,b"),
+    Flag("--gym-eval-number-range", "GYM_EVAL_NUMBER_RANGE", ("gym_eval_number_range",), metavar="RANGE"),
+    Flag("--on-anomaly", "ON_ANOMALY", ("health.on_anomaly",), metavar="ACTION"),
     Flag("--config", "CUA_CONFIG", (), "config file (default, from cua_rl/recipes: config.yaml with a GPU; "
          "without one config.multiturn.yaml for the embedded stack, config.cpu.yaml for your gym)", metavar="FILE"),
 )
@@ -114,6 +100,7 @@ class Request:
     config_file: str = ""                                 # --config / CUA_CONFIG; "" = the default
     dry_run: bool = False
     offline: bool = False                                 # --offline: --dry-run probes no service (run/probes.py)
+    print_config: bool = False                            # --print-config: the resolved config as YAML, then stop
     environ: dict[str, str] = field(default_factory=dict)  # .env values and the token, for the run's environment
     flag_keys: dict[str, str] = field(default_factory=dict)  # config key -> "--flag / ENV" that set it
 
@@ -177,6 +164,12 @@ def _names(flag: Flag) -> str:
     return f"[{flag.env}" + (f" -> {', '.join(flag.keys)}]" if flag.keys else "]")
 
 
+def flag_help(flag: Flag) -> str:
+    """A flag's help: the field it sets carries it (read from the source, nothing imported), then the flag's note."""
+    text = settings_help.help_of(flag.keys[0]) if flag.keys else ""
+    return "; ".join(part for part in (text, flag.help) if part)
+
+
 def build_parser(prog: str = "train.sh") -> argparse.ArgumentParser:
     """Only for ``--help`` (``parse`` reads the command line itself: flags and overrides interleave); ``prog``:
     train.sh in a clone, cua-train installed from the wheel."""
@@ -189,13 +182,15 @@ def build_parser(prog: str = "train.sh") -> argparse.ArgumentParser:
             "embedded stack runs on this machine: a gym with X11 desktops, the agent service and, without a "
             "GPU, a tiny model on vLLM's CPU backend.", 100))
     for flag in FLAGS:
-        parser.add_argument(flag.name, *flag.aliases, metavar=flag.metavar, help=f"{flag.help} {_names(flag)}")
+        parser.add_argument(flag.name, *flag.aliases, metavar=flag.metavar, help=f"{flag_help(flag)} {_names(flag)}")
     parser.add_argument("--dry-run", action="store_true",
                         help="load and check the config, print what would run, start nothing; then probe every "
                              "external service the run would use (each gym host, the agent service, the monitor: "
                              "one 'probe: ROLE URL: ok' line each, within 30 s; any failure exits 1)")
     parser.add_argument("--offline", action="store_true",
                         help="with --dry-run: skip the probes of the external services (no network)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config as YAML on stdout (as Hydra's --cfg job), start nothing")
     parser.add_argument("--resume", action="store_true",
                         help="continue a killed run from its last committed recover point: the run named by "
                              "trial_name=..., else the experiment's newest [-> existing_run=resume]")
@@ -213,7 +208,7 @@ def _check_override(arg: str) -> str:
     return arg
 
 
-SWITCHES = ("--dry-run", "--offline", "--resume", "--help", "-h")
+SWITCHES = ("--dry-run", "--offline", "--print-config", "--resume", "--help", "-h")
 
 
 def _split_argv(argv: list[str]) -> tuple[dict[str, str], list[str], set[str]]:
@@ -257,7 +252,8 @@ def parse(argv: list[str], environ: dict[str, str], env_files: list[Path]) -> Re
         raise UsageError("--offline goes with --dry-run (it skips the dry-run's probes; a run contacts its services)")
     defaults = env_defaults(env_files, environ)
     lookup = {**defaults, **environ, **given}
-    request = Request(dry_run="--dry-run" in switches, offline="--offline" in switches, environ=dict(defaults))
+    request = Request(dry_run="--dry-run" in switches, offline="--offline" in switches,
+                      print_config="--print-config" in switches, environ=dict(defaults))
     if "--resume" in switches:
         request.overrides.append("existing_run=resume")
         request.flag_keys["existing_run"] = "--resume"

@@ -18,6 +18,11 @@ limits and the policy endpoint's (``policy.max_pixels``), computed here for a 12
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
+
 
 GIB = 2**30
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -188,7 +193,7 @@ def _colocated(engine, target: str) -> bool:
     return kind == "colocation" and getattr(strategy, "target", None) == target
 
 
-def of_config(config) -> list[str]:
+def of_config(config: CUAConfig) -> list[str]:
     """``--dry-run``'s lines for a loaded CUAConfig (or why there is no estimate)."""
     from areal.api.alloc_mode import ModelAllocation
 

@@ -35,7 +35,7 @@ from cua_rl.trainer.resume import newest_resumable, resume_point
 from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 from cua_rl.progress import console as console_progress
-from cua_rl.run import cli
+from cua_rl.run import cli, gpus
 from cua_rl.run.console import TrainerConsole
 from cua_rl.run.preflight import PreflightError, check_embedded, missing_binaries, user_namespace_error
 from cua_rl.run.prewarm import HUB_OFFLINE, Prewarmed, predicted_env
@@ -67,27 +67,21 @@ def trainer_cwd() -> Path:
 
 def has_gpu() -> bool:
     """The same decision as scripts/setup.sh: CUA_RL_DEVICE=cpu|gpu forces it, else `nvidia-smi -L`."""
-    forced = os.environ.get("CUA_RL_DEVICE", "auto")
-    if forced in ("cpu", "gpu"):
-        return forced == "gpu"
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return any(line.startswith("GPU") for line in out.splitlines())
+    device = gpus.forced()
+    return device == "gpu" if device else gpus.listed() > 0
 
 
 class ConfigError(SystemExit):
     """The config file plus overrides do not load or validate: one readable message, exit code 2."""
 
 
-def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str] | None = None):
+def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str] | None = None,
+                present: int | None = None):
     """The validated CUAConfig of ``config_file`` plus ``overrides``. AReaL's loader saves a config.yaml
     into the trial's log directory; under the ``auto`` placeholder that directory is removed again when
     the file is all it holds (the real trial name is chosen later). A bad value raises ``ConfigError``
-    naming the flag that set it (``flag_keys``: config key -> flag, from ``cli.parse``)."""
+    naming the flag that set it (``flag_keys``: config key -> flag, from ``cli.parse``); so does an allocation
+    that needs more than the ``present`` GPUs (``deploy.check_gpus``; None: not checked)."""
     if not Path(config_file).is_file():   # before AReaL's import (seconds): a typo is told at once
         raise ConfigError(f"config file not found: {config_file}")
     from areal.api.cli_args import load_expr_config
@@ -99,6 +93,8 @@ def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str
     try:
         config, _ = load_expr_config(["--config", config_file, *hydra_overrides(overrides)], CUAConfig)
         deploy.check_host(config)   # what this host must have for it (the attention's package)
+        if present is not None:
+            deploy.check_gpus(config, present)
     except Exception as exc:  # Hydra's parse errors, OmegaConf's type errors, our __post_init__ checks
         raise ConfigError(_config_error(config_file, exc, flag_keys or {})) from None
     if config.trial_name == AUTO_TRIAL:
@@ -268,20 +264,22 @@ def _run_trainer(cmd: list[str], env: dict[str, str], log_file: Path, total_step
 
 
 
-def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
+def choose_config(request: cli.Request, gpu: bool, present: int | None = None) -> tuple[str, str, object]:
     """(config file, why it was chosen, its loaded config). Given: that file. Else with a GPU config.yaml;
     without one config.multiturn.yaml when the run is embedded on the desktop gym's built-in tasks (the learning
     recipe, whose curriculum lives there), config.cpu.yaml when it names a gym, the embedded MiniWoB++ gym or
     tasks of its own (``embedded.tasks_dir``): the embedded question is answered by the loaded config itself
-    (``embedded_enabled``)."""
+    (``embedded_enabled``). With GPUs (``present`` of them, None: not counted) the default is fitted to them
+    (``_fit_to_gpus``) and every config is checked against them."""
     overrides, keys = request.overrides, request.flag_keys
+    checked = present if gpu else None
     if request.config_file:
         # relative to the caller's directory; a link (examples/cua_agent/config*.yaml) keeps the name it was given
         path = os.path.abspath(Path(request.config_file).expanduser())
-        return path, "given", load_config(path, overrides, keys)
+        return path, "given", load_config(path, overrides, keys, checked)
     if gpu:
-        path = str(RECIPES / "config.yaml")
-        return path, "default: a GPU is present", load_config(path, overrides, keys)
+        path, why = _fit_to_gpus(request, present)
+        return path, why, load_config(path, overrides, keys, checked)
     path = str(RECIPES / "config.multiturn.yaml")
     config = load_config(path, overrides, keys)
     if config.embedded_enabled and config.embedded_gym_id == "desktop" and not config.embedded.tasks_dir:
@@ -296,6 +294,36 @@ def choose_config(request: cli.Request, gpu: bool) -> tuple[str, str, object]:
         why = (f"default: no GPU found, the embedded {config.embedded_gym_id} gym: the plain CPU stack (the learning "
                "recipe is the desktop curriculum's)")
     return path, why, load_config(path, overrides, keys)
+
+
+def _fit_to_gpus(request: cli.Request, present: int | None) -> tuple[str, str]:
+    """(GPU recipe, why) for a run with no config file of the user's: config.yaml (8 GPUs) fitted to the
+    ``present`` GPUs (``deploy.fit_default``: its overrides join ``request.overrides``, so the trainer gets them
+    too), unless the overrides already set the allocation (``deploy.allocation_overrides``: the user's is kept,
+    and checked) or the GPUs are not counted (None)."""
+    from cua_rl import deploy
+
+    users = deploy.allocation_overrides(request.overrides)
+    if present is None or users:
+        why = "not counted (CUA_RL_DEVICE=gpu, nvidia-smi lists none)" if present is None else \
+            f"your allocation ({', '.join(deploy.override_key(a) for a in users)})"
+        return str(RECIPES / "config.yaml"), f"default: a GPU is present; {why}"
+    recipe, fitted = deploy.fit_default(present)
+    request.overrides[:0] = fitted   # first: what the user wrote stays last
+    return str(RECIPES / recipe), f"default: {present} GPU{'s' if present > 1 else ''} listed, fitted to the GPUs present"
+
+
+def _gpus_line(config, gpu: bool, present: int | None, config_file: str, why: str) -> str:
+    """The ``gpus:`` line of --dry-run and of the run's header."""
+    from cua_rl import deploy
+
+    if not gpu:
+        how = "no GPU found: vLLM and the trainer on the CPU"
+    elif "fitted to the GPUs present" in why:
+        how = f"{Path(config_file).name} fitted to the GPUs present"
+    else:
+        how = "the allocation as written" + (", checked against the GPUs present" if present is not None else "")
+    return deploy.gpus_line(config, present, how)
 
 
 def _check_agent_choice(config) -> None:
@@ -363,10 +391,12 @@ def _mode(config) -> str:
             + " (each group placed on one host by capacity; docs/cluster.md)")
 
 
-def _print_dry_run(request: cli.Request, config_file: str, why: str, config) -> None:
+def _print_dry_run(request: cli.Request, config_file: str, why: str, config, gpus_line: str = "") -> None:
     print("train.sh --dry-run: the config loads and checks; nothing is started")
     print(f"mode: {_mode(config)}")
     print(f"config: {config_file} ({why})")
+    if gpus_line:
+        print(f"gpus: {gpus_line}")
     print(f"agent: {_agent_line(config)}")
     trial = "a new timestamped trial at start" if config.trial_name == AUTO_TRIAL else config.trial_name
     if config.existing_run == "resume":
@@ -418,14 +448,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(request.environ)   # .env values and the token reach every child through it
     apply_process_defaults()
     gpu = has_gpu()
+    present = gpus.present(gpu)
     # the trainer's process imports AReaL while this one does the same to load the config (prewarm.py)
-    early = None if request.dry_run else Prewarmed.start(predicted_env(dict(os.environ), gpu), trainer_cwd())
+    early = None if request.dry_run or request.print_config else Prewarmed.start(predicted_env(dict(os.environ), gpu), trainer_cwd())
     try:
         try:
             before = dict(os.environ)
             setup_logging()
             _warn_secret_overrides(request.overrides)
-            config_file, why, config = choose_config(request, gpu)
+            config_file, why, config = choose_config(request, gpu, present)
+            gpus_line = _gpus_line(config, gpu, present, config_file, why)
             _check_agent_choice(config)
             _check_custom_tasks(config)
             if config.embedded_enabled and not request.dry_run:
@@ -437,16 +469,30 @@ def main(argv: list[str] | None = None) -> int:
         except (cli.UsageError, ConfigError, PreflightError) as exc:
             print(f"train.sh: {exc}", file=sys.stderr)
             return 2
+        if request.print_config:
+            print_config(config)
+            return 0
         if request.dry_run:
-            _print_dry_run(request, config_file, why, config)
+            _print_dry_run(request, config_file, why, config, gpus_line)
             return 0 if request.offline else probe_services(config)   # the external services answer (probes.py)
-        return run(config_file, config, list(request.overrides), gpu, early)
+        return run(config_file, config, list(request.overrides), gpu, early, gpus_line)
     finally:
         if early is not None:
             early.discard()
 
 
-def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewarmed | None = None) -> int:
+def print_config(config) -> None:
+    """The resolved config as YAML on stdout (``--print-config``, as Hydra's ``--cfg job``): the same dump AReaL's
+    loader saves as the run's config.yaml."""
+    import dataclasses
+
+    import yaml
+
+    sys.stdout.write(yaml.dump(dataclasses.asdict(config), default_flow_style=False, sort_keys=False))
+
+
+def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewarmed | None = None,
+        gpus_line: str = "") -> int:
     """Train ``config`` (``config_file`` plus ``overrides``): everything after the decisions."""
     started = time.monotonic()
     resume = config.existing_run == "resume"
@@ -473,6 +519,8 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
         logger.info("resuming run %s after step %d", config.trial_name, point.global_step + 1)
     logger.info("run %s/%s (config %s): logs %s", config.experiment_name, config.trial_name,
                 Path(config_file).name, paths.logs)
+    if gpus_line:
+        logger.info("gpus: %s", gpus_line)
     # The embedded services run in this process: their per-episode lines go to a file, not the console.
     log_to_file(paths.logs / "launcher.log", quiet_console=os.environ.get("CUA_RL_CONSOLE") != "full")
     if named:   # a new timestamped trial has no records to forget
@@ -495,7 +543,7 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
                 logger.info("training from the SFT warm start %s", model)
             if config.embedded_enabled:
                 overrides += _start_embedded(config, stack, env)
-                overrides += monitor_for_embedded_run(config, paths.logs, env, stack)
+                overrides += monitor_for_embedded_run(config.embedded, config.monitor_base_url, paths.logs, env, stack)
             elif config.agent_service == "embedded":
                 overrides += _start_embedded_agent(config, stack, env)
             cmd = [sys.executable, "-m", "cua_rl.train", "--config", config_file, *overrides]

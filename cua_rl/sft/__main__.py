@@ -24,7 +24,7 @@ from cua_rl.logs import keep_stdlib_logging
 logger = logging.getLogger("cua_rl.sft")
 
 
-def _model_dir(config) -> str:
+def _model_dir(config: CUAConfig) -> str:
     """``actor.path``; the embedded tiny model is built offline when it is the one asked for and missing."""
     from cua_rl.config import resolve_tiny_model_dir
 
@@ -37,14 +37,14 @@ def _model_dir(config) -> str:
     return str(path)
 
 
-def _output_dir(config) -> str:
+def _output_dir(config: CUAConfig) -> str:
     if config.sft.output_dir:
         return os.path.expanduser(config.sft.output_dir)
     return os.path.join(config.cluster.fileroot, config.experiment_name, config.trial_name, "sft")
 
 
 @contextlib.contextmanager
-def _gym(config):
+def _gym(config: CUAConfig):
     """(url, gym id) of the configured gym, or of an embedded one for the duration."""
     if config.gym_base_url:   # the demonstrations play on one host: a fleet's first
         yield config.gym_urls[0], config.gym_id
@@ -55,7 +55,7 @@ def _gym(config):
         yield gym.url, gym.gym_id
 
 
-def run(config) -> dict:
+def run(config: CUAConfig) -> dict:
     from transformers import AutoProcessor
 
     from cua_rl.local_gym import load_tasks

@@ -23,9 +23,14 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cua_rl import cua_rl_home
 from cua_rl.progress import console
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
+
 
 logger = logging.getLogger("cua_rl.sft")
 
@@ -60,7 +65,7 @@ def _base_model_identity(model_dir: Path) -> dict:
     return ident
 
 
-def warm_start_key(config) -> str:
+def warm_start_key(config: CUAConfig) -> str:
     """16 hex digits naming what a warm start of ``config`` is built from."""
     sft = {k: v for k, v in asdict(config.sft).items() if k not in ("output_dir", "warm_start")}
     inputs = {"sft": sft, "policy": asdict(config.policy), "agent": config.gbox_mini_agent_agent,
@@ -90,7 +95,7 @@ def _dir_of(key: str) -> Path:
     return Path(cua_rl_home()) / "warm-starts" / f"sft-{key}"
 
 
-def warm_start_dir(config) -> Path:
+def warm_start_dir(config: CUAConfig) -> Path:
     """Where the warm start of ``config`` is (or will be) kept."""
     return _dir_of(warm_start_key(config))
 
@@ -99,7 +104,7 @@ def is_built(path: Path) -> bool:
     return (path / STAMP).exists() and (path / "config.json").exists()
 
 
-def ensure_warm_start(config, config_file: str, overrides: list[str], log_file: Path,
+def ensure_warm_start(config: CUAConfig, config_file: str, overrides: list[str], log_file: Path,
                       env: dict[str, str] | None = None) -> Path:
     """The warm start of ``config``: reused when built, else built now (``python -m cua_rl.sft`` with the
     run's config file and overrides, in ``env``; output to ``log_file``, progress lines to the console)."""

@@ -122,13 +122,19 @@ BY_NAME = {inv.name: inv for inv in INVARIANTS}
 class HealthConfig:
     """``health`` in the config: what an anomaly does and the thresholds (defaults in ``INVARIANTS``)."""
 
-    on_anomaly: str = "default"   # default (each invariant's own action) | stop | warn
-    thresholds: dict[str, float] = field(default_factory=dict)
-    # StallWatch: how long no episode may be evaluated while two steps' worth are lost before it acts (longer
-    # than the model-server watch's 15 s grace, which names a dead vLLM more precisely)
-    stall_seconds: float = 60.0
-    # weights_unchanged: probe each server after every update (cua_rl/trainer/weight_probe.py); false skips it
-    weight_probe: bool = True
+    on_anomaly: str = field(default="default", metadata={
+        "help": "What a failed health check does: default (each invariant's own action: stop on garbage, warn "
+                "otherwise; docs/health.md), stop or warn.",
+        "choices": list(ACTIONS)})
+    thresholds: dict[str, float] = field(default_factory=dict, metadata={
+        "help": "Thresholds by invariant name instead of their defaults, e.g. +health.thresholds.infra_lost_share=0.8 "
+                "(names and defaults: docs/health.md)."})
+    stall_seconds: float = field(default=60.0, metadata={
+        "help": "StallWatch: how long no episode may be evaluated while two steps' worth are lost before it acts "
+                "(longer than the model-server watch's 15 s grace, which names a dead vLLM more precisely)"})
+    weight_probe: bool = field(default=True, metadata={
+        "help": "Probe each inference server after every weight update (the weights_unchanged check, "
+                "cua_rl/trainer/weight_probe.py); false skips it."})
 
     def __post_init__(self):
         if self.on_anomaly not in ACTIONS:

@@ -41,9 +41,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cua_rl.runs import DROPPED_DIR, STREAM_KEY, read_dropped
+
+if TYPE_CHECKING:
+    from areal.api.cli_args import BaseExperimentConfig
+
 
 logger = logging.getLogger("cua_rl.trainer.resume")
 
@@ -56,7 +60,7 @@ CKPT_DIR = "recover_checkpoint"
 
 # ---- the committed point on disk ------------------------------------------------------------------------
 
-def save_root(config) -> Path:
+def save_root(config: BaseExperimentConfig) -> Path:
     """AReaL's ``Saver.get_save_root`` for the recover config, without creating it."""
     import getpass
 
@@ -146,7 +150,7 @@ class ResumePoint:
     root: Path
 
 
-def resume_point(config) -> ResumePoint:
+def resume_point(config: BaseExperimentConfig) -> ResumePoint:
     """The committed point ``--resume`` continues from (after ``settle``), or SystemExit saying why not."""
     from areal.utils.recover import RecoverInfo
 

@@ -9,10 +9,13 @@ breaks here first: ``_init_scheduler``, ``_create_train_engine``, ``_init_rollou
 ``resume``, ``weight_probe``, ``warm_up``, ``model_watch``.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from areal import PPOTrainer
 from areal.utils import logging
@@ -22,6 +25,12 @@ from cua_rl.trainer.health import Health, StallWatch, UnhealthyRun, log_stop
 from cua_rl.trainer.model_watch import server_addrs
 from cua_rl.trainer.progress import StepProgress
 from cua_rl.trainer.warm_up import warm_up
+
+if TYPE_CHECKING:   # the sections the run hands over (defined by cua_rl.config, above this room)
+    from areal.api.cli_args import GRPOConfig
+
+    from cua_rl.config import EmbeddedStackConfig, RayGymsConfig
+    from cua_rl.trainer.health import HealthConfig
 from cua_rl.trainer.weight_probe import WeightProbe, adapter_probe, fingerprint, real_update
 
 logger = logging.getLogger("cua-train")
@@ -31,7 +40,7 @@ CLOSE_ABANDONED = threading.Event()
 
 
 @contextlib.contextmanager
-def stall_watch(trainer: "Trainer", config, group_size: int):
+def stall_watch(trainer: "Trainer", config: GRPOConfig, group_size: int):
     """The health checks' watch between steps (cua_rl/trainer/health.py ``StallWatch``) while the body runs."""
     watch = StallWatch(RunPaths.of(config).logs, trainer.health,
                        episodes_per_step=config.train_dataset.batch_size * group_size,
@@ -45,7 +54,7 @@ def stall_watch(trainer: "Trainer", config, group_size: int):
 
 
 @contextlib.contextmanager
-def ray_gyms(config):
+def ray_gyms(options: RayGymsConfig, embedded: EmbeddedStackConfig, gym_id: str, log_dir: str):
     """``start()``: our gyms started on the Ray cluster's nodes (``gym_fleet.ray_gyms``; cua_rl/areal_ext/ray_gyms.py),
     their URLs ([] when off); call it once AReaL's workers are placed. They are ended when this context ends:
     enter it before the ``Trainer``, so AReaL's close ends the rollout workers (the next step's episodes still
@@ -54,17 +63,17 @@ def ray_gyms(config):
     (before the trainer joins the Ray cluster, whose job-wide environment carries it to every worker) the run's gym
     token is made when the user gave none: the Ray gyms serve on their nodes' addresses."""
     started = []
-    if config.gym_fleet.ray_gyms.enabled:
+    if options.enabled:
         from cua_rl.areal_ext.ray_gyms import ensure_gym_token
 
         ensure_gym_token()
 
     def start() -> list[str]:
-        if not config.gym_fleet.ray_gyms.enabled:
+        if not options.enabled:
             return []
         from cua_rl.areal_ext.ray_gyms import RayGyms
 
-        started.append(RayGyms.start(config, str(RunPaths.of(config).logs)))
+        started.append(RayGyms.start(options, embedded, gym_id, log_dir))
         return list(started[-1].urls)
 
     try:
@@ -75,7 +84,7 @@ def ray_gyms(config):
 
 
 @contextlib.contextmanager
-def update_reporter(config, token: str, training_id: int | None):
+def update_reporter(monitor_url: str, project_id: str, token: str, training_id: int | None):
     """``report(train_step, stats, findings)``: each update's statistics and health to the Training Monitor's
     step row of the rollouts it trained (the run page draws them), sent from a daemon thread; a no-op when
     the monitor is off (``training_id`` None)."""
@@ -86,8 +95,8 @@ def update_reporter(config, token: str, training_id: int | None):
     from cua_rl.monitor.records import update_record
     from cua_rl.monitor.sender import RecordSender
 
-    sender = RecordSender(lambda: MonitorClient.from_settings(config.monitor_base_url, token, config.project_id,
-                                                              raise_errors=True), what="update statistics")
+    sender = RecordSender(lambda: MonitorClient.from_settings(monitor_url, token, project_id, raise_errors=True),
+                          what="update statistics")
 
     last: dict = {}
 
@@ -128,14 +137,18 @@ class Trainer(PPOTrainer):
       then serves about 13 s sooner. Nothing between the two in AReaL's ``__init__`` reads the rollout.
     """
 
-    def __init__(self, config, train_dataset, valid_dataset=None, **kwargs):
+    def __init__(self, config: GRPOConfig, train_dataset, valid_dataset=None, *, health: HealthConfig,
+                 max_turns: int, services: list[tuple[str, str]] = (), monitor_url: str = "", **kwargs):
+        """AReaL's config (AReaL's API) and, beside it, what this trainer reads of ours: the health checks'
+        section, the turn limit, and the run's external services (setting name, URL) with the monitor's URL,
+        which a Ray cluster of several nodes must reach (``ray_cluster.check_addresses``)."""
+        self._services, self._monitor_url = list(services), monitor_url
         self._needs_eval_rollout = valid_dataset is not None
         self._early_rollout: _Background | None = None
         self.stall_watch: StallWatch | None = None
         self.report_update = lambda train_step, stats, findings: None   # update_reporter's, when the monitor is on
-        self.health = Health(config.health, max_turns=config.max_turns,
-                             max_head_offpolicyness=config.rollout.max_head_offpolicyness,
-                             policy_endpoint=not config.model_base_url)
+        self.health = Health(health, max_turns=max_turns,
+                             max_head_offpolicyness=config.rollout.max_head_offpolicyness)
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset, **kwargs)
         self._commit, self.stats_logger.commit = self.stats_logger.commit, self._commit_with_health
         self.progress = StepProgress(RunPaths.of(config).logs)
@@ -151,7 +164,7 @@ class Trainer(PPOTrainer):
         # inference side resumes, since AReaL keeps the engines paused through the update and the commit. With
         # LoRA the probe reads the adapter of the version served; not with another model's server.
         self.weight_probe = (WeightProbe(lambda: server_addrs(self), self._probe_of(config))
-                             if config.health.weight_probe and not config.model_base_url else None)
+                             if health.weight_probe else None)
         self._probe_due: tuple[int, bool] | None = None
         if self.weight_probe is not None and getattr(self, "rollout", None) is not None:
             resume = self.rollout.resume
@@ -163,10 +176,9 @@ class Trainer(PPOTrainer):
 
             self.rollout.resume = resume_and_probe
         # the servers' first image request now, not in the first step's episodes (cua_rl/trainer/warm_up.py)
-        if not config.model_base_url:
-            warm_up(server_addrs(self))
+        warm_up(server_addrs(self))
 
-    def _probe_of(self, config):
+    def _probe_of(self, config: GRPOConfig):
         """The weight probe's fingerprint: the base model's, or with LoRA the served version's adapter's."""
         if not config.actor.use_lora:
             return fingerprint
@@ -255,7 +267,7 @@ class Trainer(PPOTrainer):
         if self.config.scheduler.type == "ray":
             from cua_rl.areal_ext import ray_cluster
 
-            return ray_cluster.scheduler(self.config)
+            return ray_cluster.scheduler(self.config, self._services, self._monitor_url)
         return super()._init_scheduler()
 
     def _overlap_start(self) -> bool:

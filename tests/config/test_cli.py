@@ -85,7 +85,7 @@ def test_help_lists_every_flag_with_its_variable_and_config_key(capsys):
         assert names in " ".join(text.split()), names   # argparse wraps long help lines
     assert "--dry-run" in text
     assert text.startswith("usage: train.sh") and "examples/cua_agent/.env and <repo>/.env" in " ".join(text.split())
-    assert "qwen3-vl | mai-ui | keyboard" in " ".join(text.split())   # docs/local_gym.md's keyboard agent
+    assert "keyboard the Windows example" in " ".join(text.split())   # docs/local_gym.md's keyboard agent
 
 
 def test_installed_help_names_cua_train_and_the_env_file_it_reads(capsys):

@@ -105,3 +105,60 @@ def test_a_server_stopping_during_a_create_answers_it_and_ends_its_desktop(capfd
     err = capfd.readouterr().err
     assert "Exception in ASGI application" not in err and "timeout graceful shutdown" not in err, err
     assert stopped_in < 30, stopped_in
+
+
+@pytest.mark.desktop
+def test_a_stop_step_that_fails_still_releases_everything(monkeypatch, caplog):
+    """Issue 80: a desktop that broke the gym's DAMAGE connection made ``Desktop.stop`` raise in its first step, so
+    its sandbox, HOME mount, display and slot outlived the terminate (a 500). Every step runs whatever an earlier
+    one raised: the terminate is 200, nothing of the desktop is left, the error is logged and counted, and the gym
+    starts the next desktop in its place. (The failure is forced into the first step: closing the screen.)"""
+    from cua_rl.local_gym import mounts
+    from cua_rl.local_gym.screen import Screen
+    from gym_helpers import wait_gone
+    from tests.hosts import descendants
+
+    def broken_close(self):
+        raise RuntimeError("the screen's connection is broken (forced by the test)")
+
+    with start_gym_server(port=0, max_executions=1, pool_size=0, x_spares=0) as gym:
+        base, manager = f"{gym.url}/api/v1/desktop", gym.manager
+        monkeypatch.setattr(Screen, "close", broken_close)
+        for _ in range(2):   # the second desktop starts in the first one's place
+            created = httpx.post(f"{base}/tasks/002", json={}, timeout=60)
+            assert created.status_code == 200, created.text
+            eid = created.json()["execution_id"]
+            desk = manager.executions[eid].desktop
+            pids = descendants(desk.pids())
+            ended = httpx.post(f"{base}/executions/{eid}/terminate", json={}, timeout=60)
+            assert ended.status_code == 200, ended.text
+            assert wait_gone(pids) == set(), "desktop processes outlived the terminate"
+            assert not desk.root.exists() and mounts.mounted_under(desk.root) == []
+            assert desk.display_num not in manager._display_claims
+            assert httpx.get(f"{base}/capacity").json() == {"free": 1, "max": 1}
+        m = _metrics(gym.url)
+        assert m["cua_gym_stop_errors_total"] == 2 and m["cua_gym_terminated_total"] == 2, m
+    assert "forced by the test" in caplog.text
+
+
+@pytest.mark.desktop
+def test_capacity_counts_the_desktops_the_gym_can_start():
+    """Issue 80: desktops whose stop failed kept their slots, and once none was left a create answered 500 ("pop
+    from empty list") while capacity said the gym was free, and /metrics counted no failed create. Capacity,
+    /health and /metrics now count the slots a desktop can start in, and a create with none is a 503, counted.
+    (The slots are taken away here by hand: after the fix above no stop loses one.)"""
+    with start_gym_server(port=0, max_executions=2, pool_size=0, x_spares=0) as gym:
+        base, manager = f"{gym.url}/api/v1/desktop", gym.manager
+        with manager._display_lock:
+            held, manager._free_slots[:] = list(manager._free_slots), []
+        try:
+            assert httpx.get(f"{base}/capacity").json() == {"free": 0, "max": 2}
+            assert httpx.get(f"{gym.url}/health").json()["capacity"] == {"free": 0, "max": 2}
+            refused = httpx.post(f"{base}/tasks/002", json={}, timeout=60)
+            assert refused.status_code == 503 and "slot" in refused.json()["detail"], refused.text
+            m = _metrics(gym.url)
+            assert m["cua_gym_create_failed_total"] == 1 and m["cua_gym_capacity_free"] == 0, m
+        finally:
+            with manager._display_lock:
+                manager._free_slots[:] = held
+        assert httpx.get(f"{base}/capacity").json() == {"free": 2, "max": 2}

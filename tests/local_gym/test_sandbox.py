@@ -91,6 +91,54 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
         assert int(home_df.split()[1]) * 1024 == sandbox_limits.home_bytes, etc
 
 
+X_KILL_ALL = Path(__file__).with_name("x_kill_all.py")   # issue 80's attack, typed into the terminal
+
+
+async def _wait_report(path: Path, timeout_s: float = 20.0) -> str:
+    """The attack's report once it sent its KillClients (killing the terminal may end the sandbox, and the attack
+    with it, before it reads the answers) or it gave up ("done")."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if "KillClient\n" in text or text.endswith("done\n"):
+            return text
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the attack never finished: {path.read_text() if path.exists() else 'no report'}")
+
+
+async def test_a_desktop_cannot_kill_the_gyms_x_connections(gym):
+    """Issue 80: python3 typed into a desktop's terminal sends KillClient to every client of its X server (raw X
+    protocol: X-Resource's list, then every client id base), killing the gym's frame, DAMAGE and XTEST
+    connections. They are opened again: the execution's screenshots and actions answer with no gym fault, its
+    terminate is 200, the gym's capacity is whole again and nothing of the desktop outlives it."""
+    script = "".join(line for line in X_KILL_ALL.read_text().splitlines(keepends=True) if not line.startswith("#"))
+    base = f"{gym.url}/api/v1/{gym.gym_id}"
+    async with httpx.AsyncClient(timeout=60) as http:
+        capacity = (await http.get(f"{base}/capacity")).json()
+        created = await http.post(f"{base}/tasks/{TERMINAL_TASK}", json={})
+        assert created.status_code == 200, created.text
+        eid = created.json()["execution_id"]
+        desk = gym.manager.executions[eid].desktop
+        pids = descendants(desk.pids())
+        try:
+            typed = await http.post(f"{base}/executions/{eid}/actions",
+                                    json={"action": {"type": "type", "text": f"python3 - <<'EOF'\n{script}EOF\n"}})
+            assert typed.status_code == 200 and typed.json()["ok"], typed.text
+            report = await _wait_report(desk.home / "xkill.txt")
+            assert "sent" in report, report   # it connected and sent its KillClients
+            shot = await http.get(f"{base}/executions/{eid}/screenshot")
+            assert shot.status_code == 200, f"{shot.status_code} {shot.text} after the attack ({report!r})"
+            click = await http.post(f"{base}/executions/{eid}/actions",
+                                    json={"action": {"type": "click", "x": 0.5, "y": 0.5}})
+            assert click.status_code == 200 and click.json()["ok"], click.text
+            assert gym.manager.executions[eid].faults["gym"] == 0
+        finally:
+            ended = await http.post(f"{base}/executions/{eid}/terminate", json={})
+        assert ended.status_code == 200, ended.text
+        assert (await http.get(f"{base}/capacity")).json() == capacity
+        assert wait_gone(pids) == set(), "desktop processes outlived the terminate"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killing_the_server_leaves_no_desktop_process(sig):
     """SIGKILL: no cleanup code runs, the kernel's parent-death signal must do it. SIGTERM: orderly shutdown."""
@@ -217,11 +265,15 @@ GRABBER = ("python3 -c 'import ctypes, time; x = ctypes.CDLL(\"libX11.so.6\"); x
 
 
 def _grabbed(display: str, timeout_s: float = 1.0) -> bool:
-    """Whether the X server of ``display`` serves a new client (a round trip within ``timeout_s``)."""
-    from Xlib import display as xdisplay
+    """Whether the X server of ``display`` serves a new client (a round trip within ``timeout_s``). This process
+    has no cookie for the gym's displays: a refusal is an answer all the same (a grabbed server gives none)."""
+    from Xlib import display as xdisplay, error as xerror
 
     def probe() -> None:
-        d = xdisplay.Display(display)
+        try:
+            d = xdisplay.Display(display)
+        except xerror.DisplayConnectionError:
+            return
         d.screen().root.get_geometry()
         d.close()
 

@@ -40,31 +40,30 @@ def test_a_cluster_address_where_nobody_listens_fails_at_once_naming_it():
 
 
 def test_loopback_services_are_refused_on_a_cluster_of_several_nodes(caplog):
-    from types import SimpleNamespace
-
     from cua_rl.areal_ext.ray_cluster import check_addresses
+    from cua_rl.config import CUAConfig
 
-    embedded = SimpleNamespace(gym_base_url="http://127.0.0.1:5010", gbox_mini_agent_base_url="http://10.0.0.3:3000",
-                               monitor_base_url="")
-    check_addresses(embedded, 1)   # one node: loopback is where the workers run
+    embedded = CUAConfig(gym_base_url="http://127.0.0.1:5010", gym_id="g",
+                         gbox_mini_agent_base_url="http://10.0.0.3:3000").external_services()
+    check_addresses(embedded, "", 1)   # one node: loopback is where the workers run
     try:
-        check_addresses(embedded, 2)
+        check_addresses(embedded, "", 2)
     except SystemExit as exc:
         assert "gym_base_url=http://127.0.0.1:5010 is this node's loopback" in str(exc)
         assert "gbox_mini_agent_base_url" not in str(exc)
     else:
         raise AssertionError("a loopback gym on two nodes was accepted")
-    fleet = SimpleNamespace(gym_base_url="http://10.0.0.2:5010,http://127.0.0.1:5011",
-                            gbox_mini_agent_base_url="http://10.0.0.3:3000", monitor_base_url="")
+    fleet = CUAConfig(gym_base_url="http://10.0.0.2:5010,http://127.0.0.1:5011", gym_id="g",
+                      gbox_mini_agent_base_url="http://10.0.0.3:3000").external_services()
     try:   # every host of a fleet of gyms is checked
-        check_addresses(fleet, 2)
+        check_addresses(fleet, "", 2)
     except SystemExit as exc:
         assert "gym_base_url=http://127.0.0.1:5011 is this node's loopback" in str(exc) and "10.0.0.2" not in str(exc)
     else:
         raise AssertionError("a loopback gym host in a fleet on two nodes was accepted")
-    routable = SimpleNamespace(gym_base_url="http://10.0.0.2:5010", gbox_mini_agent_base_url="http://10.0.0.3:3000",
-                               monitor_base_url="http://localhost:8700")
-    check_addresses(routable, 2)   # the fleet test's set-up; the monitor only warned about
+    routable = CUAConfig(gym_base_url="http://10.0.0.2:5010", gym_id="g",
+                         gbox_mini_agent_base_url="http://10.0.0.3:3000").external_services()
+    check_addresses(routable, "http://localhost:8700", 2)   # the fleet test's set-up; the monitor only warned about
     assert "Training Monitor at http://localhost:8700 is this node's loopback" in caplog.text
 
 
