@@ -308,7 +308,8 @@ def pytest_terminal_summary(terminalreporter):
 def launcher(monkeypatch, tmp_path, capsys):
     """``launch.main(["--dry-run", ...])`` in process with a clean environment (no flag variables, no .env files,
     CUA_RL_FILEROOT in tmp_path): ``run(args, device)`` -> (exit code, the report's "key: value" lines, the
-    overrides listed, captured output)."""
+    overrides listed, captured output). ``offline`` (the default): ``--offline``, no probes of the services named
+    (tests/config/test_probes.py probes real ones)."""
     from cua_rl.run import cli, launch
 
     for flag in cli.FLAGS:
@@ -317,9 +318,9 @@ def launcher(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("CUA_RL_FILEROOT", str(tmp_path))
     monkeypatch.setattr(cli, "default_env_files", lambda _root: [])
 
-    def run(args, device="cpu"):
+    def run(args, device="cpu", offline=True):
         monkeypatch.setenv("CUA_RL_DEVICE", device)
-        rc = launch.main(["--dry-run", *args])
+        rc = launch.main(["--dry-run", *(["--offline"] if offline else []), *args])
         out = capsys.readouterr()
         lines = out.out.splitlines()
         report = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines if ": " in line
@@ -327,3 +328,25 @@ def launcher(monkeypatch, tmp_path, capsys):
         overrides = [line.strip() for line in lines if line.startswith("  ")]
         return rc, report, overrides, out
     return run
+
+
+@pytest.fixture
+def file_server(tmp_path):
+    """A plain file server (``python -m http.server``'s handler, in a thread) on loopback: a server that speaks
+    HTTP and none of our protocols. Its base URL; stopped after the test."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *_args) -> None:
+            pass
+
+    (tmp_path / "index.html").write_text("<html><body>files</body></html>")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)

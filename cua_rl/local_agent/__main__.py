@@ -1,5 +1,10 @@
 """``cua-agent serve --host 127.0.0.1 --port 3000`` (also ``python -m cua_rl.local_agent serve``).
 
+``cua-agent check URL --gym URL --gym-id ID`` checks that an agent service (ours or yours) implements what
+docs/protocols.md §2.8 asks of one: a short run on one execution of that gym against a scripted model the check
+serves itself (``--model-host``: the address an agent on another host reaches it at), then a cancelled run
+(``cua_rl/mini_agent/conformance.py``); one line per check, exit 1 naming each that failed.
+
 A bearer token comes from ``--token-file FILE``, ``CUA_AGENT_TOKEN`` or ``CUA_AGENT_TOKEN_FILE``; an address other than
 loopback without one is refused unless ``--insecure-no-token`` (cua_rl/http/auth.py, docs/security.md). The gyms its
 runs drive get ``CUA_GYM_TOKEN`` (or ``CUA_GYM_TOKEN_FILE``'s) from its environment.
@@ -40,11 +45,46 @@ def _parser() -> argparse.ArgumentParser:
                        help="serve on an address other than loopback without a token: anyone who reaches it can "
                             "start, read and cancel runs")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    check = sub.add_parser("check", help="check that the agent service at URL speaks the gbox-mini-agent protocol "
+                                         "(docs/protocols.md §2.8): a short run and a cancelled one on the gym at "
+                                         "--gym, against a scripted model served here; exit 1 naming each failure")
+    check.add_argument("url", metavar="URL", help="the agent service's base URL (as --gbox-mini-url takes it)")
+    check.add_argument("--gym", required=True, metavar="URL", help="a gym the agent can reach (its token: CUA_GYM_TOKEN)")
+    check.add_argument("--gym-id", required=True, metavar="ID")
+    check.add_argument("--task", default=None, metavar="ID", help="the task to play (default: the gym's first)")
+    check.add_argument("--model-host", default=None, metavar="HOST",
+                       help="this machine's address as the agent reaches it, for an agent on another host (the "
+                            "scripted model then listens on every address; default: 127.0.0.1 only)")
+    check.add_argument("--agent", default="qwen3-vl", metavar="NAME",
+                       help="the prompt format sent as the run's agent; the scripted model answers qwen3-vl tool "
+                            "calls (default %(default)s)")
+    check.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                       help="the most the short run may take (default %(default)s)")
     return parser
+
+
+def _check(args) -> int:
+    import asyncio
+
+    from cua_rl.mini_agent.conformance import check_agent
+    from cua_rl.genv.conformance import summary
+
+    setup_logging(logging.ERROR, areal=False)
+    try:
+        checks = asyncio.run(check_agent(args.url, args.gym, args.gym_id, args.task, model_host=args.model_host,
+                                         agent=args.agent, timeout_s=args.timeout))
+    except TokenError as exc:
+        print(f"cua-agent: {exc}", file=sys.stderr)
+        return 2
+    line, code = summary(checks, f"the agent service at {args.url}")
+    print(line)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "check":   # a client: CUA_AGENT_TOKEN and CUA_GYM_TOKEN as the trainer's
+        return _check(args)
     setup_logging(getattr(logging, args.log_level.upper(), logging.INFO), areal=False)
     import uvicorn  # imported late so `--help` stays fast
 

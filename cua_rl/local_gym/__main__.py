@@ -3,6 +3,8 @@
 ``--gym-id miniwob`` serves the MiniWoB++ suite on browser desktops (``--suite`` names it explicitly).
 ``cua-gym suite keyboard --target desktop --out DIR`` writes the keyboard suite's task files (``keyboard_suite.py``)
 for ``serve --tasks-dir DIR``.
+``cua-gym check URL --gym-id ID`` checks that a gym (ours or yours) implements what docs/protocols.md §1.8 asks of one
+(``cua_rl/genv/conformance.py``): one line per check, exit 1 naming each that failed.
 ``serve`` takes a bearer token from ``--token-file FILE``, ``CUA_GYM_TOKEN`` or ``CUA_GYM_TOKEN_FILE``, and refuses an
 address other than loopback without one unless ``--insecure-no-token`` (cua_rl/http/auth.py, docs/security.md).
 """
@@ -77,7 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--target", choices=("desktop", "vm"), default="desktop",
                    help="desktop: mousepad and xterm; vm: vi and sh on the VM test guest ($CUA_RL_VM_TEST_GUEST)")
     k.add_argument("--out", required=True, help="folder to write the task files into")
+    c = sub.add_parser("check", help="check that the gym at URL speaks the genv protocol (docs/protocols.md §1.8): "
+                                     "one execution created, acted on, screenshotted, evaluated and ended, bad input "
+                                     "refused; exit 1 naming each failed check")
+    c.add_argument("url", metavar="URL", help="the gym's base URL (as --gym takes it)")
+    c.add_argument("--gym-id", required=True, metavar="ID", help="the gym id its routes are under (/api/v1/ID/...)")
+    c.add_argument("--task", default=None, metavar="ID", help="the task to play (default: the first listed)")
+    c.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="the most a create or an evaluate may take (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.cmd == "check":   # a client: the gym's token from CUA_GYM_TOKEN / CUA_GYM_TOKEN_FILE, as the trainer's
+        return _check(args)
     setup_logging(getattr(logging, args.log_level.upper(), logging.INFO) if args.cmd == "serve" else logging.WARNING,
                   areal=False)
 
@@ -129,6 +141,22 @@ def main(argv: list[str] | None = None) -> int:
     DrainingServer(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                                   timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S)).run()
     return 0
+
+
+def _check(args) -> int:
+    import asyncio
+
+    from cua_rl.genv.conformance import check_gym, summary
+
+    setup_logging(logging.ERROR, areal=False)
+    try:
+        checks = asyncio.run(check_gym(args.url, args.gym_id, args.task, timeout_s=args.timeout))
+    except TokenError as exc:
+        print(f"cua-gym: {exc}", file=sys.stderr)
+        return 2
+    line, code = summary(checks, f"the gym at {args.url} (gym id {args.gym_id})")
+    print(line)
+    return code
 
 
 if __name__ == "__main__":

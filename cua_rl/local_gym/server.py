@@ -4,6 +4,8 @@ calls one method; ``GymError`` becomes its HTTP status with ``{"detail": ...}``.
 ``start_gym_server(host, port, **options)`` runs it in-process (tests, the embedded launcher) and returns a
 handle with ``.url``, ``.gym_id``, ``.manager`` and ``.stop()``; ``cua-gym serve`` runs it in the foreground.
 With a ``token`` every route but ``/health`` needs it, and state changes are JSON only (cua_rl/http/auth.py).
+The routes parse their bodies themselves (their 4xx statuses and messages are the bad-input corpus'); the typed
+models of those bodies are published in ``/openapi.json`` (``bodies.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..http.hangup import ClientGone, unless_client_leaves
 from ..http.auth import GYM_TOKEN, exposure_error, protect
 from ..http.serve import ServedApp, serve_app_in_thread
 from ..http.input import MiB, BadJSON, limit_body, parse_json
+from .bodies import ActionBody, CreateBody, EvaluateBody, ForkBody, body_spec, publish
 from .env import GymError, LocalGym
 from .manager import GymManager, GymOptions
 from .tasks import TaskSet
@@ -108,7 +111,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None, 
         check_gym(gym_id)
         return gym.task(task_id).to_wire()
 
-    @app.post("/api/v1/{gym_id}/tasks/{task_id}")
+    @app.post("/api/v1/{gym_id}/tasks/{task_id}", openapi_extra=body_spec(CreateBody))
     async def create_execution(gym_id: str, task_id: str, request: Request) -> dict:
         check_gym(gym_id)
         gym.task(task_id)   # an unknown task is a 404 before the body is looked at
@@ -142,7 +145,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None, 
         data, fmt = await gym.screenshot(eid, format, quality)
         return Response(data, media_type=f"image/{fmt}")
 
-    @app.post("/api/v1/{gym_id}/executions/{eid}/actions")
+    @app.post("/api/v1/{gym_id}/executions/{eid}/actions", openapi_extra=body_spec(ActionBody, required=True))
     async def act(gym_id: str, eid: str, request: Request) -> dict:
         check_gym(gym_id)
         gym.execution(eid)   # an unknown execution is a 404 before the body is looked at
@@ -150,7 +153,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None, 
         with gym.manager.metrics.step.time():
             return await gym.act(eid, body.get("action", body) if isinstance(body, dict) else body)
 
-    @app.post("/api/v1/{gym_id}/executions/{eid}/evaluate")
+    @app.post("/api/v1/{gym_id}/executions/{eid}/evaluate", openapi_extra=body_spec(EvaluateBody))
     async def evaluate(gym_id: str, eid: str, request: Request) -> dict:
         check_gym(gym_id)
         gym.execution(eid)
@@ -170,7 +173,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None, 
             return JSONResponse({"execution_id": eid, "url": url})
         return RedirectResponse(url, status_code=303)
 
-    @app.post("/api/v1/{gym_id}/executions/{eid}/fork")
+    @app.post("/api/v1/{gym_id}/executions/{eid}/fork", openapi_extra=body_spec(ForkBody))
     async def fork(gym_id: str, eid: str, request: Request) -> dict:
         """Our extension of genv: ``count`` new executions in the execution's state now (docs/protocols.md §1.9)."""
         check_gym(gym_id)
@@ -185,6 +188,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None, 
         check_gym(gym_id)
         return await gym.terminate(eid)
 
+    publish(app)          # the bodies' typed models in /openapi.json (bodies.py)
     protect(app, token)   # last: outside the body limit, so a stranger's body is never read
     return app
 

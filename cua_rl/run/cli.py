@@ -99,6 +99,7 @@ class Request:
     overrides: list[str] = field(default_factory=list)   # the flags' overrides, then the user's own
     config_file: str = ""                                 # --config / CUA_CONFIG; "" = the default
     dry_run: bool = False
+    offline: bool = False                                 # --offline: --dry-run probes no service (run/probes.py)
     print_config: bool = False                            # --print-config: the resolved config as YAML, then stop
     environ: dict[str, str] = field(default_factory=dict)  # .env values and the token, for the run's environment
     flag_keys: dict[str, str] = field(default_factory=dict)  # config key -> "--flag / ENV" that set it
@@ -183,7 +184,11 @@ def build_parser(prog: str = "train.sh") -> argparse.ArgumentParser:
     for flag in FLAGS:
         parser.add_argument(flag.name, *flag.aliases, metavar=flag.metavar, help=f"{flag_help(flag)} {_names(flag)}")
     parser.add_argument("--dry-run", action="store_true",
-                        help="load and check the config, print what would run, start nothing")
+                        help="load and check the config, print what would run, start nothing; then probe every "
+                             "external service the run would use (each gym host, the agent service, the monitor: "
+                             "one 'probe: ROLE URL: ok' line each, within 30 s; any failure exits 1)")
+    parser.add_argument("--offline", action="store_true",
+                        help="with --dry-run: skip the probes of the external services (no network)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved config as YAML on stdout (as Hydra's --cfg job), start nothing")
     parser.add_argument("--resume", action="store_true",
@@ -203,7 +208,7 @@ def _check_override(arg: str) -> str:
     return arg
 
 
-SWITCHES = ("--dry-run", "--print-config", "--resume", "--help", "-h")
+SWITCHES = ("--dry-run", "--offline", "--print-config", "--resume", "--help", "-h")
 
 
 def _split_argv(argv: list[str]) -> tuple[dict[str, str], list[str], set[str]]:
@@ -243,10 +248,12 @@ def parse(argv: list[str], environ: dict[str, str], env_files: list[Path]) -> Re
     given, passthrough, switches = _split_argv(argv)
     if "--help" in switches:
         return None
+    if "--offline" in switches and "--dry-run" not in switches:
+        raise UsageError("--offline goes with --dry-run (it skips the dry-run's probes; a run contacts its services)")
     defaults = env_defaults(env_files, environ)
     lookup = {**defaults, **environ, **given}
-    request = Request(dry_run="--dry-run" in switches, print_config="--print-config" in switches,
-                      environ=dict(defaults))
+    request = Request(dry_run="--dry-run" in switches, offline="--offline" in switches,
+                      print_config="--print-config" in switches, environ=dict(defaults))
     if "--resume" in switches:
         request.overrides.append("existing_run=resume")
         request.flag_keys["existing_run"] = "--resume"

@@ -4,7 +4,8 @@ Every start-up decision is made here, once:
 - the flags, their environment variables and the ``.env`` files become Hydra overrides (``cua_rl.run.cli``);
 - GPU or not (``has_gpu``: ``CUA_RL_DEVICE`` or ``nvidia-smi``), which decides the default config file;
 - embedded or not (``CUAConfig.embedded_enabled`` of the loaded config: no gym URL, or ``embedded.enabled``);
-- the values are checked by the config classes; ``--dry-run`` stops after that and prints what would run.
+- the values are checked by the config classes; ``--dry-run`` stops after that, prints what would run and probes
+  the external services it would use (``probes.py``; ``--offline``: not).
 
 Then: the run's own directory (a timestamped trial), without a GPU the tiny model and vLLM's CPU environment,
 the SFT warm start when ``sft.warm_start``, the embedded gym, agent service and monitor when embedded, and
@@ -38,6 +39,7 @@ from cua_rl.run import cli, gpus
 from cua_rl.run.console import TrainerConsole
 from cua_rl.run.preflight import PreflightError, check_embedded, missing_binaries, user_namespace_error
 from cua_rl.run.prewarm import HUB_OFFLINE, Prewarmed, predicted_env
+from cua_rl.run.probes import probe_services
 from cua_rl.run.summary import print_summary, show_tail
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
 
@@ -472,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if request.dry_run:
             _print_dry_run(request, config_file, why, config, gpus_line)
-            return 0
+            return 0 if request.offline else probe_services(config)   # the external services answer (probes.py)
         return run(config_file, config, list(request.overrides), gpu, early, gpus_line)
     finally:
         if early is not None:

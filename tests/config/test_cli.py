@@ -271,7 +271,7 @@ def test_train_sh_dry_run_end_to_end():
     """The real train.sh: set-up (idempotent), the launcher, the config loaded and checked; nothing started. (Bad
     values: the launcher in process above; train.sh's exit code is the launcher's: the stand-in test above. Each
     real launcher process imports AReaL to load the config, 18-50 s on 2 cores.)"""
-    proc = subprocess.run(["bash", str(EXAMPLE / "train.sh"), "--dry-run", *ISSUE_ARGS], cwd=ROOT,
+    proc = subprocess.run(["bash", str(EXAMPLE / "train.sh"), "--dry-run", "--offline", *ISSUE_ARGS], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "mode: external gym http://gym.example:5010" in proc.stdout and "SECRET" not in proc.stdout + proc.stderr

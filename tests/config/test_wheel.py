@@ -96,7 +96,8 @@ def test_cua_train_dry_run_outside_a_clone(installed, tmp_path):
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip().startswith(str(installed)), f"cua_rl imported from {where.stdout}: not the wheel's"
 
-    proc = _run(installed, empty, "cua-train", "--dry-run", "--gym", "http://10.77.9.9:5010", "--gym-id", "desktop")
+    proc = _run(installed, empty, "cua-train", "--dry-run", "--offline", "--gym", "http://10.77.9.9:5010",
+                "--gym-id", "desktop")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "mode: external gym http://10.77.9.9:5010" in proc.stdout
     recipes = f"{installed}/lib/python3.11/site-packages/cua_rl/recipes/config.cpu.yaml"
@@ -109,7 +110,7 @@ def test_cua_train_dry_run_outside_a_clone(installed, tmp_path):
     (empty / ".env").write_text("GYM_BASE_URL=http://10.77.9.8:5010\nGYM_ID=from-dotenv\n")
     (empty / "mine.yaml").write_text("defaults:\n  - config.cpu\n  - _self_\nhydra:\n  searchpath:\n"
                                      "    - pkg://cua_rl.recipes\nmax_turns: 7\n")
-    proc = _run(installed, empty, "cua-train", "--dry-run", "--config", "mine.yaml")
+    proc = _run(installed, empty, "cua-train", "--dry-run", "--offline", "--config", "mine.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "mode: external gym http://10.77.9.8:5010" in proc.stdout and "gym_id=from-dotenv" in proc.stdout
     assert f"config: {empty / 'mine.yaml'} (given)" in proc.stdout

@@ -10,6 +10,12 @@ It also plays a bad gym host of a fleet (cua_rl/genv/fleet.py; tests/genv/test_f
 the network, which may answer anything. ``capacity`` is what ``GET /api/v1/{gym}/capacity`` answers (None: the
 route is missing, 404, as on a genv gym; a dict: as JSON; a str: that text verbatim, for values JSON has no
 Python spelling of, such as ``1e999``); ``create_status`` makes every create answer that status.
+
+It also plays a third-party gym for ``cua-gym check`` (cua_rl/genv/conformance.py; tests/genv/test_conformance.py):
+with ``refuse_unknown`` it answers 404 to a create of a task it does not list and to any call on an execution it
+never made (as docs/protocols.md §1.8 asks; off by default, the client tests create any task id), ``missing``
+names routes it lacks (``evaluate``, ``screenshot``, ...: answered 404 Not Found as by a server without them), and
+``accept_bad_actions`` answers 200 ``{"ok": true}`` to any action, an unknown type included (a half-broken gym).
 """
 
 from __future__ import annotations
@@ -46,10 +52,29 @@ class GymState:
     screenshot_as_data_uri: bool = False  # older gyms answer {"data_uri": ...} instead of bytes
     capacity: dict | str | None = None    # GET .../capacity: None 404 (no route), a dict as JSON, a str verbatim
     create_status: int | None = None      # every create answers this status (a host whose creates fail)
+    refuse_unknown: bool = False          # 404 for an unknown task's create and an unknown execution
+    missing: set = field(default_factory=set)   # route names answered 404 Not Found (see the docstring)
+    accept_bad_actions: bool = False      # any action is answered {"ok": true}: bad input answered 200
 
     def creates(self) -> int:
         """Create requests received so far."""
         return sum(1 for method, path, _q, _b in self.requests if method == "POST" and "/tasks/" in path)
+
+
+_ON_EXECUTION = {"execution", "screenshot", "actions", "evaluate", "terminate"}
+
+
+def _route_name(method: str, path: str) -> str:
+    """``tasks``, ``task``, ``create``, ``capacity``, ``execution``, ``screenshot``, ``actions``, ``evaluate`` or
+    ``terminate`` for a path under ``/api/v1/{gym}/`` ("" otherwise)."""
+    parts = path.strip("/").split("/")[3:]
+    if parts == ["tasks"] or parts == ["capacity"]:
+        return parts[0]
+    if len(parts) == 2 and parts[0] == "tasks":
+        return "create" if method == "POST" else "task"
+    if len(parts) >= 2 and parts[0] == "executions":
+        return "execution" if len(parts) == 2 else parts[2]
+    return ""
 
 
 def build_gym_double(state: GymState) -> FastAPI:
@@ -66,6 +91,11 @@ def build_gym_double(state: GymState) -> FastAPI:
         for (method, suffix), statuses in state.fail_next.items():
             if request.method == method and request.url.path.endswith(suffix) and statuses:
                 return JSONResponse({"detail": f"injected failure {statuses[0]}"}, status_code=statuses.pop(0))
+        route = _route_name(request.method, request.url.path)
+        if route in state.missing:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        if state.refuse_unknown and route in _ON_EXECUTION and request.url.path.split("/")[5] not in state.executions:
+            return JSONResponse({"detail": "unknown execution"}, status_code=404)
         for (method, suffix), delay in state.delay_s.items():
             if request.method == method and request.url.path.endswith(suffix):
                 await asyncio.sleep(delay)
@@ -97,6 +127,9 @@ def build_gym_double(state: GymState) -> FastAPI:
             raise HTTPException(state.create_status, f"create refused ({state.create_status})")
         if state.create_reply is not None:
             return state.create_reply
+        listed = state.tasks["tasks"] if isinstance(state.tasks, dict) else state.tasks
+        if state.refuse_unknown and task_id not in {t.get("task_id") or t.get("id") for t in listed}:
+            raise HTTPException(404, f"unknown task {task_id}")
         eid = f"exec-{len(state.executions) + 1}"
         state.executions[eid] = task_id
         return {"execution_id": eid, "task_id": task_id, "device": {"device_serial": "emulator-5554"}}
@@ -117,6 +150,8 @@ def build_gym_double(state: GymState) -> FastAPI:
     @app.post("/api/v1/{gym}/executions/{eid}/actions")
     async def act(gym: str, eid: str, request: Request):
         action = (await request.json()).get("action") or {}
+        if state.accept_bad_actions:
+            return {"ok": True, "screen_changed": False}
         if action.get("type") not in {"click", "move", "drag", "scroll", "type", "key", "wait"}:
             raise HTTPException(422, f"unknown action type {action.get('type')!r}")
         return {"ok": True, "screen_changed": action["type"] != "wait"}
