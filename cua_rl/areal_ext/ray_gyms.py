@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # the run's sections (cua_rl.config, above this room)
-    from cua_rl.config import EmbeddedStackConfig, RayGymsConfig
+    from cua_rl.config import EmbeddedStackConfig
+    from cua_rl.genv.fleet_config import RayGymsConfig
 
 logger = logging.getLogger("cua-rl.ray")
 READY_TIMEOUT_S = 180.0

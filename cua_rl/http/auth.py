@@ -18,8 +18,7 @@ Where tokens come from: ``CUA_GYM_TOKEN`` / ``CUA_AGENT_TOKEN`` (the value), els
 the same environment. A token is never logged, put on a command line or written under the run's logs.
 
 ``serving_token`` (with ``exposure_error``) is the start-up rule of both CLIs: a service on an address other than
-loopback needs a token,
-or an explicit ``--insecure-no-token`` (which ``insecure_warning`` makes loud).
+loopback needs a token, or an explicit ``--insecure-no-token`` (which ``insecure_warning`` makes loud).
 """
 
 from __future__ import annotations

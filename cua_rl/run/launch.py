@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cua_rl import own_command
 from cua_rl.trainer.health import UnhealthyRun
@@ -42,6 +43,9 @@ from cua_rl.run.prewarm import HUB_OFFLINE, Prewarmed, predicted_env
 from cua_rl.run.probes import probe_services
 from cua_rl.run.summary import print_summary, show_tail
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
 
 logger = logging.getLogger("cua_rl.run.launch")
 PACKAGE = Path(__file__).resolve().parents[1]            # cua_rl, in a clone or installed from the wheel
@@ -102,7 +106,7 @@ def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str
     return config
 
 
-def _drop_saved_config(config) -> None:
+def _drop_saved_config(config: CUAConfig) -> None:
     """Remove the log directory AReaL's loader made for ``config`` when its config.yaml is all it holds (no
     run ever wrote there), and the experiment directory above it when that is left empty."""
     stray = RunPaths.of(config).logs
@@ -122,7 +126,7 @@ def _config_error(config_file: str, exc: Exception, flag_keys: dict[str, str]) -
     return f"invalid configuration {config_file} + overrides: {text}{source}"
 
 
-def _clear_name_records(config) -> None:
+def _clear_name_records(config: CUAConfig) -> None:
     """Forget this experiment/trial's name-resolve records (as AReaL's own launchers do): a previous run
     of the same trial leaves e.g. its weight-update entry, and the next update would then fail."""
     from areal.utils import name_resolve, names
@@ -133,7 +137,7 @@ def _clear_name_records(config) -> None:
                                                 trial_name=config.trial_name))
 
 
-def _start_embedded(config, stack: contextlib.ExitStack, env: dict[str, str]) -> list[str]:
+def _start_embedded(config: CUAConfig, stack: contextlib.ExitStack, env: dict[str, str]) -> list[str]:
     """Gym + agent service in this process; returns the overrides that point training at them. Each gets a fresh
     random token for this run, handed to the trainer's clients through ``env`` (``CUA_GYM_TOKEN``,
     ``CUA_AGENT_TOKEN``) and to the agent service's gym client directly: never a command line or a file."""
@@ -158,7 +162,7 @@ def _start_embedded(config, stack: contextlib.ExitStack, env: dict[str, str]) ->
     return [f"gym_base_url={gym.url}", f"gym_id={gym.gym_id}", f"gbox_mini_agent_base_url={agent.url}"]
 
 
-def _start_embedded_agent(config, stack: contextlib.ExitStack, env: dict[str, str]) -> list[str]:
+def _start_embedded_agent(config: CUAConfig, stack: contextlib.ExitStack, env: dict[str, str]) -> list[str]:
     """``--agent embedded`` with a gym of the user's: our agent service in this process (beside the policy
     endpoint, so on loopback), playing the tasks of the gym at ``gym_base_url`` (with the user's ``CUA_GYM_TOKEN``,
     if any); a fresh token of its own reaches the trainer's clients through ``env``."""
@@ -173,7 +177,7 @@ def _start_embedded_agent(config, stack: contextlib.ExitStack, env: dict[str, st
     return [f"gbox_mini_agent_base_url={agent.url}"]
 
 
-def _prepare_cpu(config) -> dict[str, str]:
+def _prepare_cpu(config: CUAConfig) -> dict[str, str]:
     """No GPU: the tiny model (built offline when ``actor.path`` has none) and vLLM's CPU environment."""
     from cua_rl.local_model.tiny import ensure_embedded_model
     from cua_rl.local_model.vllm_server import CPU_ENV
@@ -310,10 +314,11 @@ def _fit_to_gpus(request: cli.Request, present: int | None) -> tuple[str, str]:
         return str(RECIPES / "config.yaml"), f"default: a GPU is present; {why}"
     recipe, fitted = deploy.fit_default(present)
     request.overrides[:0] = fitted   # first: what the user wrote stays last
-    return str(RECIPES / recipe), f"default: {present} GPU{'s' if present > 1 else ''} listed, fitted to the GPUs present"
+    plural = "s" if present > 1 else ""
+    return str(RECIPES / recipe), f"default: {present} GPU{plural} listed, fitted to the GPUs present"
 
 
-def _gpus_line(config, gpu: bool, present: int | None, config_file: str, why: str) -> str:
+def _gpus_line(config: CUAConfig, gpu: bool, present: int | None, config_file: str, why: str) -> str:
     """The ``gpus:`` line of --dry-run and of the run's header."""
     from cua_rl import deploy
 
@@ -326,7 +331,7 @@ def _gpus_line(config, gpu: bool, present: int | None, config_file: str, why: st
     return deploy.gpus_line(config, present, how)
 
 
-def _check_agent_choice(config) -> None:
+def _check_agent_choice(config: CUAConfig) -> None:
     """A run that starts our agent service (the embedded stack, ``--agent embedded``) has no use for an agent
     URL: one given (``--gbox-mini-url``, GBOX_MINI_AGENT_BASE_URL, the config) is refused, not replaced."""
     from cua_rl.config import CUAConfig
@@ -338,7 +343,7 @@ def _check_agent_choice(config) -> None:
                           "--gbox-mini-url (GBOX_MINI_AGENT_BASE_URL), or use --agent external to train with that agent")
 
 
-def _check_custom_tasks(config) -> None:
+def _check_custom_tasks(config: CUAConfig) -> None:
     """Tasks written in the config (``task_source.kind: custom``) are served by the embedded desktop gym, which
     the launcher starts with them; a gym of the user's evaluates only the tasks it defines."""
     if config.custom_tasks() and not (config.embedded_enabled and config.embedded_gym_id == "desktop"):
@@ -348,7 +353,7 @@ def _check_custom_tasks(config) -> None:
                           f"your gym and name them with kind=ids, or train without --gym")
 
 
-def _preflight_line(config) -> str:
+def _preflight_line(config: CUAConfig) -> str:
     """What the embedded stack's preflight (``preflight.py``) finds, for ``--dry-run`` (which installs nothing)."""
     missing = missing_binaries(config.embedded_gym_id)
     userns = user_namespace_error()
@@ -359,11 +364,11 @@ def _preflight_line(config) -> str:
     return "; ".join(found + ([f"no user namespaces ({userns})"] if userns else []))
 
 
-def _starts_our_agent(config) -> bool:
+def _starts_our_agent(config: CUAConfig) -> bool:
     return config.embedded_enabled or config.agent_service == "embedded"
 
 
-def _agent_line(config) -> str:
+def _agent_line(config: CUAConfig) -> str:
     if _starts_our_agent(config):
         return "ours, started beside the trainer (the policy endpoint on loopback)"
     return f"the service at {config.gbox_mini_agent_base_url} (it calls the policy endpoint)"
@@ -376,7 +381,7 @@ def _warn_secret_overrides(overrides: list[str]) -> None:
                   "saved config.yaml; prefer the environment (e.g. PROJECT_TOKEN in .env)", file=sys.stderr)
 
 
-def _mode(config) -> str:
+def _mode(config: CUAConfig) -> str:
     """Where the run's episodes play, in words (--dry-run's first line)."""
     if config.embedded_enabled:
         return f"embedded stack (gym id {config.embedded_gym_id})"
@@ -391,7 +396,7 @@ def _mode(config) -> str:
             + " (each group placed on one host by capacity; docs/cluster.md)")
 
 
-def _print_dry_run(request: cli.Request, config_file: str, why: str, config, gpus_line: str = "") -> None:
+def _print_dry_run(request: cli.Request, config_file: str, why: str, config: CUAConfig, gpus_line: str = "") -> None:
     print("train.sh --dry-run: the config loads and checks; nothing is started")
     print(f"mode: {_mode(config)}")
     print(f"config: {config_file} ({why})")
@@ -422,7 +427,7 @@ def _print_dry_run(request: cli.Request, config_file: str, why: str, config, gpu
           + (", the warm start" if config.sft.warm_start else "") + ")")
 
 
-def _hub_access(config, gpu: bool) -> None:
+def _hub_access(config: CUAConfig, gpu: bool) -> None:
     """Offline unless the run needs the Hub: a CPU run (the tiny model, built offline, or a local warm start)
     or a model in a local directory never reaches it, so a machine without a route to it never waits on one.
     A Hub id on a GPU machine is downloaded as usual. Values the user set (environment, .env) win."""
@@ -450,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu = has_gpu()
     present = gpus.present(gpu)
     # the trainer's process imports AReaL while this one does the same to load the config (prewarm.py)
-    early = None if request.dry_run or request.print_config else Prewarmed.start(predicted_env(dict(os.environ), gpu), trainer_cwd())
+    early = (None if request.dry_run or request.print_config
+             else Prewarmed.start(predicted_env(dict(os.environ), gpu), trainer_cwd()))
     try:
         try:
             before = dict(os.environ)
@@ -481,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             early.discard()
 
 
-def print_config(config) -> None:
+def print_config(config: CUAConfig) -> None:
     """The resolved config as YAML on stdout (``--print-config``, as Hydra's ``--cfg job``): the same dump AReaL's
     loader saves as the run's config.yaml."""
     import dataclasses
@@ -491,7 +497,7 @@ def print_config(config) -> None:
     sys.stdout.write(yaml.dump(dataclasses.asdict(config), default_flow_style=False, sort_keys=False))
 
 
-def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewarmed | None = None,
+def run(config_file: str, config: CUAConfig, overrides: list[str], gpu: bool, early: Prewarmed | None = None,
         gpus_line: str = "") -> int:
     """Train ``config`` (``config_file`` plus ``overrides``): everything after the decisions."""
     started = time.monotonic()
@@ -563,7 +569,7 @@ def run(config_file: str, config, overrides: list[str], gpu: bool, early: Prewar
     return rc
 
 
-def verdict_tasks(config) -> tuple[list[str], str | None]:
+def verdict_tasks(config: CUAConfig) -> tuple[list[str], str | None]:
     """(the run's training tasks its verdict plays, None) or ([], why there is no verdict for this run)
     (cua_rl/verdict.py: the embedded curriculum on the CPU, family tasks with both gated regimes)."""
     from cua_rl.local_gym.curriculum import GATED

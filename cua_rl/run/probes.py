@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 from urllib.parse import quote
 
 import httpx
@@ -31,6 +31,9 @@ import httpx
 from cua_rl.http.auth import AGENT_TOKEN, GYM_TOKEN, TokenError, bearer, token_from_env
 from cua_rl.http.client import async_client
 from cua_rl.http.retry import AnswerRefused, error_detail, send_with_retry
+
+if TYPE_CHECKING:
+    from cua_rl.config import CUAConfig
 
 TIMEOUT_S = 8.0          # one probe: connect and answer
 CONNECT_S = 5.0
@@ -167,7 +170,7 @@ async def probe_monitor(base: str) -> None:
                       f"/api/trainings: not a Training Monitor")
 
 
-def probes_of(config) -> list[Probe]:
+def probes_of(config: CUAConfig) -> list[Probe]:
     """The probes of a loaded CUAConfig: only services the run does not start itself."""
     found: list[Probe] = []
     if not config.embedded_enabled:
@@ -202,7 +205,7 @@ async def run_probes(probes: list[Probe]) -> list[str | None]:
     return [t.result() if t in done else f"no answer within the probes' {BUDGET_S:g} s" for t in tasks]
 
 
-def probe_services(config, out=print) -> int:
+def probe_services(config: CUAConfig, out=print) -> int:
     """Probe the services of ``config`` and print one line each: 0 when all answered as expected, else 1."""
     probes = probes_of(config)
     if not probes:

@@ -19,7 +19,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1]   # cua_rl
 # The modules that define CUAConfig and its sections (scripts and tests read the same list).
 CONFIG_MODULES = ("config.py", "trajectory/config.py", "trainer/health.py", "areal_ext/vllm_config.py",
-                  "policy/endpoint.py")
+                  "policy/endpoint.py", "genv/fleet_config.py")
 ROOT_CLASS = "CUAConfig"
 # Modules whose module-level constants a field's ``choices`` may name besides its own module's (an imported name).
 CONSTANT_MODULES = ("trajectory/groups.py",)

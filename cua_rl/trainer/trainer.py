@@ -29,7 +29,8 @@ from cua_rl.trainer.warm_up import warm_up
 if TYPE_CHECKING:   # the sections the run hands over (defined by cua_rl.config, above this room)
     from areal.api.cli_args import GRPOConfig
 
-    from cua_rl.config import EmbeddedStackConfig, RayGymsConfig
+    from cua_rl.config import EmbeddedStackConfig
+    from cua_rl.genv.fleet_config import RayGymsConfig
     from cua_rl.trainer.health import HealthConfig
 from cua_rl.trainer.weight_probe import WeightProbe, adapter_probe, fingerprint, real_update
 
