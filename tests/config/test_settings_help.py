@@ -85,3 +85,15 @@ def test_the_settings_page_is_written_from_the_fields():
     tree_fields = [n.target.id for n in ast.walk(ast.parse((ROOT / "cua_rl" / "config.py").read_text()))
                    if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
     assert "`max_turns`" in page and len(tree_fields) > 60
+
+
+def test_every_parameter_named_config_is_annotated():
+    """A room is handed its typed section or, at the top, the whole ``CUAConfig``; AReaL's config class below
+    ``cua_rl.config``: an untyped ``config`` hid which fields a room read (the review's six hidden arrows)."""
+    untyped = []
+    for path in sorted((ROOT / "cua_rl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                untyped += [f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+                            for a in node.args.args + node.args.kwonlyargs if a.arg == "config" and a.annotation is None]
+    assert not untyped, untyped
