@@ -31,6 +31,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import secrets
 import socket
 import time
@@ -93,11 +94,12 @@ class EndpointSettings:
         "help": "Upper pixel bound per image (null = none); see min_pixels."})
     image_fetch_max_bytes: int = field(default=20 * 1024 * 1024, metadata={
         "help": "Bytes one image may take, data: URLs included (what our agents send); http(s) URLs are fetched "
-                "only with allow_http_images (images.py)."})
+                "only from allowed_image_hosts (images.py)."})
     image_fetch_timeout_seconds: float = field(default=15.0, metadata={
-        "help": "Seconds an http(s) image fetch may take (only with allow_http_images)."})
-    allow_http_images: bool = field(default=False, metadata={
-        "help": "Fetch http(s) image URLs in agent messages; off, they are refused without a request."})
+        "help": "Seconds an http(s) image fetch may take (only from allowed_image_hosts)."})
+    allowed_image_hosts: list[str] = field(default_factory=list, metadata={
+        "help": "Hosts whose http(s) image URLs in agent messages are fetched (vLLM's --allowed-media-domains); "
+                "any other host is refused without a request, naming it; empty: data: URLs only."})
     max_images_per_request: int = field(default=64, metadata={
         "help": "Images one chat request may carry; more is refused (vLLM's --limit-mm-per-prompt counterpart)."})
     model_name: str = field(default="policy", metadata={
@@ -129,6 +131,11 @@ class EndpointSettings:
             raise ValueError("policy.max_images_per_request must be >= 1, and max_straddle_retries and "
                              "max_vision_token_resamples >= 0")
         engine_backend(None, self.backend)  # auto, vllm or sglang
+        self.allowed_image_hosts = list(self.allowed_image_hosts or [])
+        for host in self.allowed_image_hosts:
+            if not isinstance(host, str) or not re.fullmatch(r"[A-Za-z0-9.-]+|\[?[0-9A-Fa-f:.]+\]?", host):
+                raise ValueError(f"policy.allowed_image_hosts: {host!r} is not a host name or address (a host, not a "
+                                 f"URL: e.g. screenshots.example.com)")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "EndpointSettings":
@@ -141,7 +148,7 @@ class EndpointSettings:
     @property
     def image_limits(self) -> ImageFetchLimits:
         return ImageFetchLimits(max_bytes=self.image_fetch_max_bytes, timeout_s=self.image_fetch_timeout_seconds,
-                                allow_http=self.allow_http_images)
+                                allowed_hosts=tuple(h.lower() for h in self.allowed_image_hosts))
 
 
 def engine_backend(engine: Any, configured: str = "auto") -> str:

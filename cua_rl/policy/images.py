@@ -7,8 +7,9 @@ pixels we train on.
 
 Remote images: our agents send data URLs, and an endpoint that fetches any URL it is given lets whoever holds
 an episode key make requests from the training host (and map its network by the errors). So http(s) URLs are
-refused unless ``policy.allow_http_images`` is on, with one message and no request made; when on, they are
-fetched once with a size and a time cap, and every failure reads the same (``FETCH_FAILED``; the cause goes
+refused unless their host is in ``policy.allowed_image_hosts`` (vLLM's ``--allowed-media-domains``), with no
+request made: one message when the list is empty, the refused host named when it is not; a URL of a listed host
+is fetched once with a size and a time cap, and every failure reads the same (``FETCH_FAILED``; the cause goes
 to the log), so an answer never tells an open port from a closed one. Anything else (a path, ``file:``) is
 refused: an image is never read from disk.
 """
@@ -22,6 +23,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 from PIL import Image, UnidentifiedImageError
@@ -44,7 +46,7 @@ class ImageFetchLimits:
 
     max_bytes: int = 20 * 1024 * 1024
     timeout_s: float = 15.0
-    allow_http: bool = False
+    allowed_hosts: tuple[str, ...] = ()   # hosts whose http(s) image URLs are fetched (lower case); () = none
 
 
 @dataclass(frozen=True)
@@ -104,15 +106,23 @@ def decode_data_url(url: str, limits: ImageFetchLimits) -> DecodedImage:
 
 
 NOT_A_DATA_URL = ("an image must be a data: URL (data:image/png;base64,...); http(s) image URLs are refused unless "
-                  "policy.allow_http_images is on, and paths are never read")
+                  "their host is in policy.allowed_image_hosts, and paths are never read")
 FETCH_FAILED = "the image URL could not be fetched as an image (the endpoint's log says why)"
 
 
 async def fetch_http_image(url: str, session: aiohttp.ClientSession, limits: ImageFetchLimits) -> DecodedImage:
-    """The image at an http(s) ``url`` when ``limits.allow_http``; ``BadImage(NOT_A_DATA_URL)`` without a request
-    when not, ``BadImage(FETCH_FAILED)`` for every failure when it is (module docstring)."""
-    if not limits.allow_http:
+    """The image at an http(s) ``url`` whose host ``limits.allowed_hosts`` lists; without a request
+    ``BadImage(NOT_A_DATA_URL)`` when the list is empty and a ``BadImage`` naming the host when it is not there,
+    ``BadImage(FETCH_FAILED)`` for every failure of a listed host (module docstring)."""
+    if not limits.allowed_hosts:
         raise BadImage(NOT_A_DATA_URL)
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        host = ""
+    if host not in limits.allowed_hosts:
+        raise BadImage(f"the image URL's host {host!r} is not in policy.allowed_image_hosts "
+                       f"({', '.join(limits.allowed_hosts)}); nothing was fetched")
     timeout = aiohttp.ClientTimeout(total=limits.timeout_s)
     try:
         async with session.get(url, timeout=timeout, allow_redirects=False) as resp:

@@ -182,7 +182,7 @@ async def test_http_image_urls_are_fetched_with_caps_when_allowed(endpoint):
     big = b"x" * 4096
     png = base64.b64decode(png_data_url().split(",", 1)[1])
     runner, port, _asked = await _image_server({"/shot.png": png, "/big": big})
-    allowed = dict(allow_http_images=True)
+    allowed = dict(allowed_image_hosts=["127.0.0.1"])
     try:
         ok_ep = PolicyEndpoint(endpoint.engine, endpoint.processor, endpoint.tokenizer,
                                GenerationHyperparameters(), EndpointSettings(**allowed))
@@ -529,3 +529,27 @@ async def test_a_held_call_waits_for_its_release_and_a_closed_episode_lets_it_go
     endpoint.close_episode(ep)
     answer = await call
     assert answer.status_code == 503 and "held" in answer.text and len(ep.turns) == 2
+
+
+async def test_gpu_first_try_3_an_image_host_outside_the_allow_list_is_refused_naming_it(endpoint):
+    """``policy.allowed_image_hosts`` is AReaL's example's ``--allowed-media-domains``: a listed host's screenshot is
+    fetched, any other host is refused without a request, the refusal naming it (``allow_http_images`` allowed
+    every host once on)."""
+    png = base64.b64decode(png_data_url().split(",", 1)[1])
+    runner, port, asked = await _image_server({"/shot.png": png})
+    listed = PolicyEndpoint(endpoint.engine, endpoint.processor, endpoint.tokenizer, GenerationHyperparameters(),
+                            EndpointSettings(allowed_image_hosts=["LocalHost"]))
+    try:
+        ep = await listed.open_episode()
+        refused = await _post(ep, {"messages": [_user(_img(f"http://127.0.0.1:{port}/shot.png"))]}, ep.key)
+        assert refused.status_code == 400, refused.text
+        assert "'127.0.0.1' is not in policy.allowed_image_hosts (localhost)" in refused.json()["error"]["message"]
+        assert asked == [], "a host outside the list was asked for its image"
+        ok = await _post(ep, {"messages": [_user(_img(f"http://localhost:{port}/shot.png"))]}, ep.key)
+        assert ok.status_code == 200, ok.text
+        assert asked, "the listed host's image was not fetched"
+        with pytest.raises(ValueError, match="not a host name"):
+            EndpointSettings(allowed_image_hosts=["http://screenshots.example.com/"])
+    finally:
+        await listed.aclose()
+        await runner.cleanup()
