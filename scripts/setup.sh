@@ -55,7 +55,9 @@ case "${CUA_RL_PROFILE:-train}" in
     WHAT="areal, vllm and the rest"
     case "${CUA_RL_DEVICE:-auto}" in
       cpu|gpu) DEVICE="$CUA_RL_DEVICE" ;;
-      auto) if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then DEVICE=gpu
+      # nvidia-smi's whole answer first: under pipefail, `nvidia-smi -L | grep -q` failed whenever grep had
+      # matched and left before nvidia-smi wrote its next line (SIGPIPE), reading a GPU node as a CPU one
+      auto) if command -v nvidia-smi >/dev/null && grep -q '^GPU' <<<"$(nvidia-smi -L 2>/dev/null || true)"; then DEVICE=gpu
             else DEVICE=cpu; fi ;;
       *) log "CUA_RL_DEVICE must be cpu, gpu or auto, got '$CUA_RL_DEVICE'"; exit 2 ;;
     esac ;;
@@ -93,7 +95,7 @@ pkgs=()
        n = split($2, need, ","); for (i = 1; i <= n; i++) if (index(tags, "," need[i] ",")) { print $1; break } }')
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" || missing+=("$p")
 done
 GPU_APT_NOTE="no Debian packages on a GPU node: a run that turns out embedded installs its gym's (the launcher's preflight); CUA_RL_APT=embedded installs them all now"
 if [ "$PLAN" = 1 ]; then

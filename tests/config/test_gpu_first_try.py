@@ -118,22 +118,6 @@ def test_gpu_first_try_5_cua_eval_on_a_gpu_starts_areal_vllm_server_on_the_gpu(t
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _until_runnable(scripts, tries: int = 50) -> None:
-    """Each fresh script runs once before the test relies on it: a process forked elsewhere in this test process
-    while one was open for writing holds that descriptor until it execs, and meanwhile running the script fails
-    with ETXTBSY (seen as a set-up that found no GPU, once, in a run of the whole folder)."""
-    import subprocess
-    import time
-
-    for script in scripts:
-        for _ in range(tries):
-            try:
-                subprocess.run([str(script)], capture_output=True, timeout=10)
-                break
-            except OSError:
-                time.sleep(0.05)
-
-
 def _setup_plan(tmp_path, gpus: int, python: str = "3.11 x86_64", **env) -> tuple[int, str]:
     """``scripts/setup.sh`` in its plan mode (CUA_RL_SETUP_PLAN=1) on a node whose ``nvidia-smi -L`` lists ``gpus``
     GPUs and whose ``python3`` says ``python`` (version and machine): (exit code, stdout + stderr). ``sudo`` and
@@ -145,13 +129,16 @@ def _setup_plan(tmp_path, gpus: int, python: str = "3.11 x86_64", **env) -> tupl
     bin_dir.mkdir(exist_ok=True)
     fakes = {"sudo": "echo refused in a test >&2; exit 1", "apt-get": "echo refused in a test >&2; exit 1",
              "python3": f'echo "{python}"',
-             "nvidia-smi": "".join(f'echo "GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-{i})"\n' for i in range(gpus))}
+             # a pause between lines, as a real nvidia-smi may take: set-up must read its whole answer (under
+             # pipefail, `nvidia-smi -L | grep -q` failed when grep left before the next line: a GPU node read as a
+             # CPU one, twice in full CI runs; with the pause, every time on the old script)
+             "nvidia-smi": "sleep 0.2\n".join(f'echo "GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-{i})"\n'
+                                              for i in range(gpus))}
     for name, body in fakes.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
     if not gpus:
         (bin_dir / "nvidia-smi").unlink()
-    _until_runnable([bin_dir / name for name in fakes if (bin_dir / name).exists()])
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CUA_RL_")}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], capture_output=True, text=True, timeout=60,
                           env={**clean, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CUA_RL_SETUP_PLAN": "1",
