@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import dataclasses
 import io
 import json
 import os
@@ -130,14 +131,16 @@ async def bench_e2e(stack, engine, groups: int) -> dict:
 
     from cua_rl.genv import GenvClient
     from cua_rl.policy import close_loop_servers
-    from cua_rl.workflow import CUAAgentWorkflow
+    from cua_rl.config import CUAConfig
+    from cua_rl.workflow import CUAAgentWorkflow, sections_from
 
-    wf = CUAAgentWorkflow(
-        gconfig=GenerationHyperparameters(max_new_tokens=64, temperature=1.0), model={"path": stack["model_dir"]},
-        gym={"base_url": stack["gym"].url, "gym_id": "desktop"},
-        agent={"base_url": stack["agent"].url, "agent": "qwen3-vl", "action_space": "pc", "poll_interval_s": 0.5},
-        limits={"max_turns": 3, "max_task_time_seconds": 180, "max_turn_time_seconds": 60},
-        policy={"max_screenshots_in_history": 2, "max_pixels": 200704}, group_size=2)
+    config = CUAConfig(gym_base_url=stack["gym"].url, gym_id="desktop", gbox_mini_agent_base_url=stack["agent"].url,
+                       max_turns=3, max_task_time_seconds=180, max_turn_time_seconds=60)
+    config.actor.path = stack["model_dir"]
+    sections = sections_from(config)
+    sections["agent"] = dataclasses.replace(sections["agent"], poll_interval_s=0.5)
+    wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=64, temperature=1.0), **sections,
+                          policy={"max_screenshots_in_history": 2, "max_pixels": 200704}, group_size=2)
     async with GenvClient(stack["gym"].url, "desktop") as gym:
         tasks = (await gym.list_tasks())[:groups]
     rows = [{"task_id": t.id, "instruction": t.instruction, "seed_bits": t.raw.get("seed_bits")} for t in tasks]

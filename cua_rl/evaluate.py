@@ -404,7 +404,7 @@ def _run(config: CUAConfig, checkpoints: list[str], plays: list[tuple[dict, list
     from areal.engine.vllm_remote import RemotevLLMEngine
 
     from cua_rl.local_model.vllm_server import VLLMServer
-    from cua_rl.workflow import CUAAgentWorkflow, GymTarget, ModelTarget, MonitorTarget, workflow_kwargs
+    from cua_rl.workflow import CUAAgentWorkflow, MonitorTarget, workflow_kwargs
 
     with contextlib.ExitStack() as stack:
         if model_url:
@@ -421,9 +421,10 @@ def _run(config: CUAConfig, checkpoints: list[str], plays: list[tuple[dict, list
             # the run's own mapping (workflow_kwargs), pointed at this gym, agent and checkpoint; nothing is
             # reported to a monitor or counted in a run's logs, and rows are built the default way
             kwargs = workflow_kwargs(config, config.gconfig, 1, is_eval=True)
-            kwargs.update(model=ModelTarget(path=checkpoints[0]), gym=GymTarget(base_url=gym[0], gym_id=gym[1]),
+            kwargs.update(model=dataclasses.replace(kwargs["model"], path=checkpoints[0]),
+                          gym=dataclasses.replace(kwargs["gym"], base_url=gym[0], gym_id=gym[1]),
                           agent=dataclasses.replace(kwargs["agent"], base_url=agent_url, poll_interval_s=0.25),
-                          monitor=MonitorTarget(), trajectory=None, stats_dir="", seed=1)
+                          monitor=MonitorTarget.off(), trajectory=None, stats_dir="", seed=1)
             workflow = CUAAgentWorkflow(**kwargs)
             return asyncio.run(_evaluate_all(workflow, engine, url, checkpoints, plays, concurrency,
                                              samples, tuple(decodings), echo))

@@ -4,8 +4,9 @@
   ``Dropped``; ``play_on`` the same on an execution the caller made (a forked one);
 - ``group``: ``CUAAgentWorkflow``, one GRPO group of episodes per task row -> training rows;
 - ``tree``: a tree group instead (``tree.enabled``): roots forked at branch turns, continuations, segments;
-- ``sections``: the typed sections it is built from (gym, agent service, model, episode limits, monitor), and
-  ``workflow_kwargs``, the one mapping from a ``CUAConfig`` to them;
+- ``sections``: the typed sections it is built from (gym, agent service, model, episode limits, monitor; no
+  defaults of their own: ``sections_from`` fills every field from a ``CUAConfig``), and ``workflow_kwargs``, the
+  one mapping from a ``CUAConfig`` to them;
 - ``seeding``: which instance of a task each episode plays (one per training group, held-out ones in eval);
 - ``worker``: what a rollout worker process keeps across groups (the policy endpoint, the counts, the seeds);
   the counts go on disk through ``cua_rl.runs`` for the run's summary and health checks.
@@ -13,7 +14,8 @@
 
 from .episode import CAUSES, Dropped, EpisodeSetup, play_episode
 from .group import CUAAgentWorkflow
-from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget, workflow_kwargs
+from .sections import (AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget, sections_from,
+                       workflow_kwargs)
 
 __all__ = ["CAUSES", "AgentTarget", "CUAAgentWorkflow", "Dropped", "EpisodeLimits", "EpisodeSetup", "GymTarget",
-           "ModelTarget", "MonitorTarget", "play_episode", "workflow_kwargs"]
+           "ModelTarget", "MonitorTarget", "play_episode", "sections_from", "workflow_kwargs"]

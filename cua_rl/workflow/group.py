@@ -56,10 +56,14 @@ from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, Monito
 
 logger = logging.getLogger(__name__)
 
-def _section(cls, value):
-    """A section given as itself or as a dict of its fields (as a config or a test writes it)."""
+def _section(cls, value, absent=None):
+    """A section given as itself or as a dict of all its fields; ``absent()`` where it is None and may be (the
+    config's own sections: their defaults are the settings' defaults; the monitor: off)."""
     if value is None:
-        return cls()
+        if absent is None:
+            raise TypeError(f"the {cls.__name__} section is required (cua_rl.workflow.sections.workflow_kwargs "
+                            f"builds every section from a CUAConfig)")
+        return absent()
     return value if isinstance(value, cls) else cls(**(asdict(value) if is_dataclass(value) else value))
 
 
@@ -76,7 +80,7 @@ class CUAAgentWorkflow(RolloutWorkflow):
     rebuild the workflow on a rollout worker (``cua_rl.workflow.sections.workflow_kwargs`` builds them from a ``CUAConfig``)."""
 
     def __init__(self, gconfig: GenerationHyperparameters, model: ModelTarget | dict, gym: GymTarget | dict,
-                 agent: AgentTarget | dict, limits: EpisodeLimits | dict | None = None,
+                 agent: AgentTarget | dict, limits: EpisodeLimits | dict,
                  policy: EndpointSettings | dict | None = None, trajectory: TrajectoryConfig | dict | None = None,
                  monitor: MonitorTarget | dict | None = None, group_size: int = 1, is_eval: bool = False,
                  stats_dir: str = "", seed: int = 1, tree: TreeConfig | dict | None = None):
@@ -88,9 +92,9 @@ class CUAAgentWorkflow(RolloutWorkflow):
             _section(AgentTarget, agent)
         self.limits = _section(EpisodeLimits, limits)
         self.settings = EndpointSettings.from_dict(asdict(policy) if is_dataclass(policy) else policy)
-        self.trajectory = _section(TrajectoryConfig, trajectory)
-        self.monitor = _section(MonitorTarget, monitor)
-        self.tree = _section(TreeConfig, tree)   # tree groups (cua_rl/workflow/tree.py); never for eval groups
+        self.trajectory = _section(TrajectoryConfig, trajectory, TrajectoryConfig)
+        self.monitor = _section(MonitorTarget, monitor, MonitorTarget.off)
+        self.tree = _section(TreeConfig, tree, TreeConfig)   # tree groups (cua_rl/workflow/tree.py); never for eval
         self.group_size, self.is_eval, self.stats_dir, self.seed = group_size, is_eval, stats_dir, seed
         # One evaluated episode has no sibling to compare with: its GRPO advantage would be 0.
         t = self.trajectory

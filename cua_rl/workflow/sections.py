@@ -2,17 +2,20 @@
 model the agent calls, how long an episode may run, where the Training Monitor is.
 
 Why sections and not one flat list of keyword arguments: AReaL rebuilds the workflow on every rollout
-worker from its kwargs (and logs and saves them), so they must be plain, picklable values; grouped by what
-they configure, each is validated where it is defined and read as one thing (``limits.max_turns``), and a
-new setting has one obvious home. The policy endpoint's settings (``cua_rl.policy.EndpointSettings``, beside
-the endpoint) and how turns become rows (``cua_rl.trajectory.config.TrajectoryConfig``, beside the rows;
-``CUAConfig`` checks it against AReaL's own settings, its reward normalisation above all) are the other two
-sections. ``workflow_kwargs`` is the one mapping from a ``CUAConfig`` to all of them (train.py and evaluate.py).
+worker from its kwargs (and logs and saves them), so they must be plain, picklable values, grouped by what
+they configure and read as one thing (``limits.max_turns``). One schema per setting: the sections have no
+defaults and no checks of the settings they carry; every field is required and filled from a ``CUAConfig``
+(``sections_from``), whose field holds the setting's one default, its help and its choices, and whose
+``__post_init__`` checks it (tests/config/test_one_spine.py keeps it so). The policy endpoint's settings
+(``cua_rl.policy.EndpointSettings``, beside the endpoint) and how turns become rows
+(``cua_rl.trajectory.config.TrajectoryConfig``, beside the rows; ``CUAConfig`` checks it against AReaL's own
+settings, its reward normalisation above all) are the config's own sections, handed over as they are.
+``workflow_kwargs`` is the one mapping from a ``CUAConfig`` to all of them (train.py and evaluate.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cua_rl.runs import RunPaths
@@ -21,6 +24,11 @@ if TYPE_CHECKING:
     from areal.api.cli_args import GenerationHyperparameters
 
     from cua_rl.config import CUAConfig
+
+
+# How often the workflow asks the agent service for a run's status. Not a setting of the run: a constant of the
+# workflow's polling, passed like every other field of ``AgentTarget`` (a test polls faster).
+AGENT_POLL_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -32,21 +40,21 @@ class GymTarget:
 
     base_url: str
     gym_id: str
-    seed_instances: bool = True
-    health_interval_s: float = 2.0
-    health_timeout_s: float = 3.0
+    seed_instances: bool
+    health_interval_s: float
+    health_timeout_s: float
 
 
 @dataclass
 class AgentTarget:
     """The agent service (gbox-mini-agent or ours) that plays each episode, with its prompt format and
-    action space; ``poll_interval_s``: how often a run's status is asked for."""
+    action space; ``poll_interval_s``: how often a run's status is asked for (``AGENT_POLL_INTERVAL_S``)."""
 
     base_url: str
-    agent: str = "qwen3-vl"
-    action_space: str = "pc"
-    poll_interval_s: float = 1.0
-    extra: dict = field(default_factory=dict)    # sent as-is in each run request (RunRequest.extra)
+    agent: str
+    action_space: str
+    poll_interval_s: float
+    extra: dict    # sent as-is in each run request (RunRequest.extra)
 
     def __post_init__(self) -> None:
         if self.poll_interval_s <= 0:
@@ -60,43 +68,41 @@ class ModelTarget:
     (an evaluation of another model)."""
 
     path: str
-    base_url: str = ""
-    name: str = ""
+    base_url: str
+    name: str
 
 
 @dataclass
 class EpisodeLimits:
     """How long an episode may run: model turns, the whole task, one turn (the agent's step time limit).
-    The task limit also bounds the wait for a gym or agent service that is down or at capacity."""
+    The task limit also bounds the wait for a gym or agent service that is down or at capacity. Checked where
+    the settings are defined (``CUAConfig.__post_init__``)."""
 
-    max_turns: int = 20
-    max_task_time_seconds: float = 600
-    max_turn_time_seconds: float = 120
-
-    def __post_init__(self) -> None:
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
-        if self.max_task_time_seconds <= 0 or self.max_turn_time_seconds <= 0:
-            raise ValueError("max_task_time_seconds and max_turn_time_seconds must be > 0")
+    max_turns: int
+    max_task_time_seconds: float
+    max_turn_time_seconds: float
 
 
 @dataclass
 class MonitorTarget:
-    """The Training Monitor each episode reports to (off without ``base_url``). Its token is never here:
-    kwargs are logged and saved; it is read from the environment (``cua_rl.monitor``)."""
+    """The Training Monitor each episode reports to (off without ``base_url``: ``MonitorTarget.off()``). Its
+    token is never here: kwargs are logged and saved; it is read from the environment (``cua_rl.monitor``)."""
 
-    base_url: str = ""
-    project_id: str = ""
-    training_id: int | None = None
+    base_url: str
+    project_id: str
+    training_id: int | None
+
+    @classmethod
+    def off(cls) -> MonitorTarget:
+        """No monitor: nothing is reported (an evaluation, a test)."""
+        return cls(base_url="", project_id="", training_id=None)
 
 
-def workflow_kwargs(config: CUAConfig, gconfig: GenerationHyperparameters, group_size: int, *, is_eval: bool = False,
-                    monitor_training_id: int | None = None) -> dict[str, Any]:
-    """Serialisable ``CUAAgentWorkflow`` constructor kwargs from a ``CUAConfig`` (train and eval differ in gconfig and
-    group size): the one mapping from the config's keys to the workflow's sections. The monitor gets its URL,
-    project and training id here, never its token (read from the environment)."""
+def sections_from(config: CUAConfig, *, monitor_training_id: int | None = None) -> dict[str, Any]:
+    """The sections of this module (``model``, ``gym``, ``agent``, ``limits``, ``monitor``) from a ``CUAConfig``:
+    every field filled from the config, whose fields hold each setting's one default, check and help. The
+    monitor gets its URL, project and training id here, never its token (read from the environment)."""
     return dict(
-        gconfig=gconfig,
         model=ModelTarget(path=config.actor.path, base_url=config.model_base_url, name=config.model_name),
         gym=GymTarget(base_url=config.gym_base_url, gym_id=config.gym_id,
                       seed_instances=bool(config.gym_seed_instances),
@@ -104,12 +110,21 @@ def workflow_kwargs(config: CUAConfig, gconfig: GenerationHyperparameters, group
                       health_timeout_s=config.gym_fleet.health_timeout_seconds),
         agent=AgentTarget(base_url=config.gbox_mini_agent_base_url, agent=config.gbox_mini_agent_agent,
                           action_space=config.gbox_mini_agent_standard_action_space,
-                          extra=dict(config.gbox_mini_agent_extra)),
+                          poll_interval_s=AGENT_POLL_INTERVAL_S, extra=dict(config.gbox_mini_agent_extra)),
         limits=EpisodeLimits(max_turns=config.max_turns, max_task_time_seconds=config.max_task_time_seconds,
                              max_turn_time_seconds=config.max_turn_time_seconds),
-        policy=config.policy, trajectory=config.trajectory,
         monitor=MonitorTarget(base_url=config.monitor_base_url, project_id=config.project_id,
-                              training_id=monitor_training_id),
+                              training_id=monitor_training_id))
+
+
+def workflow_kwargs(config: CUAConfig, gconfig: GenerationHyperparameters, group_size: int, *, is_eval: bool = False,
+                    monitor_training_id: int | None = None) -> dict[str, Any]:
+    """Serialisable ``CUAAgentWorkflow`` constructor kwargs from a ``CUAConfig`` (train and eval differ in gconfig and
+    group size): the one mapping from the config's keys to the workflow's sections (``sections_from``) and
+    the config's own sections (``policy``, ``trajectory``, ``tree``)."""
+    return dict(
+        gconfig=gconfig, **sections_from(config, monitor_training_id=monitor_training_id),
+        policy=config.policy, trajectory=config.trajectory,
         group_size=group_size, is_eval=is_eval, stats_dir=_stats_dir(config), seed=int(config.seed),
         tree=None if is_eval else config.tree)
 

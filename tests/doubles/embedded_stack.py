@@ -35,18 +35,18 @@ POLICY = {"max_screenshots_in_history": 2, "max_pixels": 200704}
 def make_workflow(stack, **kw):
     """The workflow on this stack; keyword arguments replace whole sections or single fields of one
     (``gym_base_url=``, ``agent_base_url=``, ``max_task_time_seconds=``, ``monitor=``, ...)."""
-    from cua_rl.workflow import AgentTarget, CUAAgentWorkflow, EpisodeLimits, GymTarget, ModelTarget
+    from cua_rl.workflow import CUAAgentWorkflow
+    from tests.sections import workflow_args
 
     gym = dict(base_url=kw.pop("gym_base_url", stack["gym"].url), gym_id="desktop")
     agent = dict(base_url=kw.pop("agent_base_url", stack["agent"].url), agent="qwen3-vl", poll_interval_s=0.5)
     limits = dict(max_turns=2, max_task_time_seconds=kw.pop("max_task_time_seconds", 120),
                   max_turn_time_seconds=kw.pop("max_turn_time_seconds", 60))
     args = dict(gconfig=GenerationHyperparameters(max_new_tokens=48, temperature=1.0),
-                model=ModelTarget(path=stack["model_dir"]), gym=GymTarget(**gym), agent=AgentTarget(**agent),
-                limits=EpisodeLimits(**limits), policy=dict(POLICY),
+                model=dict(path=stack["model_dir"]), gym=gym, agent=agent, limits=limits, policy=dict(POLICY),
                 group_size=2)
     args.update(kw)
-    return CUAAgentWorkflow(**args)
+    return CUAAgentWorkflow(**workflow_args(**args))
 
 
 async def first_task(stack):

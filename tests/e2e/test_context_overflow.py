@@ -15,6 +15,7 @@ from cua_rl.policy import close_loop_servers
 from cua_rl.trajectory import EpisodeOutcome, group_batch
 from cua_rl.workflow import CUAAgentWorkflow, play_episode
 from tests.doubles.policy_helpers import EngineDouble
+from tests.sections import workflow_args
 
 pytestmark = [pytest.mark.desktop]
 
@@ -52,11 +53,12 @@ async def _episode(services, tiny_model_dir, processor):
     gym, agent = services
     async with GenvClient(gym.url, "desktop") as client:
         task = (await client.list_tasks())[0]
-    wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=16, max_tokens=1 << 20),
-                          model={"path": tiny_model_dir}, gym={"base_url": gym.url, "gym_id": "desktop"},
-                          agent={"base_url": agent.url, "agent": "qwen3-vl", "poll_interval_s": 0.2},
-                          limits={"max_turns": 4, "max_task_time_seconds": 120, "max_turn_time_seconds": 60},
-                          policy={"max_pixels": 50176, "max_screenshots_in_history": 2}, group_size=1)
+    wf = CUAAgentWorkflow(**workflow_args(
+        gconfig=GenerationHyperparameters(max_new_tokens=16, max_tokens=1 << 20),
+        model={"path": tiny_model_dir}, gym={"base_url": gym.url, "gym_id": "desktop"},
+        agent={"base_url": agent.url, "agent": "qwen3-vl", "poll_interval_s": 0.2},
+        limits={"max_turns": 4, "max_task_time_seconds": 120, "max_turn_time_seconds": 60},
+        policy={"max_pixels": 50176, "max_screenshots_in_history": 2}, group_size=1))
     engine = FirstTurnSetsTheLimit(processor.tokenizer)
     endpoint = engine.endpoint = wf.policy_endpoint(engine)
     outcome = await play_episode(wf.episode_setup, endpoint, {"task_id": task.id, "instruction": task.instruction}, 0)

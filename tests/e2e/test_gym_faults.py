@@ -31,9 +31,10 @@ from cua_rl.local_gym.xinput import XInput
 from cua_rl.mini_agent import MiniAgentClient, Sampling
 from cua_rl.policy import EndpointSettings
 from cua_rl.trajectory import EpisodeOutcome
-from cua_rl.workflow import AgentTarget, Dropped, EpisodeLimits, GymTarget, ModelTarget, play_episode
+from cua_rl.workflow import Dropped, play_episode
 from cua_rl.workflow.episode import EpisodeSetup
 from tests.doubles.model_double import MODEL_ID, ScriptedModel, build_model_app, qwen_call
+from tests.sections import sections
 
 pytestmark = [pytest.mark.desktop]
 
@@ -64,9 +65,10 @@ def model():
 
 
 def _setup(gym, agent, model_url: str, turn_s: float = 30) -> EpisodeSetup:
-    return EpisodeSetup(gym=GymTarget(gym.url, "desktop"), agent=AgentTarget(agent.url, poll_interval_s=0.2),
-                        model=ModelTarget(path="", base_url=model_url, name=MODEL_ID),
-                        limits=EpisodeLimits(max_turns=4, max_task_time_seconds=90, max_turn_time_seconds=turn_s),
+    s = sections(gym={"base_url": gym.url, "gym_id": "desktop"}, agent={"base_url": agent.url, "poll_interval_s": 0.2},
+                 model={"path": "", "base_url": model_url, "name": MODEL_ID},
+                 limits={"max_turns": 4, "max_task_time_seconds": 90, "max_turn_time_seconds": turn_s})
+    return EpisodeSetup(gym=s["gym"], agent=s["agent"], model=s["model"], limits=s["limits"],
                         settings=EndpointSettings(), trajectory=TrajectoryConfig(), sampling=Sampling())
 
 

@@ -8,6 +8,7 @@ from areal.api.cli_args import load_expr_config
 
 from cua_rl.config import CUAConfig
 from cua_rl.workflow import CUAAgentWorkflow, workflow_kwargs
+from tests.sections import workflow_args
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cua_agent"
 
@@ -48,18 +49,20 @@ def test_trajectory_section_reaches_the_workflow(tmp_path, monkeypatch):
 def test_bad_settings_fail_at_construction():
     from areal.api.cli_args import GenerationHyperparameters
 
-    base = dict(gconfig=GenerationHyperparameters(), model={"path": "/nonexistent"},
-                gym={"base_url": "http://x", "gym_id": "g"}, agent={"base_url": "http://y"})
+    base = workflow_args(gconfig=GenerationHyperparameters(), model={"path": "/nonexistent"},
+                         gym={"base_url": "http://x", "gym_id": "g"}, agent={"base_url": "http://y"})
     with pytest.raises(ValueError):
-        CUAAgentWorkflow(**base, group_size=0)
+        CUAAgentWorkflow(**{**base, "group_size": 0})
     with pytest.raises(ValueError):
         CUAAgentWorkflow(**base, policy={"no_such_setting": 1})
-    with pytest.raises(ValueError, match="max_turns"):
-        CUAAgentWorkflow(**base, limits={"max_turns": 0})
     with pytest.raises(ValueError, match="poll_interval_s"):
-        CUAAgentWorkflow(**{**base, "agent": {"base_url": "http://y", "poll_interval_s": 0}})
+        CUAAgentWorkflow(**{**base, "agent": {**vars(base["agent"]), "poll_interval_s": 0}})
     with pytest.raises(TypeError):   # a flat keyword of the old signature is refused, not ignored
         CUAAgentWorkflow(**base, max_turns=3)
+    with pytest.raises(TypeError, match="max_task_time_seconds"):   # a section names every field: no defaults
+        CUAAgentWorkflow(**{**base, "limits": {"max_turns": 3}})
+    with pytest.raises(TypeError, match="EpisodeLimits section is required"):
+        CUAAgentWorkflow(**{**base, "limits": None})
 
 
 def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
@@ -75,9 +78,10 @@ def test_group_seeds_are_shared_reproducible_and_differ_between_groups():
             return self.version
 
     def workflow(**kw):
-        return CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
-                                gym={"base_url": "http://g", "gym_id": "g", **kw.pop("gym", {})},
-                                agent={"base_url": "http://a"}, group_size=4, seed=5, **kw)
+        return CUAAgentWorkflow(**workflow_args(
+            gconfig=GenerationHyperparameters(), model={"path": "m"},
+            gym={"base_url": "http://g", "gym_id": "g", **kw.pop("gym", {})}, agent={"base_url": "http://a"},
+            group_size=4, seed=5, **kw))
 
     engine, row = Engine(), {"task_id": "click-test", "instruction": "x"}
     forget_workers()                     # a fresh process
@@ -119,15 +123,15 @@ def test_groups_dealt_round_robin_to_four_rollout_workers_never_share_an_instanc
     seeds = {}
     for worker in range(4):
         forget_workers()                          # a rollout worker is a fresh process
-        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
-                              gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
-                              group_size=4, seed=5)
+        wf = CUAAgentWorkflow(**workflow_args(gconfig=GenerationHyperparameters(), model={"path": "m"},
+                                              gym={"base_url": "http://g", "gym_id": "g"},
+                                              agent={"base_url": "http://a"}, group_size=4, seed=5))
         seeds.update({row[STREAM_KEY]: wf.group_seed(Engine(), row) for row in stream[worker::4]})
     assert len(set(seeds.values())) == len(stream), "two groups of one task got the same instance"
     forget_workers()                              # a resumed run, on another worker
-    again = CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": "m"},
-                             gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
-                             group_size=4, seed=5)
+    again = CUAAgentWorkflow(**workflow_args(gconfig=GenerationHyperparameters(), model={"path": "m"},
+                                             gym={"base_url": "http://g", "gym_id": "g"},
+                                             agent={"base_url": "http://a"}, group_size=4, seed=5))
     assert again.group_seed(Engine(), stream[5]) == seeds[5], "a resumed row must get its instance again"
 
 
@@ -144,9 +148,9 @@ def test_the_workflows_of_one_rollout_worker_share_its_policy_endpoint(tiny_mode
             return 0
 
     def workflow(**kw):
-        return CUAAgentWorkflow(gconfig=GenerationHyperparameters(), model={"path": tiny_model_dir},
-                                gym={"base_url": "http://g", "gym_id": "g"}, agent={"base_url": "http://a"},
-                                group_size=2, **kw)
+        return CUAAgentWorkflow(**workflow_args(gconfig=GenerationHyperparameters(), model={"path": tiny_model_dir},
+                                                gym={"base_url": "http://g", "gym_id": "g"},
+                                                agent={"base_url": "http://a"}, group_size=2, **kw))
 
     forget_workers()
     engine = Engine()

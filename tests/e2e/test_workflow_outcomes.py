@@ -14,6 +14,7 @@ from cua_rl.workflow import CUAAgentWorkflow, Dropped
 from cua_rl.workflow.worker import forget_workers
 from tests.doubles.policy_helpers import EngineDouble
 from tests.doubles.scripted_episodes import install
+from tests.sections import workflow_args
 
 UNREACHABLE = "http://127.0.0.1:9"
 
@@ -23,7 +24,7 @@ def _workflow(model_dir: str, **kw) -> CUAAgentWorkflow:
                 gym={"base_url": UNREACHABLE, "gym_id": "g"}, agent={"base_url": UNREACHABLE}, group_size=4,
                 limits={"max_turns": 2, "max_task_time_seconds": 1, "max_turn_time_seconds": 1})
     args.update(kw)
-    return CUAAgentWorkflow(**args)
+    return CUAAgentWorkflow(**workflow_args(**args))
 
 
 @pytest.fixture

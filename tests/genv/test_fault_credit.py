@@ -25,11 +25,12 @@ from cua_rl.run.summary import fault_lines
 from cua_rl.trainer.health import Health, HealthConfig
 from cua_rl.trajectory import EpisodeOutcome
 from cua_rl.trajectory.config import TrajectoryConfig
-from cua_rl.workflow import AgentTarget, Dropped, EpisodeLimits, GymTarget, ModelTarget, play_episode
+from cua_rl.workflow import Dropped, play_episode
 from cua_rl.workflow.episode import EpisodeSetup
 from cua_rl.workflow.group import CUAAgentWorkflow
 from cua_rl.workflow.worker import WorkerState
 from tests.doubles.agent_double import AgentState, build_agent_double, scripted_events
+from tests.sections import sections
 
 ROW = {"task_id": "task-001", "instruction": "Open the settings app"}
 TURNS = 3
@@ -49,9 +50,10 @@ def agent_server(agent_state):
 
 
 def _setup(gym_url: str, agent_url: str) -> EpisodeSetup:
-    return EpisodeSetup(gym=GymTarget(gym_url, "g"), agent=AgentTarget(agent_url, poll_interval_s=0.05),
-                        model=ModelTarget(path="", base_url="http://127.0.0.1:9/v1", name="elsewhere"),
-                        limits=EpisodeLimits(max_turns=4, max_task_time_seconds=30, max_turn_time_seconds=10),
+    s = sections(gym={"base_url": gym_url, "gym_id": "g"}, agent={"base_url": agent_url, "poll_interval_s": 0.05},
+                 model={"path": "", "base_url": "http://127.0.0.1:9/v1", "name": "elsewhere"},
+                 limits={"max_turns": 4, "max_task_time_seconds": 30, "max_turn_time_seconds": 10})
+    return EpisodeSetup(gym=s["gym"], agent=s["agent"], model=s["model"], limits=s["limits"],
                         settings=EndpointSettings(), trajectory=TrajectoryConfig(), sampling=Sampling())
 
 
@@ -94,7 +96,7 @@ def test_right_credit_4_drops_that_grow_with_episode_length_warn():
     """Long episodes (at least half of max_turns played) lost at a higher share than short ones: the workflow's
     statistics carry both shares (``rollout/lost_long``, ``rollout/lost_short``) and the health check warns on
     their difference; drops alike at every length do not."""
-    workflow = SimpleNamespace(limits=EpisodeLimits(max_turns=20))
+    workflow = SimpleNamespace(limits=sections(limits={"max_turns": 20})["limits"])
     health = Health(HealthConfig(), max_turns=20, max_head_offpolicyness=1)
     scope = stats_tracker.get("rollout")
     scope.export(reset=True)

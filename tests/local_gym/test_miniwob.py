@@ -498,17 +498,18 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
     from cua_rl.trajectory import EpisodeOutcome
     from cua_rl.workflow import CUAAgentWorkflow, play_episode
     from tests.doubles.model_double import MODEL_ID, ScriptedModel, build_model_app, qwen_call
+    from tests.sections import workflow_args
 
     scripted = ScriptedModel()
     scripted.script("", [qwen_call(action="terminate", status="failure")])   # the workflow sends no key here
     model = serve_app_in_thread(build_model_app(scripted))
     agent = start_agent_server()
     try:
-        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=8),
-                              model={"path": "unused", "base_url": model.url + "/v1", "name": MODEL_ID},
-                              gym={"base_url": mw.url, "gym_id": "miniwob"},
-                              agent={"base_url": agent.url, "poll_interval_s": 0.2},
-                              limits={"max_turns": 1, "max_task_time_seconds": 60}, group_size=2)
+        wf = CUAAgentWorkflow(**workflow_args(
+            gconfig=GenerationHyperparameters(max_new_tokens=8),
+            model={"path": "unused", "base_url": model.url + "/v1", "name": MODEL_ID},
+            gym={"base_url": mw.url, "gym_id": "miniwob"}, agent={"base_url": agent.url, "poll_interval_s": 0.2},
+            limits={"max_turns": 1, "max_task_time_seconds": 60}, group_size=2))
         row = {"task_id": "enter-text", "instruction": "Enter a given word into the text field."}
         seed = wf.group_seed(None, row)
         outcomes = [await play_episode(wf.episode_setup, None, row, i, seed=seed) for i in range(2)]

@@ -15,6 +15,7 @@ from cua_rl.workflow import CUAAgentWorkflow, MonitorTarget
 from cua_rl.workflow.worker import forget_workers
 from tests.doubles.policy_helpers import EngineDouble
 from tests.doubles.scripted_episodes import install
+from tests.sections import workflow_args
 
 
 class Engine(EngineDouble):
@@ -44,10 +45,10 @@ def test_right_data_11_each_group_shows_apart_with_the_values_it_trained(our_mon
             await close_loop_servers()
 
     with training_run(monitor.url, "p1", "cua", "right-data-11", token=token) as training_id:
-        wf = CUAAgentWorkflow(gconfig=GenerationHyperparameters(max_new_tokens=8), model={"path": tiny_model_dir},
-                              gym={"base_url": "http://127.0.0.1:9", "gym_id": "g"},
-                              agent={"base_url": "http://127.0.0.1:9"}, group_size=4,
-                              monitor=MonitorTarget(base_url=monitor.url, project_id="p1", training_id=training_id))
+        wf = CUAAgentWorkflow(**workflow_args(
+            gconfig=GenerationHyperparameters(max_new_tokens=8), model={"path": tiny_model_dir},
+            gym={"base_url": "http://127.0.0.1:9", "gym_id": "g"}, agent={"base_url": "http://127.0.0.1:9"},
+            group_size=4, monitor=MonitorTarget(base_url=monitor.url, project_id="p1", training_id=training_id)))
         batches = asyncio.run(groups(wf))
     # the value each episode trained with: its first row's reward (one row per turn, no discount)
     turns = [1, 3, 2, 3]

@@ -64,7 +64,8 @@ def test_episodes_report_rollouts_and_validations(stack, monitor_server, monitor
 def test_no_token_means_no_monitor_traffic(stack, monitor_server, monitor_state, monkeypatch):
     monkeypatch.delenv("PROJECT_TOKEN", raising=False)
     monkeypatch.delenv("MONITOR_PROJECT_TOKEN", raising=False)
-    wf = make_workflow(stack, monitor=MonitorTarget(base_url=monitor_server.url + monitor_state.prefix, training_id=1))
+    wf = make_workflow(stack, monitor=MonitorTarget(base_url=monitor_server.url + monitor_state.prefix, project_id="",
+                                                 training_id=1))
     assert asyncio.run(_group(wf, stack)) is not None
     assert monitor_state.requests == []
 
