@@ -33,6 +33,7 @@ import shutil
 import socket
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,28 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger("cua_rl.runs")
+
+class DropCause(StrEnum):
+    """Why an episode was dropped, not evaluated (``cua_rl.workflow.Dropped.cause``): the workflow counts each as
+    ``episodes_lost_<cause>``, the launcher's summary and the run's health checks read them. A ``StrEnum``: the
+    counts' keys and the monitor's words stay the values below.
+
+    - ``gym``: the gym failed (create, a read or an action after retries, evaluate), or its host drained too often;
+    - ``agent_service``: the agent service failed or could not be reached;
+    - ``model_server``: the model server failed or was too slow for a turn;
+    - ``policy_unreached``: the agent's model calls failed and not one of them reached the policy endpoint (the URL
+      the agent was given does not route to it from the agent's host: policy.bind_host / advertised_host);
+    - ``crash``: the episode raised (a bug of ours).
+
+    Not a cause: a group whose gym host drained (cua_rl/workflow/placement.py) is played again elsewhere, its
+    episodes counted as drained, never as lost."""
+
+    GYM = "gym"
+    AGENT_SERVICE = "agent_service"
+    MODEL_SERVER = "model_server"
+    POLICY_UNREACHED = "policy_unreached"
+    CRASH = "crash"
+
 
 STREAM_KEY = "cua_stream_index"   # in the task row the workflow gets, and as a [rows] tensor in its batch
 DROPPED_DIR = "dropped_stream"     # under the run's log directory: one file of dropped indices per worker process

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
+from ..mini_agent.states import RunFailure, RunState
 
 
 def iso(dt: datetime) -> str:
@@ -55,7 +55,7 @@ class RunRecord:
     run_id: str
     request: dict[str, Any]                      # redacted payload
     agent: str
-    status: str = RUNNING
+    status: RunState = RunState.RUNNING
     ok: bool | None = None
     reason: str | None = None
     answer: str | None = None
@@ -102,20 +102,20 @@ class RunRecord:
 
     @property
     def finished(self) -> bool:
-        return self.status != RUNNING
+        return self.status != RunState.RUNNING
 
-    def finish(self, ok: bool, reason: str, status: str | None = None, failure: str | None = None) -> None:
+    def finish(self, ok: bool, reason: str, status: RunState | None = None, failure: RunFailure | None = None) -> None:
         """Set the final state once and emit ``run_end`` (with ``failure``, whose failure it was: see
         ``runner.RunFailed``); later calls are ignored."""
         if self.finished:
             return
         self.ok, self.reason = ok, reason
-        self.status = status or (COMPLETED if ok else FAILED)
+        self.status = status or (RunState.COMPLETED if ok else RunState.FAILED)
         self.ended_at = self.now()
         self.ended_monotonic = time.monotonic()
         fields: dict[str, Any] = {"ok": ok, "reason": reason}
         if failure is not None and not ok:
-            fields["failure"] = failure
+            fields["failure"] = str(failure)   # the wire value
         if self.answer is not None:
             fields["answer"] = self.answer
         self.emit("run_end", **fields)

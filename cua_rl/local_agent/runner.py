@@ -34,7 +34,8 @@ from ..http.retry import RetryPolicy
 from .actions import AgentAction, InvalidAction, ParsedTurn
 from .formats import HistoryStep, PromptContext, get_format
 from .model_client import MAX_ANSWER_BYTES, ContextExceeded, ModelClient, ModelError, token_record
-from .record import CANCELLED, ResumePoint, RunRecord, iso
+from ..mini_agent.states import RunFailure, RunState
+from .record import ResumePoint, RunRecord, iso
 from .schema import RunRequest
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class RunFailed(Exception):
     model server failed after retries), ``policy`` (the model's own doing: invalid replies, step time).
     A trainer must never score an ``env`` or ``model`` failure as the policy's."""
 
-    def __init__(self, message: str, kind: str = "policy") -> None:
+    def __init__(self, message: str, kind: RunFailure = RunFailure.POLICY) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -156,14 +157,14 @@ class AgentRun:
                 await self._loop(self.gym)
         except asyncio.CancelledError:
             rec.finish(False, "cancelled" if rec.cancel_requested else "agent service shutting down",
-                       status=CANCELLED)
+                       status=RunState.CANCELLED)
         except TimeoutError:
             if not deadline.expired():
                 raise
             if self.model.cut_off:   # the model server never answered in time: not the policy's doing
                 reason = f"maxRunTimeSec exceeded ({limit:g} s) waiting for the model server's answer"
                 rec.emit("error", message=reason)
-                rec.finish(False, reason, failure="model")
+                rec.finish(False, reason, failure=RunFailure.MODEL)
             else:
                 rec.emit("error", message=f"run exceeded maxRunTimeSec ({limit:g} s)")
                 rec.finish(False, f"maxRunTimeSec exceeded ({limit:g} s)")
@@ -216,10 +217,10 @@ class AgentRun:
         milliseconds); else the policy's (its model's time)."""
         if self.model.cut_off:
             return RunFailed(f"step {step} exceeded maxStepTimeSec ({limit:g} s) waiting for the model server's "
-                             f"answer", "model")
+                             f"answer", RunFailure.MODEL)
         in_gym = self.clock.total()
         why = f"step {step} exceeded maxStepTimeSec ({limit:g} s; {in_gym:.1f} s of it inside the gym)"
-        return RunFailed(why, "env" if in_gym > limit / 2 else "policy")
+        return RunFailed(why, RunFailure.ENV if in_gym > limit / 2 else RunFailure.POLICY)
 
     # -- one step ----------------------------------------------------------------------------------
 
@@ -317,7 +318,7 @@ class AgentRun:
         rec.emit("action_executed", step, actionIndex=index, action={k: v for k, v in entry.items() if k != "obs"},
                  startTs=iso(started), endTs=iso(rec.now()), durationMs=round(duration, 3))
         if gym_failed:
-            raise RunFailed(gym_failed, "env")
+            raise RunFailed(gym_failed, RunFailure.ENV)
         return error, gym_s
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -374,7 +375,7 @@ class AgentRun:
         try:
             return await call
         except GenvError as exc:
-            raise RunFailed(f"gym {what} failed: {exc}", "env") from exc
+            raise RunFailed(f"gym {what} failed: {exc}", RunFailure.ENV) from exc
 
     async def _gym_act(self, gym: GenvClient, action: dict[str, Any]) -> dict[str, Any]:
         policy = self.settings.gym_retry
@@ -385,9 +386,9 @@ class AgentRun:
                 if exc.status_code is not None and 400 <= exc.status_code < 500 and exc.status_code != 429:
                     raise  # rejected action: the caller turns it into feedback for the model
                 if not _retryable_act_error(exc):
-                    raise RunFailed(f"gym action failed: {exc}", "env") from exc
+                    raise RunFailed(f"gym action failed: {exc}", RunFailure.ENV) from exc
                 if attempt == policy.attempts:
-                    raise RunFailed(f"gym action failed after {attempt} tries: {exc}", "env") from exc
+                    raise RunFailed(f"gym action failed after {attempt} tries: {exc}", RunFailure.ENV) from exc
                 logger.warning("run %s: gym act failed (%s); retry %d", self.record.run_id, exc, attempt)
                 await asyncio.sleep(policy.delay(attempt))
         raise AssertionError("unreachable")
@@ -396,7 +397,7 @@ class AgentRun:
         try:
             return await call
         except ContextExceeded as exc:   # the prompt outgrew the policy's context: its episode ends here
-            raise RunFailed(str(exc), "policy") from exc
+            raise RunFailed(str(exc), RunFailure.POLICY) from exc
         except ModelError as exc:
-            raise RunFailed(str(exc), "model") from exc
+            raise RunFailed(str(exc), RunFailure.MODEL) from exc
 

@@ -25,6 +25,7 @@ from ..http.input import MiB
 from ..http.retry import AnswerRefused, RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
 from .events import EventLog, answer_of_action
 from .models import TERMINAL_STATUSES, RunRequest, RunResult, RunStatus
+from .states import RunState
 
 logger = logging.getLogger(__name__)
 
@@ -196,9 +197,9 @@ class MiniAgentClient:
                 if isinstance(end.data.get("failure"), str):
                     final["failure"] = end.data["failure"]
                 if final["status"] not in TERMINAL_STATUSES:  # run_end can arrive before status flips
-                    final["status"] = "completed" if final["ok"] else "failed"
+                    final["status"] = RunState.COMPLETED if final["ok"] else RunState.FAILED
             else:
-                final["ok"] = final["status"] == "completed"
+                final["ok"] = final["status"] == RunState.COMPLETED
         try:
             steps = await self.steps(run_id)
         except MiniAgentError as exc:

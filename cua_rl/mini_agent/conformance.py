@@ -36,6 +36,7 @@ from ..genv.errors import GenvError
 from ..http.serve import serve_app_in_thread
 from .client import MiniAgentClient, MiniAgentError
 from .models import GenvEnv, ModelEndpoint, RunRequest
+from .states import RunState
 
 MODEL = "cua-check-model"
 ANSWER = "cua-check-answer"
@@ -195,7 +196,7 @@ async def _one_run(client: MiniAgentClient, gym: GenvClient, model: ScriptedMode
         if result.answer != ANSWER:
             raise CheckFailed(f"the run's answer is {result.answer!r}, the model answered {ANSWER!r}")
         status = await client.status(run[0])
-        if status.status != "completed":
+        if status.status != RunState.COMPLETED:
             raise CheckFailed(f"GET /runs/{{id}} says {status.status!r} after run_end ok, not 'completed'")
         steps = await client.steps(run[0])
         return f"completed, answer {ANSWER!r}, {len(steps)} steps"

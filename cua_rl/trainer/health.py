@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from cua_rl.areal_ext import SAMPLER_GAP_KEY   # recorded by cua_rl.areal_ext.trainer_logprobs in the training worker
-from cua_rl.runs import read_counts
+from cua_rl.runs import DropCause, read_counts
 
 logger = logging.getLogger(__name__)
 
@@ -335,7 +335,8 @@ class StallWatch:
         inv = BY_NAME["infra_lost_share"]
         by_cause = ", ".join(f"{c.replace('_', ' ')} {v - self._since[2].get(c, 0)}" for c, v in sorted(causes.items())
                              if v > self._since[2].get(c, 0))
-        unreached = causes.get("policy_unreached", 0) - self._since[2].get("policy_unreached", 0)
+        unreached = (causes.get(DropCause.POLICY_UNREACHED, 0)
+                     - self._since[2].get(DropCause.POLICY_UNREACHED, 0))
         hint = ("; the agent cannot reach the policy endpoint at the URL it is given (rollout.log names it)"
                 if unreached * 2 > new_lost else "")
         return Finding(self.step, inv, 1.0, self.health.thresholds[inv.name], self.health.action(inv),

@@ -12,10 +12,12 @@
   the counts go on disk through ``cua_rl.runs`` for the run's summary and health checks.
 """
 
-from .episode import CAUSES, Dropped, EpisodeSetup, play_episode
+from cua_rl.runs import DropCause
+
+from .episode import Dropped, EpisodeSetup, play_episode
 from .group import CUAAgentWorkflow
 from .sections import (AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget, sections_from,
                        workflow_kwargs)
 
-__all__ = ["CAUSES", "AgentTarget", "CUAAgentWorkflow", "Dropped", "EpisodeLimits", "EpisodeSetup", "GymTarget",
+__all__ = ["AgentTarget", "CUAAgentWorkflow", "DropCause", "Dropped", "EpisodeLimits", "EpisodeSetup", "GymTarget",
            "ModelTarget", "MonitorTarget", "play_episode", "sections_from", "workflow_kwargs"]

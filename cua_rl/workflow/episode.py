@@ -26,9 +26,11 @@ from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.mini_agent import (GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling,
                                StartFrom)
+from cua_rl.mini_agent.states import RunFailure
 from cua_rl.monitor import RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.policy.endpoint import endpoint_hosts
+from cua_rl.runs import DropCause
 from cua_rl.trajectory import EpisodeOutcome
 from cua_rl.trajectory.shaping import shaped_reward
 
@@ -36,26 +38,21 @@ from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget
 
 logger = logging.getLogger(__name__)
 
-# Why an episode was dropped (``Dropped.cause``); the summary counts each (``episodes_lost_<cause>``).
-# policy_unreached: the agent's model calls failed and not one of them reached the policy endpoint (the URL
-# the agent was given does not route to it from the agent's host: policy.bind_host / advertised_host).
-# Not a cause: a group whose gym host drained (cua_rl/workflow/placement.py) is played again elsewhere, its
-# episodes counted as drained, never as lost.
-CAUSES = ("gym", "agent_service", "model_server", "policy_unreached", "crash")
-
-
 @dataclass
 class Dropped:
-    """An episode that was not evaluated: ``cause`` (one of ``CAUSES``), what happened and, where known, how many
-    policy turns it had played (what the health check of drops by episode length reads)."""
+    """An episode that was not evaluated: ``cause`` (``cua_rl.runs.DropCause``; its value is taken too), what
+    happened and, where known, how many policy turns it had played (what the health check of drops by episode
+    length reads)."""
 
-    cause: str
+    cause: DropCause
     reason: str
     turns: int | None = None
 
     def __post_init__(self) -> None:
-        if self.cause not in CAUSES:
-            raise ValueError(f"unknown cause {self.cause!r}; one of {CAUSES}")
+        try:
+            self.cause = DropCause(self.cause)
+        except ValueError:
+            raise ValueError(f"unknown cause {self.cause!r}; one of {[c.value for c in DropCause]}") from None
 
 
 @dataclass
@@ -115,7 +112,7 @@ def _execution(gym: GenvClient, placement, task_id: str, options: dict | None, b
 
 
 def _dropped_by(exc: GenvError | MiniAgentError, where: str, gym_url: str) -> Dropped:
-    cause = "gym" if isinstance(exc, GenvError) else "agent_service"
+    cause = DropCause.GYM if isinstance(exc, GenvError) else DropCause.AGENT_SERVICE
     logger.error("%s: %s failure on %s, episode dropped: %s", where, cause.replace("_", " "), gym_url, exc)
     return Dropped(cause, f"{type(exc).__name__}: {exc}")   # reported by the workflow (its monitor record)
 
@@ -158,7 +155,7 @@ async def play_on(setup: EpisodeSetup, endpoint: PolicyEndpoint | None, data: di
     decided = gym_fault_decided(evaluation, run)
     if decided and setup.trajectory.mutation != "gym_faults_as_policy":
         logger.error("%s: %s; episode dropped", where, decided)
-        return Dropped("gym", decided, turns=len(turns) or run.num_steps)   # the agent's steps: no endpoint
+        return Dropped(DropCause.GYM, decided, turns=len(turns) or run.num_steps)   # the agent's steps: no endpoint
     if evaluation.gym_faults:
         logger.info("%s: the gym failed %d call(s) of this execution and the agent went on past them (faults.gym "
                     "%d, none unrecovered): evaluated, the faults counted", where, evaluation.gym_faults,
@@ -258,16 +255,17 @@ async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execu
         logger.info("execution %s: the episode ended at its context overflow (%s); evaluated as the policy's",
                     execution_id, episode.overflow)
     elif (setup.trajectory.mutation == "gym_faults_as_policy" and not run.service_failed
-          and run.failure == "env"):
+          and run.failure == RunFailure.ENV):
         logger.info("execution %s: the gym failed mid-run (%s); evaluated as the policy's (the learning bench's "
                     "mutation gym_faults_as_policy)", execution_id, run.reason)
     elif run.infrastructure_failed:
-        cause = "agent_service" if run.service_failed else {"env": "gym", "model": "model_server"}[run.failure]
-        if cause == "model_server" and episode is not None and not _reached(episode):
+        cause = DropCause.AGENT_SERVICE if run.service_failed else {
+            RunFailure.ENV: DropCause.GYM, RunFailure.MODEL: DropCause.MODEL_SERVER}[run.failure]
+        if cause == DropCause.MODEL_SERVER and episode is not None and not _reached(episode):
             logger.error("execution %s: the agent could not reach the policy endpoint at %s (the URL it was "
                          "given; check that it routes from the agent's host: policy.bind_host / "
                          "advertised_host): %s; episode dropped", execution_id, episode.base_url, run.reason)
-            return Dropped("policy_unreached", f"{episode.base_url} not reached: {run.reason}")
+            return Dropped(DropCause.POLICY_UNREACHED, f"{episode.base_url} not reached: {run.reason}")
         logger.error("execution %s: the %s failed mid-run (%s); episode dropped", execution_id,
                      cause.replace("_", " "), run.reason)
         return Dropped(cause, run.reason, turns=len(episode.turns) if episode is not None else None)
@@ -277,7 +275,7 @@ async def _run_agent(setup: EpisodeSetup, endpoint, data, gym_url, gym_id, execu
         why = (f"{episode.failed_turns} policy turn(s) failed, {episode.in_flight} never finished in the engine"
                f", the last answer {'never reached the agent' if episode.answer_lost else 'was delivered'}")
         logger.error("execution %s: %s; episode dropped", execution_id, why)
-        return Dropped("model_server", why, turns=len(episode.turns))
+        return Dropped(DropCause.MODEL_SERVER, why, turns=len(episode.turns))
     return run, (episode.turns if episode else [])
 
 

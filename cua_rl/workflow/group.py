@@ -40,7 +40,7 @@ from cua_rl.logs import worker_logging
 from cua_rl.mini_agent import Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.runs import (EPISODE_REWARD, EPISODE_SHARE, EPISODE_SUCCESS, STREAM_KEY,
+from cua_rl.runs import (EPISODE_REWARD, EPISODE_SHARE, EPISODE_SUCCESS, STREAM_KEY, DropCause,
                          record_dropped, write_counts)
 from cua_rl.trajectory.mutations import mutate
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, episode_values, group_rows, rows_of, shuffle_rewards
@@ -186,13 +186,13 @@ class CUAAgentWorkflow(RolloutWorkflow):
                                                              seeds[i], group, placement),
             on_drained=self._drained)
         outcomes: list[EpisodeOutcome] = []
-        lost: list[str] = []
+        lost: list[DropCause] = []
         lost_turns: list[int | None] = []   # the turns each lost episode played (None: unknown)
         for i, res in enumerate(results):
             if isinstance(res, BaseException):
                 logger.error("task %s episode %d crashed: %s: %s", task_id, i, type(res).__name__, res,
                              exc_info=res)
-                lost.append("crash")
+                lost.append(DropCause.CRASH)
                 lost_turns.append(None)
             elif isinstance(res, Dropped):
                 lost.append(res.cause)

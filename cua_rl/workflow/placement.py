@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from cua_rl.genv.fleet import MAX_RERUNS, Fleet, Placement, fleet_of, gym_urls
+from cua_rl.runs import DropCause
 from cua_rl.trajectory import EpisodeOutcome
 
 from .episode import Dropped
@@ -74,7 +75,7 @@ async def play_group(fleet: Fleet | None, single_url: str, n: int, play: Play,
                            "item again on another host (%d/%d)", n, placement.url, attempt + 1, MAX_RERUNS)
     why = f"its gym host drained {MAX_RERUNS + 1} times in a row"
     logger.error("group of %d episodes lost: %s", n, why)
-    return [Dropped("gym", why)] * n, placement.url
+    return [Dropped(DropCause.GYM, why)] * n, placement.url
 
 
 async def _play_placed(fleet: Fleet, placement, n: int, play: Play) -> list | None:
@@ -86,7 +87,7 @@ async def _play_placed(fleet: Fleet, placement, n: int, play: Play) -> list | No
         await asyncio.wait({together, lost}, return_when=asyncio.FIRST_COMPLETED)
         if together.done():
             results = together.result()
-            gym_failed = any(isinstance(r, Exception) or (isinstance(r, Dropped) and r.cause == "gym")
+            gym_failed = any(isinstance(r, Exception) or (isinstance(r, Dropped) and r.cause == DropCause.GYM)
                              for r in results)
             if not gym_failed or not await fleet.suspect(placement.host):
                 return list(results)   # evaluated (or lost for another cause): kept, whatever the host does next

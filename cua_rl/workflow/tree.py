@@ -29,6 +29,7 @@ from cua_rl.config import TreeConfig
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.mini_agent import START_FROM, MiniAgentClient, MiniAgentError, StartFrom
 from cua_rl.monitor import RolloutReport
+from cua_rl.runs import DropCause
 from cua_rl.trajectory import EpisodeOutcome
 from cua_rl.trajectory.tree import Segment
 
@@ -87,12 +88,12 @@ class TreePlay:
             stack.extend(kid for _, kids in path.branches for kid in kids if kid.evaluated)
         return out
 
-    def lost(self) -> list[str]:
+    def lost(self) -> list[DropCause]:
         """The cause of every path that is not kept: its own drop, or its nearest dropped ancestor's."""
-        causes: list[str] = []
+        causes: list[DropCause] = []
 
-        def visit(path: PlayedPath, inherited: str | None) -> None:
-            cause = inherited or (None if path.evaluated else getattr(path.outcome, "cause", "crash"))
+        def visit(path: PlayedPath, inherited: DropCause | None) -> None:
+            cause = inherited or (None if path.evaluated else getattr(path.outcome, "cause", DropCause.CRASH))
             if cause:
                 causes.append(cause)
             for _, kids in path.branches:

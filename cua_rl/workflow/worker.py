@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cua_rl.genv.fleet import DRAINS
-from cua_rl.runs import host_key
+from cua_rl.runs import DropCause, host_key
 from cua_rl.trajectory import trained_tokens
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class WorkerState:
         self.groups_started += 1
         return self.groups_started - 1
 
-    def count_group(self, evaluated: int, lost_causes: list[str], rejected: bool) -> None:
+    def count_group(self, evaluated: int, lost_causes: list[DropCause], rejected: bool) -> None:
         """One group's episodes: how many were evaluated, the cause of each one lost, whether it was rejected."""
         self.episodes["episodes_evaluated"] += evaluated
         self.episodes["episodes_lost"] += len(lost_causes)
