@@ -11,7 +11,8 @@ Shared records under the run's log directory:
   (episodes evaluated, episodes lost by cause, groups rejected, and its policy endpoints' turn counts:
   recorded, verified, refused, undelivered, ...; ``cua_rl.workflow.worker``) as JSON under
   ``<logs>/policy_endpoint/``, one file per kind, host and process; the launcher's summary and the run's
-  health checks add them up. Kinds ("train", "eval") are kept apart;
+  health checks add them up. Kinds ("train", "eval") are kept apart; a lost episode is counted under its
+  ``DropCause`` (``episodes_lost_<cause>``), defined here, where the writers and readers of the counts meet;
 - the dropped stream items (``record_dropped``, read by ``read_dropped``): a training row the workflow returns
   nothing for, one line in ``<logs>/dropped_stream/``, which the trainer's loader counts as consumed
   (cua_rl/trainer/resume.py);

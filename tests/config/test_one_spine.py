@@ -116,6 +116,6 @@ def test_the_gates_fire_on_a_default(tmp_path):
     assert section_defaults(tmp_path) == ["EpisodeLimits.max_turns = 20",
                                           "EpisodeLimits.extra = field(default_factory=dict)"]
     found = turn_defaults(tmp_path)
-    assert [f.split(": ", 1)[0] for f in found] == ["cua_rl/config.py:2", "cua_rl/workflow/group.py:1",
-                                                    "cua_rl/workflow/group.py:2", "cua_rl/workflow/group.py:3",
-                                                    "cua_rl/workflow/group.py:3", "cua_rl/workflow/sections.py:4"], found
+    assert [f.split(": ", 1)[0] for f in found] == [
+        "cua_rl/config.py:2", "cua_rl/workflow/group.py:1", "cua_rl/workflow/group.py:2", "cua_rl/workflow/group.py:3",
+        "cua_rl/workflow/group.py:3", "cua_rl/workflow/sections.py:4"], found
