@@ -202,7 +202,7 @@ class Desktop:
     # (tests/local_gym/test_env.py's Enter after typing is lost), it refuses their Bell (GTK and xterm exit: bells
     # are off in every HOME) and Chromium without XKEYBOARD reads keys through the wrong keymap (browser.py). Until
     # then a desktop that kills the gym's connections has them re-opened (env.py, docs/security.md).
-    untrusted_apps = False
+    untrusted_apps = True
 
     @property
     def display(self) -> str:
@@ -290,7 +290,7 @@ class Desktop:
             desk._authorize_apps()
             desk._start_sandbox(limits)
             desk._wait_for_windows(timeout_s)
-            desk.xinput = XInput(desk.display, pings=not desk.untrusted_apps)
+            desk.xinput = XInput(desk.display)
             desk.screen = Screen(desk.display)
             # the windows are mapped and drawn: 50 ms of identical frames (grabs 10 ms apart) is settled
             desk.screen.wait_stable(stable_s=0.05, timeout_s=3.0)
@@ -483,7 +483,7 @@ class Desktop:
             if obj is not None:
                 with contextlib.suppress(Exception):   # already broken: that is why we are here
                     obj.close()
-        xinput = XInput(self.display, pings=not self.untrusted_apps)
+        xinput = XInput(self.display)
         try:
             self.screen = Screen(self.display)
         except BaseException:
