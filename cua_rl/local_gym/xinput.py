@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import struct
 import sys
 import threading
@@ -88,27 +89,30 @@ def _adds_shift(needs_shift: bool, keys: int, combo: bool) -> bool:
 
 SEND_EVENT = 25          # the core SendEvent request's opcode
 CLIENT_MESSAGE = 33
+SEND_EVENTS = [{"core_requests": (SEND_EVENT, SEND_EVENT), "core_replies": (0, 0), "ext_requests": (0, 0, 0, 0),
+                "ext_replies": (0, 0, 0, 0), "delivered_events": (0, 0), "device_events": (0, 0), "errors": (0, 0),
+                "client_started": False, "client_died": False}]   # what is recorded: SendEvent requests only
 
 
 class _PingAnswers:
-    """The answers to the gym's _NET_WM_PINGs on one display, as the clients send them (see the module docstring):
-    a RECORD context that records every client's SendEvent requests, on a connection of its own (impervious to
-    server grabs) that a thread reads. ``wait(stamp)`` returns once a client has sent the answer with that stamp
-    to the root window."""
+    """The answers to the gym's _NET_WM_PINGs on one display, as the clients send them (see the module docstring),
+    through RECORD: per ping, a context that records the SendEvent requests of the pinged window's client only,
+    enabled on a connection of its own (impervious to server grabs) that a thread reads, and freed once the answer
+    came or the wait ended. So an app that floods the server with SendEvents costs the gym nothing while it is not
+    the one asked. (One context whose client is registered anew for each ping would be cheaper, but Xvfb 21.1
+    records nothing for a client registered on an enabled context a second time.)"""
 
-    def __init__(self, control, ping_atom: int) -> None:
-        """``control``: the connection pings are sent on (it creates, disables and frees the context)."""
+    def __init__(self, control) -> None:
+        """``control``: the connection pings are sent on (it creates, disables and frees the contexts)."""
         if not control.has_extension("RECORD"):
             raise RuntimeError(f"display {control.get_display_name()} has no RECORD extension")
-        self._control, self._ping, self._root = control, ping_atom, control.screen().root.id
-        self._answered: set[int] = set()
+        self._control, self._root = control, control.screen().root.id
+        self._ping = control.intern_atom("_NET_WM_PING")
         self._cond = threading.Condition()
+        self._answered: set[int] = set()
+        self._enabled = 0                 # the context whose recording has started (its StartOfData came)
         self._error: BaseException | None = None
-        self._context = control.record_create_context(0, [record.AllClients], [{
-            "core_requests": (SEND_EVENT, SEND_EVENT), "core_replies": (0, 0), "ext_requests": (0, 0, 0, 0),
-            "ext_replies": (0, 0, 0, 0), "delivered_events": (0, 0), "device_events": (0, 0), "errors": (0, 0),
-            "client_started": False, "client_died": False}])
-        control.sync()
+        self._contexts: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._data = xdisplay.Display(control.get_display_name())
         try:
             impervious_xlib(self._data)
@@ -120,9 +124,10 @@ class _PingAnswers:
         self._thread.start()
 
     def _read(self) -> None:
-        """The thread: the recorded requests until the context is disabled or the connection is lost."""
+        """The thread: enables each context handed to it and reads what it records until it is disabled."""
         try:
-            self._data.record_enable_context(self._context, self._recorded)
+            while (context := self._contexts.get()) is not None:
+                self._data.record_enable_context(context, lambda reply, c=context: self._recorded(c, reply))
             error: BaseException = xerror.ConnectionClosedError("the gym (its pings were stopped)")
         except BaseException as exc:  # noqa: BLE001 - kept, and raised to the next ping
             error = exc
@@ -130,9 +135,13 @@ class _PingAnswers:
             self._error = error
             self._cond.notify_all()
 
-    def _recorded(self, reply) -> None:
-        """One RECORD reply: the SendEvent requests it holds that answer a ping (a ClientMessage of _NET_WM_PING
-        to the root window) mark their stamps answered."""
+    def _recorded(self, context: int, reply) -> None:
+        """One RECORD reply: the start of ``context``'s recording, or SendEvent requests of which those that answer
+        a ping (a ClientMessage of _NET_WM_PING to the root window) mark their stamps answered."""
+        if reply.category in (record.StartOfData, record.EndOfData):
+            with self._cond:
+                self._enabled = context if reply.category == record.StartOfData else 0
+                self._cond.notify_all()
         if reply.category != record.FromClient:
             return
         order = {"little": "<", "big": ">"}[sys.byteorder]
@@ -158,32 +167,63 @@ class _PingAnswers:
                 self._answered.update(stamps)
                 self._cond.notify_all()
 
-    def forget(self) -> None:
-        """Drop the answers seen so far (late answers to earlier pings)."""
+    def _wait_for(self, ready, timeout_s: float) -> bool:
+        """Under the condition: wait until ``ready()``, False after ``timeout_s``; raises the error that ended the
+        recording thread (its connection was lost)."""
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if self._error is not None:
+                raise self._error
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._cond.wait(left)
+        return True
+
+    def watch(self, window: int, timeout_s: float) -> int | None:
+        """Start recording the requests of the client of ``window``: the context, once its recording has started
+        (``end`` it); None when the window is gone or the recording did not start within ``timeout_s``."""
+        caught = xerror.CatchError()
+        context = self._control.display.allocate_resource_id()
+        record.CreateContext(display=self._control.display, onerror=caught, context=context,
+                             opcode=self._control.display.get_extension_major(record.extname), element_header=0,
+                             clients=[window], ranges=SEND_EVENTS)
+        self._control.sync()   # created before the recording connection enables it
+        if caught.get_error():
+            return None
         with self._cond:
             self._answered.clear()
+            self._enabled = 0    # (python-xlib hands out a freed context's id again)
+            self._contexts.put(context)
+            if self._wait_for(lambda: self._enabled == context, timeout_s):
+                return context
+        self.end(context)
+        return None
 
     def wait(self, stamp: int, timeout_s: float) -> bool:
-        """True once the answer with ``stamp`` was sent, False after ``timeout_s``; raises the error that ended the
-        recording (the connection was lost)."""
+        """True once the answer with ``stamp`` was sent, False after ``timeout_s``. The X server sends what RECORD
+        recorded only when it writes to some client, and an untrusted client's answer, dropped, makes it write to
+        none: so while it waits, a round trip of the control connection's (0.25 ms apart, doubling up to 20) has it sent."""
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while stamp not in self._answered:
-                if self._error is not None:
-                    raise self._error
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-            self._answered.discard(stamp)
-            return True
+        pause = 0.00025
+        while True:
+            with self._cond:
+                if self._wait_for(lambda: stamp in self._answered, min(pause, deadline - time.monotonic())):
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            self._control.get_input_focus()
+            pause = min(pause * 2, 0.02)
+
+    def end(self, context: int) -> None:
+        """Stop and free ``context`` (its recording thread then takes the next)."""
+        self._control.record_disable_context(context)
+        self._control.record_free_context(context)
+        self._control.flush()
 
     def close(self) -> None:
-        """End the recording (from the control connection, then the thread ends) and close its connection."""
-        with contextlib.suppress(Exception):   # the X server may be gone: then the thread has ended already
-            self._control.record_disable_context(self._context)
-            self._control.record_free_context(self._context)
-            self._control.sync()
+        """End the recording thread and close its connection."""
+        self._contexts.put(None)
         self._thread.join(timeout=2.0)
         with contextlib.suppress(Exception):
             self._data.close()
@@ -301,8 +341,7 @@ class XInput:
             d = xdisplay.Display(self._d.get_display_name())
             try:
                 impervious_xlib(d)
-                ping = d.intern_atom("_NET_WM_PING")
-                self._pinger = (d, d.intern_atom("WM_PROTOCOLS"), ping, _PingAnswers(d, ping))
+                self._pinger = (d, d.intern_atom("WM_PROTOCOLS"), d.intern_atom("_NET_WM_PING"), _PingAnswers(d))
             except BaseException:
                 d.close()
                 raise
@@ -322,13 +361,18 @@ class XInput:
                         return None
                 self._ping_stamp = (self._ping_stamp + 1) & 0xFFFFFFFF
                 stamp = self._ping_stamp
-                answers.forget()
+                started = time.monotonic()
+                if (context := answers.watch(window, timeout_s)) is None:
+                    return False
+            except xerror.XError:     # the window went away
+                return False
+            try:
                 win.send_event(xevent.ClientMessage(window=win, client_type=protocols,
                                                     data=(32, [ping, stamp, window, 0, 0])), event_mask=0)
                 d.flush()
-            except xerror.XError:     # the window went away
-                return False
-            return answers.wait(stamp, timeout_s)
+                return answers.wait(stamp, timeout_s - (time.monotonic() - started))
+            finally:
+                answers.end(context)
 
     def pointer_client(self) -> int:
         """The id of the top-level client window under the pointer; 0 when there is none (the bare root, a popup

@@ -150,7 +150,7 @@ async def test_a_desktop_cannot_kill_the_gyms_x_connections(gym):
         click = await http.post(f"{url}/actions", json={"action": {"type": "click", "x": 0.5, "y": 0.5}})
         assert click.status_code == 200 and click.json()["ok"], click.text
         tally = _tally(report)
-        assert tally["killed"] == 0 and tally["refused"] >= 4, report   # the gym's 3 or more, the window manager
+        assert tally["killed"] == 0 and tally["refused"] >= 2, report   # the gym's, the window manager's
         assert (desk.xinput, desk.screen) == connections, "the gym's X connections were lost and opened again"
         assert gym.manager.executions[eid].faults["gym"] == 0
 
@@ -170,7 +170,7 @@ async def test_a_desktop_killing_x_clients_in_a_loop_causes_no_gym_fault(gym):
         (desk.home / "stop").touch()
         report = await _wait_report(desk.home / "xkill.txt", "done\n")
         tally = _tally(report)
-        assert tally["rounds"] > 1 and tally["killed"] == 0 and tally["refused"] >= 4 * tally["rounds"], report
+        assert tally["rounds"] > 1 and tally["killed"] == 0 and tally["refused"] >= 2 * tally["rounds"], report
         assert (desk.xinput, desk.screen) == connections, "the gym's X connections were lost and opened again"
         assert gym.manager.executions[eid].faults["gym"] == 0
 
