@@ -20,8 +20,11 @@ class AppKind:
 
 APPS: dict[str, AppKind] = {
     "mousepad": AppKind(("mousepad",), "Mousepad"),
+    # No bell at all (a visual one of no duration): the X server refuses an untrusted client's Bell
+    # (desktop.STILL_CARETS) and xterm exits on that refusal, so a printf '\a' would close the terminal.
     "xterm": AppKind(("xterm", "-fa", "DejaVu Sans Mono", "-fs", "13", "-bg", "white", "-fg", "black",
-                      "-geometry", "100x30", "-title", "Terminal"), "XTerm"),
+                      "-geometry", "100x30", "-title", "Terminal", "-vb", "-xrm", "XTerm*visualBellDelay: 0"),
+                     "XTerm"),
     "pcmanfm": AppKind(("pcmanfm",), "Pcmanfm"),
     # The seeded curriculum's window (curriculum.py); apps start in HOME, so the script path is relative.
     "board": AppKind(("wish", ".board/board.tcl", "-name", "board"), "Board",

@@ -4,7 +4,7 @@ Isolation (docs/local_gym.md, "Desktops and the sandbox"): apps run as a per-slo
 user/pid/net/ipc/uts namespaces, see only read-only /usr and the parts of /etc the apps read (``SANDBOX_ETC``), a fresh
 HOME made from the task's files (a size-capped tmpfs when the gym is root: ``mounts``), a small tmpfs /tmp,
 their own D-Bus session and only their own display's socket, which lets in only who presents its cookie
-(``xauth``; the apps as *untrusted* X clients where ``Desktop.untrusted_apps`` is on). Process and file-size
+(``xauth``; the apps as *untrusted* X clients, ``Desktop.untrusted_apps``). Process and file-size
 rlimits cap fork bombs and disk fills. Nothing is ever reused between executions: a desktop is built for one
 execution and destroyed with it, so no X state (Caps Lock, pointer, clipboard) can leak.
 """
@@ -95,7 +95,8 @@ class SandboxLimits:
 # -insertofftime 0): a blinking caret makes a still desktop give two different screenshots, reports "screen
 # changed" after actions that changed nothing, and costs an idle editor ~4 ms of CPU a second. And no bell (GTK's
 # error bell, readline's): the X server refuses untrusted clients (``Desktop.untrusted_apps``) the Bell request, and
-# GTK and xterm exit on that refusal (mousepad quit at Ctrl+Home at the top of its document; xterm needs -vb too).
+# GTK and xterm exit on that refusal (mousepad quit at Ctrl+Home at the top of its document; xterm's own bell is a
+# visual one of no duration, apps.py).
 STILL_CARETS = ((".config/gtk-3.0/settings.ini", "[Settings]\ngtk-cursor-blink = false\ngtk-error-bell = false\n"),
                 (".gtkrc-2.0", "gtk-cursor-blink = 0\ngtk-error-bell = 0\n"),
                 (".inputrc", "$include /etc/inputrc\nset bell-style none\n"))
@@ -197,12 +198,11 @@ class Desktop:
     home_mounted: bool = False   # HOME is a tmpfs of the quota's size (else only the reaper limits it)
     stop_errors: list[str] = field(default_factory=list, repr=False)   # what ``stop`` could not do (logged too)
     uses_x = True                # (a class fact: VM desktops have none, vm/backend.py)
-    # Whether the apps connect as untrusted X clients (xauth.py). Off for now: the X server delivers an untrusted
-    # client's answer to _NET_WM_PING to nobody, so keyboard input cannot wait for an editor to have taken its keys
-    # (tests/local_gym/test_env.py's Enter after typing is lost), it refuses their Bell (GTK and xterm exit: bells
-    # are off in every HOME) and Chromium without XKEYBOARD reads keys through the wrong keymap (browser.py). Until
-    # then a desktop that kills the gym's connections has them re-opened (env.py, docs/security.md).
-    untrusted_apps = False
+    # Whether the apps connect as untrusted X clients (xauth.py): then they cannot kill, read or draw on the gym's
+    # connections (issue 80). What they lose is made up for: their _NET_WM_PING answers, which the X server drops,
+    # are read through RECORD (xinput.py), and bells, which it refuses, are off (``STILL_CARETS``, apps.py).
+    # ``BrowserDesktop`` keeps Chromium trusted (browser.py says why).
+    untrusted_apps = True
 
     @property
     def display(self) -> str:
@@ -290,7 +290,7 @@ class Desktop:
             desk._authorize_apps()
             desk._start_sandbox(limits)
             desk._wait_for_windows(timeout_s)
-            desk.xinput = XInput(desk.display, pings=not desk.untrusted_apps)
+            desk.xinput = XInput(desk.display)
             desk.screen = Screen(desk.display)
             # the windows are mapped and drawn: 50 ms of identical frames (grabs 10 ms apart) is settled
             desk.screen.wait_stable(stable_s=0.05, timeout_s=3.0)
@@ -483,7 +483,7 @@ class Desktop:
             if obj is not None:
                 with contextlib.suppress(Exception):   # already broken: that is why we are here
                     obj.close()
-        xinput = XInput(self.display, pings=not self.untrusted_apps)
+        xinput = XInput(self.display)
         try:
             self.screen = Screen(self.display)
         except BaseException:

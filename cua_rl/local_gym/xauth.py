@@ -9,9 +9,8 @@ outside the sandbox) present it. The sandboxed apps get another cookie, generate
 as an *untrusted* one (``untrusted_cookie``): an untrusted client sees no extension but BIG-REQUESTS and
 XC-MISC (no XTEST, X-Resource, DAMAGE, MIT-SHM, RECORD), cannot kill, read, draw on or set properties of a
 trusted client's resources and cannot read the root window's pixels (it can still grab the server: xgrabs.py).
-Untrusted apps are off for now (``Desktop.untrusted_apps`` says why: the X server delivers their _NET_WM_PING
-answers to nobody, refuses their Bell, and gives Chromium no XKEYBOARD); until then the sandboxed apps get the
-display's own cookie, and a lost gym connection is re-opened (env.py).
+Where ``Desktop.untrusted_apps`` is off (Chromium's desktops, browser.py) the sandboxed apps get the display's own
+cookie; a lost gym connection is re-opened all the same (env.py).
 
 The gym's connections (python-xlib and the xcb connection ``mss`` grabs frames on) find their cookie the way
 every X client does, through ``$XAUTHORITY``: ``gym_authority`` points it, once per process, at a file of this

@@ -4,20 +4,33 @@ Why not xdotool: a subprocess per action costs ~3 ms of spawn and hides 12-100 m
 XTEST from python-xlib is ~0.3 ms and has no hidden waits.
 Characters with no key in the current keymap (e.g. non-Latin text) are typed through a spare keycode
 that is remapped on the fly, as xdotool does.
+
+Whether a client has taken the input sent to it is asked with a _NET_WM_PING: the client answers once it has
+processed every event before it. Its answer, a SendEvent to the root window, reaches no one when the client is an
+*untrusted* X client (the desktops' apps are, xauth.py): the X server's SECURITY extension drops every event an
+untrusted client sends to a trusted client's window, the root included (it checks the type after setting the
+SendEvent flag, so even its ClientMessage exception never matches). So the gym reads answers as *requests*:
+the X RECORD extension (trusted clients only) shows it every SendEvent request any client makes, before the
+server drops it (``_PingAnswers``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import select
+import logging
+import queue
+import struct
+import sys
 import threading
 import time
 
 from Xlib import X, XK, display as xdisplay, error as xerror
-from Xlib.ext import xtest
+from Xlib.ext import record, xtest
 from Xlib.protocol import event as xevent, request
 
 from .xgrabs import impervious_xlib
+
+logger = logging.getLogger(__name__)
 
 # Friendly names (what agents and reference solutions write) -> X keysym names.
 KEY_ALIASES: dict[str, str] = {
@@ -74,13 +87,154 @@ def _adds_shift(needs_shift: bool, keys: int, combo: bool) -> bool:
     return needs_shift and (keys == 1 or not combo)
 
 
+SEND_EVENT = 25          # the core SendEvent request's opcode
+CLIENT_MESSAGE = 33
+SEND_EVENTS = [{"core_requests": (SEND_EVENT, SEND_EVENT), "core_replies": (0, 0), "ext_requests": (0, 0, 0, 0),
+                "ext_replies": (0, 0, 0, 0), "delivered_events": (0, 0), "device_events": (0, 0), "errors": (0, 0),
+                "client_started": False, "client_died": False}]   # what is recorded: SendEvent requests only
+
+
+class _PingAnswers:
+    """The answers to the gym's _NET_WM_PINGs on one display, as the clients send them (see the module docstring),
+    through RECORD: per ping, a context that records the SendEvent requests of the pinged window's client only,
+    enabled on a connection of its own (impervious to server grabs) that a thread reads, and freed once the answer
+    came or the wait ended. So an app that floods the server with SendEvents costs the gym nothing while it is not
+    the one asked. (One context whose client is registered anew for each ping would be cheaper, but Xvfb 21.1
+    records nothing for a client registered on an enabled context a second time.)"""
+
+    def __init__(self, control) -> None:
+        """``control``: the connection pings are sent on (it creates, disables and frees the contexts)."""
+        if not control.has_extension("RECORD"):
+            raise RuntimeError(f"display {control.get_display_name()} has no RECORD extension")
+        self._control, self._root = control, control.screen().root.id
+        self._ping = control.intern_atom("_NET_WM_PING")
+        self._cond = threading.Condition()
+        self._answered: set[int] = set()
+        self._enabled = 0                 # the context whose recording has started (its StartOfData came)
+        self._error: BaseException | None = None
+        self._contexts: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._data = xdisplay.Display(control.get_display_name())
+        try:
+            impervious_xlib(self._data)
+        except BaseException:
+            self._data.close()
+            raise
+        self._thread = threading.Thread(target=self._read, name=f"x-record{control.get_display_name()}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        """The thread: enables each context handed to it and reads what it records until it is disabled."""
+        try:
+            while (context := self._contexts.get()) is not None:
+                self._data.record_enable_context(context, lambda reply, c=context: self._recorded(c, reply))
+            error: BaseException = xerror.ConnectionClosedError("the gym (its pings were stopped)")
+        except BaseException as exc:  # noqa: BLE001 - kept, and raised to the next ping
+            error = exc
+        with self._cond:
+            self._error = error
+            self._cond.notify_all()
+
+    def _recorded(self, context: int, reply) -> None:
+        """One RECORD reply: the start of ``context``'s recording, or SendEvent requests of which those that answer
+        a ping (a ClientMessage of _NET_WM_PING to the root window) mark their stamps answered."""
+        if reply.category in (record.StartOfData, record.EndOfData):
+            with self._cond:
+                self._enabled = context if reply.category == record.StartOfData else 0
+                self._cond.notify_all()
+        if reply.category != record.FromClient:
+            return
+        order = {"little": "<", "big": ">"}[sys.byteorder]
+        if reply.client_swapped:
+            order = "<" if order == ">" else ">"
+        data, at, stamps = bytes(reply.data), 0, []
+        while at + 4 <= len(data):
+            opcode, length = data[at], struct.unpack(order + "H", data[at + 2:at + 4])[0] * 4
+            if length == 0:   # BIG-REQUESTS: the length follows, and counts itself
+                length = struct.unpack(order + "I", data[at + 4:at + 8])[0] * 4 if at + 8 <= len(data) else 0
+            if length < 4:
+                break
+            request = data[at:at + length]
+            at += length
+            if opcode != SEND_EVENT or len(request) != 44:
+                continue
+            destination = struct.unpack(order + "I", request[4:8])[0]
+            kind, message, stamp = request[12] & 0x7F, *struct.unpack(order + "2I", request[24:32])
+            if destination == self._root and kind == CLIENT_MESSAGE and message == self._ping:
+                stamps.append(stamp)
+        if stamps:
+            with self._cond:
+                self._answered.update(stamps)
+                self._cond.notify_all()
+
+    def _wait_for(self, ready, timeout_s: float) -> bool:
+        """Under the condition: wait until ``ready()``, False after ``timeout_s``; raises the error that ended the
+        recording thread (its connection was lost)."""
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if self._error is not None:
+                raise self._error
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._cond.wait(left)
+        return True
+
+    def watch(self, window: int, timeout_s: float) -> int | None:
+        """Start recording the requests of the client of ``window``: the context, once its recording has started
+        (``end`` it); None when the window is gone or the recording did not start within ``timeout_s``."""
+        caught = xerror.CatchError()
+        context = self._control.display.allocate_resource_id()
+        record.CreateContext(display=self._control.display, onerror=caught, context=context,
+                             opcode=self._control.display.get_extension_major(record.extname), element_header=0,
+                             clients=[window], ranges=SEND_EVENTS)
+        self._control.sync()   # created before the recording connection enables it
+        if caught.get_error():
+            return None
+        with self._cond:
+            self._answered.clear()
+            self._enabled = 0    # (python-xlib hands out a freed context's id again)
+            self._contexts.put(context)
+            if self._wait_for(lambda: self._enabled == context, timeout_s):
+                return context
+        self.end(context)
+        return None
+
+    def wait(self, stamp: int, timeout_s: float) -> bool:
+        """True once the answer with ``stamp`` was sent, False after ``timeout_s``. The X server sends what RECORD
+        recorded only when it writes to some client, and an untrusted client's answer, dropped, makes it write to
+        none: so while it waits, a round trip of the control connection's (0.25 ms apart, doubling up to 20) has it sent."""
+        deadline = time.monotonic() + timeout_s
+        pause = 0.00025
+        while True:
+            with self._cond:
+                if self._wait_for(lambda: stamp in self._answered, min(pause, deadline - time.monotonic())):
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            self._control.get_input_focus()
+            pause = min(pause * 2, 0.02)
+
+    def end(self, context: int) -> None:
+        """Stop and free ``context`` (its recording thread then takes the next)."""
+        self._control.record_disable_context(context)
+        self._control.record_free_context(context)
+        self._control.flush()
+
+    def close(self) -> None:
+        """End the recording thread and close its connection."""
+        self._contexts.put(None)
+        self._thread.join(timeout=2.0)
+        with contextlib.suppress(Exception):
+            self._data.close()
+        if self._thread.is_alive():
+            logger.warning("the RECORD thread of %s did not end", self._thread.name)
+
+
 class XInput:
     """Mouse and keyboard of one display. Thread-safe; every call returns after the server has the events."""
 
-    def __init__(self, display_name: str, pings: bool = True) -> None:
-        """``pings`` off: the display's clients are untrusted (xauth.py), whose answers to _NET_WM_PING (sent to
-        the root window) the X server delivers to nobody, so none is asked (``ping`` answers None)."""
-        self._pings = pings
+    def __init__(self, display_name: str) -> None:
         self._d = xdisplay.Display(display_name)
         if not self._d.has_extension("XTEST"):
             raise RuntimeError(f"display {display_name} has no XTEST extension")
@@ -98,7 +252,7 @@ class XInput:
         self._ready_pings = False   # whether it takes pings
         self._ready_focus = 0    # the focus window (it or one of its children) when it was confirmed
         self._ping_lock = threading.Lock()
-        self._pinger: tuple | None = None   # (connection, atoms) for pings
+        self._pinger: tuple | None = None   # (connection, atoms, answers) for pings
         self._ping_stamp = 0
         try:   # now, not on first use: a connection opened while an app holds a server grab would wait for it
             self._ping_link()
@@ -108,6 +262,8 @@ class XInput:
 
     def close(self) -> None:
         with self._lock, self._ping_lock:
+            if self._pinger:
+                self._pinger[3].close()
             for d in (self._d, self._pinger and self._pinger[0]):
                 try:
                     if d:
@@ -152,7 +308,8 @@ class XInput:
     # keys a just-started client receives before its event loop runs. Under load both windows grow to
     # hundreds of ms (seen: a cold mousepad missing the first typed characters, a Chromium page missing
     # the keys typed right after a click). So keyboard input first waits until a viewable client window
-    # holds the focus and that client has answered a _NET_WM_PING (it has processed every event before it).
+    # holds the focus and that client has answered a _NET_WM_PING (it has processed every event before it; its
+    # answer is read through RECORD, ``_PingAnswers``).
     def _client_of(self, win) -> int:
         """The id of the viewable top-level client window at or above ``win`` (the input focus); 0 when none."""
         if isinstance(win, int):      # None or PointerRoot
@@ -178,26 +335,25 @@ class XInput:
         return False
 
     def _ping_link(self) -> tuple:
-        """(connection, WM_PROTOCOLS, _NET_WM_PING) for pings: a connection of its own, opened once (by
-        ``__init__``), so that answers (sent to the root window) never queue up on the input connection."""
+        """(connection, WM_PROTOCOLS, _NET_WM_PING, ``_PingAnswers``) for pings: a connection of its own and the
+        recording of the answers, opened once (by ``__init__``)."""
         if self._pinger is None:
             d = xdisplay.Display(self._d.get_display_name())
-            impervious_xlib(d)
-            self._pinger = (d, d.intern_atom("WM_PROTOCOLS"), d.intern_atom("_NET_WM_PING"))
+            try:
+                impervious_xlib(d)
+                self._pinger = (d, d.intern_atom("WM_PROTOCOLS"), d.intern_atom("_NET_WM_PING"), _PingAnswers(d))
+            except BaseException:
+                d.close()
+                raise
         return self._pinger
 
     def ping(self, window: int, timeout_s: float = PING_WAIT_S, takes_pings: bool = False) -> bool | None:
         """Send ``window``'s client a _NET_WM_PING and wait for its answer: True when it answered (it has
         processed every event sent to it before), False after ``timeout_s`` or when the window is gone,
         None when it does not take pings (not asked again when ``takes_pings`` says it does)."""
-        if not self._pings:
-            return None
         with self._ping_lock:
-            d, protocols, ping = self._ping_link()
-            root = d.screen().root
+            d, protocols, ping, answers = self._ping_link()
             try:
-                while d.pending_events():          # what came while the last ping ended (late answers)
-                    d.next_event()
                 win = d.create_resource_object("window", window)
                 if not takes_pings:
                     prop = win.get_full_property(protocols, X.AnyPropertyType)
@@ -205,28 +361,18 @@ class XInput:
                         return None
                 self._ping_stamp = (self._ping_stamp + 1) & 0xFFFFFFFF
                 stamp = self._ping_stamp
-                # The answer comes to the root window (EWMH): selected only while it is awaited, so an idle
-                # connection never collects the desktop's window events unread.
-                root.change_attributes(event_mask=X.SubstructureNotifyMask)
+                started = time.monotonic()
+                if (context := answers.watch(window, timeout_s)) is None:
+                    return False
+            except xerror.XError:     # the window went away
+                return False
+            try:
                 win.send_event(xevent.ClientMessage(window=win, client_type=protocols,
                                                     data=(32, [ping, stamp, window, 0, 0])), event_mask=0)
                 d.flush()
-                deadline = time.monotonic() + timeout_s
-                while True:
-                    while d.pending_events():
-                        ev = d.next_event()
-                        if ev.type == X.ClientMessage and ev.data[1][0] == ping and ev.data[1][1] == stamp:
-                            return True
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    select.select([d], [], [], left)
-            except xerror.XError:     # the window went away
-                return False
+                return answers.wait(stamp, timeout_s - (time.monotonic() - started))
             finally:
-                with contextlib.suppress(Exception):    # the display is gone: nothing to deselect
-                    root.change_attributes(event_mask=0)
-                    d.flush()
+                answers.end(context)
 
     def pointer_client(self) -> int:
         """The id of the top-level client window under the pointer; 0 when there is none (the bare root, a popup

@@ -6,7 +6,9 @@ Each probe writes its outcome into the execution's HOME, which the test reads fr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -50,6 +52,7 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
                 mine = gym.manager.executions[a.execution_id].desktop
                 other = gym.manager.executions[b.execution_id].desktop
                 probes = [
+                    "printf '\\a'; echo rc=$? > bell.txt",   # an untrusted client's Bell is refused: xterm rings none
                     f"{{ cat {host_file}; cat {REPO_FILE}; ls /root; }} > files.txt 2>&1; "
                     f"echo rc=$? >> files.txt",
                     f"timeout 3 bash -c 'echo > /dev/tcp/127.0.0.1/{gym_port}' > net.txt 2>&1; echo rc=$? >> net.txt; "
@@ -63,7 +66,8 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
                 for cmd in probes:
                     await c.act(a.execution_id, {"type": "type", "text": cmd + "\n"})
                 home = mine.home
-                files = await _wait_file(home / "files.txt")
+                await _wait_file(home / "bell.txt")
+                files = await _wait_file(home / "files.txt")   # the terminal outlived its bell
                 net = await _wait_file(home / "net.txt")
                 dpy = await _wait_file(home / "dpy.txt")
                 own = await _wait_file(home / "own.txt")
@@ -94,49 +98,88 @@ async def test_terminal_cannot_reach_host_files_network_or_other_displays(gym):
 X_KILL_ALL = Path(__file__).with_name("x_kill_all.py")   # issue 80's attack, typed into the terminal
 
 
-async def _wait_report(path: Path, timeout_s: float = 20.0) -> str:
-    """The attack's report once it sent its KillClients (killing the terminal may end the sandbox, and the attack
-    with it, before it reads the answers) or it gave up ("done")."""
+async def _wait_report(path: Path, until: str, timeout_s: float = 20.0) -> str:
+    """The attack's report once it holds ``until`` or the attack gave up ("done")."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = path.read_text() if path.exists() else ""
-        if "KillClient\n" in text or text.endswith("done\n"):
+        if until in text or text.endswith("done\n"):
             return text
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the attack never finished: {path.read_text() if path.exists() else 'no report'}")
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the attack never got to {until!r}: {path.read_text() if path.exists() else 'no report'}")
+
+
+@contextlib.asynccontextmanager
+async def _x_kill_attack(gym, http: httpx.AsyncClient, loop: bool):
+    """A terminal desktop running issue 80's attack (``X_KILL_ALL``, round after round with ``loop``): (the
+    execution's URL, its id, its desktop) once the attack sent its first KillClients. At the end the execution is
+    terminated (200), the gym's capacity is whole again and nothing of the desktop outlives it."""
+    script = "".join(line for line in X_KILL_ALL.read_text().splitlines(keepends=True) if not line.startswith("#"))
+    base = f"{gym.url}/api/v1/{gym.gym_id}"
+    capacity = (await http.get(f"{base}/capacity")).json()
+    created = await http.post(f"{base}/tasks/{TERMINAL_TASK}", json={})
+    assert created.status_code == 200, created.text
+    eid = created.json()["execution_id"]
+    desk = gym.manager.executions[eid].desktop
+    pids = descendants(desk.pids())
+    try:
+        command = f"{'X_KILL_LOOP=1 ' if loop else ''}python3 - <<'EOF'\n{script}EOF\n"
+        typed = await http.post(f"{base}/executions/{eid}/actions", json={"action": {"type": "type", "text": command}})
+        assert typed.status_code == 200 and typed.json()["ok"], typed.text
+        report = await _wait_report(desk.home / "xkill.txt", "looping\n" if loop else "done\n")
+        assert "sent" in report, report   # it connected and sent its KillClients
+        yield f"{base}/executions/{eid}", eid, desk
+    finally:
+        ended = await http.post(f"{base}/executions/{eid}/terminate", json={})
+    assert ended.status_code == 200, ended.text
+    assert (await http.get(f"{base}/capacity")).json() == capacity
+    assert wait_gone(pids) == set(), "desktop processes outlived the terminate"
 
 
 async def test_a_desktop_cannot_kill_the_gyms_x_connections(gym):
     """Issue 80: python3 typed into a desktop's terminal sends KillClient to every client of its X server (raw X
-    protocol: X-Resource's list, then every client id base), killing the gym's frame, DAMAGE and XTEST
-    connections. They are opened again: the execution's screenshots and actions answer with no gym fault, its
-    terminate is 200, the gym's capacity is whole again and nothing of the desktop outlives it."""
-    script = "".join(line for line in X_KILL_ALL.read_text().splitlines(keepends=True) if not line.startswith("#"))
-    base = f"{gym.url}/api/v1/{gym.gym_id}"
-    async with httpx.AsyncClient(timeout=60) as http:
-        capacity = (await http.get(f"{base}/capacity")).json()
-        created = await http.post(f"{base}/tasks/{TERMINAL_TASK}", json={})
-        assert created.status_code == 200, created.text
-        eid = created.json()["execution_id"]
-        desk = gym.manager.executions[eid].desktop
-        pids = descendants(desk.pids())
-        try:
-            typed = await http.post(f"{base}/executions/{eid}/actions",
-                                    json={"action": {"type": "type", "text": f"python3 - <<'EOF'\n{script}EOF\n"}})
-            assert typed.status_code == 200 and typed.json()["ok"], typed.text
-            report = await _wait_report(desk.home / "xkill.txt")
-            assert "sent" in report, report   # it connected and sent its KillClients
-            shot = await http.get(f"{base}/executions/{eid}/screenshot")
-            assert shot.status_code == 200, f"{shot.status_code} {shot.text} after the attack ({report!r})"
-            click = await http.post(f"{base}/executions/{eid}/actions",
-                                    json={"action": {"type": "click", "x": 0.5, "y": 0.5}})
-            assert click.status_code == 200 and click.json()["ok"], click.text
-            assert gym.manager.executions[eid].faults["gym"] == 0
-        finally:
-            ended = await http.post(f"{base}/executions/{eid}/terminate", json={})
-        assert ended.status_code == 200, ended.text
-        assert (await http.get(f"{base}/capacity")).json() == capacity
-        assert wait_gone(pids) == set(), "desktop processes outlived the terminate"
+    protocol: X-Resource's list, then every client id base) but itself and its terminal. The apps are untrusted X
+    clients: every KillClient of a trusted client (the gym's frame, DAMAGE and XTEST connections, the window
+    manager) is refused, none is killed, the gym's connections are the ones it had, and the execution's
+    screenshots and actions answer with no gym fault."""
+    async with httpx.AsyncClient(timeout=60) as http, _x_kill_attack(gym, http, loop=False) as (url, eid, desk):
+        connections = (desk.xinput, desk.screen)
+        report = (desk.home / "xkill.txt").read_text()
+        shot = await http.get(f"{url}/screenshot")
+        assert shot.status_code == 200, f"{shot.status_code} {shot.text} after the attack ({report!r})"
+        click = await http.post(f"{url}/actions", json={"action": {"type": "click", "x": 0.5, "y": 0.5}})
+        assert click.status_code == 200 and click.json()["ok"], click.text
+        tally = _tally(report)
+        assert tally["killed"] == 0 and tally["refused"] >= 2, report   # the gym's, the window manager's
+        assert (desk.xinput, desk.screen) == connections, "the gym's X connections were lost and opened again"
+        assert gym.manager.executions[eid].faults["gym"] == 0
+
+
+async def test_a_desktop_killing_x_clients_in_a_loop_causes_no_gym_fault(gym):
+    """The attack in a tight loop (round after round of KillClient to every client) while the policy takes
+    screenshots and acts: with the apps trusted, the gym re-opened its lost connections and the loop killed them
+    again before the next request (a 503, a gym fault). Untrusted apps cannot kill them at all: every call
+    answers, with no gym fault and no connection opened again."""
+    async with httpx.AsyncClient(timeout=60) as http, _x_kill_attack(gym, http, loop=True) as (url, eid, desk):
+        connections = (desk.xinput, desk.screen)
+        for i in range(6):
+            shot = await http.get(f"{url}/screenshot")
+            assert shot.status_code == 200, f"screenshot {i}: {shot.status_code} {shot.text}"
+            moved = await http.post(f"{url}/actions", json={"action": {"type": "move", "x": 0.1 * i, "y": 0.5}})
+            assert moved.status_code == 200 and moved.json()["ok"], f"action {i}: {moved.text}"
+        (desk.home / "stop").touch()
+        report = await _wait_report(desk.home / "xkill.txt", "done\n")
+        tally = _tally(report)
+        assert tally["rounds"] > 1 and tally["killed"] == 0 and tally["refused"] >= 2 * tally["rounds"], report
+        assert (desk.xinput, desk.screen) == connections, "the gym's X connections were lost and opened again"
+        assert gym.manager.executions[eid].faults["gym"] == 0
+
+
+def _tally(report: str) -> dict[str, int]:
+    """The attack's closing counts: rounds, killed, refused (BadAccess), no such client."""
+    found = re.search(r"(\d+) rounds, (\d+) killed, (\d+) refused \(BadAccess\), (\d+) no such client", report)
+    assert found, f"the attack did not finish: {report!r}"
+    return dict(zip(("rounds", "killed", "refused", "absent"), map(int, found.groups())))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])

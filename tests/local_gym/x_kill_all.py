@@ -1,7 +1,8 @@
 # Typed into a desktop's terminal by tests/local_gym/test_sandbox.py (issue 80's attack): the X server's clients
 # (X-Resource's list when the server shows it, and every client id base) each get a KillClient, over the raw X
-# protocol (no python-xlib in the sandbox). It reports into ~/xkill.txt.
-import os, signal, socket, struct
+# protocol (no python-xlib in the sandbox), sparing itself and its terminal ($WINDOWID) so that it lives on. With
+# X_KILL_LOOP set it goes on, round after round, until ~/stop exists (at most 20 s). It reports into ~/xkill.txt.
+import os, signal, socket, struct, time
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 out = open(os.path.expanduser("~/xkill.txt"), "w", buffering=1)
 n = os.environ["DISPLAY"].lstrip(":").split(".")[0]
@@ -47,10 +48,19 @@ if reply[8]:
     bases = {struct.unpack("<I", pairs[j:j + 4])[0] for j in range(0, len(pairs), 8)}
 out.write(f"X-Resource listed {len(bases)} clients\n")
 bases |= {k * (mask + 1) for k in range(1, 0x20000000 // (mask + 1))}
-bases.discard(base)
-s.sendall(b"".join(struct.pack("<BxHI", 113, 2, b) for b in sorted(bases)) + struct.pack("<BxH", 43, 1))
-out.write(f"sent {len(bases)} KillClient\n")   # now: killing the terminal may end the sandbox, and this with it
-refused = 0
-while recv(32)[0] != 1:
-    refused += 1
-out.write(f"{refused} refused\ndone\n")
+bases -= {base, int(os.environ.get("WINDOWID", "0")) & ~mask}
+kills = b"".join(struct.pack("<BxHI", 113, 2, b) for b in sorted(bases)) + struct.pack("<BxH", 43, 1)
+loop, stop, rounds, errors = bool(os.environ.get("X_KILL_LOOP")), os.path.expanduser("~/stop"), 0, {}
+deadline = time.monotonic() + 20
+while True:
+    s.sendall(kills)
+    rounds += 1
+    if rounds == 1:
+        out.write(f"sent {len(bases)} KillClient\n" + ("looping\n" if loop else ""))
+    while (answer := recv(32))[0] != 1:   # errors until GetInputFocus's reply: 10 BadAccess, 2 BadValue (no client)
+        errors[answer[1]] = errors.get(answer[1], 0) + 1
+    if not loop or os.path.exists(stop) or time.monotonic() > deadline:
+        break
+refused = sum(errors.values())
+out.write(f"{rounds} rounds, {rounds * len(bases) - refused} killed, {errors.get(10, 0)} refused (BadAccess), "
+          f"{errors.get(2, 0)} no such client\ndone\n")
