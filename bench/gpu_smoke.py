@@ -59,6 +59,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -393,6 +394,14 @@ def run(args) -> dict:
     enable_packed_sdpa()       # the training worker's patches that a train_lm step goes through
     compact_images.enable()
     work = Path(tempfile.mkdtemp(prefix="gpu-smoke-", dir=args.workdir))
+    try:
+        return _measure(args, device, stubbed, work, t_start)
+    finally:
+        if args.workdir is None:   # the checkpoint (4 GiB at 2B) and the saved weights go with it
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(args, device: str, stubbed: bool, work: Path, t_start: float) -> dict:
     model_dir = build_model(args.model, work / "model", device)
     config = load_recipe(args.recipe, model_dir, device, str(work / "fileroot"))
     rows = make_rows(config, model_dir, args.episodes, args.turns)
@@ -454,7 +463,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--no-weight-update", dest="weight_update", action="store_false",
                     help="skip the second part (one weight update by disk)")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads (--device cpu)")
-    ap.add_argument("--workdir", default=None, help="where the checkpoint and logs go (default: the temp dir)")
+    ap.add_argument("--workdir", default=None,
+                    help="where the checkpoint and logs go, kept (default: a temporary directory, removed)")
     args = ap.parse_args(argv)
     small = args.device == "cpu"   # 2 cores: within 3 minutes
     for key, gpu, cpu in (("episodes", 4, 2), ("turns", 4, 2), ("steps", 3, 2)):
