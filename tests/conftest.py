@@ -67,6 +67,8 @@ SLOW_TESTS = {
     "tests/local_gym/test_api.py::test_a_save_as_whose_file_chooser_is_stopped":
         "a keyboard-suite save-as with mousepad stopped for 5 s, 9 s",
     "tests/local_model/test_serve_checkpoint.py": "AReaL's saver, cua-model export, vLLM started on the export, 58 s",
+    "tests/local_model/test_gpu_smoke.py::test_the_cpu_run_of_the_smoke_check": "bench/gpu_smoke.py on the CPU: "
+        "AReaL's FSDP engine, one step of two rows, a disk weight update; 43 s of CPU, 100 s at load 5",
     "tests/docs/test_documented_commands.py": "every documented command's --help or --dry-run (17 dry-runs in process, 21 --help forms 2 at a time), 75 s at load 8 on 2 cores, 280 s at load 13",
 }
 
@@ -112,7 +114,7 @@ SHARED_UNITS = {   # checked at collection: a test asking for vllm_server outsid
 # least of the machine idle for the desktops lane beside it.
 RUN_UNITS = ("tests/e2e/test_gym_fleet.py", "tests/e2e/test_health_stop.py", "tests/e2e/test_faults.py",
              "tests/e2e/test_resume.py", "tests/e2e/", "vllm-server", "tests/policy/test_gates_lora.py",
-             "tests/sft/test_sft.py", "tests/local_model/test_serve_checkpoint.py",
+             "tests/sft/test_sft.py", "tests/local_model/test_serve_checkpoint.py", "tests/local_model/test_gpu_smoke.py",
              "tests/training/test_learning_gate.py")
 UNIT_S = {   # the desktops lane's units of 20 s or more: seconds in one lane, session 31 (Intel Xeon, 2 cores)
     "tests/local_gym/test_vm_gym.py": 187, "tests/local_gym/test_task_solutions.py": 69,
