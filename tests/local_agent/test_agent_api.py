@@ -18,7 +18,7 @@ from cua_rl.local_agent import start_agent_server
 from cua_rl.local_agent.record import RunRecord, iso, parse_time
 from cua_rl.local_agent.server import RunManager
 from cua_rl.mini_agent import MiniAgentClient
-from cua_rl.mini_agent.models import GenvEnv, ModelEndpoint, RunRequest
+from cua_rl.mini_agent import RunRequest
 
 
 def closed_port() -> int:
@@ -37,11 +37,7 @@ def payload(**overrides):
 
 def to_request(body: dict) -> RunRequest:
     """``body`` (a ``payload()``) as the mini-agent client's request."""
-    model, env = body["model"], body["env"]
-    return RunRequest(task=body["task"], agent=body["agent"], max_steps=body["maxSteps"],
-                      model=ModelEndpoint(base_url=model["baseUrl"], name=model["name"], api_key=model["apiKey"]),
-                      env=GenvEnv(env["gymBaseUrl"], env["gymId"], env["executionId"]),
-                      standard_action_space=body["standardActionSpace"])
+    return RunRequest.model_validate(body)
 
 
 async def wait_finished(http: httpx.AsyncClient, run_id: str, timeout_s: float = 30) -> dict:
