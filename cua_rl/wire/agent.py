@@ -13,7 +13,7 @@ Unknown keys: the service ignores them (its subclass); the client sends service-
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, field_serializer,
@@ -21,7 +21,8 @@ from pydantic import (BaseModel, ConfigDict, Field, SecretStr, SerializationInfo
 
 from ..http.input import MAX_JSON_DEPTH, too_deep
 
-ACTION_SPACES = ("mobile", "pc")
+ActionSpace = Literal["mobile", "pc"]
+ACTION_SPACES: tuple[str, ...] = get_args(ActionSpace)
 # The desktop action space when a caller names none (the client and our agent service alike).
 DEFAULT_ACTION_SPACE = "pc"
 # What an agent service lists in ``/health``'s ``features`` when it continues another run's episode (``startFrom``,
@@ -178,7 +179,7 @@ class RunRequest(_Wire):
                                           allow_inf_nan=False)
     model: ModelEndpoint
     env: GenvEnv
-    standard_action_space: str = Field(default=DEFAULT_ACTION_SPACE, alias="standardActionSpace")
+    standard_action_space: ActionSpace = Field(default=DEFAULT_ACTION_SPACE, alias="standardActionSpace")
     sampling: Sampling | None = None
     # Extensions of our service (absent from the original protocol); the service's defaults apply if unset.
     history_images: int | None = Field(default=None, alias="historyImages", ge=1, le=32)
@@ -191,13 +192,6 @@ class RunRequest(_Wire):
             raise ValueError(f"startFrom.steps ({self.start_from.steps}) leaves no step of maxSteps "
                              f"({self.max_steps}): the continuation's steps count from the episode's start")
         return self
-
-    @field_validator("standard_action_space")
-    @classmethod
-    def _known_space(cls, value: str) -> str:
-        if value not in ACTION_SPACES:
-            raise ValueError(f"unknown standardActionSpace {value!r}; known: {', '.join(ACTION_SPACES)}")
-        return value
 
     @field_validator("task")
     @classmethod

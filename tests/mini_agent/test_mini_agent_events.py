@@ -45,7 +45,7 @@ def test_secret_never_in_repr_or_redacted_payload():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"standard_action_space": "tablet"}, "standardActionSpace"),
+    ({"standard_action_space": "tablet"}, "standard_action_space"),
     ({"task": "  "}, "task"),
     ({"max_steps": 0}, "max_steps"),
     ({"env": {"gymBaseUrl": "http://u", "gymId": "g", "executionId": ""}}, "executionId"),
