@@ -56,27 +56,6 @@ def remove_nested(top, name: str = "d") -> int:
     return levels
 
 
-def alive(pids: set[int]) -> set[int]:
-    """Those of ``pids`` that still exist and are not zombies."""
-    out = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            out.add(pid)
-    return out
-
-
-def wait_gone(pids: set[int], timeout_s: float = 10.0) -> set[int]:
-    deadline = time.monotonic() + timeout_s
-    while alive(pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive(pids)
-
-
 async def evaluation_within(client: GenvClient, eid: str, timeout_s: float, answer_text: str | None = None):
     """The execution's evaluation once its reward reaches 1.0, or as it is after ``timeout_s``: an application
     finishes what the last action started a moment later (a file manager moves a dropped file; GTK's Save As

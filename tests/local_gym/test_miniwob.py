@@ -30,8 +30,8 @@ import pytest
 
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym.xinput import char_keysym, keysym_for_name
-from gym_helpers import names, wait_gone
-from tests.hosts import descendants
+from gym_helpers import names
+from tests.hosts import descendants, wait_gone
 from miniwob_solvers import SOLVERS, Play
 
 pytestmark = [pytest.mark.desktop, pytest.mark.skipif(shutil.which("chromium") is None,
