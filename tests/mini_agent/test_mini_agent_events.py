@@ -2,19 +2,9 @@
 
 import pytest
 
-from cua_rl.mini_agent import EventLog, GenvEnv, ModelEndpoint, RunRequest, Sampling, event_key
+from cua_rl.mini_agent import EventLog, ModelEndpoint, event_key
+from mini_agent_requests import SECRET, make_request
 from tests.doubles.agent_double import scripted_events
-
-SECRET = "sk-test-SECRET-123"
-
-
-def make_request(**overrides) -> RunRequest:
-    fields = dict(task="Open the settings app", agent="qwen3-vl", max_steps=7,
-                  model=ModelEndpoint(base_url="http://127.0.0.1:8000/v1", name="policy", api_key=SECRET),
-                  env=GenvEnv(gym_base_url="http://127.0.0.1:5010", gym_id="desktop", execution_id="exec-1"), standard_action_space="pc",
-                  sampling=Sampling(temperature=1.0, top_p=0.9, max_tokens=256))
-    fields.update(overrides)
-    return RunRequest(**fields)
 
 
 def test_payload_matches_documented_shape():
