@@ -58,11 +58,11 @@ import pytest
 
 from cua_rl.trainer.health import BY_NAME
 from tests.hosts import left_behind, pids
-from tests.warm_starts import gate_score_file, pinned, seed_pinned_scores
+from tests.warm_starts import GATE_EPISODES, gate_score_file, pinned, seed_pinned_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 16                    # the recipe's (config.multiturn.yaml says why 16)
-EPISODES = 64                 # held-out instances per gated regime, each played once greedily
+EPISODES = GATE_EPISODES        # held-out instances per gated regime, each played once greedily
 
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
 
