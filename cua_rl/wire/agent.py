@@ -8,7 +8,7 @@ naming the field). The service's own extra check, that ``agent`` names one of it
 subclass's validator (local_agent/schema.py). Api keys are ``SecretStr``: a dump shows ``***`` unless
 ``to_payload()`` is asked for the real body, so a key reaches no log line, event or ``GET /runs/{id}``.
 Unknown keys: the service ignores them (its subclass); the client sends service-specific ones as-is
-(:meth:`RunRequest.build`'s ``extra``).
+(``RunRequest(..., extra={...})``).
 """
 
 from __future__ import annotations
