@@ -55,7 +55,7 @@ BIG_FILE = 64 << 20                # starting-weight files above this are keyed 
 # loading); not the trainer, the launcher, the monitor, the rows or SFT, whose edits would measure a kept
 # score again (about 2 minutes a checkpoint) for nothing.
 SCORE_SOURCES = ("evaluate.py", "config.py", "deploy.py", "workflow", "policy", "local_agent", "local_gym", "genv", "mini_agent",
-                 "local_model", "http", "areal_ext/vllm_config.py")
+                 "wire", "local_model", "http", "areal_ext/vllm_config.py")
 PACKAGE = Path(__file__).resolve().parent
 
 

@@ -29,8 +29,8 @@ PACKAGE = "cua_rl"
 # points only compose; the launcher stands above what it starts; the workflow and the config above the
 # trainer's own logic (the config holds the health checks' section, ``trainer.health.HealthConfig``, and applies
 # AReaL's deployment rules, ``deploy``; the trainer imports neither); what runs inside AReaL's workers; the
-# monitor; the agent and the rows; the clients and servers; and on the ground what every room shares. A new group
-# must be placed here.
+# monitor; the agent and the rows; the clients and servers; and on the ground what every room shares (among it the
+# wire contracts, which a client and its server both import). A new group must be placed here.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cua_rl.train", "cua_rl.evaluate", "cua_rl.verdict"),
     ("cua_rl.run",),
@@ -42,7 +42,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cua_rl.monitor",),
     ("cua_rl.local_agent", "cua_rl.trajectory"),
     ("cua_rl.genv", "cua_rl.local_gym", "cua_rl.mini_agent", "cua_rl.policy"),
-    ("cua_rl.http", "cua_rl.logs", "cua_rl.progress", "cua_rl.runs", "cua_rl.recipes", "cua_rl.stats", "cua_rl"),
+    ("cua_rl.http", "cua_rl.logs", "cua_rl.progress", "cua_rl.runs", "cua_rl.recipes", "cua_rl.stats", "cua_rl.wire",
+     "cua_rl"),
 )
 
 

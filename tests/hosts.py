@@ -1,6 +1,13 @@
-"""Hosts for a test: Linux network namespaces on one bridge, made by the test and removed after it;
-``Service``, one of our servers as its own process on this host's loopback; ``pids``, what runs here (or what
-runs of this clone's lane left); ``descendants``, a process tree from /proc.
+"""The tests' toolbox for processes and servers, and hosts for a test: Linux network namespaces on one bridge.
+
+The toolbox (one of each, used by every test that starts a process; write no copy in a test module):
+- ``wait_http``: poll a route until it answers (200, or what ``ready`` accepts), failing at once when the process
+  serving it exits, with its log;
+- ``stop``: a signal to a process (its process group when it leads one), SIGKILL after a timeout;
+- ``alive``, ``wait_gone``: which processes still run, polled with a deadline; ``left_behind``: what a run left
+  running (instead of a fixed sleep before the check);
+- ``pids``, what runs here (or what runs of this clone's lane left); ``descendants``, a process tree from /proc;
+  ``children``; ``Service``, one of our servers as its own process on this host's loopback.
 
 A multi-host run (the gym, the agent service and the trainer on different machines) is what users run and
 what a loopback-only test cannot see: an address that works on 127.0.0.1 and nowhere else. Each host here
@@ -20,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Iterable
 
 import httpx
 
@@ -86,6 +94,91 @@ def children(pid: int, pattern: str) -> set[int]:
     processes, not those another job on this host started meanwhile."""
     out = subprocess.run(["pgrep", "-P", str(pid), "-f", pattern], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
+
+
+def tail(log: Path | None, chars: int = 3000) -> str:
+    """The end of a log file, for an assertion message ("" when there is none)."""
+    return log.read_text(errors="replace")[-chars:] if log is not None and log.is_file() else ""
+
+
+def wait_http(url: str, proc: subprocess.Popen | None = None, log: Path | None = None, timeout_s: float = 60,
+              ready: Callable[[httpx.Response], bool] = lambda answer: answer.status_code == 200,
+              **get) -> httpx.Response:
+    """``GET url`` until ``ready(answer)`` (default: a 200), polled every 0.2 s; its answer. Fails at once when
+    ``proc`` (what serves it) has exited, and after ``timeout_s``, with ``log``'s tail. ``get``: httpx.get's
+    keywords (headers, ...)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the server of {url} exited with {proc.returncode} before it answered:\n"
+                                 f"{tail(log)}")
+        answer = None
+        try:
+            answer = httpx.get(url, timeout=2, **get)
+            if ready(answer):
+                return answer
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            said = f"HTTP {answer.status_code}" if answer is not None else "no answer"
+            raise AssertionError(f"{url} was not ready within {timeout_s:g} s ({said}):\n{tail(log)}")
+        time.sleep(0.2)
+
+
+def _send(proc: subprocess.Popen, sig: int, group: bool) -> None:
+    try:
+        os.killpg(proc.pid, sig) if group else os.kill(proc.pid, sig)
+    except ProcessLookupError:   # gone meanwhile
+        pass
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 30, group: bool | None = None) -> int:
+    """``sig`` to ``proc``, then SIGKILL if it has not exited after ``timeout_s``; its exit code. ``group``: to its
+    whole process group (default: when it leads one, i.e. was started with ``start_new_session``)."""
+    if proc.poll() is None:
+        if group is None:
+            try:
+                group = os.getpgid(proc.pid) == proc.pid
+            except ProcessLookupError:
+                group = False
+        _send(proc, sig, group)
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _send(proc, signal.SIGKILL, group)
+    return proc.wait()
+
+
+def alive(pids: Iterable[int]) -> set[int]:
+    """Those of ``pids`` that still exist and are not zombies."""
+    out = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.add(pid)
+    return out
+
+
+def wait_gone(pids: Iterable[int], timeout_s: float = 10.0) -> set[int]:
+    """Those of ``pids`` still alive after ``timeout_s`` (returns as soon as none is)."""
+    pids = set(pids)
+    deadline = time.monotonic() + timeout_s
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive(pids)
+
+
+def left_behind(pattern: str, before: set[int], timeout_s: float = 15.0) -> set[int]:
+    """This lane's processes matching ``pattern`` that were not in ``before`` and still run after ``timeout_s``
+    (returns as soon as none does): what a stopped run left behind, given the moment its processes take to exit."""
+    deadline = time.monotonic() + timeout_s
+    while (left := pids(pattern, here=True) - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 def _ip(*args: str) -> None:
@@ -166,15 +259,7 @@ class Hosts:
 
     def stop(self, proc: subprocess.Popen, timeout: float = 60) -> int | None:
         """SIGTERM to ``proc``'s process group, SIGKILL after ``timeout``; its exit code."""
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                return proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        return proc.wait()
+        return stop(proc, timeout_s=timeout, group=True)
 
     def __exit__(self, *exc) -> None:
         for proc in reversed(self._procs):
@@ -210,26 +295,13 @@ class Service:
         self.starts += 1
         self.proc = subprocess.Popen([sys.executable, "-m", *self.argv, "--port", str(self.port)], cwd=ROOT,
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-2000:]
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"{self.name} did not start: {self.log.read_text()[-2000:]}")
+        wait_http(f"{self.url}/health", self.proc, self.log)
 
     def kill(self) -> None:
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """SIGTERM to the server alone (its orderly shutdown ends what it started), SIGKILL after 30 s."""
+        if self.proc is not None:
+            stop(self.proc, group=False)

@@ -19,6 +19,7 @@ from pathlib import Path
 PINNED = Path(__file__).resolve().parent / "data" / "warm-starts"
 PINNED_SCORES = Path(__file__).resolve().parent / "data" / "heldout-scores"
 GATE_RECIPE = "multiturn"     # the learning gate's (tests/training/test_learning_gate.py)
+GATE_EPISODES = 64            # the gate's held-out instances per gated regime, each played once greedily
 
 
 def pinned(recipe: str) -> Path:
@@ -34,7 +35,7 @@ def trains_from_pinned(recipe: str) -> list[str]:
     return [f"actor.path={pinned(recipe)}", "sft.warm_start=false"]
 
 
-def gate_verdict(instances: int = 64, concurrency: int = 16):
+def gate_verdict(instances: int = GATE_EPISODES, concurrency: int = 16):
     """The learning gate's verdict as its run computes it: (config, tasks, starting checkpoint) of the multi-turn
     recipe from the pinned warm start; ``instances`` per regime, ``concurrency`` episodes at once (the gate's
     EPISODES and the bench's default)."""
@@ -48,7 +49,7 @@ def gate_verdict(instances: int = 64, concurrency: int = 16):
     return config, tasks, pinned(GATE_RECIPE)
 
 
-def gate_score_file(instances: int = 64, concurrency: int = 16) -> Path:
+def gate_score_file(instances: int = GATE_EPISODES, concurrency: int = 16) -> Path:
     """Where the learning gate's run keeps the pinned warm start's verdict score: the path ``cua_rl.verdict``
     computes for ``gate_verdict``."""
     from cua_rl import verdict

@@ -150,7 +150,7 @@ class AgentRun:
     async def run(self) -> None:
         """Run to the end; never raises (the outcome is in the record and its ``run_end`` event)."""
         rec = self.record
-        limit = self.req.max_run_time_sec or self.settings.max_run_time_s
+        limit = self.req.max_run_time_s or self.settings.max_run_time_s
         deadline = asyncio.timeout(limit)
         try:
             async with deadline:
@@ -187,15 +187,15 @@ class AgentRun:
         feedback, consecutive_invalid = self.start.feedback, self.start.invalid_in_a_row
         for step in range(self.start.steps + 1, req.max_steps + 1):
             self.clock = GymClock()
-            if req.max_step_time_sec:
-                step_limit = asyncio.timeout(req.max_step_time_sec)
+            if req.max_step_time_s:
+                step_limit = asyncio.timeout(req.max_step_time_s)
                 try:
                     async with step_limit:
                         outcome = await self._step(gym, step, model_name, feedback)
                 except TimeoutError:
                     if not step_limit.expired():
                         raise
-                    raise self._step_timeout(step, req.max_step_time_sec) from None
+                    raise self._step_timeout(step, req.max_step_time_s) from None
             else:
                 outcome = await self._step(gym, step, model_name, feedback)
             done, feedback = outcome

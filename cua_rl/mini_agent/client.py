@@ -23,8 +23,9 @@ from ..http.auth import AGENT_TOKEN, bearer, token_from_env
 from ..http.client import async_client
 from ..http.input import MiB
 from ..http.retry import AnswerRefused, RetryPolicy, ask_until_done, error_detail, never_sent, send_with_retry
+from ..wire.agent import RunRequest
 from .events import EventLog, answer_of_action
-from .models import TERMINAL_STATUSES, RunRequest, RunResult, RunStatus
+from .models import TERMINAL_STATUSES, RunResult, RunStatus
 from .states import RunState
 
 logger = logging.getLogger(__name__)
@@ -97,14 +98,15 @@ class MiniAgentClient:
     async def start_run(self, request: RunRequest, unreachable_wait_s: float = 0.0) -> str:
         """``POST /runs``; returns the ``runId``. Sent once, except when it never reached the service (down or
         restarting: nothing started), which is asked again for at most ``unreachable_wait_s`` seconds."""
-        logger.debug("starting agent run: %s", request.redacted_payload())
+        logger.debug("starting agent run: %s", request.redacted())
         try:
             body = await ask_until_done(
                 lambda: self._call("POST", "/runs", idempotent=False, json=request.to_payload()),
                 nothing_done=never_sent, budget_s=unreachable_wait_s,
                 what=f"starting an agent run on execution {request.env.execution_id}")
         except MiniAgentError as exc:  # a 422 may echo the body back, api keys included
-            keys = [k for k in (request.model.api_key, request.start_from and request.start_from.api_key) if k]
+            secrets = (request.model.api_key, request.start_from and request.start_from.api_key)
+            keys = [k.get_secret_value() for k in secrets if k and k.get_secret_value()]
             if any(k in exc.detail for k in keys):
                 detail = exc.detail
                 for key in keys:

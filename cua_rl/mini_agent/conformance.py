@@ -34,8 +34,8 @@ from ..genv.client import GenvClient
 from ..genv.conformance import Check, CheckFailed, Checks
 from ..genv.errors import GenvError
 from ..http.serve import serve_app_in_thread
+from ..wire.agent import GenvEnv, ModelEndpoint, RunRequest
 from .client import MiniAgentClient, MiniAgentError
-from .models import GenvEnv, ModelEndpoint, RunRequest
 from .states import RunState
 
 MODEL = "cua-check-model"

@@ -220,8 +220,8 @@ class TreePlayer:
                 if hold is None or not await _arrives(hold, play, self.setup.limits.max_task_time_seconds):
                     break
                 path.recorded_at_fork[turn] = len(held["episode"].turns)
-                kids = await self._fork(gym, execution, StartFrom(run_id.result(), turn - 1, held["episode"].key),
-                                        turn, report.uuid if report is not None else None)
+                fork_from = StartFrom(run_id=run_id.result(), steps=turn - 1, api_key=held["episode"].key)
+                kids = await self._fork(gym, execution, fork_from, turn, report.uuid if report is not None else None)
                 if kids:
                     path.branches.append((turn, [kid for kid, _ in kids]))
                     children += [task for _, task in kids]

@@ -14,6 +14,7 @@ from bad_input_corpus import Case, check_refused, json_bytes, nested, send
 from cua_rl.http.retry import RetryPolicy
 from cua_rl.http.serve import free_port
 from cua_rl.local_agent import AgentSettings, start_agent_server
+from tests.local_agent.agent_helpers import wait_finished
 
 JSON = {"Content-Type": "application/json"}
 GOOD = {"task": "open the editor", "agent": "qwen3-vl", "maxSteps": 3,
@@ -120,11 +121,7 @@ def agent():
 
 async def _wait_finished(url: str, run_id: str) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-        for _ in range(300):
-            if (await http.get(f"/runs/{run_id}")).json()["status"] != "running":
-                return
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} did not finish")
+        await wait_finished(http, run_id)
 
 
 async def runs(url: str) -> list:

@@ -1,7 +1,12 @@
 """Every train.sh flag with a value, the overrides it must become, and the same values as environment
-variables (shared by test_cli.py and test_config_loading.py)."""
+variables (shared by test_cli.py and test_config_loading.py); ``load``, a recipe loaded with overrides as the
+launcher loads it (shared by the config tests: test modules import no other test module)."""
 
 from pathlib import Path
+
+from areal.api.cli_args import load_expr_config
+
+from cua_rl.config import CUAConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cua_agent"
@@ -25,3 +30,11 @@ ENV_FOR_FLAGS = {"GYM_BASE_URL": "http://127.0.0.1:5010", "GYM_ID": "desk", "GBO
                  "PROJECT_TOKEN": "tok", "BATCH_SIZE": "2", "MAX_TURNS": "7", "MAX_TASK_TIME": "300",
                  "MAX_STEP_TIME": "30", "MAX_CONCURRENT_ROLLOUTS": "3", "GYM_TRAIN_RATIO": "0.5", "GYM_SEED": "0",
                  "GYM_LIMIT": "10", "GYM_TAGS": "easy,normal", "GYM_EVAL_NUMBER_RANGE": "001-032"}
+
+
+def load(tmp_path: Path, *overrides: str, config: str = "config.yaml") -> CUAConfig:
+    """``examples/cua_agent/<config>`` with ``overrides``, its fileroot under ``tmp_path``."""
+    cfg, config_file = load_expr_config(
+        ["--config", str(EXAMPLE / config), f"cluster.fileroot={tmp_path}", *overrides], CUAConfig)
+    assert isinstance(cfg, CUAConfig) and config_file == str(EXAMPLE / config)
+    return cfg

@@ -6,11 +6,11 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from areal.api.cli_args import GRPOConfig, load_expr_config
+from areal.api.cli_args import GRPOConfig
 from omegaconf import OmegaConf
 
 from cua_rl.config import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
-from cli_cases import ALL_FLAGS, EXAMPLE
+from cli_cases import ALL_FLAGS, EXAMPLE, load
 from cua_rl.run import cli
 
 SECTION_5_2_KEYS = {  # the original example's keys (one per flag), with our defaults
@@ -20,13 +20,6 @@ SECTION_5_2_KEYS = {  # the original example's keys (one per flag), with our def
     "gbox_mini_agent_agent": "qwen3-vl", "gbox_mini_agent_standard_action_space": "pc", "model_base_url": "",
     "model_name": "", "monitor_base_url": "", "project_id": "", "project_token": "",
 }
-
-
-def load(tmp_path: Path, *overrides: str, config: str = "config.yaml") -> CUAConfig:
-    cfg, config_file = load_expr_config(
-        ["--config", str(EXAMPLE / config), f"cluster.fileroot={tmp_path}", *overrides], CUAConfig)
-    assert isinstance(cfg, CUAConfig) and config_file == str(EXAMPLE / config)
-    return cfg
 
 
 def saved_config(tmp_path: Path) -> str:

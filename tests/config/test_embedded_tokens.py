@@ -15,7 +15,7 @@ import pytest
 
 from cua_rl.genv import GenvClient
 from cua_rl.mini_agent import MiniAgentClient
-from cua_rl.mini_agent.models import GenvEnv, ModelEndpoint, RunRequest
+from cua_rl.mini_agent import GenvEnv, ModelEndpoint, RunRequest
 from cua_rl.run import launch
 
 pytestmark = pytest.mark.desktop
@@ -47,7 +47,7 @@ async def test_the_embedded_gym_and_agent_serve_only_the_runs_own_clients():
         # the agent service drives the gym with its token: a run on an execution the gym does not have fails with
         # the gym's 404, not its 401
         request = RunRequest(task="t", model=ModelEndpoint(base_url="http://127.0.0.1:9/v1", name="m", api_key="k"),
-                             env=GenvEnv(gym_url, "desktop", "no-such-execution"), agent="qwen3-vl", max_steps=2,
+                             env=GenvEnv(gym_base_url=gym_url, gym_id="desktop", execution_id="no-such-execution"), agent="qwen3-vl", max_steps=2,
                              standard_action_space="pc")
         async with MiniAgentClient(agent_url, token=agent_token) as agent:
             run_id = await agent.start_run(request)

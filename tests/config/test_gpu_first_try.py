@@ -16,8 +16,7 @@ import pytest
 
 from cua_rl.run import cli, launch
 from cua_rl.run.launch import RECIPES
-from tests.config.test_gpu_placement import _shared_without_colocation, areal_placement, creation_orders
-from tests.config.test_gpu_placement import no_processes  # noqa: F401  (a fixture)
+from placement import areal_placement, creation_orders, shared_without_colocation
 
 GYM = ["--gym", "http://127.0.0.1:5010", "--gym-id", "g"]
 
@@ -57,7 +56,7 @@ def test_gpu_first_try_2_the_default_recipe_uses_all_of_1_2_4_8_gpus(launcher, f
         assert "fitted" in why, why
         for i, order in enumerate(creation_orders(config)):
             placed = areal_placement(config, tmp_path / f"logs{n}-{i}", order)
-            assert _shared_without_colocation(config, placed) == [], (n, order, placed)
+            assert shared_without_colocation(config, placed) == [], (n, order, placed)
             assert _gpus_held(placed) == set(range(n)), (n, order, placed)
             assert placed["ref"] == placed["actor"], (n, placed)
 

@@ -17,117 +17,14 @@ inherits its target's GPUs as AReaL's does); the GPU allocation and the colocati
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict
-from pathlib import Path
-
 import pytest
-from areal.api.alloc_mode import ModelAllocation
-from areal.api.cli_args import SchedulingSpec, SchedulingStrategy
-from areal.api.scheduler_api import Job, Worker
-from areal.infra.scheduler import local
 
 from cua_rl import deploy
 from cua_rl.run.launch import RECIPES, load_config
+from placement import areal_placement, creation_orders, shared_without_colocation
 
 # A KL penalty as a run may set it: with token group weights (cua_rl.deploy.check_kl_weight refuses it with equal)
 KL = ["actor.kl_ctl=0.05", "trajectory.group_weight=tokens"]
-
-
-class _NeverRun:
-    """Stands in for a worker process: alive, never started."""
-
-    pid, returncode = 0, None
-
-    def poll(self):
-        return None
-
-
-@pytest.fixture
-def no_processes(monkeypatch):
-    """AReaL's scheduler with the process layer stood in for: a spawned worker is never run, a forked one (a
-    colocation with ``fork``) inherits its target's GPUs, as ``LocalScheduler._fork_single_worker`` does."""
-    started: list[list[str]] = []
-    monkeypatch.setattr(local, "run_with_streaming_logs", lambda cmd, *a, **kw: started.append(cmd) or _NeverRun())
-    monkeypatch.setattr(local.time, "sleep", lambda s: None)   # the scheduler's wait for a worker to die at start
-
-    async def fork(self, session, role, idx, target_wi, target_role, command=None):
-        worker = Worker(id=f"{role}/{idx}", ip="127.0.0.1", worker_ports=["0"], engine_ports=[])
-        return local.WorkerInfo(worker=worker, process=None, role=role, gpu_devices=target_wi.gpu_devices,
-                                created_at=time.time(), log_file="", env_vars={})
-
-    monkeypatch.setattr(local.LocalScheduler, "_fork_single_worker", fork)
-    return started
-
-
-def _jobs(config) -> dict[str, Job]:
-    """The ``Job`` of each role, as AReaL's controllers build it."""
-    jobs = {}
-    for role, engine in (("actor", config.actor), ("critic", config.critic),
-                         ("ref", config.ref if config.actor.kl_ctl > 0 else None)):
-        if engine is not None:   # TrainController.initialize
-            world = ModelAllocation.from_str(engine.backend, name=role).parallel.world_size
-            jobs[role] = Job(role=role, replicas=world, tasks=list(engine.scheduling_spec),
-                             scheduling_strategy=engine.scheduling_strategy)
-    rollout = ModelAllocation.from_str(config.rollout.backend, name="rollout").parallel
-    spec = SchedulingSpec(**asdict(config.rollout.scheduling_spec[0]))   # RolloutController.initialize
-    if spec.gpu > 0:
-        spec.gpu = rollout.tp_size * rollout.pp_size
-    jobs["rollout"] = Job(role="rollout", replicas=rollout.dp_size, tasks=[spec] * rollout.dp_size,
-                          scheduling_strategy=config.rollout.scheduling_strategy)
-    eval_spec = SchedulingSpec(**{**asdict(spec), "gpu": 0})   # PPOTrainer._init_rollout(is_eval=True)
-    jobs["eval-rollout"] = Job(role="eval-rollout", replicas=rollout.dp_size, tasks=[eval_spec] * rollout.dp_size,
-                               scheduling_strategy=SchedulingStrategy(type="colocation", target="rollout"))
-    return jobs
-
-
-def creation_orders(config) -> list[list[str]]:
-    """The orders a run creates its roles in. AReaL's ``PPOTrainer``: actor, critic, ref, then the rollout. Our
-    ``Trainer`` (cua_rl/trainer/trainer.py) starts the rollout beside the actor when the rollout is not colocated
-    with it (``_overlap_start``): the two allocate in either order (or interleaved, under one lock), then the
-    critic and the ref."""
-    jobs = _jobs(config)
-    train = [r for r in ("critic", "ref") if r in jobs]
-    areal = ["actor", *train, "rollout", "eval-rollout"]
-    strategy = config.rollout.scheduling_strategy
-    if strategy.type == "colocation" and strategy.target == "actor":
-        return [areal]
-    return [areal, ["actor", "rollout", *train, "eval-rollout"], ["rollout", "actor", *train, "eval-rollout"]]
-
-
-def areal_placement(config, log_dir: Path, order: list[str]) -> dict[str, list[list[int]]]:
-    """Each role's workers' GPUs, created in ``order`` with the jobs AReaL's controllers build."""
-    scheduler = local.LocalScheduler(gpu_devices=list(range(config.cluster.n_gpus_per_node)), log_dir=str(log_dir))
-    jobs = _jobs(config)
-    for role in order:
-        scheduler.create_workers(jobs[role])
-    placed = {}
-    for role in order:
-        target = scheduler._colocated_roles.get(role)
-        workers = scheduler._workers.get(role) or scheduler._workers[target]
-        placed[role] = [w.gpu_devices for w in workers]
-    return placed
-
-
-def _colocation_root(config, role: str) -> str:
-    """The role a role's GPUs belong to: itself, or (following colocations) the role it is colocated with."""
-    engines = {"actor": config.actor, "ref": config.ref, "critic": config.critic, "rollout": config.rollout}
-    seen = "rollout" if role == "eval-rollout" else role   # the eval rollout shares the rollout's servers
-    while seen in engines and engines[seen] is not None and engines[seen].scheduling_strategy.type == "colocation":
-        seen = engines[seen].scheduling_strategy.target
-    return seen
-
-
-def _shared_without_colocation(config, placed) -> list[tuple[str, str, int]]:
-    owner: dict[int, tuple[str, str]] = {}
-    clashes = []
-    for role, gpus in placed.items():
-        root = _colocation_root(config, role)
-        for gpu in {g for worker in gpus for g in worker}:
-            if gpu in owner and owner[gpu][1] != root:
-                clashes.append((owner[gpu][0], role, gpu))
-            owner.setdefault(gpu, (role, root))
-    return clashes
 
 
 def test_right_data_4_with_a_kl_penalty_on_8_gpus_vllm_keeps_gpus_of_its_own(tmp_path, monkeypatch, no_processes):
@@ -137,7 +34,7 @@ def test_right_data_4_with_a_kl_penalty_on_8_gpus_vllm_keeps_gpus_of_its_own(tmp
     assert len(orders) == 3   # AReaL's order and our Trainer's two (the rollout started beside the actor)
     for i, order in enumerate(orders):
         placed = areal_placement(config, tmp_path / f"logs{i}", order)
-        assert _shared_without_colocation(config, placed) == [], f"AReaL's placement, order {order}: {placed}"
+        assert shared_without_colocation(config, placed) == [], f"AReaL's placement, order {order}: {placed}"
         training = {g for role in ("actor", "ref") for worker in placed[role] for g in worker}
         serving = {g for worker in placed["rollout"] for g in worker}
         assert len(training) == len(serving) == 4 and not training & serving, (order, placed)
@@ -153,7 +50,7 @@ def test_right_data_4_the_one_gpu_recipe_colocates_in_an_order_areal_can_create(
         config = load_config(str(RECIPES / "config.1gpu.yaml"), overrides)
         for j, order in enumerate(creation_orders(config)):   # colocated: our Trainer keeps AReaL's order
             placed = areal_placement(config, tmp_path / f"logs{i}-{j}", order)
-            assert _shared_without_colocation(config, placed) == [], placed
+            assert shared_without_colocation(config, placed) == [], placed
             assert {g for gpus in placed.values() for worker in gpus for g in worker} == {0}, placed
 
 
@@ -199,5 +96,5 @@ def test_a_layout_areal_would_wrap_or_cannot_create_is_refused_and_a_reference_o
     deploy.check_placement(config)
     for i, order in enumerate(creation_orders(config)):
         placed = areal_placement(config, tmp_path / f"logs{i}", order)
-        assert _shared_without_colocation(config, placed) == [], (order, placed)
+        assert shared_without_colocation(config, placed) == [], (order, placed)
         assert len({g for worker in placed["ref"] for g in worker}) == 4, (order, placed)

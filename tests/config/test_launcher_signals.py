@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hosts import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = """
 import os
@@ -57,7 +59,5 @@ def test_a_signal_handed_to_another_thread_stops_the_trainer_at_once(tmp_path, s
         except subprocess.TimeoutExpired:
             pytest.fail(f"the launcher did not stop within 30 s of {sig.name} (its trainer sleeps 120 s)")
     finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait()
+        stop(launcher, signal.SIGKILL)
     assert f"launcher: exit code {128 + sig}, stopped by {int(sig)}" in out, out

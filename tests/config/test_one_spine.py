@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = "cua_rl/workflow/sections.py"
 # The names a turn limit goes by on the trainer side (the agent service's protocol calls it maxSteps).
 TURN_NAMES = {"max_turns", "max_steps", "maxSteps"}
-# Not the trainer side: the agent service itself, and the wire type of its protocol (the client's run request),
-# whose maxSteps default is the protocol's.
-NOT_TRAINER = ("cua_rl/local_agent/", "cua_rl/mini_agent/models.py")
+# Not the trainer side: the agent service itself, and the wire types of its protocol (cua_rl/wire/: the run request
+# both ends import), whose maxSteps default is the protocol's.
+PROTOCOL_SIDE = ("cua_rl/local_agent/", "cua_rl/wire/")
 
 
 def _is_dataclass(node: ast.ClassDef) -> bool:
@@ -54,14 +54,15 @@ def _number(value: ast.expr) -> bool:
                                                                                                         bool)
 
 
-def turn_defaults(root: Path) -> list[str]:
-    """``path:line: what`` for every default of a turn limit on the trainer side under ``root``: a class field, a
+def turn_defaults(root: Path, protocol: bool = False) -> list[str]:
+    """``path:line: what`` for every default of a turn limit on the trainer side under ``root`` (``protocol``: on
+    the agent protocol's side, ``PROTOCOL_SIDE``, instead): a class field, a
     parameter default, a keyword argument given a number (``EpisodeLimits(max_turns=20)``), a lookup with a
     number to fall back on (``.get("max_turns", 20)``, ``getattr(c, "max_turns", 20)``)."""
     found: list[tuple[int, str]] = []
     for path in sorted((root / "cua_rl").rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(NOT_TRAINER):
+        if rel.startswith(PROTOCOL_SIDE) != protocol:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             hits: list[tuple[int, str]] = []
@@ -99,6 +100,14 @@ def test_the_trainer_side_has_one_default_of_the_turn_limit():
         "the trainer side must have one default of the turn limit, CUAConfig.max_turns; found:\n" + "\n".join(found))
 
 
+def test_the_agent_protocol_has_one_default_of_the_turn_limit():
+    """The other default (issue 81 item 2): maxSteps of a run request, declared once in the wire type both the
+    client and our agent service import (issue 87 item 1), never again in the service."""
+    found = turn_defaults(ROOT, protocol=True)
+    assert len(found) == 1 and found[0].startswith("cua_rl/wire/agent.py:"), (
+        "the agent protocol must have one default of maxSteps, in cua_rl/wire/agent.py; found:\n" + "\n".join(found))
+
+
 def test_the_gates_fire_on_a_default(tmp_path):
     """Each rule finds what it forbids in a small tree (a gate that finds nothing proves nothing)."""
     package = tmp_path / "cua_rl"
@@ -119,3 +128,4 @@ def test_the_gates_fire_on_a_default(tmp_path):
     assert [f.split(": ", 1)[0] for f in found] == [
         "cua_rl/config.py:2", "cua_rl/workflow/group.py:1", "cua_rl/workflow/group.py:2", "cua_rl/workflow/group.py:3",
         "cua_rl/workflow/group.py:3", "cua_rl/workflow/sections.py:4"], found
+    assert turn_defaults(tmp_path, protocol=True) == ["cua_rl/local_agent/schema.py:2: max_steps: int = 20"]

@@ -56,7 +56,7 @@ def test_overwrite_deletes_the_old_runs_logs_and_checkpoints(tmp_path):
 
 
 def test_existing_run_is_validated_at_load(tmp_path):
-    from test_config_loading import load
+    from cli_cases import load
 
     with pytest.raises(Exception, match="existing_run"):
         load(tmp_path, "existing_run=keep")

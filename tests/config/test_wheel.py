@@ -19,13 +19,13 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from cua_rl import cua_rl_home
+from tests.hosts import wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,16 +167,8 @@ def test_a_gym_host_installs_and_serves_without_the_trainer(gym_host, tmp_path):
     try:
         import httpx
 
-        for port, log in ((gym_port, "gym.log"), (agent_port, "agent.log")):
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, (tmp_path / log).read_text()[-3000:]
-                time.sleep(0.3)
+        for proc, port, log in zip(procs, (gym_port, agent_port), ("gym.log", "agent.log")):
+            wait_http(f"http://127.0.0.1:{port}/health", proc, tmp_path / log)
         api = f"http://127.0.0.1:{gym_port}/api/v1/desktop"
         assert httpx.get(f"{api}/capacity").json() == {"free": 2, "max": 2}
         eid = httpx.post(f"{api}/tasks/002", json={"options": {"seed": 3}}, timeout=60).json()["execution_id"]

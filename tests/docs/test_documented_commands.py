@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.test_docs_match_code import NOT_SHELL, REPO, Snippet, all_snippets
+from doc_snippets import NOT_SHELL, REPO, Snippet, all_snippets
 
 LAUNCHER = re.compile(r"^(?:\./examples/cua_agent/train\.sh|examples/cua_agent/train\.sh|train\.sh|cua-train|"
                       r"python3? -m cua_rl\.run\.launch)(?=\s|$)")

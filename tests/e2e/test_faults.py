@@ -4,7 +4,7 @@ processes (``python -m cua_rl.local_gym serve``, ``python -m cua_rl.local_agent 
 
 1. the agent service is SIGKILLed while a run is in flight and restarted 3 s later on the same port;
 2. after the next step, the gym is SIGKILLed while a run is in flight (its desktops must die with it) and
-   restarted likewise;
+   restarted once they are gone;
 3. after the next step, the model server (vLLM) is SIGKILLed.
 
 Must hold: the episodes in flight are lost (counted, never given a reward: a zero would bias GRPO), the run
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from cua_rl.http.serve import free_port
-from tests.hosts import Service, children, pids
+from tests.hosts import Service, children, left_behind, pids, stop, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(1500)]
@@ -94,8 +94,7 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
         gym_desktops = children(gym.proc.pid, "^Xvfb")   # its own: another job's desktops may come and go
         assert gym_desktops, "no desktop of the gym's found while an agent run was on it"
         gym.kill()
-        time.sleep(3)
-        assert not (pids("^Xvfb", here=True) & gym_desktops), "the killed gym left its desktops running"
+        assert not wait_gone(gym_desktops, 15), "the killed gym left its desktops running"
         gym.start()
         step = _steps_done(out)
         _wait(lambda: _steps_done(out) > step + 1, "two steps after the gym came back", trainer, out)
@@ -120,14 +119,9 @@ def test_killed_services_lose_only_their_episodes_and_the_run_recovers_or_stops_
         assert lost["agent service"] >= 1 and lost["gym"] >= 1, lost
         assert counts["episodes_evaluated"] > 0, counts
     finally:
-        if trainer is not None and trainer.poll() is None:
-            trainer.send_signal(signal.SIGINT)
-            try:
-                trainer.wait(120)
-            except subprocess.TimeoutExpired:
-                trainer.kill()
+        if trainer is not None:
+            stop(trainer, signal.SIGINT, timeout_s=120)
         agent.stop()
         gym.stop()
-    time.sleep(2)
-    assert not (pids("^Xvfb", here=True) - xvfb_before), "desktops left behind"
-    assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM left behind"
+    assert not left_behind("^Xvfb", xvfb_before), "desktops left behind"
+    assert not left_behind("areal_vllm_server", vllm_before), "vLLM left behind"

@@ -14,7 +14,6 @@ is; the check is the same at the default 60 s. The other provoked stops and a he
 import math
 import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import yaml
 from cua_rl.http.serve import free_port
 from cua_rl.trainer.progress import read_metrics
 from cua_rl.trainer.weight_probe import real_update
-from tests.hosts import Service, pids
+from tests.hosts import Service, left_behind, pids, stop
 from tests.warm_starts import trains_from_pinned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +61,7 @@ def _train(tmp_path: Path, env: dict, args: list[str], steps: int = 4) -> tuple[
         try:
             rc = proc.wait(800)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            rc = proc.wait(120)
+            rc = stop(proc, timeout_s=120)
     return rc, log.read_text(errors="replace")
 
 
@@ -87,9 +85,8 @@ def test_a_run_whose_agent_cannot_reach_the_policy_endpoint_stops_itself(tmp_pat
     rollout_log = next((tmp_path / "fileroot" / "logs").glob("*/*/unreached/rollout.log")).read_text(errors="replace")
     assert "could not reach the policy endpoint at http://127.0.0.2:" in rollout_log
     _assert_the_run_page_names_the_stop(next((tmp_path / "fileroot" / "logs").glob("*/*/unreached/monitor/monitor.db")))
-    time.sleep(2)
-    assert not (pids("^Xvfb", here=True) - xvfb_before), "Xvfb processes left behind"
-    assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM processes left behind"
+    assert not left_behind("^Xvfb", xvfb_before), "Xvfb processes left behind"
+    assert not left_behind("areal_vllm_server", vllm_before), "vLLM processes left behind"
 
 
 def _assert_the_run_page_names_the_stop(db: Path) -> None:
@@ -149,9 +146,8 @@ def test_a_run_whose_weight_updates_never_reach_vllm_stops_itself(tmp_path):
     print(f"stale weights: stopped at step {line.group(1)}, its first real update")
     assert re.search(r"^\[cua-rl\] cause: +a health check stopped the run: weights_unchanged 1", out, re.M), out[-3000:]
     _assert_the_regularisers_trained(logs)
-    time.sleep(2)
-    assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM processes left behind"
-    assert not (pids("cua_rl.areal_ext.worker", here=True) - workers_before), \
+    assert not left_behind("areal_vllm_server", vllm_before), "vLLM processes left behind"
+    assert not left_behind("cua_rl.areal_ext.worker", workers_before), \
         "training workers (actor or ref) left behind"
 
 

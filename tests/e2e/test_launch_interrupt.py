@@ -15,37 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.hosts import descendants, stop, wait_gone
+
 ROOT = Path(__file__).resolve().parents[2]
 # the one-turn recipe: the quickest run of the embedded stack (this test needs no learning, and the
 # multi-turn default runs episodes of up to 6 turns)
 LEARN = ROOT / "examples" / "cua_agent" / "config.learn.yaml"
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(900)]
-
-
-def _descendants(pid: int) -> set[int]:
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
-    children: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        p, pp = map(int, line.split())
-        children.setdefault(pp, []).append(p)
-    found, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in found:
-                found.add(c)
-                todo.append(c)
-    return found
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for p in pids:
-        try:
-            os.kill(p, 0)
-            alive.add(p)
-        except ProcessLookupError:
-            pass
-    return alive
 
 
 def test_ctrl_c_tears_everything_down(tmp_path):
@@ -78,21 +54,19 @@ def test_ctrl_c_tears_everything_down(tmp_path):
         baseline_runs = runs_started()
         wait_for("training agent run", lambda: runs_started() > baseline_runs)
         time.sleep(2)
-        started = _descendants(proc.pid)
+        started = descendants([proc.pid]) - {proc.pid}
         assert started, "the launcher has no child processes"
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc, signal.SIGKILL)
     out = (tmp_path / "out.log").read_text()
     assert rc != 0 and "[cua-rl] training" in out and "[cua-rl] logs:" in out, out[-3000:]
     # a stop the user asked for reads as one: exit code 130, no "FAILED", no trainer traceback
     assert rc == 130 and "[cua-rl] training stopped by SIGINT" in out and "FAILED" not in out, out[-3000:]
     assert re.search(r"baseline \(policy version 0\): num_turns [0-9.]+, reward [0-9.]+", out), out[-4000:]
-    time.sleep(2)
-    assert not _alive(started), f"left running: {_alive(started)}"
+    left = wait_gone(started, 15)
+    assert not left, f"left running: {left}"
     _assert_monitor_has_the_baseline(next((tmp_path / "fileroot").glob("logs/*/*/interrupt/monitor/monitor.db")))
 
 

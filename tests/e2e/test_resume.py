@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from cua_rl.trainer.resume import settle
-from tests.hosts import pids
+from tests.hosts import left_behind, pids
 from tests.warm_starts import trains_from_pinned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,8 +92,7 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
     # the last committed step, wherever the kill landed (a dump cut short is rolled back to it)
     killed_after = settle(next(ckpts.glob("cua-learn/resume")))["global_step"]
     assert first.returncode != 0 and "training FAILED" in out1, out1[-4000:]
-    time.sleep(2)
-    assert not (pids("^Xvfb", here=True) - xvfb_before) and not (pids("areal_vllm_server", here=True) - vllm_before), \
+    assert not left_behind("^Xvfb", xvfb_before) and not left_behind("areal_vllm_server", vllm_before), \
         "the killed run left desktops or vLLM running"
 
     second = _run(env, "--resume")
@@ -130,6 +129,5 @@ def test_sigkilled_run_resumes_with_every_task_trained_once(tmp_path):
     assert versions == list(range(killed_after + 1, STEPS + 1)), (killed_after, versions)
     # resumed steps only: the console counts from the committed step on
     assert "step 1/" not in out2 and re.search(rf"step {killed_after + 2}/{STEPS}", out2), out2[-3000:]
-    time.sleep(2)
-    assert not (pids("^Xvfb", here=True) - xvfb_before), "Xvfb processes left behind"
-    assert not (pids("areal_vllm_server", here=True) - vllm_before), "vLLM processes left behind"
+    assert not left_behind("^Xvfb", xvfb_before), "Xvfb processes left behind"
+    assert not left_behind("areal_vllm_server", vllm_before), "vLLM processes left behind"

@@ -9,16 +9,17 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
-from agent_helpers import fast_settings
+from agent_helpers import fast_settings, wait_finished
 from cua_rl.http.serve import free_port
 from cua_rl.local_agent import start_agent_server
 from cua_rl.local_agent.record import RunRecord, iso, parse_time
 from cua_rl.local_agent.server import RunManager
-from cua_rl.mini_agent import MiniAgentClient
-from cua_rl.mini_agent.models import GenvEnv, ModelEndpoint, RunRequest
+from cua_rl.mini_agent import MiniAgentClient, RunRequest
+from tests.hosts import stop, wait_http
 
 
 def closed_port() -> int:
@@ -37,21 +38,7 @@ def payload(**overrides):
 
 def to_request(body: dict) -> RunRequest:
     """``body`` (a ``payload()``) as the mini-agent client's request."""
-    model, env = body["model"], body["env"]
-    return RunRequest(task=body["task"], agent=body["agent"], max_steps=body["maxSteps"],
-                      model=ModelEndpoint(base_url=model["baseUrl"], name=model["name"], api_key=model["apiKey"]),
-                      env=GenvEnv(env["gymBaseUrl"], env["gymId"], env["executionId"]),
-                      standard_action_space=body["standardActionSpace"])
-
-
-async def wait_finished(http: httpx.AsyncClient, run_id: str, timeout_s: float = 30) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = (await http.get(f"/runs/{run_id}")).json()
-        if status["status"] != "running":
-            return status
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} still running after {timeout_s}s")
+    return RunRequest.model_validate(body)
 
 
 @pytest.mark.parametrize("change,field", [
@@ -163,29 +150,18 @@ async def test_concurrency_cap_answers_503():
                 assert status["status"] == "cancelled"
 
 
-def test_cli_serves_and_validates_flags():
+def test_cli_serves_and_validates_flags(tmp_path):
     env = dict(os.environ)
     bad = subprocess.run([sys.executable, "-m", "cua_rl.local_agent", "serve", "--history-images", "0"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 2 and "--history-images must be >= 1" in bad.stderr
-    port = closed_port()
-    proc = subprocess.Popen([sys.executable, "-m", "cua_rl.local_agent", "serve", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    port, log = closed_port(), tmp_path / "agent.log"
+    proc = _serve_agent(["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env, log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.stderr.read()
-                assert time.monotonic() < deadline, "cua-agent serve did not come up"
-                time.sleep(0.2)
+        health = wait_http(f"http://127.0.0.1:{port}/health", proc, log).json()
         assert health["ok"] is True and {"qwen3-vl", "mai-ui"} <= set(health["agents"])
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc, group=False)
 
 
 async def test_stop_cancels_running_runs_and_returns_promptly():
@@ -206,31 +182,11 @@ async def test_stop_cancels_running_runs_and_returns_promptly():
     assert record.events[-1]["type"] == "run_end"
 
 
-def _serve_agent(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cua_rl.local_agent", "serve", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def _wait_health(base: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{base}/health", timeout=2).raise_for_status()
-            return
-        except httpx.HTTPError:
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "cua-agent serve did not come up"
-            time.sleep(0.2)
-
-
-def _stop_agent(proc: subprocess.Popen) -> str:
-    """Stop it; what it wrote to stderr (its log)."""
-    proc.terminate()
-    try:
-        return proc.communicate(timeout=30)[1]
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.communicate()[1]
+def _serve_agent(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``cua-agent serve ARGS``, its log (stderr) into ``log``."""
+    with open(log, "w") as sink:
+        return subprocess.Popen([sys.executable, "-m", "cua_rl.local_agent", "serve", *args], env=env,
+                                stdout=subprocess.DEVNULL, stderr=sink)
 
 
 async def test_an_agent_service_with_a_token_serves_only_its_holders(tmp_path, monkeypatch):
@@ -241,11 +197,12 @@ async def test_an_agent_service_with_a_token_serves_only_its_holders(tmp_path, m
     token = "agent-" + os.urandom(16).hex()
     port = closed_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUA_AGENT_TOKEN")}
+    log = tmp_path / "agent.log"
     proc = _serve_agent(["--host", "0.0.0.0", "--port", str(port), "--log-level", "debug"],
-                        {**env, "CUA_AGENT_TOKEN": token})
+                        {**env, "CUA_AGENT_TOKEN": token}, log)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_health(base, proc)
+        wait_http(f"{base}/health", proc, log)
         async with httpx.AsyncClient(base_url=base, timeout=30) as stranger:
             for headers in ({}, {"Authorization": "Bearer " + token[:-1]}):
                 started = await stranger.post("/runs", json=payload(), headers=headers)
@@ -263,8 +220,8 @@ async def test_an_agent_service_with_a_token_serves_only_its_holders(tmp_path, m
                     assert answer.status_code == 401, (path, answer.text)
                 assert (await owner.status(run_id)).status in ("running", "failed")
     finally:
-        log = _stop_agent(proc)
-    assert token not in log
+        stop(proc, group=False)
+    assert token not in log.read_text()
 
 
 def test_an_agent_service_on_a_network_address_needs_a_token(tmp_path):
@@ -277,14 +234,16 @@ def test_an_agent_service_on_a_network_address_needs_a_token(tmp_path):
     assert "refusing to serve on 0.0.0.0 without a token" in refused.stderr and "CUA_AGENT_TOKEN" in refused.stderr
     (tmp_path / "token").write_text("from-a-file\n")
     port = closed_port()
-    proc = _serve_agent(["--host", "0.0.0.0", "--port", str(port), "--token-file", str(tmp_path / "token")], env)
+    log = tmp_path / "agent.log"
+    proc = _serve_agent(["--host", "0.0.0.0", "--port", str(port), "--token-file", str(tmp_path / "token")], env,
+                        log)
     try:
-        _wait_health(f"http://127.0.0.1:{port}", proc)
+        wait_http(f"http://127.0.0.1:{port}/health", proc, log)
         assert httpx.get(f"http://127.0.0.1:{port}/runs").status_code == 401
         assert httpx.get(f"http://127.0.0.1:{port}/runs", headers={"Authorization": "Bearer from-a-file"}).json() \
             == {"runs": []}
     finally:
-        _stop_agent(proc)
+        stop(proc, group=False)
 
 
 async def test_a_continuation_must_show_its_parents_model_key(agent):

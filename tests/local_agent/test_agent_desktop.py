@@ -200,7 +200,7 @@ async def test_max_run_time_is_a_hard_cap(gym, model, agent):
     async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
         t0 = time.monotonic()
         result = await run_to_end(agent, run_request(gym, eid, base, key, max_run_time_s=STEP_LIMIT_S,
-                                                     max_step_time_s=0))
+                                                     max_step_time_s=None))
     assert time.monotonic() - t0 < 25   # ended at its cap, long before the model's answer
     assert not result.ok and "maxRunTimeSec" in result.reason
     # the model server never answered in time: its failure, not the policy's (issue 66); a trainer drops it
@@ -342,10 +342,10 @@ async def test_a_continuation_starts_from_its_parents_history(gym, model, agent)
     stranger_key = scripted.script("stranger", [qwen_call(action="answer", text="stolen")])
     async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
         async with httpx.AsyncClient(base_url=agent.url) as http:
-            stranger = run_request(gym, eid, base, stranger_key, start_from=StartFrom(parent.run_id, 3))
+            stranger = run_request(gym, eid, base, stranger_key, start_from=StartFrom(run_id=parent.run_id, steps=3))
             stolen = await http.post("/runs", json=stranger.to_payload())
         assert stolen.status_code == 403 and "another model key" in stolen.text, stolen.text
-        start = StartFrom(parent.run_id, 3, api_key=parent_key)
+        start = StartFrom(run_id=parent.run_id, steps=3, api_key=parent_key)
         child = await run_to_end(agent, run_request(gym, eid, base, child_key, start_from=start))
         async with httpx.AsyncClient(base_url=agent.url) as http:
             health = (await http.get("/health")).json()
@@ -357,7 +357,7 @@ async def test_a_continuation_starts_from_its_parents_history(gym, model, agent)
             other = run_request(gym, eid, base, child_key, task="another task", start_from=start)
             refusals["task"] = await http.post("/runs", json=other.to_payload())
             # our client refuses this one before sending it; the service too
-            with pytest.raises(ValueError, match="leaves no step of max_steps"):
+            with pytest.raises(ValueError, match="leaves no step of maxSteps"):
                 run_request(gym, eid, base, child_key, max_steps=3, start_from=start)
             late = {**run_request(gym, eid, base, child_key, max_steps=3).to_payload(), "startFrom": start.to_payload()}
             refusals["maxSteps"] = await http.post("/runs", json=late)

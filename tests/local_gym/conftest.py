@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import subprocess
 
 import pytest
+from gym_helpers import bare_x
 
 NEEDED = ("Xvfb", "openbox", "bwrap", "mousepad", "pcmanfm", "xterm", "dbus-run-session")
 
@@ -36,34 +35,8 @@ def gym():
         yield server
 
 
-@contextlib.contextmanager
-def bare_x(width: int = 320, height: int = 200):
-    """A bare Xvfb of its own (no window manager): its display name."""
-    r, w = os.pipe()
-    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp"],
-                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(w)
-    try:
-        with os.fdopen(r) as f:
-            yield ":" + f.readline().strip()
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture
 def x_display():
     """A bare Xvfb (320x200) of its own: its display name."""
     with bare_x() as name:
         yield name
-
-
-def paint(name: str, colour: int, x: int = 10, y: int = 10, width: int = 50, height: int = 40) -> None:
-    """A filled rectangle on the root window of display ``name``, from a connection of its own (as an app)."""
-    from Xlib import display as xdisplay
-
-    d = xdisplay.Display(name)
-    root = d.screen().root
-    root.fill_rectangle(root.create_gc(foreground=colour), x, y, width, height)
-    d.sync()
-    d.close()

@@ -1,10 +1,13 @@
 """Helpers for the gym tests: which processes a desktop (or a whole server) consists of; a scripted solution
-written and parsed as the keyboard agent format's replies; a folder chain too deep for recursive code."""
+written and parsed as the keyboard agent format's replies; a folder chain too deep for recursive code; a bare
+Xvfb of a test's own and paint on it (test modules import these from here, not from conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import subprocess
 import time
 
 from cua_rl.genv import GenvClient
@@ -54,27 +57,6 @@ def remove_nested(top, name: str = "d") -> int:
     finally:
         os.close(fd)
     return levels
-
-
-def alive(pids: set[int]) -> set[int]:
-    """Those of ``pids`` that still exist and are not zombies."""
-    out = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            out.add(pid)
-    return out
-
-
-def wait_gone(pids: set[int], timeout_s: float = 10.0) -> set[int]:
-    deadline = time.monotonic() + timeout_s
-    while alive(pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive(pids)
 
 
 async def evaluation_within(client: GenvClient, eid: str, timeout_s: float, answer_text: str | None = None):
@@ -152,3 +134,29 @@ def keyboard_actions(solution: list[dict]) -> list[dict]:
     fmt, ctx = get_format("keyboard"), PromptContext(instruction="the task", screen=(1280, 800))
     return [a.gym_action for reply in keyboard_replies(solution)
             for a in fmt.parse({"role": "assistant", "content": reply}, ctx).actions]
+
+
+@contextlib.contextmanager
+def bare_x(width: int = 320, height: int = 200):
+    """A bare Xvfb of its own (no window manager): its display name."""
+    r, w = os.pipe()
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp"],
+                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(w)
+    try:
+        with os.fdopen(r) as f:
+            yield ":" + f.readline().strip()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def paint(name: str, colour: int, x: int = 10, y: int = 10, width: int = 50, height: int = 40) -> None:
+    """A filled rectangle on the root window of display ``name``, from a connection of its own (as an app)."""
+    from Xlib import display as xdisplay
+
+    d = xdisplay.Display(name)
+    root = d.screen().root
+    root.fill_rectangle(root.create_gc(foreground=colour), x, y, width, height)
+    d.sync()
+    d.close()

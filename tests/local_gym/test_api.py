@@ -18,8 +18,8 @@ from cua_rl.local_gym import load_tasks, start_gym_server
 from cua_rl.local_gym.keyboard_suite import write_suite
 from cua_rl.local_gym.procs import wait_until
 
-from gym_helpers import evaluation_within, names, wait_gone
-from tests.hosts import descendants
+from gym_helpers import evaluation_within, names
+from tests.hosts import descendants, stop, wait_gone, wait_http
 
 pytestmark = pytest.mark.desktop
 EDITOR_TASK = "001"   # mousepad on notes.txt; its solution types and saves
@@ -386,22 +386,6 @@ def _serve(args: list[str], env: dict[str, str], log) -> "subprocess.Popen":
                              "--max-executions", "2", *args], env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _stop(server) -> None:
-    server.terminate()
-    server.wait(30)
-
-
-def _health(base: str, server, log_path) -> dict:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return httpx.get(f"{base}/health", timeout=2).raise_for_status().json()
-        except httpx.HTTPError:
-            assert server.poll() is None, f"cua-gym serve exited: {log_path.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, "cua-gym serve did not come up"
-            time.sleep(0.2)
-
-
 async def test_a_gym_with_a_token_serves_only_its_holders(tmp_path, monkeypatch):
     """Issue 80: ``cua-gym serve --host 0.0.0.0`` (docs/cluster.md) answered anyone, so any client could act on, fork
     and end anyone's executions. With ``CUA_GYM_TOKEN`` in its environment every route but ``/health`` answers 401
@@ -416,7 +400,7 @@ async def test_a_gym_with_a_token_serves_only_its_holders(tmp_path, monkeypatch)
                         {**os.environ, "CUA_GYM_TOKEN": token}, log)
     base, api = f"http://127.0.0.1:{port}", "/api/v1/desktop"
     try:
-        assert _health(base, server, log_path)["ok"] is True        # /health stays open (fleets, load balancers)
+        assert wait_http(f"{base}/health", server, log_path).json()["ok"] is True        # /health stays open (fleets, load balancers)
         async with httpx.AsyncClient(base_url=base, timeout=60) as stranger:
             for headers in ({}, {"Authorization": "Bearer not-" + token}, {"Authorization": token}):
                 refused = await stranger.post(f"{api}/tasks/{EDITOR_TASK}", json={}, headers=headers)
@@ -436,7 +420,7 @@ async def test_a_gym_with_a_token_serves_only_its_holders(tmp_path, monkeypatch)
                 assert (await owner.get_execution(ex.execution_id))["status"] == "running"   # untouched
                 assert (await owner.act(ex.execution_id, {"type": "wait", "ms": 1}))["ok"] is True
     finally:
-        _stop(server)
+        stop(server, group=False)
     assert token not in log_path.read_text()
 
 
@@ -461,7 +445,7 @@ def test_a_gym_on_a_network_address_needs_a_token_or_says_it_serves_anyone(tmp_p
     with open(log_path, "w") as log:
         server = _serve(["--host", "0.0.0.0", "--port", str(port), "--insecure-no-token"], env, log)
     try:
-        _health(f"http://127.0.0.1:{port}", server, log_path)
+        wait_http(f"http://127.0.0.1:{port}/health", server, log_path)
     finally:
-        _stop(server)
+        stop(server, group=False)
     assert "WARNING cua_rl.local_gym: cua-gym serves on 0.0.0.0 WITHOUT A TOKEN" in log_path.read_text()

@@ -115,8 +115,7 @@ def test_a_stop_step_that_fails_still_releases_everything(monkeypatch, caplog):
     starts the next desktop in its place. (The failure is forced into the first step: closing the screen.)"""
     from cua_rl.local_gym import mounts
     from cua_rl.local_gym.screen import Screen
-    from gym_helpers import wait_gone
-    from tests.hosts import descendants
+    from tests.hosts import descendants, wait_gone
 
     def broken_close(self):
         raise RuntimeError("the screen's connection is broken (forced by the test)")

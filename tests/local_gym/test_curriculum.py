@@ -280,7 +280,7 @@ def test_a_board_the_window_manager_never_managed_is_refused_not_shown_in_a_corn
     from types import SimpleNamespace
 
     from cua_rl.local_gym import curriculum
-    from tests.local_gym.conftest import bare_x
+    from gym_helpers import bare_x
 
     (tmp_path / ".board").mkdir()
     shutil.copy(Path(curriculum.__file__).parent / "board.tcl", tmp_path / ".board" / "board.tcl")

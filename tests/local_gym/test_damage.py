@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 from cua_rl.local_gym.screen import DamageWatch, Screen, settle
-from tests.local_gym.conftest import paint as _paint
+from gym_helpers import paint as _paint
 
 pytestmark = pytest.mark.desktop
 

@@ -16,8 +16,8 @@ import pytest
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import GymError, GymOptions, LocalGym, curriculum, start_gym_server
 from cua_rl.local_gym.fork import home_state
-from gym_helpers import alive, names, nest_folders, remove_nested, wait_gone
-from tests.hosts import descendants
+from gym_helpers import names, nest_folders, remove_nested
+from tests.hosts import alive, descendants, wait_gone
 
 pytestmark = pytest.mark.desktop
 

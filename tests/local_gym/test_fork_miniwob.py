@@ -10,8 +10,7 @@ import pytest
 
 from cua_rl.local_gym import GymError, GymOptions, LocalGym
 from cua_rl.local_gym.miniwob import _FORK_STATE_JS
-from gym_helpers import wait_gone
-from tests.hosts import descendants
+from tests.hosts import descendants, wait_gone
 
 pytestmark = pytest.mark.desktop
 

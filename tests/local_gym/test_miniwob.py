@@ -30,8 +30,8 @@ import pytest
 
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym.xinput import char_keysym, keysym_for_name
-from gym_helpers import names, wait_gone
-from tests.hosts import descendants
+from gym_helpers import names
+from tests.hosts import descendants, wait_gone, wait_http
 from miniwob_solvers import SOLVERS, Play
 
 pytestmark = [pytest.mark.desktop, pytest.mark.skipif(shutil.which("chromium") is None,
@@ -465,13 +465,8 @@ def test_a_killed_gym_leaves_no_browser_behind():
                                "--log-level", "warning"])
     try:
         base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/health").json()["pool"]["spares"] >= 1:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        wait_http(f"{base}/health", server, timeout_s=30,
+                  ready=lambda answer: answer.status_code == 200 and answer.json()["pool"]["spares"] >= 1)
         r = httpx.post(f"{base}/api/v1/miniwob/tasks/click-test", json={"options": {"seed": 1}}, timeout=60)
         assert r.status_code == 200, r.text
         tree = descendants([server.pid]) - {server.pid}

@@ -22,8 +22,8 @@ from cua_rl.genv import GenvClient
 from cua_rl.http.serve import free_port
 from cua_rl.local_gym import mounts
 from cua_rl.local_gym.desktop import SANDBOX_ETC
-from gym_helpers import names, wait_gone
-from tests.hosts import descendants
+from gym_helpers import names
+from tests.hosts import descendants, stop, wait_gone, wait_http
 
 pytestmark = pytest.mark.desktop
 TERMINAL_TASK = "012"   # xterm, maximised, focused
@@ -192,16 +192,7 @@ def test_killing_the_server_leaves_no_desktop_process(sig):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                health = httpx.get(f"{base}/health", timeout=2).json()
-                if health["pool"]["spares"] >= 2:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "gym did not come up"
-            time.sleep(0.2)
+        wait_http(f"{base}/health", server, ready=lambda a: a.status_code == 200 and a.json()["pool"]["spares"] >= 2)
         for task in ("001", "012"):
             r = httpx.post(f"{base}/api/v1/desktop/tasks/{task}", json={}, timeout=60)
             assert r.status_code == 200, r.text
@@ -222,9 +213,7 @@ def test_killing_the_server_leaves_no_desktop_process(sig):
             assert not workdirs[0].exists()
         assert wait_gone(procs) == set(), f"desktop processes outlived the gym ({sig.name})"
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(10)
+        stop(server, signal.SIGKILL, group=False)
 
 
 @pytest.mark.skipif(not mounts.can_mount(), reason="HOME is a tmpfs only when the gym runs as root")
@@ -346,16 +335,8 @@ async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_si
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base, answered_in = f"http://127.0.0.1:{port}/api/v1/desktop", 8.0
     try:
+        await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/health", server)
         async with httpx.AsyncClient(timeout=answered_in) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if (await http.get(f"http://127.0.0.1:{port}/health")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline and server.poll() is None, "gym did not come up"
-                await asyncio.sleep(0.2)
             created = await asyncio.gather(*(http.post(f"{base}/tasks/901", json={}, timeout=60) for _ in range(4)))
             assert all(r.status_code == 200 for r in created), [r.text for r in created]
             *attacked, control = [r.json()["execution_id"] for r in created]
@@ -427,6 +408,4 @@ async def test_fifo_link_swaps_and_a_server_grab_under_load_wedge_nothing_and_si
         assert wait_gone(procs) == set(), "desktop processes outlived the gym"
     finally:
         secret_file.unlink()
-        if server.poll() is None:
-            server.kill()
-            server.wait(10)
+        stop(server, signal.SIGKILL, group=False)

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from cua_rl.local_gym.screen import Screen
-from tests.local_gym.conftest import paint
+from gym_helpers import paint
 
 pytestmark = pytest.mark.desktop
 

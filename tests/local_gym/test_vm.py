@@ -18,7 +18,7 @@ from PIL import Image
 
 from cua_rl.local_gym import procs
 from cua_rl.local_gym.vm.machine import Machine, VMSpec, wait_for_screen
-from gym_helpers import wait_gone
+from tests.hosts import wait_gone
 
 
 @pytest.fixture

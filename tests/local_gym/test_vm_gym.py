@@ -34,8 +34,8 @@ from cua_rl.local_gym.manager import GymManager, GymOptions
 from cua_rl.local_gym.tasks import load_tasks
 from cua_rl.local_gym.vm import backend, guest_image
 from cua_rl.local_gym.vm.agent import GuestAgent, GuestAgentError
-from gym_helpers import names, wait_gone
-from tests.hosts import descendants
+from gym_helpers import names
+from tests.hosts import descendants, wait_gone
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "vm_tasks"
 TASK = "901"

@@ -13,11 +13,9 @@ import getpass
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import httpx
 import pytest
@@ -25,6 +23,7 @@ import pytest
 from cua_rl.http.serve import free_port
 from cua_rl.local_model.vllm_server import CPU_ENV
 from cua_rl.run.summary import final_checkpoint
+from tests.hosts import stop, wait_http
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -92,13 +91,7 @@ def test_vllm_serves_an_exported_checkpoint_of_a_run(tiny_model_dir, tmp_path, d
         server = _serve(exported, port, log)
         try:
             started = time.monotonic()
-            while time.monotonic() - started < 300:
-                assert server.poll() is None, (tmp_path / "vllm.log").read_text()[-3000:]
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                        break
-                except OSError:
-                    time.sleep(0.5)
+            wait_http(f"http://127.0.0.1:{port}/health", server, tmp_path / "vllm.log", timeout_s=300)
             print(f"vLLM served the exported checkpoint after {time.monotonic() - started:.0f} s")
             models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).json()["data"]
             assert [(m["id"], m["root"]) for m in models] == [("policy", str(exported))]
@@ -115,9 +108,4 @@ def test_vllm_serves_an_exported_checkpoint_of_a_run(tiny_model_dir, tmp_path, d
             assert body["usage"]["prompt_tokens"] > 64 and body["usage"]["completion_tokens"] >= 1, body["usage"]
             assert body["choices"][0]["message"]["role"] == "assistant"
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+            stop(server, timeout_s=20)

@@ -7,7 +7,7 @@ import pytest
 
 from cua_rl.http.retry import RetryPolicy
 from cua_rl.mini_agent import MiniAgentClient, MiniAgentError
-from test_mini_agent_events import SECRET, make_request
+from mini_agent_requests import SECRET, make_request
 from tests.doubles.agent_double import scripted_events
 from tests.doubles.bombs import CODINGS, MAX_GROWTH, MiB, compression_bomb, peak_rss_growth
 

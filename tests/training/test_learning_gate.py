@@ -57,12 +57,12 @@ from pathlib import Path
 import pytest
 
 from cua_rl.trainer.health import BY_NAME
-from tests.hosts import pids
-from tests.warm_starts import gate_score_file, pinned, seed_pinned_scores
+from tests.hosts import left_behind, pids
+from tests.warm_starts import GATE_EPISODES, gate_score_file, pinned, seed_pinned_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 16                    # the recipe's (config.multiturn.yaml says why 16)
-EPISODES = 64                 # held-out instances per gated regime, each played once greedily
+EPISODES = GATE_EPISODES        # held-out instances per gated regime, each played once greedily
 
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop, pytest.mark.timeout(2400)]
 
@@ -125,8 +125,7 @@ def gate_run(tmp_path_factory):
     fileroot = tmp / "work" / "fileroot"
     logs = next(fileroot.glob("logs/*/cua-learn-multiturn/grpo-s1"))
     ckpts = next(fileroot.glob("checkpoints/*/cua-learn-multiturn/grpo-s1"))
-    time.sleep(2)
-    left = {"Xvfb": pids("^Xvfb", here=True) - xvfb_before, "vLLM": pids("areal_vllm_server", here=True) - vllm_before}
+    left = {"Xvfb": left_behind("^Xvfb", xvfb_before), "vLLM": left_behind("areal_vllm_server", vllm_before)}
     return results, (tmp / "work" / "grpo-s1.log").read_text(errors="replace"), logs, ckpts, left
 
 

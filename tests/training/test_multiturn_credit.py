@@ -19,40 +19,12 @@ import torch
 from areal.trainer.ppo.actor import PPOActor
 from areal.utils.data import concat_padded_tensors
 
+from credit_cases import GROUPS, OUTPUT, episode_of, episode_pulls
 from cua_rl.run.launch import load_config
-from cua_rl.policy.records import Turn
-from cua_rl.trajectory import EpisodeOutcome, group_batch
-
-PROMPT, OUTPUT = 10, 40
-
-
-def _episode(turns: int, reward: float) -> EpisodeOutcome:
-    turn = Turn(prompt_ids=[1] * PROMPT, output_ids=[2] * OUTPUT, output_logprobs=[-0.5] * OUTPUT,
-                output_versions=[0] * OUTPUT)
-    return EpisodeOutcome(turns=[turn] * turns, reward=reward)
-
-
-GROUPS = [[_episode(3, 1.0)] + [_episode(20, 0.0)] * 3] + [[_episode(20, 0.0)] * 4] * 3
-
-
-def _pulls(actor_config, trajectory, **options) -> list[list[float]]:
-    """Each episode's summed advantage over its trained tokens, as AReaL's actor computes it, per group; the rows
-    built as ``trajectory`` (config.yaml's section: what a run trains on) builds them, but for ``options``."""
-    batches = [group_batch(g, **{**trajectory.group_options(), **options}) for g in GROUPS]
-    data = concat_padded_tensors(batches)
-    out = PPOActor(actor_config, engine=None)._compute_advantages(data)
-    per_row = (out["advantages"] * out["loss_mask"]).sum(-1).tolist()
-    pulls, row = [], 0
-    for group in GROUPS:
-        pulls.append([])
-        for episode in group:
-            pulls[-1].append(sum(per_row[row:row + len(episode.turns)]))
-            row += len(episode.turns)
-    return pulls
-
+from cua_rl.trajectory import group_batch
 
 def test_all_fail_groups_get_nothing_and_every_episode_weighs_the_same(actor_config, shipped):
-    pulls = _pulls(actor_config, shipped.trajectory)
+    pulls = episode_pulls(actor_config, shipped.trajectory)
     for group in pulls[1:]:
         assert group == [0.0] * 4, pulls
     success, *failures = pulls[0]
@@ -67,9 +39,9 @@ def test_batch_recentring_or_token_weighting_switched_back_on_breaks_it(actor_co
     # the old defaults: a batch mean over tokens, rows weighted by their tokens (the weighting alone would
     # balance each group's tokens and so zero the batch mean: the two are tested together)
     recentred = replace(actor_config, adv_norm=replace(actor_config.adv_norm, mean_level="batch"))
-    pulls = _pulls(recentred, shipped.trajectory, equal_episode_weight=False)
+    pulls = episode_pulls(recentred, shipped.trajectory, equal_episode_weight=False)
     assert all(p > 0 for group in pulls[1:] for p in group), "a batch mean must push all-fail tokens up"
-    success, *failures = _pulls(actor_config, shipped.trajectory, equal_episode_weight=False)[0]
+    success, *failures = episode_pulls(actor_config, shipped.trajectory, equal_episode_weight=False)[0]
     assert -failures[0] > 2 * success / 3, "token weighting must let each long failure outweigh its share"
 
 
@@ -95,7 +67,7 @@ def test_right_data_1_reward_clip_keeps_a_short_successs_weight(actor_config, n,
     (``trajectory.group_weight: tokens``, the learning recipes'), a 1-turn success among 20-turn failures carries
     22.9 at n=4 and 43.6 at n=8: config.yaml's actor must train it with exactly that, and the success must still
     pull as hard as its failing siblings together."""
-    group = [_episode(1, 1.0)] + [_episode(20, 0.0)] * (n - 1)
+    group = [episode_of(1, 1.0)] + [episode_of(20, 0.0)] * (n - 1)
     out = _advantaged(actor_config, [group_batch(group, group_weight="tokens")])
     success = out["returns"][0][out["loss_mask"][0].bool()]          # GAE before adv_norm: the reward trained
     assert success.tolist() == pytest.approx([carried] * OUTPUT, rel=1e-3)
@@ -132,8 +104,8 @@ def test_right_data_10_a_short_and_a_long_tasks_groups_pull_alike(actor_config, 
     task's group 10x a 2-turn task's in one batch. config.yaml's ``trajectory`` (``group_weight: equal``) makes
     the two pull the same through AReaL's actor; ``tokens`` keeps AReaL's weighting (10x)."""
     trajectory = shipped.trajectory
-    short = [_episode(2, 1.0)] + [_episode(2, 0.0)] * 3
-    long = [_episode(20, 1.0)] + [_episode(20, 0.0)] * 3
+    short = [episode_of(2, 1.0)] + [episode_of(2, 0.0)] * 3
+    long = [episode_of(20, 1.0)] + [episode_of(20, 0.0)] * 3
     sizes = [2 * 4, 20 * 4]
     ours = _group_pulls(_advantaged(actor_config, [group_batch(g, **trajectory.group_options())
                                                       for g in (short, long)]), sizes)
@@ -177,7 +149,7 @@ def test_right_credit_1_a_kl_penalty_weighs_against_the_task_as_under_token_weig
     (its share under AReaL's own weighting, ``tokens``)."""
     from cua_rl.run.launch import RECIPES, ConfigError
 
-    group = [_episode(20, 1.0)] + [_episode(20, 0.0)] * 3
+    group = [episode_of(20, 1.0)] + [episode_of(20, 0.0)] * 3
     task, kl = _task_and_kl(shipped.actor, replace(shipped.trajectory, group_weight="equal"), group)
     assert task[0] > 0 and task[0] + kl[0] < 0, "the defect this refusal is for: the KL flips a success under equal"
     overrides = [f"actor.kl_ctl={KL_CTL}"]

@@ -6,10 +6,11 @@ the mutation did nothing. The runs themselves (``python bench/learning_bench.py 
 import pytest
 import torch
 
+import credit_cases
+from credit_cases import GROUPS, episode_pulls
 from cua_rl.run.launch import ConfigError, load_config
 from cua_rl.trajectory import group_batch
 from cua_rl.trajectory import mutations
-from tests.training.test_multiturn_credit import GROUPS, _pulls
 
 
 def _batch():
@@ -20,9 +21,9 @@ def test_negated_advantages_push_the_success_down_through_the_actor(actor_config
     batch = _batch()
     flipped = mutations.mutate(batch, "negate_advantages")
     assert torch.equal(flipped["rewards"], -batch["rewards"]) and torch.equal(flipped["loss_mask"], batch["loss_mask"])
-    monkeypatch.setattr("tests.training.test_multiturn_credit.group_batch",
+    monkeypatch.setattr(credit_cases, "group_batch",
                         lambda g, **kw: mutations.mutate(group_batch(g, **kw), "negate_advantages"))
-    success, *failures = _pulls(actor_config, shipped.trajectory)[0]
+    success, *failures = episode_pulls(actor_config, shipped.trajectory)[0]
     assert success < 0 and all(f > 0 for f in failures)
 
 

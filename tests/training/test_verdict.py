@@ -82,8 +82,7 @@ def test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps():
     import json
 
     from cua_rl.local_gym.curriculum import GATED
-    from tests.training.test_learning_gate import EPISODES
-    from tests.warm_starts import PINNED_SCORES, gate_score_file
+    from tests.warm_starts import GATE_EPISODES as EPISODES, PINNED_SCORES, gate_score_file
 
     pinned, key = sorted(f.name for f in PINNED_SCORES.glob("verdict-*.json")), gate_score_file(EPISODES).name
     assert pinned == [key], (f"the pinned score {pinned} is not the one the gate's run keeps now ({key}): "
