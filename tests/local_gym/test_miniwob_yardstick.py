@@ -56,7 +56,9 @@ def test_the_plan_check_catches_what_the_issue_forbids():
     assert len(yardstick.check_plan(few)) == 2
     assert plan["bar"]["permutation_p_max"] == 0.05 and plan["bar"]["grpo_mean_heldout_task_rise_min"] == 0.10
     assert plan["bar"]["grpo_mean_heldout_seed_rise_min"] == 0.15 and plan["bar"]["decided"] is None
-    assert "pending the pilot" in plan["status"]
+    # Fixed before any seed ran: the pilot may only have dropped candidates committed before it (never added one)
+    assert plan["status"].startswith("fixed") and plan["pilot"]["scores"].keys() >= set(plan["heldout_tasks"])
+    assert set(plan["heldout_tasks"]) <= {"click-test-transfer", "focus-text-2", "click-dialog-2", "click-tab-2"}
 
 
 def test_the_exact_permutation_p_on_hand_computed_examples():
