@@ -41,8 +41,8 @@ def test_a_grid_click_lands_on_the_css_pixel_of_the_device_pixel_our_gym_presses
     # the far edge: our gym clamps to the last device pixel (479, 629), a third of a CSS pixel inside the area
     assert xcheck.package_actions(_gym_action("left_click", [1000, 1000])) == [
         ("CLICK_COORDS", {"coords": (479 / 3, 629 / 3)})]
-    # a grid step that stays on one device pixel stays on one CSS point: int(0.1234 * 480) = 59 -> 59 / 3
-    assert xcheck.css_point(0.1234, 0.0) == (59 / 3, 0.0)
+    # the device pixel is truncated as our gym truncates it, not rounded: int(0.124 * 480) = int(59.52) = 59 -> 59 / 3
+    assert xcheck.css_point(0.124, 0.0) == (59 / 3, 0.0)
     assert xcheck.package_actions(_gym_action("double_click", [0, 0]))[0][0] == "DBLCLICK_COORDS"
     assert xcheck.package_actions(_gym_action("type", text="hi")) == [("TYPE_TEXT", {"text": "hi"})]
     assert xcheck.package_actions(_gym_action("key", keys=["ctrl", "a"])) == [("PRESS_KEY", {"key": "C-a"})]
