@@ -253,6 +253,14 @@ def lift_page_timer(env, seconds: float) -> None:
 
 # ---- the policy: our endpoint in front of transformers' greedy generate -----------------------------------------
 
+def mm_token_types(processor, input_ids) -> list[int]:
+    """The processor's ``mm_token_type_ids`` for prompt ids (1: an image placeholder, 2: a video one, 0: text).
+    Qwen3-VL's ``generate`` places its 3D rotary positions only when it has them: without them every image token
+    sat at a text position and the reply was another model's."""
+    image, video = getattr(processor, "image_token_id", None), getattr(processor, "video_token_id", None)
+    return [1 if t == image else 2 if t == video else 0 for t in input_ids]
+
+
 class HFGreedyEngine:
     """``engine.agenerate`` for ``PolicyEndpoint`` with transformers: greedy ``generate`` on the request's prompt
     ids, the processor run on the request's (already prepared) images as vLLM runs it, stopping at the gconfig's
@@ -274,7 +282,8 @@ class HFGreedyEngine:
         if req.image_data:
             images = [Image.open(io.BytesIO(base64.b64decode(b))).convert("RGB") for b in req.image_data]
             out = self.processor.image_processor(images=images, return_tensors="pt")
-            extra = {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
+            extra = {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"],
+                     "mm_token_type_ids": torch.tensor([mm_token_types(self.processor, req.input_ids)])}
         g = req.gconfig
         stop = list(g.stop_token_ids or [])
         with torch.no_grad():

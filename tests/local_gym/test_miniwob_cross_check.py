@@ -98,3 +98,35 @@ def test_a_grid_click_on_the_button_solves_a_real_reference_episode_at_scale_3()
         assert gym.done_info["raw_reward"] == 1.0
     finally:
         env.close()
+
+
+def test_the_transformers_engine_scores_the_prompt_the_processor_built(tiny_model_dir):
+    """The endpoint sends the engine prompt ids and the prepared screenshots (as it sends vLLM); the engine's first
+    greedy token and its logprob are the model's on the processor's own tensors, its 3D rotary positions included
+    (``mm_token_type_ids``: without them Qwen3-VL's generate put every image token at a text position)."""
+    import torch
+    from areal.api.cli_args import GenerationHyperparameters
+    from areal.api.io_struct import ModelRequest
+    from areal.utils.hf_utils import load_hf_processor_and_tokenizer
+    from transformers import AutoModelForImageTextToText
+
+    from cua_rl.policy.endpoint import EndpointSettings, prompt_from_messages
+    from tests.doubles.policy_helpers import png_data_url
+
+    processor, tokenizer = load_hf_processor_and_tokenizer(tiny_model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ctx = PromptContext(instruction="Click the button.", screen=xcheck.SCREEN)
+    messages = get_format("qwen3-vl").build_messages(ctx, [], png_data_url(size=xcheck.SCREEN), None)
+    prompt = prompt_from_messages(processor, tokenizer, EndpointSettings(max_pixels=200704), messages)
+    assert xcheck.mm_token_types(processor, prompt.input_ids) == prompt.mm_token_type_ids
+    req = ModelRequest(rid="t", input_ids=list(prompt.input_ids), image_data=[d.b64 for d in prompt.images],
+                       gconfig=GenerationHyperparameters(max_new_tokens=1, greedy=True, stop_token_ids=[0]),
+                       tokenizer=tokenizer, processor=processor)
+    got = xcheck.HFGreedyEngine(model, processor)._generate(req)
+    ids = torch.tensor([prompt.input_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **prompt.multi_modal_input,
+                       mm_token_type_ids=torch.tensor([prompt.mm_token_type_ids])).logits[0, -1]
+    expected = torch.log_softmax(logits.float(), -1)
+    assert got.output_tokens == [int(expected.argmax())]
+    assert abs(got.output_logprobs[0] - float(expected.max())) < 1e-4
