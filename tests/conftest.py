@@ -42,6 +42,8 @@ SLOW_TESTS = {
     "tests/local_gym/test_miniwob.py": "a Chromium per desktop, 90 s for the file",
     "tests/local_gym/test_vm_gym.py": "QEMU guests under TCG, 110 s (+ 6 keyboard-suite tasks, 20 s; + a fork, 31 s)",
     "tests/local_gym/test_fork_miniwob.py": "a MiniWoB++ page forked into two Chromium desktops, 12-24 s",
+    "tests/local_gym/test_miniwob_cross_check.py::test_a_grid_click_on_the_button_solves_a_real_reference_episode_at_scale_3":
+        "the miniwob package's own environment (Selenium, Chromium at scale 3), one episode, 5 s",
     "tests/sft/test_miniwob_demos.py": "two MiniWoB++ gyms (Chromium): DOM demonstrations (one turned into rows with "
         "the tiny model's processor, one through the SFT build's config path), two random-target episodes, 23 s",
     "tests/local_gym/test_fork.py::test_a_declared_volatile_region": "five xterm desktops with a clock forked, 5 s",
