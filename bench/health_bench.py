@@ -41,8 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from cua_rl.http.serve import free_port   # noqa: E402
-from tests.hosts import Service   # noqa: E402  (one of our servers as its own process)
+from cua_rl.http.serve import free_port  # noqa: E402
+from tests.hosts import Service  # noqa: E402  (one of our servers as its own process)
 
 TRAIN = ["bash", str(ROOT / "examples/cua_agent/train.sh")]
 NO_WARM_START = ["sft.warm_start=false"]   # the policy section is part of the warm start's key

@@ -77,11 +77,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from cua_rl.runs import read_counts
-from cua_rl.trainer.health import STOP_MARK
-from cua_rl.run.launch import load_config, wait_interruptibly   # the config as the launcher loads it; its wait
-from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 from cua_rl.local_gym.curriculum import GATED
+from cua_rl.run.launch import load_config, wait_interruptibly  # the config as the launcher loads it; its wait
+from cua_rl.runs import read_counts
+from cua_rl.sft.warm_start import STAMP, ensure_warm_start
+from cua_rl.trainer.health import STOP_MARK
 from cua_rl.verdict import BOOTSTRAP, RISE_MIN, SCORE_SOURCES, cluster_rise, hash_sources, hash_weights  # noqa: F401 (the bar's)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -587,7 +587,6 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
 
     before = per["sft"]["greedy"]
     regimes = _regimes_of(before)
-    lag = load_config(config, extra).rollout.max_head_offpolicyness
 
     @functools.lru_cache(maxsize=None)
     def judged(label: str) -> dict:

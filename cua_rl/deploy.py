@@ -126,7 +126,7 @@ def check_train_engine(config: CUAConfig) -> None:
     """The rows carry their images as palette codes that only AReaL's FSDP engine, patched in the training
     workers, decodes before its forward (cua_rl/areal_ext/compact_images.py); another engine would read the
     codes as pixel values, silently."""
-    from omegaconf import MISSING   # a backend not set yet (the defaults' value) is not another engine
+    from omegaconf import MISSING  # a backend not set yet (the defaults' value) is not another engine
 
     for name, engine in (("actor", config.actor), ("ref", config.ref)):
         backend = getattr(engine, "backend", None) or ""   # ref: None without a KL penalty

@@ -10,8 +10,8 @@ from areal.api.cli_args import GRPOConfig
 from omegaconf import OmegaConf
 
 from cua_rl.config import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
-from tests.run.cli_cases import ALL_FLAGS, EXAMPLE, load
 from cua_rl.run import cli
+from tests.run.cli_cases import ALL_FLAGS, EXAMPLE, load
 
 SECTION_5_2_KEYS = {  # the original example's keys (one per flag), with our defaults
     "max_turns": 20, "max_task_time_seconds": 600, "max_turn_time_seconds": 120, "gym_base_url": "",
