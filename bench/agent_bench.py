@@ -37,7 +37,7 @@ from cua_rl.genv import GenvClient
 from cua_rl.http.retry import RetryPolicy, send_with_retry
 from cua_rl.http.serve import serve_app_in_thread
 from cua_rl.local_gym import load_tasks, start_gym_server
-from tests.doubles.model_double import ScriptedModel, build_model_app, qwen_call   # the scripted model double
+from tests.doubles.model_double import ScriptedModel, build_model_app, qwen_call  # the scripted model double
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if len(args.arm) != 2:
         parser.error("give exactly two --arm NAME=JSON[,JSON...]")
-    import learning_bench as bench   # this script's folder is on sys.path: the gate's bar and welch, defined once
+    import learning_bench as bench  # this script's folder is on sys.path: the gate's bar and welch, defined once
 
     gated = tuple(bench.GATED)
     arms = {}

@@ -28,7 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from cua_rl.trainer.progress import read_step_line   # noqa: E402  (the step line, read as it is written)
+from cua_rl.trainer.progress import read_step_line  # noqa: E402  (the step line, read as it is written)
+
 EVALUATED = re.compile(r"\[cua-rl\] episodes:\s+(\d+) evaluated")
 
 

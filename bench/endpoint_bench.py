@@ -42,6 +42,7 @@ def measure(repo: Path, calls: int, levels: list[int], max_pixels: int) -> dict:
     if not Path(cua_rl.__file__).resolve().is_relative_to(repo.resolve()):
         raise SystemExit(f"cua_rl is imported from {Path(cua_rl.__file__).parent}, not from --repo {repo} "
                          "(--compare runs an older checkout with its own PYTHONPATH)")
+    import httpx
     from areal.api.cli_args import GenerationHyperparameters
     from transformers import AutoProcessor
 
@@ -49,8 +50,6 @@ def measure(repo: Path, calls: int, levels: list[int], max_pixels: int) -> dict:
     from cua_rl.local_model import build_tiny
     from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers
     from tests.doubles.policy_helpers import EngineDouble
-
-    import httpx
 
     async def run(processor) -> dict:
         endpoint = PolicyEndpoint(EngineDouble(processor.tokenizer), processor, processor.tokenizer,

@@ -33,10 +33,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # this clone's cua_rl, whatever is installed
 
-from cua_rl.genv import GenvClient, GenvError   # noqa: E402
-from cua_rl.local_gym import curriculum, start_gym_server   # noqa: E402
-from gym_bench import summary   # noqa: E402 - p50/p90/p99 and n
-from miniwob_bench import pss_kib, tree   # noqa: E402 - a process tree's PSS
+from gym_bench import summary  # noqa: E402 - p50/p90/p99 and n
+from miniwob_bench import pss_kib, tree  # noqa: E402 - a process tree's PSS
+
+from cua_rl.genv import GenvClient, GenvError  # noqa: E402
+from cua_rl.local_gym import curriculum, start_gym_server  # noqa: E402
 
 TASKS = {"desktop": "054", "miniwob": "click-checkboxes", "vm": "901"}
 SEED = 7

@@ -18,7 +18,7 @@ What runs, in order:
   gradient checkpointing, ``mb_spec.max_tokens_per_mb``, AdamW) is the engine's config as is. On the CPU
   ``actor.dtype=float32``, as ``config.cpu.yaml`` sets it.
 - the model: ``--model 2b``: Qwen3-VL-2B-Instruct's dimensions (``QWEN3_VL_2B``: 2,127,532,032 parameters, the
-  count ``tests/config/test_gpu_placement.py`` uses) with random weights, written as a bf16 checkpoint, and the
+  count ``tests/run/test_gpu_placement.py`` uses) with random weights, written as a bf16 checkpoint, and the
   tiny model's own tokenizer, chat template and processor (``cua_rl/local_model/tiny.py``) at Qwen3-VL's pixel
   limits, so a screenshot costs what it costs the real model (the vocabulary, and so the logits, are the 2B
   model's 151,936 rows; text tokenises a little longer with the tiny BPE). ``--model tiny``: the tiny model.

@@ -17,7 +17,7 @@ steps, exit code 3, naming the invariant; the healthy run must finish with no st
 
 Turns recorded on vLLM without the prompt proof (``unproved_vllm_turns``) need a vLLM on which the proof
 cannot be installed (``policy.require_prompt_proof=false`` alone changes nothing while it can be): that case
-is tests/e2e/test_workflow_episode.py's, on the real stack with the proof's installation refused.
+is tests/workflow/test_workflow_episode.py's, on the real stack with the proof's installation refused.
 
 Prints JSON: per case the exit code, the first step a check stopped at, the console's ``[cua-rl] health``
 lines, the summary's cause and the wall time.
@@ -41,8 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from cua_rl.http.serve import free_port   # noqa: E402
-from tests.hosts import Service   # noqa: E402  (one of our servers as its own process)
+from cua_rl.http.serve import free_port  # noqa: E402
+from tests.hosts import Service  # noqa: E402  (one of our servers as its own process)
 
 TRAIN = ["bash", str(ROOT / "examples/cua_agent/train.sh")]
 NO_WARM_START = ["sft.warm_start=false"]   # the policy section is part of the warm start's key

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import io
 import json
 import os
 import statistics
@@ -25,9 +27,6 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import base64
-import io
 
 import httpx
 from PIL import Image, ImageDraw

@@ -77,11 +77,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from cua_rl.runs import read_counts
-from cua_rl.trainer.health import STOP_MARK
-from cua_rl.run.launch import load_config, wait_interruptibly   # the config as the launcher loads it; its wait
-from cua_rl.sft.warm_start import STAMP, ensure_warm_start
 from cua_rl.local_gym.curriculum import GATED
+from cua_rl.run.launch import load_config, wait_interruptibly  # the config as the launcher loads it; its wait
+from cua_rl.runs import read_counts
+from cua_rl.sft.warm_start import STAMP, ensure_warm_start
+from cua_rl.trainer.health import STOP_MARK
 from cua_rl.verdict import BOOTSTRAP, RISE_MIN, SCORE_SOURCES, cluster_rise, hash_sources, hash_weights  # noqa: F401 (the bar's)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ MUTATIONS = {"negate_advantages": "trajectory.mutation=negate_advantages",   # p
              # of 3 keys survives 0.42 of the time, so the reward mostly says what the gym did
              "gym_faults_as_policy": "trajectory.mutation=gym_faults_as_policy embedded.fault_rate=0.25"}
 
-# The learning gate's bar (the docstring's THE BAR): CI's gate (tests/training/test_learning_gate.py) judges its
+# The learning gate's bar (the docstring's THE BAR): CI's gate (tests/e2e/test_learning_gate.py) judges its
 # one run with ``gate_failures``, and the bench judges every run with it, the controls and mutations included
 # (they must fail). Decided 2026-11-29 before any run of the yardstick task (docs/learning.md "The yardstick").
 # GATED (the regimes the gate judges: curriculum.GATED) and RISE_MIN (the greedy rise in each, with its cluster
@@ -587,7 +587,6 @@ def _multiturn(args, config: str, extra: list[str], work: Path, env: dict, warm:
 
     before = per["sft"]["greedy"]
     regimes = _regimes_of(before)
-    lag = load_config(config, extra).rollout.max_head_offpolicyness
 
     @functools.lru_cache(maxsize=None)
     def judged(label: str) -> dict:

@@ -28,7 +28,6 @@ import os
 import time
 
 import httpx
-
 from gym_bench import Gym, step_load, summary
 
 TASK, OTHER = "enter-text", "click-button"

@@ -304,8 +304,7 @@ class HFGreedyEngine:
 
 def load_config(config_file: str, overrides: list[str]):
     """The config cua-eval loads (its recipe choice: config.yaml with a GPU, config.cpu.yaml without)."""
-    from cua_rl.run.launch import RECIPES, has_gpu
-    from cua_rl.run.launch import load_config as load
+    from cua_rl.run.launch import RECIPES, has_gpu, load_config as load
 
     path = config_file or str(RECIPES / ("config.yaml" if has_gpu() else "config.cpu.yaml"))
     return path, load(path, overrides)

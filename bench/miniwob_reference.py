@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import multiprocessing as mp
 import os
 import sys

@@ -36,15 +36,14 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from PIL import Image, ImageDraw  # noqa: E402
 
+import cua_rl.trajectory  # noqa: E402,F401  (imports areal, as a rollout worker already has: not a recording cost)
 from cua_rl.http.retry import RetryPolicy  # noqa: E402
 from cua_rl.monitor import EpisodeReporter, training_run  # noqa: E402
 from cua_rl.monitor.embedded import start_monitor  # noqa: E402
 from cua_rl.monitor.turns import turn_views  # noqa: E402
 from cua_rl.policy.records import Turn  # noqa: E402
-import cua_rl.trajectory  # noqa: E402,F401  (imports areal, as a rollout worker already has: not a recording cost)
 from cua_rl.trajectory.rows import new_rollout_uuid  # noqa: E402
 
 

@@ -35,7 +35,7 @@ GROUP = 16
 async def _fill(url: str, token: str, rollouts: int, eval_every: int) -> tuple[int, dict]:
     """The run, through the ingest API: (training id, what was written)."""
     from cua_rl.monitor import MonitorClient
-    from cua_rl.monitor.records import (eval_record, rollout_result, step_record, task_record, training_start)
+    from cua_rl.monitor.records import eval_record, rollout_result, step_record, task_record, training_start
 
     async with MonitorClient(url, token, project_id="bench") as client:
         started = await client.ingest(training=training_start("bench", "long-run"))

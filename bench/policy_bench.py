@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 
-
 class TimedEngine:
     """Measurement wrapper around the real engine: records how long each agenerate took."""
 
@@ -129,9 +128,9 @@ def bench_trajectory(turns, per_episode: int = 10) -> dict:
 async def bench_e2e(stack, engine, groups: int) -> dict:
     from areal.api.cli_args import GenerationHyperparameters
 
+    from cua_rl.config import CUAConfig
     from cua_rl.genv import GenvClient
     from cua_rl.policy import close_loop_servers
-    from cua_rl.config import CUAConfig
     from cua_rl.workflow import CUAAgentWorkflow, sections_from
 
     config = CUAConfig(gym_base_url=stack["gym"].url, gym_id="desktop", gbox_mini_agent_base_url=stack["agent"].url,

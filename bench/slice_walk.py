@@ -40,7 +40,6 @@ from cua_rl.local_gym.curriculum import CONFUSIONS, SEQUENCE_FAMILIES, make_inst
 from cua_rl.monitor.schema import TABLES  # noqa: E402
 
 
-
 def _key(action_json: str | None) -> str | None:
     keys = json.loads(action_json or "{}").get("keys") or [None]
     return keys[0]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -32,10 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from cua_rl.run.launch import load_config   # noqa: E402
-from cua_rl.run.summary import read_scalars   # noqa: E402
-from cua_rl.trainer.progress import read_metrics   # noqa: E402
-from learning_bench import run_record   # noqa: E402
+from learning_bench import run_record  # noqa: E402
+
+from cua_rl.run.launch import load_config  # noqa: E402
+from cua_rl.run.summary import read_scalars  # noqa: E402
+from cua_rl.trainer.progress import read_metrics  # noqa: E402
 
 TIMEPERF = {"train_step_s": "timeperf/train_step", "recompute_logp_s": "timeperf/recompute_logp",
             "compute_advantage_s": "timeperf/compute_advantage"}

@@ -24,12 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from gym_bench import summary  # p50/p90/p99 and n; every figure here is in milliseconds
+
 from cua_rl.local_gym import procs
 from cua_rl.local_gym.env import LocalGym
 from cua_rl.local_gym.manager import GymOptions
 from cua_rl.local_gym.tasks import load_tasks
 from cua_rl.local_gym.vm import backend, guest_image
-from gym_bench import summary   # p50/p90/p99 and n; every figure here is in milliseconds
 
 TASKS = Path(__file__).resolve().parents[1] / "examples" / "vm_tasks"
 TASK = "901"

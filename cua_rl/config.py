@@ -28,12 +28,12 @@ from typing import Any
 
 from areal.api.cli_args import GRPOConfig, PPOActorConfig
 
-from cua_rl.genv.fleet import join_gym_urls, parse_gym_urls
-from cua_rl.genv.fleet_config import GymFleetConfig, RayGymsConfig
-from cua_rl.trainer.health import HealthConfig
-from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
-from cua_rl.policy import EndpointSettings
 from cua_rl import deploy
+from cua_rl.areal_ext.vllm_config import CUAvLLMConfig
+from cua_rl.genv.fleet import join_gym_urls, parse_gym_urls
+from cua_rl.genv.fleet_config import GymFleetConfig
+from cua_rl.policy import EndpointSettings
+from cua_rl.trainer.health import HealthConfig
 from cua_rl.trajectory.config import TrajectoryConfig
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids", "custom")
@@ -197,7 +197,7 @@ class TaskSourceConfig:
             raise ValueError("task_source.kind=custom needs its tasks (a list of task mappings), and tasks are "
                              "given with kind=custom only")
         if self.tasks:
-            from cua_rl.local_gym.tasks import inline_tasks   # only now: the gym's task schema checks them
+            from cua_rl.local_gym.tasks import inline_tasks  # only now: the gym's task schema checks them
 
             self.tasks = [_plain(t) for t in self.tasks]
             self.task_ids = [t.task_id for t in inline_tasks(self.tasks, "task_source.tasks")]

@@ -183,7 +183,8 @@ def split_tasks(tasks: list[Task], *, eval_number_range: str | None, train_ratio
     """(train, eval). A number range wins over the ratio; tasks without a number then train."""
     if eval_number_range:
         ranges = parse_number_ranges(eval_number_range)
-        in_range = lambda t: t.number is not None and any(lo <= t.number <= hi for lo, hi in ranges)
+        def in_range(t: Task) -> bool:
+            return t.number is not None and any(lo <= t.number <= hi for lo, hi in ranges)
         unnumbered = sum(t.number is None for t in tasks)
         if unnumbered:
             logger.warning("%d task(s) have no number; they go to the train split", unnumbered)

@@ -126,7 +126,7 @@ def check_train_engine(config: CUAConfig) -> None:
     """The rows carry their images as palette codes that only AReaL's FSDP engine, patched in the training
     workers, decodes before its forward (cua_rl/areal_ext/compact_images.py); another engine would read the
     codes as pixel values, silently."""
-    from omegaconf import MISSING   # a backend not set yet (the defaults' value) is not another engine
+    from omegaconf import MISSING  # a backend not set yet (the defaults' value) is not another engine
 
     for name, engine in (("actor", config.actor), ("ref", config.ref)):
         backend = getattr(engine, "backend", None) or ""   # ref: None without a KL penalty
@@ -187,7 +187,7 @@ def check_placement(config: CUAConfig) -> None:
     ``PPOTrainer.__init__``) and hands GPUs out round-robin without ever refusing: a role colocated with one
     created after it fails at start, and roles on GPUs of their own that need more GPUs than the node has
     wrap round onto GPUs already taken (vLLM on the actor's, where its memory share cannot be met). Both are
-    refused here, at load time (tests/config/test_gpu_placement.py runs AReaL's scheduler on the recipes)."""
+    refused here, at load time (tests/run/test_gpu_placement.py runs AReaL's scheduler on the recipes)."""
     if getattr(config.scheduler, "type", "local") != "local":
         return
     roles = _roles(config)

@@ -19,8 +19,8 @@ setup_logging()  # before AReaL's imports start swapping the root logger
 from areal.api.cli_args import load_expr_config
 from areal.utils import logging
 
-from cua_rl.config import CUAConfig, hydra_overrides, resolve_project_token
 from cua_rl.areal_ext import entropy_bonus, lora_vlm
+from cua_rl.config import CUAConfig, hydra_overrides, resolve_project_token
 from cua_rl.dataset import load_task_datasets
 from cua_rl.genv.fleet import join_gym_urls
 from cua_rl.monitor import training_run

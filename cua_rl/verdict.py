@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cua_rl.local_gym.curriculum import GATED      # the regimes the learning gate and the verdict judge
-from cua_rl.run.launch import verdict_tasks        # whether the verdict applies (the launcher asks it first)
+from cua_rl.local_gym.curriculum import GATED  # the regimes the learning gate and the verdict judge
+from cua_rl.run.launch import verdict_tasks  # whether the verdict applies (the launcher asks it first)
 
 if TYPE_CHECKING:
     from cua_rl.config import CUAConfig

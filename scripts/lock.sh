@@ -2,7 +2,7 @@
 # Regenerate the Python environment's lock files (scripts/requirements-{cpu,gpu,gym}.lock), which
 # scripts/setup.sh installs exactly (no resolution at set-up time), so two machines set up a month apart
 # get the same environment. Run after changing pyproject.toml's dependencies or scripts/uv-overrides.txt,
-# and commit the result; tests/config/test_lock.py fails while the lock and the environment disagree.
+# and commit the result; tests/docs/test_lock.py fails while the lock and the environment disagree.
 # uv keeps every pin already in a lock file that still satisfies the requirements (--upgrade to refresh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -23,6 +23,8 @@ lanes="${CUA_RL_TEST_LANES:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}"
 lane_args=()
 [ "$lanes" -gt 1 ] && lane_args=(-n "$lanes" --no-loadscope-reorder)
 echo "[test] $lanes lane(s)"
+# The linter first (pyproject.toml's [tool.ruff]): a second, and what it finds fails the run before any test.
+python -m ruff check --no-cache cua_rl tests bench scripts
 set +e
 python -m pytest -ra --durations=25 "${lane_args[@]}" "${args[@]}"
 rc=$?

@@ -50,11 +50,11 @@ SLOW_TESTS = {
     "tests/local_gym/test_vm.py": "QEMU without a guest OS",
     "tests/local_gym/test_task_solutions.py": "every built-in task and the keyboard suite solved on desktops, 31 + 35 s",
     "tests/local_gym/test_curriculum.py::test_scripted_solutions": "every curriculum family solved, 13 s",
-    "tests/config/test_cli.py::test_train_sh_dry_run_end_to_end": "train.sh with set-up and the launcher, 58 s",
-    "tests/config/test_gpu_first_try.py::test_gpu_first_try_2_the_default_recipe_uses_all_of_1_2_4_8_gpus":
+    "tests/run/test_cli.py::test_train_sh_dry_run_end_to_end": "train.sh with set-up and the launcher, 58 s",
+    "tests/run/test_gpu_first_try.py::test_gpu_first_try_2_the_default_recipe_uses_all_of_1_2_4_8_gpus":
         "four dry runs under a fake nvidia-smi and AReaL's scheduler on each config, 10-23 s",
     "tests/logs/test_keep_stdlib_logging.py": "launcher and AReaL subprocesses, 26 s",
-    "tests/config/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s; a gym "
+    "tests/docs/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s; a gym "
         "host's venv (the wheel's base install from uv's cache) serving a real desktop, 15 s",
     "tests/config/test_two_clones.py": "a second clone's set-up (relinking the shared environment) and this clone's "
         "again, 10-25 s",
@@ -62,7 +62,7 @@ SLOW_TESTS = {
         "two gyms, four real desktops, one gym stopped mid-episode, 7 s",
     "tests/genv/test_fleet.py::test_a_host_that_reports_room_but_answers_429_is_drained_and_rejoins_after_a_cool_down":
         "a 429 host found out over three of the client's create waits (2 s, then 4 s), 7 s",
-    "tests/config/test_embedded_gym_options.py": "the embedded stack's MiniWoB++ gym twice, two Chromium episodes each, 18 s",
+    "tests/run/test_embedded_gym_options.py": "the embedded stack's MiniWoB++ gym twice, two Chromium episodes each, 18 s",
     "tests/policy/test_tool_calls.py::test_the_parser_is_vllms_hermes_parser": "imports vLLM's chat serving, 10 s",
     "tests/local_gym/test_live_view.py::test_a_desktop_cannot_reconfigure_its_live_view":
         "the live view attack typed into a desktop, a viewer over RFB, 5 s",
@@ -106,25 +106,27 @@ def pytest_collection_modifyitems(config, items):
 # PostgreSQL). Tests that show nothing was left running count only their own lane's processes (tests/hosts.py
 # ``pids(..., here=True)``).
 SHARED_UNITS = {   # checked at collection: a test asking for vllm_server outside these modules is refused
-    "vllm-server": ("tests/e2e/test_workflow_episode.py", "tests/local_agent/test_agent_real_model.py",
+    "vllm-server": ("tests/workflow/test_workflow_episode.py", "tests/local_agent/test_agent_real_model.py",
                     "tests/local_model/test_vllm_cpu.py", "tests/monitor/test_workflow_monitor.py",
                     "tests/policy/test_gates_server.py", "tests/policy/test_gates_trainer.py",
                     "tests/policy/test_tool_calls.py", "tests/policy/test_warm_up.py",
-                    "tests/training/test_cua_eval.py"),
+                    "tests/evaluate/test_cua_eval.py"),
     "postgres": ("tests/monitor/",),
 }
 # the runs lane's units, in its order (module prefixes); checked at collection: a test that starts vLLM, the trainer
 # or a run (the slow tier's fixtures, the e2e marker) outside them is refused. The gate last: its steps leave the
 # least of the machine idle for the desktops lane beside it.
+# A unit takes the place of the longest prefix that names it (the gate's own entry over tests/e2e/). tests/workflow/:
+# the workflow's modules that tests/e2e held before issue 87 (desktops, scripted agents and models), in this lane since.
 RUN_UNITS = ("tests/e2e/test_gym_fleet.py", "tests/e2e/test_health_stop.py", "tests/e2e/test_faults.py",
-             "tests/e2e/test_resume.py", "tests/e2e/", "vllm-server", "tests/policy/test_gates_lora.py",
-             "tests/sft/test_sft.py", "tests/local_model/test_serve_checkpoint.py", "tests/local_model/test_gpu_smoke.py",
-             "tests/training/test_learning_gate.py")
+             "tests/e2e/test_resume.py", "tests/e2e/", "tests/workflow/", "vllm-server",
+             "tests/policy/test_gates_lora.py", "tests/sft/test_sft.py", "tests/local_model/test_serve_checkpoint.py",
+             "tests/local_model/test_gpu_smoke.py", "tests/e2e/test_learning_gate.py")
 UNIT_S = {   # the desktops lane's units of 20 s or more: seconds in one lane, session 31 (Intel Xeon, 2 cores)
     "tests/local_gym/test_vm_gym.py": 187, "tests/local_gym/test_task_solutions.py": 69,
-    "tests/local_gym/test_miniwob.py": 53, "tests/config/test_cli.py": 51, "postgres": 45,
-    "tests/config/test_wheel.py": 35, "tests/config/test_config_loading.py": 35,
-    "tests/training/test_trainer_close.py": 32, "tests/local_agent/test_agent_desktop.py": 32,
+    "tests/local_gym/test_miniwob.py": 53, "tests/run/test_cli.py": 51, "postgres": 45,
+    "tests/docs/test_wheel.py": 35, "tests/config/test_config_loading.py": 35,
+    "tests/trainer/test_trainer_close.py": 32, "tests/local_agent/test_agent_desktop.py": 32,
     "tests/local_gym/test_curriculum.py": 26, "tests/local_gym/test_api.py": 26,
     "tests/docs/test_documented_commands.py": 25, "tests/logs/test_keep_stdlib_logging.py": 23,
     "tests/local_gym/test_sandbox.py": 21,
@@ -154,8 +156,10 @@ def lane_unit(nodeid: str) -> str:
 
 
 def run_rank(unit: str) -> int | None:
-    """The unit's place in the runs lane's order, or None for a desktops-lane unit."""
-    return next((i for i, prefix in enumerate(RUN_UNITS) if unit.startswith(prefix)), None)
+    """The unit's place in the runs lane's order (its longest prefix in RUN_UNITS), or None for a desktops-lane
+    unit."""
+    named = [(len(prefix), i) for i, prefix in enumerate(RUN_UNITS) if unit.startswith(prefix)]
+    return max(named)[1] if named else None
 
 
 def _unit_order(unit: str) -> tuple:
@@ -315,7 +319,7 @@ def launcher(monkeypatch, tmp_path, capsys):
     """``launch.main(["--dry-run", ...])`` in process with a clean environment (no flag variables, no .env files,
     CUA_RL_FILEROOT in tmp_path): ``run(args, device)`` -> (exit code, the report's "key: value" lines, the
     overrides listed, captured output). ``offline`` (the default): ``--offline``, no probes of the services named
-    (tests/config/test_probes.py probes real ones)."""
+    (tests/run/test_probes.py probes real ones)."""
     from cua_rl.run import cli, launch
 
     for flag in cli.FLAGS:

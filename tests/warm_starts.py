@@ -18,7 +18,7 @@ from pathlib import Path
 
 PINNED = Path(__file__).resolve().parent / "data" / "warm-starts"
 PINNED_SCORES = Path(__file__).resolve().parent / "data" / "heldout-scores"
-GATE_RECIPE = "multiturn"     # the learning gate's (tests/training/test_learning_gate.py)
+GATE_RECIPE = "multiturn"     # the learning gate's (tests/e2e/test_learning_gate.py)
 GATE_EPISODES = 64            # the gate's held-out instances per gated regime, each played once greedily
 
 

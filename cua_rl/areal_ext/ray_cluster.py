@@ -123,7 +123,7 @@ def check_addresses(services: list[tuple[str, str]], monitor_url: str, nodes: in
         return
     from urllib.parse import urlsplit
 
-    from cua_rl.http.auth import is_loopback   # one rule for "this machine only"
+    from cua_rl.http.auth import is_loopback  # one rule for "this machine only"
 
     local = [(name, url) for name, url in services if url and is_loopback(urlsplit(url).hostname or "")]
     if local:

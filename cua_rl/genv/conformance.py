@@ -25,9 +25,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from ..http.retry import RetryPolicy
 from .client import GenvClient, GenvTimeouts
 from .errors import GenvError
-from ..http.retry import RetryPolicy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SEED = 7

@@ -16,11 +16,11 @@ import argparse
 import logging
 import sys
 
-from .formats import format_names
-from .runner import AgentSettings
-
 from cua_rl.http.auth import AGENT_TOKEN, TokenError, serving_token
 from cua_rl.logs import setup_logging
+
+from .formats import format_names
+from .runner import AgentSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,8 +66,8 @@ def _parser() -> argparse.ArgumentParser:
 def _check(args) -> int:
     import asyncio
 
-    from cua_rl.mini_agent.conformance import check_agent
     from cua_rl.genv.conformance import summary
+    from cua_rl.mini_agent.conformance import check_agent
 
     setup_logging(logging.ERROR, areal=False)
     try:

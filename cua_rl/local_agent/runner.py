@@ -31,10 +31,10 @@ import httpx
 
 from ..genv import GenvClient, GenvError
 from ..http.retry import RetryPolicy
+from ..mini_agent.states import RunFailure, RunState
 from .actions import AgentAction, InvalidAction, ParsedTurn
 from .formats import HistoryStep, PromptContext, get_format
 from .model_client import MAX_ANSWER_BYTES, ContextExceeded, ModelClient, ModelError, token_record
-from ..mini_agent.states import RunFailure, RunState
 from .record import ResumePoint, RunRecord, iso
 from .schema import RunRequest
 

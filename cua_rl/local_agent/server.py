@@ -32,10 +32,10 @@ from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from ..http.serve import ServedApp, serve_app_in_thread
 from ..genv import GenvClient
 from ..http.auth import AGENT_TOKEN, exposure_error, protect
 from ..http.input import MiB, limit_body
+from ..http.serve import ServedApp, serve_app_in_thread
 from .formats import format_names
 from .record import ResumePoint, RunRecord, parse_time
 from .runner import AgentRun, AgentSettings

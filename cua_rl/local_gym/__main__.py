@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="serve on an address other than loopback without a token: anyone who reaches it can use "
                         "every execution")
     s.add_argument("--log-level", default="info")
-    l = sub.add_parser("list", help="print the tasks and exit")
-    l.add_argument("--tasks-dir", default=None)
-    l.add_argument("--suite", choices=("desktop", "miniwob"), default="desktop")
+    ls = sub.add_parser("list", help="print the tasks and exit")
+    ls.add_argument("--tasks-dir", default=None)
+    ls.add_argument("--suite", choices=("desktop", "miniwob"), default="desktop")
     k = sub.add_parser("suite", help="write a generated task suite as task files, for serve --tasks-dir")
     k.add_argument("name", choices=("keyboard",), help="keyboard: the Windows example's four levels (keyboard_suite.py)")
     k.add_argument("--target", choices=("desktop", "vm"), default="desktop",

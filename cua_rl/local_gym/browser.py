@@ -39,7 +39,7 @@ from Xlib import X, display as xdisplay, error as xerror
 
 from . import procs
 from .cdp import CDPError, CDPPipe
-from .desktop import Desktop, DesktopSpec, SandboxLimits, SANDBOX_HOME, _rlimits
+from .desktop import SANDBOX_HOME, Desktop, DesktopSpec, SandboxLimits, _rlimits
 from .xinput import char_keysym
 
 logger = logging.getLogger(__name__)

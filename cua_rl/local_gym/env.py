@@ -26,8 +26,18 @@ from Xlib.error import ConnectionClosedError
 
 from .actions import ActionError, parse_action, perform
 from .browser import page_events
-from .fork import (Capture, ForkRefused, HomeRefused, Step, difference, fork_count,
-                   frames_equal, screen_key, state_difference, wait_for_screen)
+from .fork import (
+    Capture,
+    ForkRefused,
+    HomeRefused,
+    Step,
+    difference,
+    fork_count,
+    frames_equal,
+    screen_key,
+    state_difference,
+    wait_for_screen,
+)
 from .live import LiveViewError
 from .manager import CapacityError, Execution, GymManager, GymOptions, Reservation
 from .screen import settle

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, fields
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
-from ..http.hangup import ClientGone, unless_client_leaves
 from ..http.auth import GYM_TOKEN, exposure_error, protect
+from ..http.hangup import ClientGone, unless_client_leaves
+from ..http.input import BadJSON, MiB, limit_body, parse_json
 from ..http.serve import ServedApp, serve_app_in_thread
-from ..http.input import MiB, BadJSON, limit_body, parse_json
 from .bodies import ActionBody, CreateBody, EvaluateBody, ForkBody, body_spec, publish
 from .env import GymError, LocalGym
 from .manager import GymManager, GymOptions

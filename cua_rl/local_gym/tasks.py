@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .apps import APPS
 from .curriculum import FAMILIES, SEED_BITS
 from .desktop import AppLaunch, DesktopSpec
-from .home_paths import home_file_parts
 from .fork import MAX_MASK, mask_share
+from .home_paths import home_file_parts
 from .validators import ValidatorSpec
 from .vm.backend import GUEST_OSES, VMDesktopSpec
 from .vm.machine import VMSpec

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from Xlib import X, XK, display as xdisplay, error as xerror
+from Xlib import XK, X, display as xdisplay, error as xerror
 from Xlib.ext import record, xtest
 from Xlib.protocol import event as xevent, request
 

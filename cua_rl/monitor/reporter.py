@@ -27,9 +27,21 @@ from typing import Any, Awaitable, Callable, Iterator
 
 from ..http.retry import RetryPolicy
 from .client import MonitorClient, token_from_env
-from .records import (Record, action_record, eval_record, now_iso, observation_record, rollout_record,
-                      rollout_result, step_record, task_record, training_start, turn_client_id, turn_record,
-                      validation_record)
+from .records import (
+    Record,
+    action_record,
+    eval_record,
+    now_iso,
+    observation_record,
+    rollout_record,
+    rollout_result,
+    step_record,
+    task_record,
+    training_start,
+    turn_client_id,
+    turn_record,
+    validation_record,
+)
 from .turns import TurnView, turn_advantages, turn_views
 
 logger = logging.getLogger(__name__)

@@ -11,8 +11,20 @@ The migration in ``migrations/versions`` freezes its own copy of this spec; chan
 
 from __future__ import annotations
 
-from sqlalchemy import (JSON, Boolean, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
-                        UniqueConstraint)
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 
 # Field kinds: str (short), text (long), int, float, bool, json (any JSON value), jsonstr (a JSON document
 # kept as text; objects are serialised), link:<kind> (integer id of a row of that kind).

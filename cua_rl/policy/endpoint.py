@@ -44,14 +44,13 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from ..http.auth import is_loopback   # one rule for "this machine only" (servers and the endpoint)
+from ..http.auth import is_loopback  # one rule for "this machine only" (servers and the endpoint)
 from .images import NOT_A_DATA_URL, BadImage, DecodedImage, ImageFetchLimits, decode_data_url, fetch_http_image
 from .prompt import BadRequest, PreparedImage, build_prompt, parse_messages, prepare_image
 from .records import Episode, Turn
 from .server import Answer, LoopServer, error_body, get_loop_server
 from .tool_calls import ToolRequest, parse_reply
-from .vllm_proof import install as install_prompt_proof
-from .vllm_proof import proving
+from .vllm_proof import install as install_prompt_proof, proving
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable, NamedTuple
 
 from aiohttp import web
 
-from ..http.input import MiB, BadJSON, parse_json, too_large_message
+from ..http.input import BadJSON, MiB, parse_json, too_large_message
 
 logger = logging.getLogger(__name__)
 

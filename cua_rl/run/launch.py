@@ -31,8 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cua_rl import own_command
-from cua_rl.trainer.health import UnhealthyRun
-from cua_rl.trainer.resume import newest_resumable, resume_point
 from cua_rl.logs import log_to_file, setup_logging
 from cua_rl.monitor.embedded import monitor_for_embedded_run
 from cua_rl.progress import console as console_progress
@@ -43,6 +41,8 @@ from cua_rl.run.prewarm import HUB_OFFLINE, Prewarmed, predicted_env
 from cua_rl.run.probes import probe_services
 from cua_rl.run.summary import print_summary, show_tail
 from cua_rl.runs import AUTO_TRIAL, RunPaths, claim_run_dir, new_trial_name
+from cua_rl.trainer.health import UnhealthyRun
+from cua_rl.trainer.resume import newest_resumable, resume_point
 
 if TYPE_CHECKING:
     from cua_rl.config import CUAConfig
@@ -90,9 +90,8 @@ def load_config(config_file: str, overrides: list[str], flag_keys: dict[str, str
         raise ConfigError(f"config file not found: {config_file}")
     from areal.api.cli_args import load_expr_config
 
-    from cua_rl.config import CUAConfig, hydra_overrides
-
     from cua_rl import deploy
+    from cua_rl.config import CUAConfig, hydra_overrides
 
     try:
         config, _ = load_expr_config(["--config", config_file, *hydra_overrides(overrides)], CUAConfig)

@@ -220,7 +220,7 @@ def markdown() -> str:
     lines = ["# Settings", "",
              "Every setting this project adds to AReaL's `GRPOConfig`, as its field defines it (default, help, "
              "choices). Generated from the source by `python -m cua_rl.run.settings_help > docs/settings.md`; "
-             "tests/config/test_settings_help.py keeps this page equal to the fields. AReaL's own settings "
+             "tests/run/test_settings_help.py keeps this page equal to the fields. AReaL's own settings "
              "(`actor.*`, `rollout.*`, `gconfig.*`, ...) are documented by AReaL; `train.sh --help` shows both for "
              "the flags.", ""]
     for prefix, name in _sections():

@@ -19,12 +19,12 @@ import signal
 import struct
 from pathlib import Path
 
-from cua_rl.trainer.health import STOP_MARK, UnhealthyRun
-from cua_rl.trainer.model_watch import GONE_RE
-from cua_rl.trainer.resume import settle
 from cua_rl.run.console import ANSI, TABLE_START
 from cua_rl.runs import RunPaths, host_counts, read_counts
+from cua_rl.trainer.health import STOP_MARK, UnhealthyRun
+from cua_rl.trainer.model_watch import GONE_RE
 from cua_rl.trainer.progress import METRICS, read_metrics
+from cua_rl.trainer.resume import settle
 
 logger = logging.getLogger("cua_rl.run.summary")
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cua_rl.areal_ext import SAMPLER_GAP_KEY   # recorded by cua_rl.areal_ext.trainer_logprobs in the training worker
+from cua_rl.areal_ext import SAMPLER_GAP_KEY  # recorded by cua_rl.areal_ext.trainer_logprobs in the training worker
 from cua_rl.runs import DropCause, read_counts
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,16 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import (BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, field_serializer,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from ..http.input import MAX_JSON_DEPTH, too_deep
 

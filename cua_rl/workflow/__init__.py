@@ -16,8 +16,7 @@ from cua_rl.runs import DropCause
 
 from .episode import Dropped, EpisodeSetup, play_episode
 from .group import CUAAgentWorkflow
-from .sections import (AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget, sections_from,
-                       workflow_kwargs)
+from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget, sections_from, workflow_kwargs
 
 __all__ = ["AgentTarget", "CUAAgentWorkflow", "DropCause", "Dropped", "EpisodeLimits", "EpisodeSetup", "GymTarget",
            "ModelTarget", "MonitorTarget", "play_episode", "sections_from", "workflow_kwargs"]

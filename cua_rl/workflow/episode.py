@@ -22,16 +22,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.genv import GenvClient, GenvError
-from cua_rl.mini_agent import (GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling,
-                               StartFrom)
+from cua_rl.mini_agent import GenvEnv, MiniAgentClient, MiniAgentError, ModelEndpoint, RunRequest, Sampling, StartFrom
 from cua_rl.mini_agent.states import RunFailure
 from cua_rl.monitor import RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
 from cua_rl.policy.endpoint import endpoint_hosts
 from cua_rl.runs import DropCause
 from cua_rl.trajectory import EpisodeOutcome
+from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.trajectory.shaping import shaped_reward
 
 from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 import torch
@@ -35,24 +35,31 @@ from areal.api.workflow_api import RolloutWorkflow
 from areal.utils import stats_tracker
 
 from cua_rl.config import TreeConfig
-from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.logs import worker_logging
 from cua_rl.mini_agent import Sampling
 from cua_rl.monitor import EpisodeReporter, RolloutReport
 from cua_rl.policy import EndpointSettings, PolicyEndpoint
-from cua_rl.runs import (EPISODE_REWARD, EPISODE_SHARE, EPISODE_SUCCESS, STREAM_KEY, DropCause,
-                         record_dropped, write_counts)
-from cua_rl.trajectory.mutations import mutate
+from cua_rl.runs import (
+    EPISODE_REWARD,
+    EPISODE_SHARE,
+    EPISODE_SUCCESS,
+    STREAM_KEY,
+    DropCause,
+    record_dropped,
+    write_counts,
+)
 from cua_rl.trajectory import EpisodeOutcome, ScreenshotSwap, episode_values, group_rows, rows_of, shuffle_rewards
+from cua_rl.trajectory.config import TrajectoryConfig
+from cua_rl.trajectory.mutations import mutate
 from cua_rl.trajectory.rows import new_rollout_uuid
 from cua_rl.trajectory.tree import leaves, shuffle_leaf_rewards, tree_rows, tree_values, walk
 
 from . import seeding
 from .episode import Dropped, EpisodeSetup, play_episode
 from .placement import Drained, fleet_for, play_group
+from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 from .tree import TreePlayer, check_agent, segments as tree_segments
 from .worker import worker_state
-from .sections import AgentTarget, EpisodeLimits, GymTarget, ModelTarget, MonitorTarget
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from areal.api.cli_args import GRPOConfig
 from omegaconf import OmegaConf
 
 from cua_rl.config import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
-from cli_cases import ALL_FLAGS, EXAMPLE, load
 from cua_rl.run import cli
+from tests.run.cli_cases import ALL_FLAGS, EXAMPLE, load
 
 SECTION_5_2_KEYS = {  # the original example's keys (one per flag), with our defaults
     "max_turns": 20, "max_task_time_seconds": 600, "max_turn_time_seconds": 120, "gym_base_url": "",
@@ -257,7 +257,7 @@ def test_every_key_a_flag_sets_is_in_config_yaml():
     ("trajectory.turn_discount=0", "trajectory.turn_discount must be within"),
     ("trajectory.export_style=concat trajectory.turn_discount=0.9",
      "trajectory.turn_discount 0.9 needs export_style individual"),
-    # multi-turn credit and the behaviour policy (tests/training/test_multiturn_credit.py shows why)
+    # multi-turn credit and the behaviour policy (tests/trajectory/test_multiturn_credit.py shows why)
     ("actor.adv_norm.mean_level=batch", "adv_norm.mean_level must be null while trajectory.normalise_in_group"),
     ("actor.temperature=0.7", r"actor.temperature \(0.7\) must equal gconfig.temperature"),
     ("gconfig.greedy=true", "gconfig.greedy must be false"),

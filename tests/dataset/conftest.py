@@ -2,7 +2,7 @@ import pytest
 
 from cua_rl.http.serve import serve_app_in_thread
 from gym_tasks import numbered_tasks
-from tests.doubles.genv_double import GymState, build_gym_double   # the genv client tests' double, reused
+from tests.doubles.genv_double import GymState, build_gym_double  # the genv client tests' double, reused
 
 
 @pytest.fixture

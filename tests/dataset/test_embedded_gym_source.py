@@ -5,9 +5,9 @@ Listing tasks starts no desktop, so this needs no X server."""
 import pytest
 
 from cua_rl.config import CUAConfig, TaskSourceConfig
+from cua_rl.dataset import aload_task_datasets
 from cua_rl.local_gym.server import start_gym_server
 from cua_rl.local_gym.tasks import load_tasks
-from cua_rl.dataset import aload_task_datasets
 
 
 @pytest.fixture(scope="module")

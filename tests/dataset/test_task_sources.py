@@ -6,9 +6,8 @@ The gym source runs against the genv TEST DOUBLE (tests/doubles/genv_double.py) 
 import json
 
 import pytest
+
 from cua_rl.config import CUAConfig, TaskSourceConfig
-from cua_rl.http.serve import free_port
-from cua_rl.genv import Task
 from cua_rl.dataset import (
     ROW_FEATURES,
     TaskSourceError,
@@ -19,6 +18,8 @@ from cua_rl.dataset import (
     read_task_file,
     split_tasks,
 )
+from cua_rl.genv import Task
+from cua_rl.http.serve import free_port
 from gym_tasks import numbered_tasks
 
 GYM_ID = "desk"
@@ -226,7 +227,7 @@ def test_missing_file(tmp_path):
 
 def test_a_list_of_sources_and_an_eval_source_load_from_a_users_config(tmp_path):
     """task_sources / eval_task_source as a user writes them: YAML in a config of their own, or an override."""
-    from cua_rl.run.launch import ConfigError, RECIPES, load_config
+    from cua_rl.run.launch import RECIPES, ConfigError, load_config
 
     mine = tmp_path / "mine.yaml"
     mine.write_text("defaults:\n  - config.cpu\n  - _self_\nhydra:\n  searchpath:\n    - pkg://cua_rl.recipes\n"

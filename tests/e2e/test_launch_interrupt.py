@@ -4,7 +4,7 @@ keeps running.
 
 The same run checks the baseline evaluation before step 1 (``baseline_eval=true``, on two of the gym's
 tasks so that there is an eval split): the console's baseline line and the embedded Training Monitor's
-baseline of step 0. (The README command's run, tests/training/test_learning_gate.py, has no eval split.)"""
+baseline of step 0. (The README command's run, tests/e2e/test_learning_gate.py, has no eval split.)"""
 
 import os
 import re

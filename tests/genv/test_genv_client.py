@@ -178,8 +178,8 @@ async def test_a_create_that_never_reached_the_gym_waits_for_it_to_come_back(gym
     from types import SimpleNamespace
 
     import cua_rl.http.retry as retry_module
-    from cua_rl.http.serve import free_port, serve_app_in_thread
     from cua_rl.http.retry import never_sent
+    from cua_rl.http.serve import free_port, serve_app_in_thread
     from tests.doubles.genv_double import build_gym_double
 
     port, served, slept = free_port(), [], []

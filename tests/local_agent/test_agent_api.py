@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from agent_helpers import fast_settings, wait_finished
 from cua_rl.http.serve import free_port
 from cua_rl.local_agent import start_agent_server

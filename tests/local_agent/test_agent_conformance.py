@@ -5,8 +5,8 @@ as the agent fails naming the checks; a missing agent token is named."""
 
 from __future__ import annotations
 
-from cua_rl.local_agent.__main__ import main as cua_agent
 from cua_rl.local_agent import start_agent_server
+from cua_rl.local_agent.__main__ import main as cua_agent
 
 ALL = ["start", "model", "events", "result", "execution kept", "cancel"]
 

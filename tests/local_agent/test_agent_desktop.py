@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+
 from agent_helpers import fast_settings, gym_execution, run_request
 from cua_rl.http.serve import free_port
 from cua_rl.local_agent import start_agent_server

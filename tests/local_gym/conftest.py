@@ -6,6 +6,7 @@ import os
 import shutil
 
 import pytest
+
 from gym_helpers import bare_x
 
 NEEDED = ("Xvfb", "openbox", "bwrap", "mousepad", "pcmanfm", "xterm", "dbus-run-session")

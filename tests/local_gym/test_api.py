@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import signal
+import subprocess
 import time
 
 import httpx
@@ -17,7 +18,6 @@ from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym import load_tasks, start_gym_server
 from cua_rl.local_gym.keyboard_suite import write_suite
 from cua_rl.local_gym.procs import wait_until
-
 from gym_helpers import evaluation_within, names
 from tests.hosts import descendants, stop, wait_gone, wait_http
 
@@ -289,7 +289,6 @@ async def test_a_display_another_gym_on_this_machine_claimed_is_never_taken():
     claimed (its Xvfb not yet listening: the window in which both saw the number free and one desktop failed
     to start, an SFT build's demonstrations lost) is skipped, and the claim is given back when the desktop
     ends. The other gym is a process holding the claim file (``manager.DISPLAY_CLAIMS``) as a gym does."""
-    import subprocess
     import sys
     import tempfile
 
@@ -356,7 +355,6 @@ def test_a_gym_start_sweeps_the_work_folders_dead_gyms_left(tmp_path):
     and the empty ones an earlier removal left behind (a mount was still attached then) once a minute old;
     a live gym's folder, an empty one a starting gym may have just made, and anything with files but no pid
     file are kept."""
-    import subprocess
     import sys
 
     from cua_rl.local_gym import manager as gym_manager
@@ -377,9 +375,8 @@ def test_a_gym_start_sweeps_the_work_folders_dead_gyms_left(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cua-gym-empty-new", "cua-gym-foreign", "cua-gym-live"]
 
 
-def _serve(args: list[str], env: dict[str, str], log) -> "subprocess.Popen":
+def _serve(args: list[str], env: dict[str, str], log) -> subprocess.Popen:
     """``cua-gym serve ARGS`` (no desktops kept ready), its output into ``log``."""
-    import subprocess
     import sys
 
     return subprocess.Popen([sys.executable, "-m", "cua_rl.local_gym", "serve", "--pool-size", "0", "--x-spares", "0",
@@ -427,7 +424,6 @@ async def test_a_gym_with_a_token_serves_only_its_holders(tmp_path, monkeypatch)
 def test_a_gym_on_a_network_address_needs_a_token_or_says_it_serves_anyone(tmp_path):
     """Issue 80: without a token, ``cua-gym serve`` on an address other than loopback is refused at start with
     what to do; ``--insecure-no-token`` serves, with a WARNING line; a token file that cannot be read is named."""
-    import subprocess
     import sys
 
     from cua_rl.http.serve import free_port

@@ -15,8 +15,16 @@ from PIL import Image
 
 from cua_rl.genv import GenvClient
 from cua_rl.local_gym import load_tasks
-from cua_rl.local_gym.curriculum import (ANCHORS, FAMILIES, HELDOUT_CONTENT_START, HELDOUT_START, make_instance,
-                                         seeds, split_of, wrong_solutions)
+from cua_rl.local_gym.curriculum import (
+    ANCHORS,
+    FAMILIES,
+    HELDOUT_CONTENT_START,
+    HELDOUT_START,
+    make_instance,
+    seeds,
+    split_of,
+    wrong_solutions,
+)
 
 FAMILY_TASKS = {"click-square": "050", "click-colour": "051", "type-word": "052", "key-colour": "053",
                 "key-sequence": "054", "key-sequence-long": "055", "key-sequence-drill": "056"}
@@ -230,7 +238,7 @@ def test_the_drill_trains_on_the_confused_sequences_more_often_and_is_judged_on_
     seeds, SFT's and the workflow's, draw only trained sequences and show yellow about three times in four
     (key-sequence: about 11 in 36); its held-out seeds draw from key-sequence's pools and its regimes are
     key-sequence's, played on task 054."""
-    from cua_rl.local_gym.curriculum import (DRILL_SHARE, HELDOUT_SEQUENCES, TRAIN_SEQUENCES, regimes, slices)
+    from cua_rl.local_gym.curriculum import DRILL_SHARE, HELDOUT_SEQUENCES, TRAIN_SEQUENCES, regimes, slices
     from cua_rl.workflow.seeding import instance_seed
 
     trained = [make_instance("key-sequence-drill", s) for s in seeds("train", 1000)]

@@ -9,6 +9,7 @@ test_api.py."""
 import asyncio
 
 import pytest
+
 from cua_rl.local_gym.screen import DamageWatch, Screen, settle
 from gym_helpers import paint as _paint
 

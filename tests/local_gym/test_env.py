@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from cua_rl.local_gym import GymError, GymOptions, LocalGym, load_tasks
-from cua_rl.local_gym import keyboard_suite as K
+from cua_rl.local_gym import GymError, GymOptions, LocalGym, keyboard_suite as K, load_tasks
 from gym_helpers import names
 from tests.hosts import descendants
 

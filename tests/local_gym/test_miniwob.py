@@ -31,8 +31,8 @@ import pytest
 from cua_rl.genv import GenvClient, GenvError
 from cua_rl.local_gym.xinput import char_keysym, keysym_for_name
 from gym_helpers import names
-from tests.hosts import descendants, wait_gone, wait_http
 from miniwob_solvers import SOLVERS, Play
+from tests.hosts import descendants, wait_gone, wait_http
 
 pytestmark = [pytest.mark.desktop, pytest.mark.skipif(shutil.which("chromium") is None,
                                                       reason="chromium missing; run scripts/setup.sh")]
@@ -486,10 +486,11 @@ async def test_a_group_shares_one_seeded_instance_and_its_instruction_reaches_th
     the group's seed, and the agent is told the instance's utterance, not the task's general description.
     (The model is the scripted test double: its one reply gives up, which is enough; a model server that
     fails would make the episodes the infrastructure's loss, dropped.)"""
+    from areal.api.cli_args import GenerationHyperparameters
+
     from cua_rl.http.serve import serve_app_in_thread
     from cua_rl.local_agent.server import start_agent_server
     from cua_rl.mini_agent import MiniAgentClient
-    from areal.api.cli_args import GenerationHyperparameters
     from cua_rl.trajectory import EpisodeOutcome
     from cua_rl.workflow import CUAAgentWorkflow, play_episode
     from tests.doubles.model_double import MODEL_ID, ScriptedModel, build_model_app, qwen_call

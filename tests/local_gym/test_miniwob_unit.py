@@ -14,8 +14,15 @@ import pytest
 from cua_rl.local_gym.browser import BrowserSpec
 from cua_rl.local_gym.cdp import CDPError, CDPPipe
 from cua_rl.local_gym.manager import GymOptions, pool_key
-from cua_rl.local_gym.miniwob import (CATEGORIES, MiniwobSuite, category_of, difficulty_of, load_miniwob_tasks,
-                                      package_dir, score_of)
+from cua_rl.local_gym.miniwob import (
+    CATEGORIES,
+    MiniwobSuite,
+    category_of,
+    difficulty_of,
+    load_miniwob_tasks,
+    package_dir,
+    score_of,
+)
 from cua_rl.local_gym.suite import MAX_SEED, OptionsError, create_options
 
 REPO = Path(__file__).resolve().parents[2]

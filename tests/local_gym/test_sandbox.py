@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from cua_rl.genv import GenvClient
 from cua_rl.http.serve import free_port
 from cua_rl.local_gym import mounts

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import torch
-from lm_helpers import screenshot
 from safetensors.torch import load_file
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
 from cua_rl.local_model import build_tiny
+from lm_helpers import screenshot
 
 
 def test_build_is_deterministic_and_seeded(tiny_dir, tmp_path):

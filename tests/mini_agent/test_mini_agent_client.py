@@ -157,8 +157,8 @@ async def test_a_start_that_never_reached_the_service_waits_for_it_to_come_back(
     from types import SimpleNamespace
 
     import cua_rl.http.retry as retry_module
-    from tests.doubles.agent_double import build_agent_double
     from cua_rl.http.serve import free_port, serve_app_in_thread
+    from tests.doubles.agent_double import build_agent_double
 
     port, served, slept = free_port(), [], []
 

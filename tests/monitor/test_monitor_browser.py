@@ -9,13 +9,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sample_run import INSTRUCTION, SCREEN, send_sample_run
 
-from cua_rl.monitor import training_run
-from cua_rl.trainer.health import BY_NAME, Finding
-from cua_rl.monitor.records import trainer_logprobs_record, update_record
 from cua_rl.local_gym.curriculum import GATED
+from cua_rl.monitor import training_run
+from cua_rl.monitor.records import trainer_logprobs_record, update_record
+from cua_rl.trainer.health import BY_NAME, Finding
 from cua_rl.verdict import describe, file_in_store
+from sample_run import INSTRUCTION, SCREEN, send_sample_run
 from tests.chromium import css, wait_for
 
 pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
@@ -122,8 +122,8 @@ def test_run_groups_and_rollout_player(our_monitor, browser, tmp_path):
 
 def _trainer_sends(url: str, token: str, record) -> None:
     """What the training side sends (trainer logprobs, update statistics), through its sender."""
-    from cua_rl.monitor.sender import RecordSender
     from cua_rl.monitor.client import MonitorClient
+    from cua_rl.monitor.sender import RecordSender
 
     sender = RecordSender(lambda: MonitorClient.from_settings(url, token, "p1", raise_errors=True),
                           what="test records")

@@ -5,8 +5,15 @@ import logging
 import pytest
 
 from cua_rl.http.retry import RetryPolicy
-from cua_rl.monitor import (MonitorClient, MonitorError, rollout_record, rollout_result, step_record,
-                            training_start, turn_record)
+from cua_rl.monitor import (
+    MonitorClient,
+    MonitorError,
+    rollout_record,
+    rollout_result,
+    step_record,
+    training_start,
+    turn_record,
+)
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02, retry_5xx=False)
 

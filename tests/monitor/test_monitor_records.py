@@ -5,8 +5,16 @@ from datetime import datetime, timezone
 
 import pytest
 
-from cua_rl.monitor import (Record, rollout_record, rollout_result, step_record, task_record, training_start,
-                            turn_record, validation_record)
+from cua_rl.monitor import (
+    Record,
+    rollout_record,
+    rollout_result,
+    step_record,
+    task_record,
+    training_start,
+    turn_record,
+    validation_record,
+)
 
 
 def test_training_start_run_name():

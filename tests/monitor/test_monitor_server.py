@@ -6,11 +6,11 @@ import logging
 
 import httpx
 import pytest
-from sample_run import FAST, agent_steps, make_turn, screenshot_png, send_sample_run
 from sqlalchemy import func, select
 
 from cua_rl.monitor import EpisodeReporter, MonitorClient, rollout_record, step_record, training_run
 from cua_rl.monitor.schema import TABLES, tokens
+from sample_run import FAST, agent_steps, make_turn, screenshot_png, send_sample_run
 
 
 def counts(store) -> dict:
@@ -327,9 +327,9 @@ def test_turns_show_live_and_the_trainers_logprobs_join_them_in_either_order(our
     rollout worker's record or after it, and survive its re-sends."""
     import asyncio
 
-    from cua_rl.trajectory.rows import new_rollout_uuid, turn_key
     from cua_rl.areal_ext.trainer_logprobs import records_of
     from cua_rl.monitor.sender import RecordSender
+    from cua_rl.trajectory.rows import new_rollout_uuid, turn_key
 
     monitor, token = our_monitor
     api = httpx.Client(base_url=monitor.url)

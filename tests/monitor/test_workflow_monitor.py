@@ -10,7 +10,10 @@ import pytest
 from cua_rl.monitor import token_from_env, training_run
 from cua_rl.policy import close_loop_servers
 from cua_rl.workflow import MonitorTarget
-from tests.doubles.embedded_stack import first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
+from tests.doubles import embedded_stack
+from tests.doubles.embedded_stack import first_task, make_workflow
+
+stack = embedded_stack.stack   # the module-scoped fixture: one stack for this module's tests
 
 pytestmark = [pytest.mark.desktop]
 

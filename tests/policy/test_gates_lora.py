@@ -24,7 +24,6 @@ import pytest
 import torch
 from areal.api import FinetuneSpec, SaveLoadMeta, WeightUpdateMeta
 from areal.api.cli_args import (
-    GenerationHyperparameters,
     InferenceEngineConfig,
     MicroBatchSpec,
     OptimizerConfig,
@@ -33,15 +32,15 @@ from areal.api.cli_args import (
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 
+import trainer_gates as gates
 from cua_rl.areal_ext import compact_images, lora_vlm
-from cua_rl.trainer.health import BY_NAME
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
-from cua_rl.trainer.weight_probe import WeightProbe, adapter_probe
 from cua_rl.deploy import LORA_MODULES
 from cua_rl.local_model.vllm_server import VLLMServer
+from cua_rl.trainer.health import BY_NAME
+from cua_rl.trainer.weight_probe import WeightProbe, adapter_probe
 from cua_rl.trajectory import group_batch
-import trainer_gates as gates
 
 pytestmark = pytest.mark.timeout(900)
 

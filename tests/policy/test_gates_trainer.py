@@ -25,11 +25,10 @@ from areal.api.cli_args import (
 from areal.engine import FSDPPPOActor
 from areal.engine.vllm_remote import RemotevLLMEngine
 
-from cua_rl.areal_ext import compact_images
-from cua_rl.areal_ext import SAMPLER_GAP_KEY
-from cua_rl.trainer.health import BY_NAME
+from cua_rl.areal_ext import SAMPLER_GAP_KEY, compact_images
 from cua_rl.areal_ext.packed_attention import enable_packed_sdpa
 from cua_rl.areal_ext.trainer_logprobs import sampler_gap
+from cua_rl.trainer.health import BY_NAME
 from cua_rl.trainer.weight_probe import WeightProbe
 from cua_rl.trajectory import group_batch
 from trainer_gates import NO_KL, gate, hf_logprobs, play_episodes

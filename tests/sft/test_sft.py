@@ -22,7 +22,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from cua_rl.local_gym import load_tasks, start_gym_server
 from cua_rl.policy import EndpointSettings, PolicyEndpoint, close_loop_servers, tensor_sha256
 from cua_rl.sft import demo_rows, qwen3_vl_reply, record_demos, reply_ids, train_rows
-from tests.doubles.policy_helpers import EngineDouble   # the endpoint's engine test double
+from tests.doubles.policy_helpers import EngineDouble  # the endpoint's engine test double
 
 pytestmark = pytest.mark.desktop
 SETTINGS = EndpointSettings(max_screenshots_in_history=2, max_pixels=200704)   # config.cpu.yaml's policy

@@ -1,6 +1,6 @@
 """The kept SFT warm start (cua_rl/sft/warm_start.py): its key follows what the checkpoint depends on and
 nothing else, and only a complete build is ever reused. The build itself is the ``python -m cua_rl.sft``
-command tests/sft/test_sft.py runs; the learning gate (tests/training/test_learning_gate.py) trains from it."""
+command tests/sft/test_sft.py runs; the learning gate (tests/e2e/test_learning_gate.py) trains from it."""
 
 import json
 from pathlib import Path

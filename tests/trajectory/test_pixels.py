@@ -5,7 +5,6 @@ preparation hands the model the floats. (The same rows through the real actor gi
 bit: tests/policy/test_gates_trainer.py.)"""
 
 import torch
-from PIL import Image
 
 from cua_rl.policy import EndpointSettings, prompt_from_messages
 from cua_rl.trajectory import EpisodeOutcome, group_batch

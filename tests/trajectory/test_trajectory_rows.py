@@ -11,12 +11,12 @@ from cua_rl.trajectory import (
     EpisodeOutcome,
     ScreenshotSwap,
     concat_row,
-    rows_of,
-    episode_weights,
     episode_rows,
+    episode_weights,
     group_batch,
     is_prefix_chain,
     normalise_group,
+    rows_of,
     shuffle_rewards,
     turn_rewards,
     turn_row,
@@ -200,8 +200,8 @@ def test_screenshot_swap_trains_each_group_on_screens_other_groups_showed():
 def test_rows_name_each_output_tokens_monitor_turn_and_the_trainer_side_reads_them_back():
     """``monitor_turn`` marks every output token with its turn's key (individual and concat rows alike); the
     trainer side maps recomputed logprobs back to (rollout, turn), reading logp[t - 1] for token t."""
-    from cua_rl.trajectory.rows import new_rollout_uuid, turn_key, turn_of_key
     from cua_rl.areal_ext.trainer_logprobs import records_of, turn_logprobs
+    from cua_rl.trajectory.rows import new_rollout_uuid, turn_key, turn_of_key
 
     a = new_rollout_uuid()
     assert turn_of_key(turn_key(a, 7)) == (a, 7) and turn_key(a, 0) == 0 and turn_key("0" * 32, 1) == 0

@@ -22,7 +22,6 @@ import asyncio
 
 import pytest
 
-from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.http.retry import RetryPolicy
 from cua_rl.http.serve import serve_app_in_thread
 from cua_rl.local_agent import AgentSettings, start_agent_server
@@ -31,6 +30,7 @@ from cua_rl.local_gym.xinput import XInput
 from cua_rl.mini_agent import MiniAgentClient, Sampling
 from cua_rl.policy import EndpointSettings
 from cua_rl.trajectory import EpisodeOutcome
+from cua_rl.trajectory.config import TrajectoryConfig
 from cua_rl.workflow import Dropped, play_episode
 from cua_rl.workflow.episode import EpisodeSetup
 from tests.doubles.model_double import MODEL_ID, ScriptedModel, build_model_app, qwen_call

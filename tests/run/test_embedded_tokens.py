@@ -14,8 +14,7 @@ import httpx
 import pytest
 
 from cua_rl.genv import GenvClient
-from cua_rl.mini_agent import MiniAgentClient
-from cua_rl.mini_agent import GenvEnv, ModelEndpoint, RunRequest
+from cua_rl.mini_agent import GenvEnv, MiniAgentClient, ModelEndpoint, RunRequest
 from cua_rl.run import launch
 
 pytestmark = pytest.mark.desktop

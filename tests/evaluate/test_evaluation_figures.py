@@ -6,8 +6,8 @@ checkpoint no better than the warm start, exclude 0 for one better on most units
 instance bootstrap when instances repeat a unit); the gate's verdict on constructed runs, each way of failing
 named; the interval across seeds."""
 
-import json
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from cua_rl.trainer.health import (BY_NAME, INVARIANTS, STOP_MARK, Health, HealthConfig, StallWatch, log_stop)
+from cua_rl.trainer.health import BY_NAME, INVARIANTS, STOP_MARK, Health, HealthConfig, StallWatch, log_stop
 
 HEALTHY = {"rollout/reward": 0.875, "rollout/task_success": 0.875, "rollout/num_turns": 1.0,
            "rollout/no_policy_turn": 0.0, "rollout/at_max_turns": 1.0, "rollout/unproved_vllm_turns": 0.0,

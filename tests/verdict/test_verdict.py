@@ -1,7 +1,7 @@
 """The run's verdict on learning (cua_rl/verdict.py): when it applies, what it says for each kind of outcome,
 what its kept score of the starting policy is keyed by, and that a failing verdict is reported without
 touching the run (its saved config). The whole path, a real run judging itself, is the learning gate's
-README-command test (tests/training/test_learning_gate.py)."""
+README-command test (tests/e2e/test_learning_gate.py)."""
 
 from __future__ import annotations
 

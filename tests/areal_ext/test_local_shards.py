@@ -2,7 +2,7 @@
 
 AReaL's real shard storage (``areal.infra.rpc.rtensor``) holds the local shards; the fetch from another
 process is a stand-in that records what it was asked for (the HTTP path itself is AReaL's, exercised by
-every training run: tests/training/test_learning_gate.py).
+every training run: tests/e2e/test_learning_gate.py).
 """
 
 import uuid

@@ -1,5 +1,5 @@
-"""The config tests' fixture: AReaL's scheduler with no process behind it (tests/config/placement.py places roles
-through it)."""
+"""The launcher's placement tests' fixture: AReaL's scheduler with no process behind it (tests/run/placement.py
+places roles through it)."""
 
 import time
 

@@ -1,6 +1,6 @@
 """Every train.sh flag with a value, the overrides it must become, and the same values as environment
-variables (shared by test_cli.py and test_config_loading.py); ``load``, a recipe loaded with overrides as the
-launcher loads it (shared by the config tests: test modules import no other test module)."""
+variables (shared by test_cli.py and tests/config/test_config_loading.py); ``load``, a recipe loaded with overrides
+as the launcher loads it (shared by the launcher's and the config's tests: test modules import no other test module)."""
 
 from pathlib import Path
 

@@ -1,7 +1,7 @@
 """A GPU node at first try (issue 82): what the launcher decides or refuses on a node with GPUs, shown here without
 one. ``nvidia-smi`` is a script on the PATH that lists 1, 2, 4 or 8 GPUs as the real one does (``GPU i: ...``);
 the placement is AReaL's own local scheduler run on the config the launcher chose, with no process started
-(tests/config/test_gpu_placement.py's stand-ins).
+(tests/run/test_gpu_placement.py's stand-ins).
 
 Items: 2, the default recipe fitted to the GPUs present and a user's allocation too large for them refused;
 4, the set-up plan on a GPU node (scripts/setup.sh's CUA_RL_SETUP_PLAN: which Debian packages, which lock, which

@@ -194,10 +194,11 @@ def test_the_model_server_watch_stops_a_run_only_when_its_server_is_gone(tmp_pat
     one answering 404) never trips it; a refused one does after the grace, and the launcher quotes it."""
     import threading
 
+    from fastapi import FastAPI
+
     from cua_rl.http.serve import free_port, serve_app_in_thread
     from cua_rl.run.summary import failure_cause
     from cua_rl.trainer.model_watch import GONE, ModelServerWatch
-    from fastapi import FastAPI
 
     live = serve_app_in_thread(FastAPI())   # no /health route: a 404 still proves the server is there
     gone, tripped = threading.Event(), []

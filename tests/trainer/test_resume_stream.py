@@ -25,8 +25,8 @@ from areal.utils.data import cycle_dataloader
 from areal.utils.dataloader import create_dataloader
 from datasets import Dataset
 
-from cua_rl.trainer import resume
 from cua_rl.runs import DROPPED_DIR, STREAM_KEY, record_dropped
+from cua_rl.trainer import resume
 from cua_rl.trainer.resume import ExactlyOnceLoader
 
 ROWS, BATCH, AHEAD = 6, 2, 3   # 6 rows (3 steps an epoch), 2 per step, up to 3 more items pulled ahead

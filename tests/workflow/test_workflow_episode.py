@@ -24,8 +24,11 @@ from cua_rl.trajectory.tree import leaves, tree_rows, tree_rows_count, tree_valu
 from cua_rl.workflow import Dropped, play_episode
 from cua_rl.workflow.tree import TreePlayer, TreeRefused, check_agent, segments
 from cua_rl.workflow.worker import worker_state
+from tests.doubles import embedded_stack
 from tests.doubles.agent_double import AgentState, build_agent_double
-from tests.doubles.embedded_stack import POLICY, first_task, make_workflow, stack  # noqa: F401  (stack: the fixture)
+from tests.doubles.embedded_stack import POLICY, first_task, make_workflow
+
+stack = embedded_stack.stack   # the module-scoped fixture: one stack for this module's tests
 
 pytestmark = [pytest.mark.desktop]
 

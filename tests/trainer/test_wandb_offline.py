@@ -14,9 +14,9 @@ from cua_rl.run.launch import RECIPES, load_config
 
 
 def test_areal_stats_logger_writes_an_offline_wandb_run(tmp_path, monkeypatch):
+    import wandb
     from areal.api.io_struct import FinetuneSpec
     from areal.utils.stats_logger import StatsLogger
-    import wandb
 
     from cua_rl.train import wandb_environment
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cua_rl.trainer.resume import newest_resumable
 from cua_rl.runs import RunPaths, claim_run_dir, new_trial_name, run_exists
+from cua_rl.trainer.resume import newest_resumable
 
 
 def _paths(root: Path, trial: str) -> RunPaths:

@@ -9,8 +9,7 @@ import torch
 import credit_cases
 from credit_cases import GROUPS, episode_pulls
 from cua_rl.run.launch import ConfigError, load_config
-from cua_rl.trajectory import group_batch
-from cua_rl.trajectory import mutations
+from cua_rl.trajectory import group_batch, mutations
 
 
 def _batch():

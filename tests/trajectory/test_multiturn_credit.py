@@ -23,6 +23,7 @@ from credit_cases import GROUPS, OUTPUT, episode_of, episode_pulls
 from cua_rl.run.launch import load_config
 from cua_rl.trajectory import group_batch
 
+
 def test_all_fail_groups_get_nothing_and_every_episode_weighs_the_same(actor_config, shipped):
     pulls = episode_pulls(actor_config, shipped.trajectory)
     for group in pulls[1:]:
@@ -86,7 +87,7 @@ def test_right_data_8_reward_norm_is_refused_it_would_cut_across_episodes(actor_
     """A user who copies AReaL's GRPO example (``reward_norm: {mean_level: group, group_size: n}``) would
     normalise the workflow's values again in blocks of n rows; a row here is a turn, so the blocks cross
     episodes: shown on our rows with AReaL's own ``Normalization``, then refused at load."""
-    from areal.utils.data import NormConfig, Normalization
+    from areal.utils.data import Normalization, NormConfig
 
     batch = group_batch(GROUPS[0])                                   # a 3-turn success, three 20-turn failures
     assert len(set(batch["rewards"][3:23].tolist())) == 1             # one episode, one value on all its rows
