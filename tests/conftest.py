@@ -56,7 +56,7 @@ SLOW_TESTS = {
     "tests/logs/test_keep_stdlib_logging.py": "launcher and AReaL subprocesses, 26 s",
     "tests/docs/test_wheel.py": "the wheel built, installed into a venv, cua-train run three times, 60 s; a gym "
         "host's venv (the wheel's base install from uv's cache) serving a real desktop, 15 s",
-    "tests/config/test_two_clones.py": "a second clone's set-up (relinking the shared environment) and this clone's "
+    "tests/docs/test_two_clones.py": "a second clone's set-up (relinking the shared environment) and this clone's "
         "again, 10-25 s",
     "tests/genv/test_fleet.py::test_a_group_whose_host_dies_mid_episode_is_played_again_on_another_host":
         "two gyms, four real desktops, one gym stopped mid-episode, 7 s",
