@@ -273,7 +273,7 @@ def evaluate_checkpoints(config: CUAConfig, checkpoints: list[str], *, seeds_per
     of a one-turn prompt's 1,700 tokens), which vLLM then computes once per checkpoint instead of once per
     episode. Safe here, unlike in training: the weights change only between checkpoints, with no request in
     flight, and AReaL's weight-update route clears the cache. Off by default: with it on, the learning gate
-    failed twice in a row on 2026-11-26 (docs/learning.md) and its held-out scores had not been compared with
+    failed twice in a row on 2026-11-26 (docs/notes/learning-history.md) and its held-out scores had not been compared with
     it off on the same checkpoints beyond 2 x 64 episodes (on 0.78/0.81, off 0.72/0.75).
 
     ``tasks``: the family tasks to play (default ``sft.tasks``); ``echo=False`` prints no JSON line (the run's
