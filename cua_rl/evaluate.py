@@ -508,7 +508,8 @@ def _gym_parser():
     ap.add_argument("--config", default="", help="recipe (default: config.yaml with a GPU, config.cpu.yaml without)")
     ap.add_argument("--split", default="eval", choices=("eval", "train", "all"),
                     help="the gym's own split (without --suite; a suite names its tasks itself)")
-    ap.add_argument("--episodes-per-task", type=int, default=4)
+    ap.add_argument("--episodes-per-task", type=int, default=4, metavar="N",
+                    help="instances of each task to play (seeds from the held-out list; default 4)")
     ap.add_argument("--samples", type=int, default=1, help="sampled episodes per instance (pass@K)")
     decoding = ap.add_mutually_exclusive_group()
     decoding.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
@@ -518,7 +519,8 @@ def _gym_parser():
                     help="embedded: start our agent service here")
     ap.add_argument("--model-url", default=None, help="a running AReaL vLLM server (default: start one for the first checkpoint: on a GPU with a GPU "
                     "recipe, the recipe's vllm section; else on the CPU)")
-    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=4, metavar="N",
+                    help="episodes played at once, each its own gym execution (default 4)")
     ap.add_argument("--out", default="", help="also write the results (a JSON list) here")
     return ap
 

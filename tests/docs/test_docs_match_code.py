@@ -13,7 +13,7 @@ Checked in README.md, examples/cua_agent/README.md and docs/*.md:
   code block is a key of the config the launcher loads from examples/cua_agent/config.yaml, written without
   `+` (config.yaml starts from CUAConfig's schema, so Hydra knows every field), except a new entry of a mapping;
   and every field, with every documented key, loads written that way;
-- the README's layout block lists exactly the modules and packages of `cua_rl/`;
+- docs/layout.md's package block lists exactly the modules and packages of `cua_rl/`;
 - no file of the repository cites a document the repository does not ship, every `docs/protocols.md §N`
   citation names a section of that page, and every `page.md, "Section"` citation and `page.md#anchor` link one of
   its page's;
@@ -340,10 +340,10 @@ def test_every_config_field_and_every_documented_key_is_set_without_a_plus(loade
     assert (old.embedded.start_monitor, old.policy.max_images_per_request) == (False, 16)
 
 
-# ---- the README's layout --------------------------------------------------------------------------------
-def test_the_readme_layout_lists_every_module_of_the_package():
-    text = (REPO / "README.md").read_text()
-    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+# ---- the layout page ------------------------------------------------------------------------------------
+def test_the_layout_page_lists_every_module_of_the_package():
+    text = (REPO / "docs/layout.md").read_text()
+    block = text.split("## The package", 1)[1].split("```", 2)[1]
     listed: set[str] = set()
     for line in block.splitlines():
         m = re.match(r"^  (\S.*?)(?:\s{2,}|$)", line)   # "  name[, name]   what it is" under cua_rl/
