@@ -534,6 +534,8 @@ def run(config_file: str, config: CUAConfig, overrides: list[str], gpu: bool, ea
     run_overrides = list(overrides)   # the user's and the trial's: what the verdict loads its config with
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
     env = dict(os.environ)
+    if config.scheduler.type == "local":   # this machine's vLLM servers (trainer's, verdict's): their sockets
+        env["VLLM_RPC_BASE_PATH"] = _vllm_socket_dir()   # (a Ray node has no such folder: vLLM's default there)
     rc, stopped_by = 1, None
     start = Path(config.actor.path)   # the policy the run starts from (the verdict's "before")
     with contextlib.ExitStack() as stack:
@@ -567,6 +569,18 @@ def run(config_file: str, config: CUAConfig, overrides: list[str], gpu: bool, ea
             print(f"[cua-rl] verdict:     none: {why_not}", flush=True)
     print_summary(paths, elapsed, rc, stopped_by, train_command())
     return rc
+
+
+def _vllm_socket_dir() -> str:
+    """A folder for the ZMQ sockets of this run's vLLM servers (``cua_rl.local_model.vllm_server.socket_dir``),
+    removed when the launcher exits however the run ended: vLLM leaves them in /tmp when it is killed."""
+    import atexit
+
+    from cua_rl.local_model.vllm_server import socket_dir
+
+    folder = socket_dir()
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def verdict_tasks(config: CUAConfig) -> tuple[list[str], str | None]:
