@@ -567,6 +567,9 @@ def run(config_file: str, config: CUAConfig, overrides: list[str], gpu: bool, ea
             give_verdict(config_file, run_overrides, start, paths.logs, env)
         else:
             print(f"[cua-rl] verdict:     none: {why_not}", flush=True)
+    from cua_rl.run.plot import plot_run
+
+    plot_run(paths.logs)   # metrics.png beside metrics.jsonl, before the summary names it
     print_summary(paths, elapsed, rc, stopped_by, train_command())
     return rc
 
