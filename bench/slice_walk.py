@@ -4,7 +4,7 @@ the warm start is wrong, read from what the run recorded (no extra model call).
 Why: the learning gate judges one greedy evaluation after the last step, so a run whose sampled probability of
 the right key on yellow hovers near one half can end on either side of the greedy threshold. Where it started and
 how far it moved per step (under GRPO: a drift; under a shuffled-reward control: a walk of random sign) is what
-decides whether a run without signal can pass (docs/learning.md, "The gate's false-pass rate and power").
+decides whether a run without signal can pass (docs/notes/learning-history.md, "The gate's false-pass rate and power").
 
 For each training episode of a key-sequence family (key-sequence, its drill) whose instance shows a confused colour
 (``curriculum.CONFUSIONS``) and that reached that square (every earlier key right), the decision there: the key

@@ -273,7 +273,7 @@ def evaluate_checkpoints(config: CUAConfig, checkpoints: list[str], *, seeds_per
     of a one-turn prompt's 1,700 tokens), which vLLM then computes once per checkpoint instead of once per
     episode. Safe here, unlike in training: the weights change only between checkpoints, with no request in
     flight, and AReaL's weight-update route clears the cache. Off by default: with it on, the learning gate
-    failed twice in a row on 2026-11-26 (docs/learning.md) and its held-out scores had not been compared with
+    failed twice in a row on 2026-11-26 (docs/notes/learning-history.md) and its held-out scores had not been compared with
     it off on the same checkpoints beyond 2 x 64 episodes (on 0.78/0.81, off 0.72/0.75).
 
     ``tasks``: the family tasks to play (default ``sft.tasks``); ``echo=False`` prints no JSON line (the run's
@@ -508,7 +508,8 @@ def _gym_parser():
     ap.add_argument("--config", default="", help="recipe (default: config.yaml with a GPU, config.cpu.yaml without)")
     ap.add_argument("--split", default="eval", choices=("eval", "train", "all"),
                     help="the gym's own split (without --suite; a suite names its tasks itself)")
-    ap.add_argument("--episodes-per-task", type=int, default=4)
+    ap.add_argument("--episodes-per-task", type=int, default=4, metavar="N",
+                    help="instances of each task to play (seeds from the held-out list; default 4)")
     ap.add_argument("--samples", type=int, default=1, help="sampled episodes per instance (pass@K)")
     decoding = ap.add_mutually_exclusive_group()
     decoding.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
@@ -518,7 +519,8 @@ def _gym_parser():
                     help="embedded: start our agent service here")
     ap.add_argument("--model-url", default=None, help="a running AReaL vLLM server (default: start one for the first checkpoint: on a GPU with a GPU "
                     "recipe, the recipe's vllm section; else on the CPU)")
-    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=4, metavar="N",
+                    help="episodes played at once, each its own gym execution (default 4)")
     ap.add_argument("--out", default="", help="also write the results (a JSON list) here")
     return ap
 

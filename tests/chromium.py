@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,12 +30,19 @@ def driver(profile: Path):
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1400,1000"):
         opts.add_argument(arg)
-    chrome = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    # Chromium's singleton folder (org.chromium.Chromium.*) goes in TMPDIR and stays there when the browser is
+    # killed: a TMPDIR of this driver's own, removed with it, leaves nothing in /tmp however it ends (a short
+    # path: the socket's must fit a Unix socket address, 108 bytes; one under pytest's tmp_path did not).
+    tmp = Path(tempfile.mkdtemp(prefix="cua-chromium-"))
+    chrome = webdriver.Chrome(service=Service(DRIVER, env={**os.environ, "TMPDIR": str(tmp)}), options=opts)
     chrome.set_page_load_timeout(30)
     try:
         yield chrome
     finally:
-        chrome.quit()
+        try:
+            chrome.quit()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def wait_for(chrome, condition, timeout=30.0):

@@ -303,7 +303,7 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"{s:8.1f} s  {folder}")
     tr.write_line(f"{sum(_folder_s.values()):8.1f} s  in tests; pytest's wall time "
                   f"{time.monotonic() - _started:.0f} s")
-    # every test's time, longest first, for the ledger (docs/testing.md): what the 25 slowest leave out
+    # every test's time, longest first, for the ledger (docs/notes/ci-ledger.md): what the 25 slowest leave out
     TIMES.parent.mkdir(parents=True, exist_ok=True)
     TIMES.write_text(json.dumps({"wall_s": round(time.monotonic() - _started, 1),
                                  "folders": {f: round(s, 1) for f, s in sorted(_folder_s.items(), key=lambda kv: -kv[1])},

@@ -5,7 +5,7 @@ machine would otherwise build (about 8 minutes each) before its first training t
 The learning gate's run also judges itself (cua_rl/verdict.py), and its verdict plays the warm start on the
 held-out instances unless that score is kept under its key (``<CUA_RL_HOME>/heldout-scores/verdict-<key>.json``:
 the warm start's files, the evaluation's code, the episode settings). A fresh machine, and every CI run after a
-change to the evaluation's code, measured it again: about 2 minutes on 2 cores, 4 on a slower one. The pinned
+change to the evaluation's code, measured it again: about 4 minutes on 2 cores (docs/learning.md, "The run's verdict"). The pinned
 warm start's score is pinned too (tests/data/heldout-scores, ``scripts/pin_warm_starts.py --score``) and
 ``seed_pinned_scores`` puts it where the verdict looks; a score whose key no longer matches is simply not found
 and the run measures it, as before (``test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps`` says

@@ -321,7 +321,7 @@ def _sequence_slips(instance: "Instance") -> list[tuple[dict, ...]]:
     so every failed episode of a run carried 3-5 key presses of a near-uniform choice (each with about 16 times
     the gradient of a confident decision) whose only credit is the episode's reward: the largest share of what a
     shuffled-reward control's updates move the key logits with, and 2 of 8 such controls flipped the yellow
-    choice as GRPO does (docs/learning.md, "The gate's false-pass rate and power")."""
+    choice as GRPO does (docs/notes/learning-history.md, "The gate's false-pass rate and power")."""
     shades = {SEQUENCE_COLOURS[seen]: pressed for seen, pressed in CONFUSIONS.items()}
     steps = [item for item in instance.items if item.kind == "step"]
     first = next((i for i, item in enumerate(steps) if item.colour in shades), None)

@@ -148,7 +148,7 @@ DISPLAY_CLAIMS = Path(tempfile.gettempdir()) / "cua-rl-displays"
 # The same for the sandbox uids (root gyms only). Two gyms on one machine gave their desktops the same uids
 # (``uid_base`` + slot), and desktops failed to start while both ran: openbox set its check window, then took no
 # map request for 30 s (5 of 5 reproductions beside another gym; with distinct uids 60 of 60 started; why is not
-# known: docs/testing.md, "Flakes", session 37). A gym claims a uid for each slot it uses until it closes.
+# known: docs/notes/ci-ledger.md, "Flakes", session 37). A gym claims a uid for each slot it uses until it closes.
 UID_CLAIMS = Path(tempfile.gettempdir()) / "cua-rl-uids"
 UID_RANGE = 10_000       # uids tried from ``uid_base``
 DISPLAY_RANGE = 10_000   # display numbers tried from ``display_base``

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -36,6 +37,15 @@ CPU_ENV = {
 }
 # The worker extension that makes in-place weight updates work on the CPU (vllm_cpu.py).
 CPU_WORKER_EXTENSION = "cua_rl.local_model.vllm_cpu.CPUWorkerExtension"
+
+
+def socket_dir() -> str:
+    """A new folder for vLLM's ZMQ sockets, for ``VLLM_RPC_BASE_PATH``: vLLM opens them (``ipc://``) in the
+    system's temporary folder by default and leaves them there when its server is killed, one per server (141
+    sockets in /tmp after a day of runs). Whoever starts the server removes the folder when it stops."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="cua-vllm-sockets-")
 
 
 def cpu_vllm_config(model_dir: str | Path, *, max_model_len: int = 8192, max_num_seqs: int = 16, seed: int = 1,
@@ -99,6 +109,7 @@ class VLLMServer:
             cfg.enable_lora, cfg.max_lora_rank, cfg.lora_modules = True, max_lora_rank, lora_modules
         self.cmd, env = server_command(cfg, host, self.port, on_cpu=vllm_config is None,
                                        tool_call_parser=tool_call_parser)
+        self.socket_dir = env["VLLM_RPC_BASE_PATH"] = socket_dir()   # removed by stop
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.started = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
@@ -147,6 +158,7 @@ class VLLMServer:
         if self._log is not subprocess.DEVNULL:
             self._log.close()
             self._log = subprocess.DEVNULL
+        shutil.rmtree(self.socket_dir, ignore_errors=True)   # the sockets of a server that is gone
 
     def __enter__(self) -> "VLLMServer":
         return self

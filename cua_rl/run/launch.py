@@ -533,6 +533,8 @@ def run(config_file: str, config: CUAConfig, overrides: list[str], gpu: bool, ea
     run_overrides = list(overrides)   # the user's and the trial's: what the verdict loads its config with
     overrides.append(f"++stats_logger.tensorboard.path={paths.tensorboard}")
     env = dict(os.environ)
+    if config.scheduler.type == "local":   # this machine's vLLM servers (trainer's, verdict's): their sockets
+        env["VLLM_RPC_BASE_PATH"] = _vllm_socket_dir()   # (a Ray node has no such folder: vLLM's default there)
     rc, stopped_by = 1, None
     start = Path(config.actor.path)   # the policy the run starts from (the verdict's "before")
     with contextlib.ExitStack() as stack:
@@ -564,8 +566,23 @@ def run(config_file: str, config: CUAConfig, overrides: list[str], gpu: bool, ea
             give_verdict(config_file, run_overrides, start, paths.logs, env)
         else:
             print(f"[cua-rl] verdict:     none: {why_not}", flush=True)
+    from cua_rl.run.plot import plot_run
+
+    plot_run(paths.logs)   # metrics.png beside metrics.jsonl, before the summary names it
     print_summary(paths, elapsed, rc, stopped_by, train_command())
     return rc
+
+
+def _vllm_socket_dir() -> str:
+    """A folder for the ZMQ sockets of this run's vLLM servers (``cua_rl.local_model.vllm_server.socket_dir``),
+    removed when the launcher exits however the run ended: vLLM leaves them in /tmp when it is killed."""
+    import atexit
+
+    from cua_rl.local_model.vllm_server import socket_dir
+
+    folder = socket_dir()
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def verdict_tasks(config: CUAConfig) -> tuple[list[str], str | None]:
@@ -602,7 +619,7 @@ def give_verdict(config_file: str, overrides: list[str], start: Path, logs: Path
     cmd = [sys.executable, "-m", "cua_rl.verdict", "--config", config_file, "--start", str(start), *overrides]
     saved = logs / "config.yaml"
     kept = saved.read_bytes() if saved.is_file() else None
-    print(f"[cua-rl] verdict:     judging the run on held-out tasks (python -m cua_rl.verdict, about 2 minutes a "
+    print(f"[cua-rl] verdict:     judging the run on held-out tasks (python -m cua_rl.verdict, about 4 minutes a "
           f"checkpoint on 2 CPU cores; verdict.enabled=false skips it; log: {logs / 'verdict.log'})", flush=True)
     with open(logs / "verdict.log", "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)

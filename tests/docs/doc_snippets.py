@@ -1,4 +1,5 @@
-"""The code spans, code blocks and links of the docs (README.md, examples/cua_agent/README.md, docs/*.md), each
+"""The code spans, code blocks and links of the docs (README.md, examples/cua_agent/README.md, docs/*.md,
+docs/notes/*.md), each
 with where it stands: what the docs tests check (a module of its own: test modules import no other test module).
 """
 
@@ -10,7 +11,9 @@ from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [REPO / "README.md", REPO / "examples/cua_agent/README.md", *sorted((REPO / "docs").glob("*.md"))]
+# docs/notes/ holds dated working notes (the gate's history, the CI ledger): checked as the user docs are.
+DOCS = [REPO / "README.md", REPO / "examples/cua_agent/README.md", *sorted((REPO / "docs").glob("*.md")),
+        *sorted((REPO / "docs/notes").glob("*.md"))]
 # Code blocks in these languages are not shell command lines (their `a=b` are Python or YAML).
 NOT_SHELL = {"python", "py", "yaml", "yml", "json", "jsonc", "js", "javascript", "tcl", "html", "css"}
 

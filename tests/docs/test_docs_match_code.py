@@ -13,9 +13,10 @@ Checked in README.md, examples/cua_agent/README.md and docs/*.md:
   code block is a key of the config the launcher loads from examples/cua_agent/config.yaml, written without
   `+` (config.yaml starts from CUAConfig's schema, so Hydra knows every field), except a new entry of a mapping;
   and every field, with every documented key, loads written that way;
-- the README's layout block lists exactly the modules and packages of `cua_rl/`;
-- no file of the repository cites a document the repository does not ship, and every `docs/protocols.md §N`
-  citation names a section of that page;
+- docs/layout.md's package block lists exactly the modules and packages of `cua_rl/`;
+- no file of the repository cites a document the repository does not ship, every `docs/protocols.md §N`
+  citation names a section of that page, and every `page.md, "Section"` citation and `page.md#anchor` link one of
+  its page's;
 - docs/local_gym.md counts the built-in tasks (in all, per category, per difficulty) as they are.
 """
 
@@ -339,10 +340,10 @@ def test_every_config_field_and_every_documented_key_is_set_without_a_plus(loade
     assert (old.embedded.start_monitor, old.policy.max_images_per_request) == (False, 16)
 
 
-# ---- the README's layout --------------------------------------------------------------------------------
-def test_the_readme_layout_lists_every_module_of_the_package():
-    text = (REPO / "README.md").read_text()
-    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+# ---- the layout page ------------------------------------------------------------------------------------
+def test_the_layout_page_lists_every_module_of_the_package():
+    text = (REPO / "docs/layout.md").read_text()
+    block = text.split("## The package", 1)[1].split("```", 2)[1]
     listed: set[str] = set()
     for line in block.splitlines():
         m = re.match(r"^  (\S.*?)(?:\s{2,}|$)", line)   # "  name[, name]   what it is" under cua_rl/
@@ -388,6 +389,55 @@ def test_protocol_citations_name_sections_of_docs_protocols():
             for number in re.findall(r"\d+(?:\.\d+)?", m.group(1)):
                 if number not in sections:
                     problems.append(f"{rel}: cites protocols.md §{number}, which it does not have")
+    assert not problems, "\n".join(problems)
+
+
+# A page and a quoted section of it: `docs/learning.md, "The yardstick"`, `[notes/x.md](notes/x.md), "Flakes"`.
+SECTION_CITATION = re.compile(r'((?:docs/)?(?:notes/)?[\w.-]+\.md)\)?,?\s+"([^"\n]{3,80})"')
+
+
+def section_titles(page: Path) -> list[str]:
+    """A page's headings and the bold leads of its paragraphs (`**The fourth task's calibration (...).**`)."""
+    text = page.read_text()
+    return re.findall(r"^#+ (.+)$", text, re.M) + re.findall(r"^\*\*(.+?)\*\*", text, re.M)
+
+
+def cited_page(rel: str, name: str) -> Path | None:
+    """The page a citation in file ``rel`` names: relative to the citing page for a doc, else to the repository."""
+    for base in ([(REPO / rel).parent] if rel.endswith(".md") else []) + [REPO, REPO / "docs"]:
+        if (base / name).is_file():
+            return base / name
+    return None
+
+
+def test_every_cited_section_of_a_page_is_a_section_of_that_page():
+    """Text moved between pages (docs/notes/ took the dated notes of learning.md and testing.md) must take its
+    citations along: every `page.md, "Section"` in a tracked file names a heading or a bold paragraph lead of that
+    page, and every `page.md#anchor` link an anchor of it."""
+    checked, problems = 0, []
+    for rel in tracked_files():
+        if rel == "tests/docs/test_docs_match_code.py":
+            continue
+        try:
+            text = (REPO / rel).read_text()
+        except UnicodeDecodeError:
+            continue
+        for m in SECTION_CITATION.finditer(text):
+            page = cited_page(rel, m.group(1))
+            if page is None:
+                continue   # another project's page, or one the path test already reports
+            checked += 1
+            if not any(title.startswith(m.group(2)) for title in section_titles(page)):
+                line = text.count(chr(10), 0, m.start()) + 1
+                problems.append(f'{rel}:{line}: {m.group(1)} has no section "{m.group(2)}"')
+        for m in re.finditer(r"\]\(([\w./-]+\.md)#([\w-]+)\)", text):
+            page = cited_page(rel, m.group(1))
+            anchors = {re.sub(r"[^\w\- ]", "", t.lower()).replace(" ", "-") for t in section_titles(page or REPO)} \
+                if page else set()
+            checked += 1
+            if m.group(2) not in anchors:
+                problems.append(f"{rel}: {m.group(1)} has no anchor #{m.group(2)}")
+    assert checked > 40, "the extraction found too few citations: is the pattern broken?"
     assert not problems, "\n".join(problems)
 
 

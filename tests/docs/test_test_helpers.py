@@ -66,3 +66,28 @@ def test_wait_http_fails_at_once_with_the_log_when_the_server_exits(tmp_path):
     with pytest.raises(AssertionError, match="exited with 1 before it answered:\n.*no port for me"):
         wait_http(f"http://127.0.0.1:{free_port()}/health", proc, log, timeout_s=60)
     assert time.monotonic() - started < 10
+
+
+def test_a_killed_test_browser_leaves_no_singleton_folder_in_tmp(tmp_path):
+    """Chromium keeps its singleton socket in a folder of TMPDIR (``org.chromium.Chromium.*``, linked from the
+    profile's ``SingletonSocket``) and removes it only on a clean exit: killed, it left the folder in /tmp (55 in a
+    day of the shared machine). The test browser gets a TMPDIR of its own, removed with it (tests/chromium.py)."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from tests.chromium import driver
+
+    profile = tmp_path / "chromium"
+    with driver(profile) as chrome:
+        chrome.get("about:blank")
+        folder = Path(os.readlink(profile / "SingletonSocket")).parent
+        assert folder.is_dir()
+        os.kill(chrome.service.process.pid, signal.SIGKILL)   # chromedriver; then its browser
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                if str(profile) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    assert not folder.exists(), f"the killed browser left {folder}"

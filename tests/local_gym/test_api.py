@@ -322,8 +322,8 @@ async def test_a_display_another_gym_on_this_machine_claimed_is_never_taken():
 
 async def test_two_gyms_on_one_machine_never_give_their_desktops_the_same_sandbox_uid():
     """Each slot's uid is claimed machine-wide (``manager.UID_CLAIMS``) while the gym runs: two gyms sharing uids
-    had desktops fail to start while both ran (openbox took no map request; docs/testing.md, "Flakes", session 37).
-    A second gym skips the uids the first holds, and a closed gym gives its uids back."""
+    had desktops fail to start while both ran (openbox took no map request; docs/notes/ci-ledger.md, "Flakes",
+    session 37). A second gym skips the uids the first holds, and a closed gym gives its uids back."""
     from cua_rl.local_gym import manager as gym_manager
 
     first = start_gym_server(port=0, pool_size=0, max_executions=1, x_spares=0, uid_base=24000)

@@ -488,7 +488,7 @@ async def test_the_keyboard_suite_on_the_guest_scores_one_and_untouched_below(tm
     """Issue 37 item 3 on the VM backend: the keyboard suite's VM target (busybox vi and sh on the guest), played
     as the keyboard agent format parses each solution, over QMP keys. CI plays one task per level and shell
     kind (each way a solution goes; the others differ only in their text), 6 of 50; CUA_GYM_TEST_ALL_VM_TASKS=1
-    plays all 50 (about 60 s more under TCG; docs/testing.md has the last full run)."""
+    plays all 50 (about 60 s more under TCG; docs/notes/ci-ledger.md has the last full run)."""
     from cua_rl.local_gym import keyboard_suite as K
     from gym_helpers import keyboard_actions, solve_all
 

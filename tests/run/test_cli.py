@@ -330,3 +330,11 @@ def test_gym_id_without_a_gym_url_picks_the_embedded_gym_or_is_refused(tmp_path,
         load_config(str(EXAMPLE / "config.cpu.yaml"), ["gym_id=osworld"])
     external = load_config(str(EXAMPLE / "config.cpu.yaml"), ["gym_id=osworld", "gym_base_url=http://gym.example:5010"])
     assert not external.embedded_enabled and external.gym_id == "osworld"
+
+
+def test_cua_eval_help_describes_every_option():
+    """``cua-eval --help`` said nothing of --episodes-per-task or --concurrency (review of 2026-12-07)."""
+    from cua_rl.evaluate import _gym_parser
+
+    bare = [a.option_strings[-1] for a in _gym_parser()._actions if a.option_strings and not (a.help or "").strip()]
+    assert not bare, f"cua-eval --help gives no description for {bare}"

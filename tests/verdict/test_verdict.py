@@ -77,7 +77,7 @@ def test_a_failing_verdict_is_reported_and_leaves_the_runs_saved_config_alone(tm
 def test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps():
     """The learning gate's run finds the pinned warm start's held-out score under the key its verdict computes now
     (tests/warm_starts.py says why it is pinned): a change to the evaluation's code, the episode settings or the
-    warm start makes it stale, and CI would measure it again (2-4 minutes). Re-pin with
+    warm start makes it stale, and CI would measure it again (about 4 minutes). Re-pin with
     ``python scripts/pin_warm_starts.py --score``."""
     import json
 
