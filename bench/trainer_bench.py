@@ -56,10 +56,10 @@ def _run(name: str, config: str, steps: int, work: Path, local_shards: bool) -> 
     (work / f"{name}.log").write_text(out)
     if proc.returncode != 0:
         raise SystemExit(f"{name}: train.sh exited {proc.returncode}; log {work / name}.log:\n{out[-3000:]}")
-    logs = next((work / "fileroot" / "logs").rglob(f"{name}/tensorboard"))
+    logs = next((work / "fileroot" / "logs").rglob(f"{name}/metrics.jsonl")).parent
     scalars = read_scalars(logs)
     record = {key: _median_after_first([v for _, v in scalars.get(tag, [])]) for key, tag in TIMEPERF.items()}
-    record["step_s"] = _median_after_first([r["step_seconds"] for r in read_metrics(logs.parent)])
+    record["step_s"] = _median_after_first([r["step_seconds"] for r in read_metrics(logs)])
     experiment = load_config(config, []).experiment_name
     record["rollout_success"] = run_record(work, experiment, name, steps)["rollout_success"]
     record["run_s"] = round(time.monotonic() - started, 1)

@@ -25,6 +25,7 @@ from ..http.serve import ServedApp, serve_app_in_thread
 from .bodies import ActionBody, CreateBody, EvaluateBody, ForkBody, body_spec, publish
 from .env import GymError, LocalGym
 from .manager import GymManager, GymOptions
+from .metrics import CONTENT_TYPE
 from .tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ def create_app(options: GymOptions | None = None, tasks: TaskSet | None = None, 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         """Prometheus text (metrics.py): executions by state, capacity, create/step/evaluate latencies."""
-        return PlainTextResponse(gym.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(gym.metrics_text(), media_type=CONTENT_TYPE)
 
     @app.get("/api/v1/{gym_id}/capacity")
     async def capacity(gym_id: str) -> dict:

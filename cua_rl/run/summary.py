@@ -6,8 +6,8 @@ learning when one was written. Every command it prints works from a fresh shell 
 Why a module of its own: all of it reads what the run left on disk after the trainer exited (the trainer's
 ``train.log``, the rollout workers' ``policy_endpoint/*.json`` counts, ``metrics.jsonl``, the checkpoints and
 their recover point, ``verdict.json``), none of it decides how a run starts (``launch.py``). ``read_scalars``
-reads TensorBoard's event files without TensorFlow (TFRecord framing plus tensorboardX's ``Event`` proto), for
-the tests and benches that check what AReaL logged.
+gives every statistic the run committed, by step, from ``metrics.jsonl`` (the same values AReaL's stats logger
+got), for the tests and benches that check what AReaL logged.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import logging
 import re
 import signal
-import struct
 from pathlib import Path
 
 from cua_rl.run.console import ANSI, TABLE_START
@@ -29,21 +28,15 @@ from cua_rl.trainer.resume import settle
 logger = logging.getLogger("cua_rl.run.summary")
 
 
-def read_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Scalars from tensorboard event files (TFRecord framing + tensorboardX's Event proto; no TF needed)."""
-    from tensorboardX.proto import event_pb2
-
+def read_scalars(logs: Path) -> dict[str, list[tuple[int, float]]]:
+    """Each statistic the run committed, as ``(global_step, value)`` in step order, from the run's
+    ``metrics.jsonl`` in its log directory ``logs`` (the values AReaL's stats logger got for TensorBoard)."""
     scalars: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(tb_dir.glob("**/events.out.tfevents.*")):
-        data = path.read_bytes()
-        pos = 0
-        while pos + 12 <= len(data):
-            (length,) = struct.unpack("<Q", data[pos:pos + 8])
-            record = data[pos + 12: pos + 12 + length]
-            pos += 12 + length + 4
-            event = event_pb2.Event.FromString(record)
-            for v in event.summary.value:
-                scalars.setdefault(v.tag, []).append((event.step, v.simple_value))
+    for record in read_metrics(logs):
+        step = record.get("global_step")
+        for key, value in record.items():
+            if key not in ("step", "global_step", "policy_version") and isinstance(value, (int, float)):
+                scalars.setdefault(key, []).append((step, float(value)))
     return scalars
 
 

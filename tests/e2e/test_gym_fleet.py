@@ -141,7 +141,7 @@ def test_a_fleet_of_gym_hosts_survives_a_killed_and_a_blackholed_host(tmp_path, 
                                r"(\S+)", log):
             evaluated = datetime.combine(death.date(), datetime.strptime(last, "%H:%M:%S.%f").time())
             assert evaluated <= death, f"a group from {host} evaluated at {last}, after its drain at {death}"
-    scalars = read_scalars(next((tmp_path / "fileroot" / "logs").glob("*/*/fleet/tensorboard")))
+    scalars = read_scalars(next((tmp_path / "fileroot" / "logs").glob("*/*/fleet")))
     no_turn = scalars["rollout/no_policy_turn"]
     assert no_turn and all(v == 0 for _, v in no_turn), no_turn
     gap = [key for key in scalars if key.endswith("sampler_logprob_gap")]   # cua_rl.areal_ext.worker.ray_setup ran

@@ -163,7 +163,7 @@ def _assert_the_regularisers_trained(logs: Path) -> None:
     actor_log = (logs / "actor.log").read_text(errors="replace")
     assert "Engine 'ref/0'" in actor_log and "instantiated successfully" in actor_log, "no reference engine ran"
     assert not (logs / "ref.log").exists(), "the reference got a worker process of its own"
-    scalars = read_scalars(logs / "tensorboard")
+    scalars = read_scalars(logs)
     steps = {name: dict(scalars.get(UPDATE_STATS[name], [])) for name in ("entropy", "entropy_bonus", "kl_reward",
                                                                            "behave_kl")}
     assert steps["entropy_bonus"] and steps["entropy_bonus"].keys() == steps["entropy"].keys(), steps

@@ -186,7 +186,7 @@ def test_the_readme_command_trains_through_the_whole_stack_and_reports_it(gate_r
     saved = list(ckpts.rglob("config.json"))
     assert saved and any(p.parent.glob("*.safetensors") for p in saved), list(ckpts.rglob("*"))[:20]
     # statistics: the reward of the real episodes was logged
-    scalars = read_scalars(logs / "tensorboard")
+    scalars = read_scalars(logs)
     assert "rollout/reward" in scalars and "ppo_actor/task_reward/avg" in scalars, sorted(scalars)[:80]
     assert all(0.0 <= v <= 1.0 for _, v in scalars["rollout/reward"])
     assert scalars["rollout/num_turns"][0][1] >= 1  # the policy endpoint recorded real model turns

@@ -10,6 +10,7 @@ import re
 
 import httpx
 import pytest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from cua_rl.local_gym.metrics import STATES
 from cua_rl.local_gym.server import start_gym_server
@@ -17,14 +18,14 @@ from cua_rl.local_gym.server import start_gym_server
 
 def _metrics(url: str) -> dict[str, float]:
     response = httpx.get(f"{url}/metrics", timeout=10)
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert response.status_code == 200 and response.headers["content-type"] == CONTENT_TYPE_LATEST
     values = {}
     for line in response.text.splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             values[name] = float(value)
     # every sample line is a name, optional labels and a number; every metric has HELP and TYPE
-    assert all(re.fullmatch(r'[a-z_]+(\{[a-z]+="[^"]+"\})?', n) for n in values), values
+    assert all(re.fullmatch(r'[a-z_]+(\{[a-z]+="[^"]+"(,[a-z]+="[^"]+")*\})?', n) for n in values), values
     assert set(re.findall(r"^# TYPE (\S+)", response.text, re.M)) >= {"cua_gym_executions", "cua_gym_step_seconds"}
     return values
 
@@ -39,6 +40,9 @@ def test_capacity_and_metrics_from_start_up():
         assert m["cua_gym_capacity_free"] == 3 and m["cua_gym_capacity_max"] == 3
         for h in ("create", "step", "evaluate"):
             assert m[f"cua_gym_{h}_seconds_count"] == 0 and m[f'cua_gym_{h}_seconds_bucket{{le="+Inf"}}'] == 0
+        # prometheus_client's process and platform collectors, in this gym's registry: this process's numbers
+        assert m["process_cpu_seconds_total"] > 0 and m["process_resident_memory_bytes"] > 0, m
+        assert any(name.startswith("python_info{") for name in m) and not any(n.endswith("_created") for n in m)
 
 
 @pytest.mark.desktop

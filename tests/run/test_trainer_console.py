@@ -170,6 +170,20 @@ def test_the_summary_lists_each_steps_value_and_marks_a_missing_one():
     assert by_step(steps, "trained/success") == "steps 1-4: 0.781 0.500 - 1.000"
 
 
+def test_the_statistics_are_read_back_by_step_from_metrics_jsonl(tmp_path):
+    """What the e2e tests and the trainer bench check of AReaL's statistics they read from the run's
+    metrics.jsonl (StepProgress writes it at each commit), keyed by AReaL's global_step, text values skipped."""
+    from cua_rl.run.summary import read_scalars
+    from cua_rl.trainer.progress import StepProgress
+
+    progress = StepProgress(tmp_path, total_steps=2)
+    progress.committed(0, {"rollout/reward": 0.25, "timeperf/train_step": 3, "note": "text"})
+    progress.committed(1, {"rollout/reward": 0.75, "timeperf/train_step": 4})
+    scalars = read_scalars(tmp_path)
+    assert scalars["rollout/reward"] == [(0, 0.25), (1, 0.75)] and scalars["timeperf/train_step"] == [(0, 3.0), (1, 4.0)]
+    assert "note" not in scalars and "step" not in scalars and [v for _, v in scalars["step_seconds"]]
+
+
 def test_a_failed_run_names_a_dead_model_server_as_its_cause(tmp_path):
     """The lines AReaL 1.0.4 wrote when vLLM was SIGKILLed mid-run (tests/e2e/test_faults.py kills it for real);
     a failure without them gets no guessed cause."""
