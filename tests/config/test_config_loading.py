@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from cua_rl.config import CUAConfig, parse_number_ranges, resolve_project_token, resolve_tiny_model_dir
 from cua_rl.run import cli
+from tests.benches import bench_module
 from tests.run.cli_cases import ALL_FLAGS, EXAMPLE, load
 
 SECTION_5_2_KEYS = {  # the original example's keys (one per flag), with our defaults
@@ -100,10 +101,7 @@ def test_learn_config_is_the_cpu_stack_learning_a_curriculum_family_from_a_warm_
     control = load(tmp_path / "c", "trajectory.shuffle_rewards=true", config="config.learn.yaml")
     assert control.trajectory.shuffle_rewards
     # the bench's controls are overrides of the recipe a user runs (each key must be in config.yaml's schema)
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("learning_bench", EXAMPLE.parents[1] / "bench" / "learning_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_module("learning_bench")
     for i, override in enumerate(bench.CONTROLS.values()):
         key = override.split("=")[0].split(".")[1]
         assert getattr(load(tmp_path / f"k{i}", override, config="config.multiturn.yaml").trajectory, key) is True

@@ -43,7 +43,6 @@ rose from a warm start that already preferred the right key, which sharpening al
 scores varied widely from run to run (docs/learning.md).
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -57,6 +56,7 @@ from pathlib import Path
 import pytest
 
 from cua_rl.trainer.health import BY_NAME
+from tests.benches import bench_module
 from tests.hosts import left_behind, pids
 from tests.warm_starts import GATE_EPISODES, gate_score_file, pinned, seed_pinned_scores
 
@@ -71,10 +71,7 @@ def _bench():
     """bench/learning_bench.py as a module: the gate's bar (GATED, RISE_MIN, SLICE_GAIN, REST_DROP, COLLAPSE) and its
     judgement (``gate_failures``) are defined there once, where the bench also judges its controls and
     mutations with them."""
-    spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "bench" / "learning_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("learning_bench")
 
 
 def _run_bench(tmp: Path, seed: int) -> dict:

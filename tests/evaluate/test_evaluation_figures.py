@@ -6,7 +6,6 @@ checkpoint no better than the warm start, exclude 0 for one better on most units
 instance bootstrap when instances repeat a unit); the gate's verdict on constructed runs, each way of failing
 named; the interval across seeds."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,15 +13,13 @@ import pytest
 
 from cua_rl.evaluate import Episode, summarize
 from cua_rl.local_gym.curriculum import make_instance, seeds, slices
+from tests.benches import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "bench" / "learning_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("learning_bench")
 
 
 def test_regimes_slices_pass_at_k_turns_and_outcomes():
@@ -139,9 +136,7 @@ def test_a_method_comparison_says_whether_the_target_was_met():
 def test_the_calibrations_bounds_and_fit():
     """bench/gate_calibration.py: Clopper-Pearson bounds (0 of 8 -> 1 - 0.025^(1/8); 5 of 5 -> 0.025^(1/5); 3 of
     10 -> the textbook [0.0667, 0.6525]) and the normal fit of the controls' gate statistic."""
-    spec = importlib.util.spec_from_file_location("gate_calibration", ROOT / "bench" / "gate_calibration.py")
-    cal = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cal)
+    cal = bench_module("gate_calibration")
     assert cal.clopper_pearson(0, 8) == (0.0, round(1 - 0.025 ** (1 / 8), 4))
     assert cal.clopper_pearson(5, 5) == (round(0.025 ** (1 / 5), 4), 1.0)
     assert cal.clopper_pearson(3, 10) == (0.0667, 0.6525)
@@ -186,9 +181,7 @@ def test_the_slice_walk_reads_the_decision_at_the_confused_square(tmp_path):
     from cua_rl.monitor.schema import TABLES, projects
     from cua_rl.monitor.store import Store, sqlite_url
 
-    spec = importlib.util.spec_from_file_location("slice_walk", ROOT / "bench" / "slice_walk.py")
-    walk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(walk)
+    walk = bench_module("slice_walk")
     seed = next(s for s in seeds("train", 200)
                 if make_instance("key-sequence", s).content.split("-")[0] == "yellow")
     other = next(s for s in seeds("train", 200) if slices(make_instance("key-sequence", s)) == ("rest",))

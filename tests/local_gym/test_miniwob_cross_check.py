@@ -7,25 +7,18 @@ click on the button's centre, through the adapter, ends the episode with reward 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import io
 from pathlib import Path
 
 import pytest
 
 from cua_rl.local_agent.formats import PromptContext, get_format
+from tests.benches import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-xcheck = _bench("miniwob_cross_check")
+xcheck = bench_module("miniwob_cross_check")
 CTX = PromptContext(instruction="-", screen=xcheck.SCREEN)
 
 

@@ -6,25 +6,18 @@ chance baseline beside each task, and the committed chance table's counts."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from cua_rl.local_gym import miniwob_suites as suites
 from cua_rl.stats import clopper_pearson
+from tests.benches import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-yardstick = _bench("external_yardstick")
+yardstick = bench_module("external_yardstick")
 
 
 def test_the_named_lists_are_browsergyms_split_and_the_plans_and_every_page_is_served():
