@@ -174,7 +174,10 @@ def document(plan: dict, grpo: list[dict], control: list[dict], *, warm_start: s
         chance = {t: ((chance_of(t) or {}).get("target") or {}).get("rate") for t in tasks}
     verdict = judge(grpo, control, plan)
     bar = {k: v for k, v in plan["bar"].items() if k != "decided"}
+    planned = {"grpo": plan["seeds"]["grpo"], "control": plan["seeds"]["control"]}
     return {"external_yardstick": {
+        # complete: every run the plan asks for has been judged; until then the verdict is on the runs so far
+        "complete": len(grpo) >= planned["grpo"] and len(control) >= planned["control"], "runs_planned": planned,
         "suite": "miniwob", "train_tasks": plan["train_tasks"], "heldout_tasks": plan["heldout_tasks"],
         "chance": chance, "bar": {**bar, "decided": decided}, "warm_start": warm_start,
         "grpo": grpo, "control": control, "permutation_p": verdict["permutation_p"],

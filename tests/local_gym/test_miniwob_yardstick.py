@@ -95,6 +95,8 @@ def test_the_bar_and_the_result_json_in_the_issues_schema():
     assert any("held-out-task rise" in w for w in flat["why_not"]) and any("permutation p" in w for w in flat["why_not"])
     # too few runs is named too; a row that is no 0/1 outcome and an undecided bar are schema errors
     assert any("the plan asks for" in w for w in yardstick.judge(grpo[:3], control[:3], plan)["why_not"])
+    assert y["complete"] and not yardstick.document(plan, grpo[:2], control[:2], warm_start="abc", decided="0123abc",
+                                                    cross_check=None)["external_yardstick"]["complete"]
     bad = copy.deepcopy(doc)
     bad["external_yardstick"]["bar"]["decided"] = ""
     bad["external_yardstick"]["grpo"][0]["heldout_tasks"][0]["before"] = 0.5
