@@ -19,6 +19,13 @@ The design (the plan JSON has it word for word):
 - the bar: p <= 0.05, GRPO's mean held-out-task rise >= +0.10 and its mean held-out-seed rise >= +0.15. If it is
   not met, the JSON says so with the per-task table against chance; the bar does not move.
 
+Item 7, the three credit mutations (bench/learning_bench.py ``MUTATIONS``: ``batch_recentring``,
+``shift_loss_mask``, ``gym_faults_as_policy``), one run each from the same warm start and recipe, seed 1, judged
+by the same evaluation (``--mutation NAME:FILE``). The rule, fixed on 2026-12-07 before any mutation run ended
+(``MUTATION_RULE``): the yardstick *sees* a mutation when its run's held-out-task rise is below every GRPO run's
+and the bar was met (GRPO learned measurably); one run cannot be told from the GRPO runs otherwise. Each
+mutation's rises, and how many GRPO runs and controls lie above it, are reported either way.
+
 The seed session (docs/learning.md, "MiniWoB++ held out by task", has the commands) writes one ``cua-eval --suite
 miniwob:yardstick --greedy --out FILE`` per checkpoint, then:
 
@@ -185,6 +192,27 @@ def document(plan: dict, grpo: list[dict], control: list[dict], *, warm_start: s
         "verdict": verdict}
 
 
+MUTATION_RULE = ("seen: the mutation run's held-out-task rise is below every GRPO run's, and the bar was met "
+                 "(fixed 2026-12-07 before any mutation run ended)")
+
+
+def judge_mutations(mutations: list[tuple[str, dict]], verdict: dict, plan: dict) -> list[dict]:
+    """Each mutation run's rises beside the GRPO runs and controls (``MUTATION_RULE``)."""
+    g_task = [r["heldout_task_rise"] for r in verdict["runs"]["grpo"]]
+    c_task = [r["heldout_task_rise"] for r in verdict["runs"]["control"]]
+    out = []
+    for name, run in mutations:
+        rises = run_rises(run, plan)
+        task = rises["heldout_task_rise"]
+        out.append({"mutation": name, "seed": run["seed"], "heldout_task_rise": task,
+                    "heldout_seed_rise": rises["heldout_seed_rise"],
+                    "grpo_runs_above": sum(x > task for x in g_task), "controls_above": sum(x > task for x in c_task),
+                    "seen": bool(verdict["met"] and all(x > task for x in g_task)),
+                    "heldout_task_table": rises["heldout_task_table"],
+                    "heldout_seed_table": rises["heldout_seed_table"]})
+    return out
+
+
 def validate(doc: dict) -> list[str]:
     """The schema issue 85 asks for: what is missing or malformed (empty: nothing)."""
     problems = []
@@ -254,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, help="cua-eval --suite miniwob:yardstick --greedy --out of the warm start")
     ap.add_argument("--grpo", nargs="*", default=[], help="SEED:FILE, each GRPO run's last step's cua-eval --out")
     ap.add_argument("--control", nargs="*", default=[], help="SEED:FILE, each control's last step's cua-eval --out")
+    ap.add_argument("--mutation", nargs="*", default=[], help="NAME:FILE, each credit mutation run's last step's "
+                    "cua-eval --out (item 7; judged by MUTATION_RULE)")
     ap.add_argument("--warm-start", default="", help="the warm start's hash (its directory's key)")
     ap.add_argument("--decided", default="", help="the commit that fixed the lists and the bar")
     ap.add_argument("--cross-check", default="", help="AGREE/OF: episodes whose rewards agree with the package's env")
@@ -275,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
         agree, of = (int(x) for x in args.cross_check.split("/"))
         check = {"agree": agree, "of": of}
     doc = document(plan, grpo, control, warm_start=args.warm_start, decided=args.decided, cross_check=check)
+    if args.mutation:
+        runs = [(name, run_entry(1, args.warm_start, before, _greedy(Path(path)), plan))
+                for name, _, path in (m.partition(":") for m in args.mutation)]
+        doc["external_yardstick"]["mutations"] = judge_mutations(runs, doc["verdict"], plan)
+        doc["external_yardstick"]["mutation_rule"] = MUTATION_RULE
     bad = validate(doc)
     if bad:
         raise SystemExit("the yardstick JSON is incomplete: " + "; ".join(bad))

@@ -104,6 +104,27 @@ def test_the_bar_and_the_result_json_in_the_issues_schema():
     assert any("decided" in p for p in problems) and any("bad heldout_tasks row" in p for p in problems)
 
 
+def test_a_mutation_is_seen_only_below_every_grpo_run_of_a_yardstick_that_met_its_bar():
+    """Item 7's rule (``MUTATION_RULE``, fixed before any mutation run ended): one mutation run is seen when its
+    held-out-task rise is below every GRPO run's and GRPO learned measurably; a yardstick whose GRPO did not learn
+    sees no mutation, however low it lands."""
+    plan = suites.plan()
+    grpo = [_run(plan, s, 1, 1) for s in range(1, 6)]
+    control = [_run(plan, s, 0, 0) for s in range(1, 6)]
+    learned = yardstick.judge(grpo, control, plan)
+    broken, harmless = _run(plan, 1, 0, 0), _run(plan, 1, 1, 1)
+    seen, unseen = yardstick.judge_mutations([("shift_loss_mask", broken), ("batch_recentring", harmless)],
+                                             learned, plan)
+    assert seen["seen"] and seen["grpo_runs_above"] == 5 and seen["controls_above"] == 0
+    assert not unseen["seen"] and unseen["grpo_runs_above"] == 0 and unseen["heldout_task_rise"] == 1.0
+    flat = yardstick.judge([_run(plan, s, 0, 1) for s in range(1, 6)], control, plan)
+    falls = _run(plan, 1, 0, 0)
+    for row in falls["heldout_tasks"]:
+        row["before"] = 1   # 1 -> 0 on every held-out instance: below every GRPO run of the flat yardstick
+    [low] = yardstick.judge_mutations([("shift_loss_mask", falls)], flat, plan)
+    assert not flat["met"] and low["grpo_runs_above"] == 5 and not low["seen"]
+
+
 def test_the_pilot_keeps_the_candidates_the_warm_start_scores_between_0_1_and_0_7():
     plan = suites.plan()
     a, b, c, d = plan["heldout_tasks"]
