@@ -15,10 +15,16 @@ training step: the decisions, how many pressed the right key, the mean estimate,
 that were mixed (some episode succeeded and some did not: the only groups whose update moves anything).
 
     python bench/slice_walk.py RUN_LOG_DIR [RUN_LOG_DIR ...] [--out JSON]
+    python bench/slice_walk.py --tasks RUN_LOG_DIR [RUN_LOG_DIR ...] [--out JSON]
 
 A RUN_LOG_DIR is a run's log directory (``<fileroot>/logs/<user>/<experiment>/<trial>``); the JSON has one entry
 per run: ``steps`` (the per-step figures, step 0 = the warm start's episodes) and ``first``/``last`` (the first
 and last three steps' pooled estimate).
+
+``--tasks`` walks any gym's run (MiniWoB++ pages: issue 85's yardstick) by task instead of by slice: per step, the
+trained episodes, their successes, the groups that were mixed, and why the failed ones ended (``ended``: the
+agent's reasons, shortened: "invalid replies", "max turns", "done (failed)", ...); per task, the sampled success of
+the first and last three steps.
 """
 
 from __future__ import annotations
@@ -115,12 +121,69 @@ def walk(log_dir: Path) -> dict:
     return result
 
 
+def _ended(summary: dict) -> str:
+    """Why an episode ended, in a few words."""
+    reason = str(summary.get("reason") or "")
+    if summary.get("success"):
+        return "success"
+    if "invalid model replies" in reason:
+        return "invalid replies"
+    if "maxSteps" in reason or ("max" in reason and "turn" in reason):
+        return "max turns"
+    if "terminate" in reason:
+        return "done (failed)"
+    return summary.get("run_failure") or reason[:40] or "unknown"
+
+
+def task_walk(log_dir: Path) -> dict:
+    """The per-step and per-task figures of one run of any gym (its monitor store's training episodes)."""
+    db = log_dir / "monitor" / "monitor.db"
+    if not db.is_file():
+        raise SystemExit(f"slice_walk: no monitor store at {db} (is {log_dir} a run's log directory?)")
+    engine = create_engine(f"sqlite:///{db}")
+    rollouts, steps, tasks = TABLES["rollouts"], TABLES["steps"], TABLES["tasks"]
+    per_step: dict[int, dict] = defaultdict(lambda: {"episodes": 0, "successes": 0, "groups": defaultdict(list),
+                                                     "ended": defaultdict(int)})
+    per_task: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    with engine.connect() as conn:
+        step_of = {row.id: row.step for row in conn.execute(select(steps.c.id, steps.c.step))}
+        name_of = {row.id: row.task_id for row in conn.execute(select(tasks.c.id, tasks.c.task_id))}
+        for r in conn.execute(select(rollouts).where(rollouts.c.is_eval.is_(False))):
+            if r.step_id not in step_of or r.reward is None:
+                continue
+            step, summary = step_of[r.step_id], json.loads(r.summary_json or "{}")
+            won = bool(r.reward and r.reward > 0)
+            f = per_step[step]
+            f["episodes"] += 1
+            f["successes"] += won
+            f["groups"][r.group_id].append(won)
+            f["ended"][_ended(summary)] += 1
+            per_task[name_of.get(r.task_id, str(r.task_id))][step].append(won)
+    out = [{"step": step, "episodes": f["episodes"], "successes": f["successes"], "groups": len(f["groups"]),
+            "mixed_groups": sum(1 for g in f["groups"].values() if 0 < sum(g) < len(g)),
+            "ended": dict(sorted(f["ended"].items()))} for step, f in sorted(per_step.items())]
+
+    def rate(by_step: dict[int, list], chosen: list[int]) -> float | None:
+        xs = [x for s in chosen for x in by_step.get(s, [])]
+        return round(sum(xs) / len(xs), 3) if xs else None
+
+    order = sorted(per_step)
+    return {"run": log_dir.name, "mixed_groups": sum(r["mixed_groups"] for r in out),
+            "groups": sum(r["groups"] for r in out),
+            "tasks": {task: {"first": rate(by_step, order[:3]), "last": rate(by_step, order[-3:]),
+                             "episodes": sum(len(v) for v in by_step.values())}
+                      for task, by_step in sorted(per_task.items())},
+            "steps": out}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run log directories")
+    parser.add_argument("--tasks", action="store_true", help="walk any gym's run by task (the module's docstring)")
     parser.add_argument("--out", type=Path, help="write the JSON here too")
     args = parser.parse_args(argv)
-    result = {"slice": sorted(CONFUSIONS), "runs": [walk(run) for run in args.runs]}
+    result = ({"by": "task", "runs": [task_walk(run) for run in args.runs]} if args.tasks else
+              {"slice": sorted(CONFUSIONS), "runs": [walk(run) for run in args.runs]})
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
