@@ -4,7 +4,7 @@ seed of one or more learning-bench runs, each judged by the gate, one JSON per s
 Why: one CI run of the gate is one draw. Before this calibration a run with no signal (rewards shuffled within
 each group) passed the old gate about one time in five. Here the gate's bar is fixed first (the learning bench's
 docstring, THE BAR), then many seeds of both kinds are run from one pinned warm start
-(tests/data/warm-starts/multiturn) and the outcome counted:
+(cua_rl/recipes/pinned/warm-starts/multiturn) and the outcome counted:
 
 - ``null``: the controls (no signal): ``runs``, ``passed`` and ``evidence``, what the runs show: the count and
   the two-sided 95% Clopper-Pearson upper bound of the false-pass rate (``cp95_upper``; 0 of 8 -> 0.37);
@@ -75,8 +75,9 @@ def seed_records(result: dict, source: str) -> list[dict]:
     """One record per judged run of a learning-bench JSON: GRPO seeds and shuffled-rewards control seeds."""
     bench = _bench()
     warm = str(result.get("sft", {}).get("checkpoint") or result.get("warm_start_dir"))
-    if "tests/data/warm-starts/" in warm:   # the pinned warm start, whichever clone ran it
-        warm = "tests/data/warm-starts/" + warm.split("tests/data/warm-starts/", 1)[1] + " (pinned)"
+    for pins in ("tests/data/warm-starts/", "cua_rl/recipes/pinned/warm-starts/"):   # pinned: before and after 86
+        if pins in warm:   # the pinned warm start, whichever clone ran it
+            warm = pins + warm.split(pins, 1)[1] + " (pinned)"
     records = []
 
     def record(kind: str, seed: int, run: dict) -> dict:

@@ -198,7 +198,7 @@ def _rl(label: str, config: str, warm: Path | None, steps: int, work: Path, env:
 def baseline_file(warm: Path, config: str, extra: list[str], seeds_per_task: int, concurrency: int) -> Path:
     """Where the warm start's held-out score is kept: ``<CUA_RL_HOME>/heldout-scores``, named by a hash of
     everything that decides it (see the module docstring; ``SCORE_SOURCES``). The warm start counts by its
-    weights and files, not its path, so a pinned warm start (tests/data/warm-starts) in every clone of the
+    weights and files, not its path, so a pinned warm start (cua_rl/recipes/pinned/warm-starts) in every clone of the
     repository shares one score, and nothing is written into the repository."""
     from cua_rl import cua_rl_home
 

@@ -57,6 +57,9 @@ BIG_FILE = 64 << 20                # starting-weight files above this are keyed 
 SCORE_SOURCES = ("evaluate.py", "config.py", "deploy.py", "workflow", "policy", "local_agent", "local_gym", "genv", "mini_agent",
                  "wire", "local_model", "http", "areal_ext/vllm_config.py")
 PACKAGE = Path(__file__).resolve().parent
+# The pinned warm starts' scores (scripts/pin_warm_starts.py --score), named by their keys: a run from a pinned
+# warm start (cua_rl/sft/warm_start.py) plays only its last step, on a fresh machine too
+PINNED_SCORES = PACKAGE / "recipes" / "pinned" / "heldout-scores"
 
 
 def hash_sources(h) -> None:
@@ -70,11 +73,12 @@ def hash_sources(h) -> None:
 
 def hash_weights(h, model: Path) -> None:
     """Feed a model directory's files (weights, config, processor, chat template) into ``h``; the warm start's
-    own stamp is left out (its path and times differ between clones of the same weights)."""
-    from cua_rl.sft.warm_start import STAMP
+    own stamps are left out (its build stamp names paths and times that differ between copies of the same
+    weights; a pin's stamp stays with the pin, not its copies)."""
+    from cua_rl.sft.warm_start import PINNED, STAMP
 
     for f in sorted(p for p in model.iterdir() if p.is_file() and p.suffix in (".json", ".safetensors", ".jinja")
-                    and p.name != STAMP):
+                    and p.name not in (STAMP, PINNED)):
         h.update(f.name.encode())
         st = f.stat()
         h.update(f"{st.st_size}:{st.st_mtime_ns}".encode() if st.st_size > BIG_FILE else f.read_bytes())
@@ -127,7 +131,8 @@ def _inputs(config: CUAConfig, tasks: list[str]) -> dict:
 
 
 def kept_score(config: CUAConfig, tasks: list[str], start: Path) -> Path | None:
-    """Where the starting policy's verdict score is kept, or None when ``start`` is not a model directory."""
+    """Where the starting policy's verdict score is kept, or None when ``start`` is not a model directory (the
+    pinned warm starts' scores are also in the repository: ``PINNED_SCORES``, which ``judge`` reads too)."""
     from cua_rl import cua_rl_home
 
     if not start.is_dir():
@@ -157,7 +162,8 @@ def judge(config: CUAConfig, start: Path, final: Path, logs: Path) -> dict:
         raise ValueError(f"no verdict for this run: {why_not}")
     started = time.monotonic()
     kept = kept_score(config, tasks, start)
-    before = json.loads(kept.read_text())["score"] if kept is not None and kept.is_file() else None
+    found = kept if kept is None or kept.is_file() else PINNED_SCORES / kept.name
+    before = json.loads(found.read_text())["score"] if found is not None and found.is_file() else None
     before_kept = before is not None
     scores = _evaluate(config, tasks, ([] if before else [str(start)]) + [str(final)], logs)
     if before is None:

@@ -1,4 +1,6 @@
-"""Build the SFT warm starts the tests train from and pin them into the repository (tests/data/warm-starts).
+"""Build the SFT warm starts of the README's recipes and pin them into the repository
+(cua_rl/recipes/pinned/warm-starts): the tests train from them, and a user's first run copies the one of its
+recipe instead of building it when its settings and sources match (cua_rl/sft/warm_start.py ``find_pin``).
 
 Why pinned: a warm start is built once per machine (about 8 minutes on 2 cores) and its SFT arithmetic is not
 bit-identical across CPUs, so on a fresh machine every CI run built two before its first training test, and
@@ -22,13 +24,24 @@ nothing when this machine kept it already):
 
     python scripts/pin_warm_starts.py --score
 
-Each pin holds the checkpoint's files, its build stamp and ``PINNED.json``: the recipe, the key, a hash of the
-sources it was built from (``sources``), the machine and the date.
+Each pin holds the checkpoint's files, its build stamp and ``PINNED.json``: the recipe, the key, the
+machine-independent ``pin_key`` (settings) and ``sources`` (code) a run's warm start must have for the pin to
+stand for it, the machine and the date.
+
+After a change to ``warm_start.SOURCES`` that leaves the demonstrations' rows alone (a refactor of the agent or
+the endpoint), a pin need not be rebuilt. Restamp it instead:
+
+    python scripts/pin_warm_starts.py --restamp multiturn
+
+records the demonstrations with this clone's code and scores them, as token rows, on this machine's base model
+(the SFT's ``loss_before``, one SFT step: about 3 minutes on 2 cores). Only when that loss equals the pin's own
+(the rows it was trained on: the same tokens and images) are the current ``sources`` and ``pin_key`` written
+into ``PINNED.json``, with the two losses; otherwise it says to re-pin. The learning gate's calibration stays
+with the same weights.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -38,27 +51,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PINS = ROOT / "tests" / "data" / "warm-starts"
+LOSS_MATCH = 1e-6   # relative: a different row (one token, one pixel of an image) moves the base's mean loss more
 RECIPES = {"multiturn": "config.multiturn.yaml", "learn": "config.learn.yaml"}
 # the files of an HF checkpoint directory a run needs (weights, model and processor configuration, tokenizer)
 KEEP = (".json", ".safetensors", ".jinja", ".txt", ".model")
-
-
-def sources_hash(config) -> str:
-    """A hash of the sources a warm start of ``config`` is built from (``warm_start.SOURCES`` and its tasks'
-    files), machine-independent: what ``PINNED.json`` records, so a pin older than its sources can be told."""
-    from cua_rl.sft import warm_start
-
-    files = []
-    for rel in warm_start.SOURCES:
-        path = warm_start.PACKAGE / rel
-        files += sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) \
-            if path.is_dir() else [path]
-    h = hashlib.sha256()
-    for f in [*files, *warm_start.task_files(config.sft.tasks)]:
-        h.update(str(f.relative_to(warm_start.PACKAGE)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def _cpu() -> str:
@@ -70,7 +66,7 @@ def _cpu() -> str:
 
 def pin(recipe: str) -> Path:
     from cua_rl.run.launch import RECIPES as RECIPE_DIR, load_config
-    from cua_rl.sft.warm_start import STAMP, ensure_warm_start, warm_start_key
+    from cua_rl.sft.warm_start import PINNED, PINS, STAMP, ensure_warm_start, pin_key, sources_hash, warm_start_key
 
     config_file = str(RECIPE_DIR / RECIPES[recipe])
     config = load_config(config_file, [])
@@ -84,9 +80,9 @@ def pin(recipe: str) -> Path:
         if f.is_file() and f.suffix in KEEP:
             shutil.copy2(f, dest / f.name)
     stamp = json.loads((built / STAMP).read_text())
-    (dest / "PINNED.json").write_text(json.dumps({
+    (dest / PINNED).write_text(json.dumps({
         "recipe": recipe, "config": f"examples/cua_agent/{RECIPES[recipe]}", "key": warm_start_key(config),
-        "sources": sources_hash(config), "built": time.strftime("%Y-%m-%d"), "cpu": _cpu(), "cores": os.cpu_count(),
+        "pin_key": pin_key(config), "sources": sources_hash(config), "built": time.strftime("%Y-%m-%d"), "cpu": _cpu(), "cores": os.cpu_count(),
         "build_seconds": stamp.get("seconds"), "sft": stamp.get("result")}, indent=2) + "\n")
     print(f"pinned {recipe}: {built} -> {dest} ({sum(f.stat().st_size for f in dest.iterdir()) / 1e6:.1f} MB, "
           f"{time.monotonic() - started:.0f} s)", flush=True)
@@ -95,7 +91,7 @@ def pin(recipe: str) -> Path:
 
 def pin_score() -> Path:
     """Pin the learning gate's kept verdict score of the pinned ``multiturn`` warm start
-    (tests/data/heldout-scores): this machine's kept copy when it has one under the current key, else measured
+    (cua_rl/recipes/pinned/heldout-scores): a copy kept or pinned under the current key when there is one, else measured
     now the way the verdict measures it; older pinned scores are removed."""
     from cua_rl import verdict
     from tests.warm_starts import PINNED_SCORES, gate_verdict
@@ -103,8 +99,9 @@ def pin_score() -> Path:
     config, tasks, start = gate_verdict()
     kept = verdict.kept_score(config, tasks, start)
     started = time.monotonic()
-    if kept.is_file():
-        record = json.loads(kept.read_text())
+    found = kept if kept.is_file() else PINNED_SCORES / kept.name   # kept here, or pinned under the same key
+    if found.is_file():
+        record = json.loads(found.read_text())
     else:   # measured as the verdict measures it, on the config its key was computed from
         logs = Path(os.environ.get("TMPDIR", "/tmp")) / "pin-score"
         logs.mkdir(parents=True, exist_ok=True)
@@ -122,6 +119,43 @@ def pin_score() -> Path:
     return dest
 
 
+def restamp(recipe: str) -> Path:
+    """Write this clone's ``sources`` and ``pin_key`` into the pin of ``recipe`` when this clone's demonstration
+    rows score the same loss on the base model as the rows the pin was trained on (the module's docstring)."""
+    import subprocess
+    import tempfile
+
+    from cua_rl.local_model.tiny import ensure_embedded_model
+    from cua_rl.run.launch import RECIPES as RECIPE_DIR, load_config
+    from cua_rl.sft.warm_start import PINNED, PINS, pin_key, sources_hash
+
+    config_file = str(RECIPE_DIR / RECIPES[recipe])
+    config = load_config(config_file, [])
+    ensure_embedded_model(config)
+    stamp = PINS / recipe / PINNED
+    record = json.loads(stamp.read_text())
+    pinned_loss = record["sft"]["loss_before"]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as out:
+        proc = subprocess.run([sys.executable, "-m", "cua_rl.sft", "--config", config_file, "sft.steps=1",
+                               f"sft.output_dir={out}/ckpt", "sft.warm_start=false"], capture_output=True, text=True,
+                              env={**os.environ, "CUA_RL_DEVICE": "cpu", "PYTHONPATH": str(ROOT)})
+    if proc.returncode != 0:
+        raise SystemExit(f"recording the demonstrations failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith('{"demonstrations"')))
+    loss = result["loss_before"]
+    if abs(loss - pinned_loss) > LOSS_MATCH * abs(pinned_loss):
+        raise SystemExit(f"{recipe}: this clone's rows score {loss!r} on the base model, the pin's {pinned_loss!r}: "
+                         f"the demonstrations changed, re-pin: python scripts/pin_warm_starts.py {recipe}")
+    record.update(pin_key=pin_key(config), sources=sources_hash(config),
+                  restamped={"date": time.strftime("%Y-%m-%d"), "cpu": _cpu(), "loss_before": loss,
+                             "pinned_loss_before": pinned_loss, "demonstrations": result["demonstrations"]})
+    stamp.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"restamped {recipe}: rows score {loss!r}, the pin's {pinned_loss!r} (sources {record['sources']}, "
+          f"pin_key {record['pin_key']}; {time.monotonic() - started:.0f} s)", flush=True)
+    return stamp
+
+
 def main(argv: list[str]) -> int:
     from cua_rl.logs import setup_logging
 
@@ -129,9 +163,14 @@ def main(argv: list[str]) -> int:
     if argv == ["--score"]:
         pin_score()
         return 0
+    if argv[:1] == ["--restamp"]:
+        for recipe in argv[1:] or list(RECIPES):
+            restamp(recipe)
+        return 0
     unknown = [r for r in argv if r not in RECIPES]
     if unknown:
-        print(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)} (or --score alone)", file=sys.stderr)
+        print(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)} (or --score alone, or --restamp "
+              "[RECIPE...])", file=sys.stderr)
         return 2
     for recipe in argv or list(RECIPES):
         pin(recipe)

@@ -1,23 +1,23 @@
-"""The pinned SFT warm starts (tests/data/warm-starts; scripts/pin_warm_starts.py) as the tests' runs use them:
-``train.sh`` trains from the pinned checkpoint instead of building the recipe's warm start, which a fresh
-machine would otherwise build (about 8 minutes each) before its first training test.
+"""The pinned SFT warm starts (cua_rl/recipes/pinned/warm-starts; scripts/pin_warm_starts.py) as the tests' runs
+use them: ``train.sh`` trains from the pinned checkpoint itself. (A user's run of a pinned recipe copies the pin
+when its sources match, cua_rl/sft/warm_start.py; the tests name it, so a stale pin still trains them.)
 
 The learning gate's run also judges itself (cua_rl/verdict.py), and its verdict plays the warm start on the
 held-out instances unless that score is kept under its key (``<CUA_RL_HOME>/heldout-scores/verdict-<key>.json``:
 the warm start's files, the evaluation's code, the episode settings). A fresh machine, and every CI run after a
 change to the evaluation's code, measured it again: about 4 minutes on 2 cores (docs/learning.md, "The run's verdict"). The pinned
-warm start's score is pinned too (tests/data/heldout-scores, ``scripts/pin_warm_starts.py --score``) and
-``seed_pinned_scores`` puts it where the verdict looks; a score whose key no longer matches is simply not found
-and the run measures it, as before (``test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps`` says
+warm start's score is pinned too (cua_rl/recipes/pinned/heldout-scores, ``scripts/pin_warm_starts.py --score``),
+where the verdict also looks (``cua_rl.verdict.PINNED_SCORES``); a score whose key no longer matches is simply
+not found and the run measures it, as before (``test_the_pinned_warm_starts_score_is_the_one_the_gates_run_keeps`` says
 so at once, in the quick tier). Greedy held-out play is a function of the weights and the instance: the pinned
 warm start scored the same on both machines it was measured on (an AMD EPYC in session 29's calibration and an
 Intel Xeon in session 31: each regime's success and each slice's alike; docs/learning.md)."""
 
-import shutil
 from pathlib import Path
 
-PINNED = Path(__file__).resolve().parent / "data" / "warm-starts"
-PINNED_SCORES = Path(__file__).resolve().parent / "data" / "heldout-scores"
+from cua_rl.sft.warm_start import PINS as PINNED
+from cua_rl.verdict import PINNED_SCORES  # noqa: F401 - the tests name both pinned folders from here
+
 GATE_RECIPE = "multiturn"     # the learning gate's (tests/e2e/test_learning_gate.py)
 GATE_EPISODES = 64            # the gate's held-out instances per gated regime, each played once greedily
 
@@ -56,17 +56,3 @@ def gate_score_file(instances: int = GATE_EPISODES, concurrency: int = 16) -> Pa
 
     return verdict.kept_score(*gate_verdict(instances, concurrency))
 
-
-def seed_pinned_scores() -> list[str]:
-    """Copy the pinned verdict scores into ``<CUA_RL_HOME>/heldout-scores`` where none is kept under their key
-    yet; the names copied."""
-    from cua_rl import cua_rl_home
-
-    kept = Path(cua_rl_home()) / "heldout-scores"
-    kept.mkdir(parents=True, exist_ok=True)
-    copied = []
-    for f in sorted(PINNED_SCORES.glob("verdict-*.json")):
-        if not (kept / f.name).is_file():
-            shutil.copy2(f, kept / f.name)
-            copied.append(f.name)
-    return copied

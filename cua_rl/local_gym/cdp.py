@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
@@ -113,11 +113,14 @@ class CDPPipe:
                 fut = self._pending.pop(msg["id"], None)
             if fut is None:
                 return
-            if "error" in msg:
-                err = msg["error"]
-                fut.set_exception(CDPError(f"{err.get('message', err)} ({err.get('data', '')})".strip()))
-            else:
-                fut.set_result(msg.get("result", {}))
+            try:
+                if "error" in msg:
+                    err = msg["error"]
+                    fut.set_exception(CDPError(f"{err.get('message', err)} ({err.get('data', '')})".strip()))
+                else:
+                    fut.set_result(msg.get("result", {}))
+            except InvalidStateError:   # its caller gave up (acall's timeout cancelled it): nobody to tell; the
+                pass                    # reader must go on (it died here, and the gym built a new browser)
             return
         handler = self._handlers.get(msg.get("method", ""))
         if handler is not None:

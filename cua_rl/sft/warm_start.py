@@ -8,6 +8,12 @@ checkpoint depends on (``warm_start_key``): the ``sft`` section, the base model,
 source of the demonstrator, curriculum, prompt and row code. The same key finds the same directory under
 ``<CUA_RL_HOME>/warm-starts``, so later runs start at once; a build goes to a temporary directory that is
 renamed only when complete, so a killed build is never picked up.
+
+A fresh clone's first run need not build at all: the README's recipes have their warm starts pinned in the
+repository (``PINS``; scripts/pin_warm_starts.py), each stamped with what it was built from (``PINNED.json``:
+``pin_key``, the key's inputs with the base model named by its builder's files rather than its path and file
+times, and ``sources``, a hash of ``SOURCES`` and the demonstrated tasks' files). When both match this run's,
+the pin is copied where a build would go; when only the sources differ, the run builds and says why.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ SOURCES = ("sft/__main__.py", "sft/demos.py", "sft/rows.py", "sft/train.py", "lo
            "local_gym/board.tcl", "local_agent", "policy", "sft/miniwob_demos.py", "local_gym/miniwob_solvers.py")
 # and the task files of the tasks it demonstrates (``sft.tasks``; task_files): not every task of the gym
 STAMP = "warm_start.json"
+PINS = PACKAGE / "recipes" / "pinned" / "warm-starts"   # the pinned warm starts, one folder per recipe
+PINNED = "PINNED.json"                                   # a pin's stamp: what it was built from, where, when
 # The SFT child's progress lines: "recorded 16/128 demonstrations", "SFT step 15/300: loss ...".
 PROGRESS = re.compile(r"(recorded|SFT step) (\d+)/(\d+)")
 
@@ -65,14 +73,18 @@ def _base_model_identity(model_dir: Path) -> dict:
     return ident
 
 
-def warm_start_key(config: CUAConfig) -> str:
-    """16 hex digits naming what a warm start of ``config`` is built from."""
+def _inputs(config: CUAConfig, base: dict) -> dict:
     sft = {k: v for k, v in asdict(config.sft).items() if k not in ("output_dir", "warm_start")}
-    inputs = {"sft": sft, "policy": asdict(config.policy), "agent": config.gbox_mini_agent_agent,
-              "base": _base_model_identity(Path(os.path.expanduser(config.actor.path)))}
+    inputs = {"sft": sft, "policy": asdict(config.policy), "agent": config.gbox_mini_agent_agent, "base": base}
     if config.gym_id == "miniwob":   # the same task names would be MiniWoB++ pages, not curriculum tasks
         inputs["gym"] = "miniwob"
-    h = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
+    return inputs
+
+
+def warm_start_key(config: CUAConfig) -> str:
+    """16 hex digits naming what a warm start of ``config`` is built from."""
+    base = _base_model_identity(Path(os.path.expanduser(config.actor.path)))
+    h = hashlib.sha256(json.dumps(_inputs(config, base), sort_keys=True, default=str).encode())
     for rel in SOURCES:
         if (PACKAGE / rel).exists():
             _hash_tree(h, PACKAGE / rel)
@@ -80,6 +92,52 @@ def warm_start_key(config: CUAConfig) -> str:
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def pin_key(config: CUAConfig) -> str | None:
+    """16 hex digits naming the settings a warm start of ``config`` is built with, the same on every machine: the
+    key's inputs with the base model named by its builder's files (the tiny model's ``config.json`` and
+    ``tiny_spec.json``), not its path or file times. None when the base is not a tiny model: only those are
+    pinned."""
+    base = _base_model_identity(Path(os.path.expanduser(config.actor.path)))
+    if "tiny_spec.json" not in base:
+        return None
+    base = {k: v for k, v in base.items() if k in ("config.json", "tiny_spec.json")}
+    return hashlib.sha256(json.dumps(_inputs(config, base), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def sources_hash(config: CUAConfig) -> str:
+    """16 hex digits naming the code and task files a warm start of ``config`` is built from (``SOURCES`` and
+    its tasks' files), the same in every clone: what a pin records, so a pin older than its sources is told."""
+    h = hashlib.sha256()
+    for rel in SOURCES:
+        if (PACKAGE / rel).exists():
+            _hash_tree(h, PACKAGE / rel)
+    for path in task_files(config.sft.tasks):
+        h.update(str(path.relative_to(PACKAGE)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def find_pin(config: CUAConfig) -> tuple[Path | None, str]:
+    """The pinned warm start that stands for a build of ``config`` here, or (None, why none does: "" when no pin
+    has this config's settings, else which of its sources differ)."""
+    key = pin_key(config)
+    if key is None:
+        return None, ""
+    sources = sources_hash(config)
+    for stamp in sorted(PINS.glob(f"*/{PINNED}")):
+        pin = json.loads(stamp.read_text())
+        if pin.get("pin_key") != key:
+            continue
+        if not (stamp.parent / "model.safetensors").is_file():   # an install without the weights (a wheel)
+            return None, f"the pinned warm start {stamp.parent.name} has no weights here"
+        if pin.get("sources") != sources:
+            return None, (f"the pinned warm start {stamp.parent.name} was built from other sources (pinned "
+                          f"{pin.get('sources')}, this clone {sources}: warm_start.SOURCES changed since "
+                          f"{pin.get('built')}; scripts/pin_warm_starts.py re-pins)")
+        return stamp.parent, ""
+    return None, ""
 
 
 def task_files(task_keys) -> list[Path]:
@@ -121,6 +179,16 @@ def ensure_warm_start(config: CUAConfig, config_file: str, overrides: list[str],
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
+    pin, why = find_pin(config)
+    if pin is not None:
+        _copy_pin(pin, partial, key)
+        os.replace(partial, out)
+        logger.info("SFT warm start: the pinned one (%s, built %s) matches this run's settings and sources; "
+                    "copied to %s, nothing to build", pin,
+                    json.loads((pin / PINNED).read_text()).get("built"), out)
+        return out
+    if why:
+        print(f"[cua-rl] SFT warm start: building it (about 8 minutes on 2 cores): {why}", flush=True)
     logger.info("SFT warm start: %d demonstrations per task of %s, %d steps (first run only; kept in %s; "
                 "log %s)", config.sft.demos_per_task, list(config.sft.tasks), config.sft.steps, out, log_file)
     started = time.monotonic()
@@ -137,6 +205,18 @@ def ensure_warm_start(config: CUAConfig, config_file: str, overrides: list[str],
         shutil.rmtree(partial, ignore_errors=True)
     logger.info("SFT warm start: built %s in %.0f s", out, time.monotonic() - started)
     return out
+
+
+def _copy_pin(pin: Path, dest: Path, key: str) -> None:
+    """The pin's checkpoint files into ``dest`` with a build stamp of its own (the pin's record, not its stamp:
+    the copy is what the verdict keys its kept score by, cua_rl.verdict.hash_weights)."""
+    dest.mkdir(parents=True)
+    for f in pin.iterdir():
+        if f.is_file() and f.name not in (STAMP, PINNED):
+            shutil.copy2(f, dest / f.name)
+    record = json.loads((pin / PINNED).read_text())
+    (dest / STAMP).write_text(json.dumps({"key": key, "pinned": str(pin), "result": record.get("sft"),
+                                          "seconds": record.get("build_seconds")}, indent=2))
 
 
 def _run_showing_progress(cmd: list[str], log_file: Path, env: dict[str, str] | None) -> dict:

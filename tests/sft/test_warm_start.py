@@ -13,6 +13,7 @@ from cua_rl.local_model import tiny
 from cua_rl.sft import warm_start
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cua_agent"
+REAL_PINS = warm_start.PINS
 
 
 def _config(tmp_path: Path, *overrides: str) -> CUAConfig:
@@ -106,3 +107,77 @@ def test_a_first_run_takes_the_key_once_the_embedded_model_is_built(tmp_path, mo
     key = warm_start.warm_start_key(cfg)
     assert key != without_weights
     assert Path(started[0]).name.startswith(f"sft-{key}.partial-"), started
+
+
+def _pin_of(cfg: CUAConfig, pins: Path, sources: str | None = None) -> Path:
+    """A pin of ``cfg`` under ``pins``: the multiturn pin's files with a stamp naming ``cfg``'s settings and
+    ``sources`` (default: this clone's)."""
+    import shutil
+
+    pin = pins / "mine"
+    shutil.copytree(REAL_PINS / "multiturn", pin)
+    (pin / warm_start.PINNED).write_text(json.dumps({
+        "pin_key": warm_start.pin_key(cfg), "sources": sources or warm_start.sources_hash(cfg), "built": "today",
+        "build_seconds": 300.0, "sft": {"loss_before": 11.0}}))
+    return pin
+
+
+def _no_build(monkeypatch) -> list:
+    started = []
+
+    def sft_command(cmd, log_file, env):
+        started.append(cmd)
+        raise RuntimeError("not run in this test: tests/sft/test_sft.py runs it")
+
+    monkeypatch.setattr(warm_start, "_run_showing_progress", sft_command)
+    return started
+
+
+def test_a_first_run_copies_a_pin_of_its_settings_and_sources_and_builds_nothing(tmp_path, monkeypatch):
+    """A fresh machine's first run of a pinned recipe starts from the pin (issue 86: the README's run in 12
+    minutes, not 20): the same weights where a build would have gone, which the verdict knows by the pin's
+    kept score."""
+    from cua_rl import verdict
+
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = _config(tmp_path / "a")
+    tiny.ensure_embedded_model(cfg)
+    monkeypatch.setattr(warm_start, "PINS", tmp_path / "pins")
+    pin = _pin_of(cfg, tmp_path / "pins")
+    started = _no_build(monkeypatch)
+    out = warm_start.ensure_warm_start(cfg, "/nonexistent.yaml", [], tmp_path / "log")
+    assert out == warm_start.warm_start_dir(cfg) and warm_start.is_built(out) and not started
+    assert (out / "model.safetensors").read_bytes() == (pin / "model.safetensors").read_bytes()
+    assert json.loads((out / warm_start.STAMP).read_text())["pinned"] == str(pin)
+    assert verdict.kept_score(cfg, ["054"], out).name == verdict.kept_score(cfg, ["054"], pin).name
+    # other settings: no pin stands for them, and the run builds without a word about pins
+    other = _config(tmp_path / "b", "sft.steps=7")
+    assert warm_start.find_pin(other) == (None, "")
+
+
+def test_a_pin_of_other_sources_is_not_used_and_the_run_says_why(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CUA_RL_HOME", str(tmp_path / "home"))
+    cfg = _config(tmp_path / "a")
+    tiny.ensure_embedded_model(cfg)
+    monkeypatch.setattr(warm_start, "PINS", tmp_path / "pins")
+    _pin_of(cfg, tmp_path / "pins", sources="0123456789abcdef")
+    started = _no_build(monkeypatch)
+    with pytest.raises(RuntimeError, match="not run"):
+        warm_start.ensure_warm_start(cfg, "/nonexistent.yaml", [], tmp_path / "log")
+    assert len(started) == 1
+    said = capsys.readouterr().out
+    assert "building it" in said and "built from other sources (pinned 0123456789abcdef, this clone " in said, said
+
+
+def test_the_readme_recipes_pins_stand_for_this_clones_builds():
+    """The pinned warm starts match this clone's settings and sources, so a fresh clone's first run copies them
+    (the README's 12 minutes). After a change to warm_start.SOURCES: ``python scripts/pin_warm_starts.py
+    --restamp`` (it checks that the demonstrations' rows are unchanged) or a re-pin."""
+    from cua_rl.run.launch import RECIPES, load_config
+
+    for recipe in ("multiturn", "learn"):
+        cfg = load_config(str(RECIPES / f"config.{recipe}.yaml"), [])
+        tiny.ensure_embedded_model(cfg)
+        pin, why = warm_start.find_pin(cfg)
+        assert pin == warm_start.PINS / recipe, (
+            f"{recipe}: {why or 'no pin has these settings'}: python scripts/pin_warm_starts.py --restamp {recipe}")

@@ -15,7 +15,7 @@ from cua_rl.run.launch import give_verdict, load_config, verdict_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "cua_rl" / "recipes"
-PINNED = ROOT / "tests" / "data" / "warm-starts" / "multiturn"
+PINNED = ROOT / "cua_rl" / "recipes" / "pinned" / "warm-starts" / "multiturn"
 
 
 def _regime(before: float, after: float, low: float, high: float) -> dict:
