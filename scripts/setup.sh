@@ -32,16 +32,18 @@ LOCK_PYTHON=3.11 LOCK_ARCH=x86_64
 # apt and uv print hundreds of lines: they go to this log; the console gets one line per step and, when a
 # step fails, the log's last lines.
 SETUP_LOG="$CUA_RL_HOME/setup.log"
+# A step is one console line, "[setup] what ... done in N s", its end written when the step ends.
 step() {
   local what="$1" t0=$SECONDS; shift
-  log "$what (details in $SETUP_LOG)"
+  printf '[setup] %s ... ' "$what" >&2
   printf '\n=== %s: %s\n' "$(date -Is)" "$what" >>"$SETUP_LOG"
   if ! "$@" >>"$SETUP_LOG" 2>&1; then
+    printf 'FAILED\n' >&2
     log "FAILED: $what; the last lines of $SETUP_LOG:"
     tail -n 40 "$SETUP_LOG" >&2
     exit 1
   fi
-  log "  done in $((SECONDS - t0)) s"
+  printf 'done in %s s\n' "$((SECONDS - t0))" >&2
 }
 
 # --- Which install: the trainer with its inference engine (decided here, once), or a gym host's ----------

@@ -7,7 +7,9 @@ copies all of it to ``train.log`` unchanged (and the rollout workers' lines are 
 console, ``TrainerConsole`` keeps:
 
 - the trainer's own ``[cua-rl]`` lines: one per trained step (``[cua-rl] step N/T: success, reward, time,
-  ETA``, printed by the trainer from the batch it trained: cua_rl/trainer/progress.py), the health checks';
+  ETA``, printed by the trainer from the batch it trained: cua_rl/trainer/progress.py), the health checks'
+  (a warning that trips again on a later step is said once; at the end, one line lists the steps it tripped
+  again, each step's own line staying in ``train.log``);
 - AReaL's start-up milestones, one line each with the seconds since the trainer started;
 - the trainer's own logger (``cua-train``), and ``cua_rl`` log lines at WARNING and above (at INFO they are the
   workers' per-episode lines);
@@ -52,6 +54,7 @@ MILESTONES = (
 # ones are joined by these lines; the first other line is the exception.
 TRACEBACK = "Traceback (most recent call last):"
 CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+HEALTH_WARNING = re.compile(r"^\[cua-rl\] health step (\d+): (\S+) .*; warn\): ")
 
 
 def worth_showing(plain: str) -> bool:
@@ -84,6 +87,7 @@ class TrainerConsole:
         self.milestones_shown: set[str] = set()
         self.traceback: dict | None = None   # the traceback being read: whether hidden, its exception line
         self.hidden_log_line = False         # the last log line was one the console hides
+        self.warned: dict[str, list[int]] = {}   # health warning -> the steps it tripped again (not shown)
 
     def feed(self, line: str) -> list[str]:
         plain = ANSI.sub("", line).rstrip("\r\n")
@@ -96,6 +100,13 @@ class TrainerConsole:
         self.in_table = bool(STEP_DONE.search(stripped))
         if self.in_table or HIDDEN.search(stripped):
             return out
+        warning = HEALTH_WARNING.match(stripped)
+        if warning and self.quiet:
+            again = self.warned.get(warning.group(2))
+            self.warned.setdefault(warning.group(2), [])
+            if again is not None:
+                again.append(int(warning.group(1)))
+                return out
         step = read_step_line(stripped) if stripped.startswith("[cua-rl] step ") else None
         if step:
             self._step(step)
@@ -107,8 +118,12 @@ class TrainerConsole:
         return [*out, line]
 
     def close(self) -> list[str]:
-        """Lines still owed at the end of the output (a traceback that ended it)."""
-        return self._end_traceback()
+        """Lines still owed at the end of the output (a traceback that ended it; the health warnings that
+        tripped again)."""
+        again = [f"[cua-rl] health: {name} tripped again at step{'s' if len(steps) > 1 else ''} "
+                 f"{', '.join(map(str, steps))} (said once above; each step's line is in {self.log_file or 'train.log'})"
+                 for name, steps in self.warned.items() if steps]
+        return [*self._end_traceback(), *again]
 
     # ---- tracebacks: their last line, and where the rest is -----------------------------------------
     def _traceback(self, plain: str) -> list[str] | None:

@@ -545,9 +545,8 @@ def run(config_file: str, config: CUAConfig, overrides: list[str], gpu: bool, ea
                 from cua_rl.sft.warm_start import ensure_warm_start
 
                 model = ensure_warm_start(config, config_file, overrides, paths.logs / "warm_start.log", env)
-                overrides.append(f"actor.path={model}")
+                overrides.append(f"actor.path={model}")   # its line said where (reusing, copied or built)
                 start = Path(model)
-                logger.info("training from the SFT warm start %s", model)
             if config.embedded_enabled:
                 overrides += _start_embedded(config, stack, env)
                 overrides += monitor_for_embedded_run(config.embedded, config.monitor_base_url, paths.logs, env, stack)

@@ -179,8 +179,12 @@ def print_steps(records: list[dict], logs: Path) -> None:
     steps = {r["step"]: r for r in records if isinstance(r.get("step"), int)}
     if not steps:
         return
-    for key, label in (("trained/success", "success"), ("trained/reward", "reward")):
-        print(f"[cua-rl]   {label} of the episodes each step trained (sampled): {by_step(steps, key)}")
+    success, reward = by_step(steps, "trained/success"), by_step(steps, "trained/reward")
+    if success == reward:   # a 0/1 reward: one line says both
+        print(f"[cua-rl]   success of the episodes each step trained (sampled): {success} (the reward the same)")
+    else:
+        print(f"[cua-rl]   success of the episodes each step trained (sampled): {success}")
+        print(f"[cua-rl]   reward of the episodes each step trained (sampled): {reward}")
     last = max(steps)
     print(f"[cua-rl] numbering:   console step N = AReaL global_step N-1 = checkpoint ...globalstep{{N-1}} = "
           f"monitor step (policy version) N-1, which step N turned into version N (step {last}: globalstep{last - 1})")
