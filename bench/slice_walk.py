@@ -69,12 +69,17 @@ def _families(conn) -> dict[int, str | None]:
             for row in conn.execute(select(TABLES["tasks"].c.id, TABLES["tasks"].c.task_id))}
 
 
-def walk(log_dir: Path) -> dict:
-    """The per-step figures of one run (its monitor store)."""
+def _store(log_dir: Path):
+    """The engine of a run's monitor store (``<logs>/monitor/monitor.db``)."""
     db = log_dir / "monitor" / "monitor.db"
     if not db.is_file():
         raise SystemExit(f"slice_walk: no monitor store at {db} (is {log_dir} a run's log directory?)")
-    engine = create_engine(f"sqlite:///{db}")
+    return create_engine(f"sqlite:///{db}")
+
+
+def walk(log_dir: Path) -> dict:
+    """The per-step figures of one run (its monitor store)."""
+    engine = _store(log_dir)
     rollouts, turns, steps = TABLES["rollouts"], TABLES["turns"], TABLES["steps"]
     per_step: dict[int, dict] = defaultdict(lambda: {"decisions": 0, "right": 0, "estimates": [],
                                                      "groups": defaultdict(list)})
@@ -137,10 +142,7 @@ def _ended(summary: dict) -> str:
 
 def task_walk(log_dir: Path) -> dict:
     """The per-step and per-task figures of one run of any gym (its monitor store's training episodes)."""
-    db = log_dir / "monitor" / "monitor.db"
-    if not db.is_file():
-        raise SystemExit(f"slice_walk: no monitor store at {db} (is {log_dir} a run's log directory?)")
-    engine = create_engine(f"sqlite:///{db}")
+    engine = _store(log_dir)
     rollouts, steps, tasks = TABLES["rollouts"], TABLES["steps"], TABLES["tasks"]
     per_step: dict[int, dict] = defaultdict(lambda: {"episodes": 0, "successes": 0, "groups": defaultdict(list),
                                                      "ended": defaultdict(int)})
