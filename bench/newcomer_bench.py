@@ -3,10 +3,11 @@
     python bench/newcomer_bench.py [--out docs/bench/newcomer_bench.json] [--console docs/bench/newcomer_console.txt]
 
 Clones this repository's HEAD into a new folder and runs there, one after the other, exactly what the README's
-quick start says: ``bash scripts/setup.sh`` then ``./examples/cua_agent/train.sh``, with a fresh ``CUA_RL_HOME``
-(no environment, no tiny model, no kept warm start or held-out score: what a new machine has). Downloads are
-not what this measures: the fresh home's package cache is a hard-linked copy of this machine's (``--uv-cache``),
-so set-up installs from it as it would after the first download; the Debian packages are this machine's.
+quick start says: ``bash scripts/setup.sh`` then ``./examples/cua_agent/train.sh``, with a fresh ``CUA_RL_HOME``:
+no tiny model, no kept warm start, no kept held-out score. The Python environment is, with ``--env existing``
+(the default), this machine's, linked into the fresh home (what a second clone meets: set-up only links the clone);
+with ``--env fresh``, built by set-up from the package cache (a hard-linked copy of this machine's, ``--uv-cache``,
+so downloads are not what is measured). The Debian packages are this machine's.
 
 From the console (stdout and stderr together, each line stamped when it arrived):
   - ``setup_s``, ``run_s``, ``total_s``: each command's wall time and both together;
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default="", help="where the clone and the fresh home go (default: a new temp dir)")
     p.add_argument("--uv-cache", default=os.path.expanduser("~/.cache/cua-rl/uv-cache"),
                    help="the package cache hard-linked into the fresh home ('' : none, set-up downloads)")
+    p.add_argument("--env", choices=("existing", "fresh"), default="existing",
+                   help="this machine's Python environment linked into the fresh home, or a fresh one built")
     p.add_argument("--limit-s", type=float, default=2400, help="stop a command that runs longer than this")
     p.add_argument("--out", default="", help="also write the JSON here")
     p.add_argument("--console", default="", help="write the console (both commands) here")
@@ -121,7 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     T0 = time.monotonic()
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     clone_s = round(time.monotonic() - T0, 1)
-    if args.uv_cache and Path(args.uv_cache).is_dir():
+    machine_home = Path(args.uv_cache).parent
+    if args.env == "existing":   # the environment, its tools and package cache: this machine's, linked
+        venv = (machine_home / "current").resolve()
+        for name in (venv.name, "tools", "uv-cache"):
+            (home / name).symlink_to(machine_home / name)
+    elif args.uv_cache and Path(args.uv_cache).is_dir():
         subprocess.run(["cp", "-al", args.uv_cache, str(home / "uv-cache")], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUA_RL_", "VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(CUA_RL_HOME=str(home), PATH=":".join(d for d in env.get("PATH", "").split(":")
@@ -142,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         "setup_lines": sum(x["cmd"] == "setup" for x in lines), "run_lines": sum(x["cmd"] == "run" for x in lines),
         "cpu": {"model": _cpu_model(), "cores": os.cpu_count(), "setup": setup, "run": run},
         "verdict": verdict, "proof": [x["line"] for x in lines if PROOF.search(x["line"])],
-        "home": "fresh CUA_RL_HOME; its package cache a hard-linked copy of this machine's" if args.uv_cache
-                else "fresh CUA_RL_HOME, empty package cache",
+        "env": args.env, "home": ("fresh CUA_RL_HOME with this machine's Python environment linked" if
+                                  args.env == "existing" else "fresh CUA_RL_HOME and environment; the package cache "
+                                  "a hard-linked copy of this machine's" if args.uv_cache else
+                                  "fresh CUA_RL_HOME and environment, empty package cache"),
         "bar": {"total_s_max": MAX_TOTAL_S, "console_lines_max": MAX_LINES}}}
     bench = record["newcomer_bench"]
     bench["met"] = bool(setup["rc"] == 0 and run["rc"] == 0 and verdict and bench["total_s"] <= MAX_TOTAL_S
@@ -154,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(text + "\n")
     if args.console:
         Path(args.console).write_text("".join(x["line"] + "\n" for x in lines))
+    if not args.workdir:   # the clone and the fresh home (the run's logs stay under its fileroot)
+        shutil.rmtree(work, ignore_errors=True)
     return 0 if setup["rc"] == 0 and run["rc"] == 0 else 1
 
 
