@@ -33,8 +33,9 @@ logger = logging.getLogger("cua_rl.run.launch")
 
 FLAG = "--from-launcher"
 # Variables the trainer reads only after its hand-over (cua_rl.train main: resolve_project_token; the gym and agent
-# clients read their tokens when they are made, per episode)
-LATE_ENV = frozenset({"PROJECT_TOKEN", "CUA_GYM_TOKEN", "CUA_AGENT_TOKEN"})
+# clients read their tokens when they are made, per episode; vLLM's socket folder, which the launcher makes per run,
+# when AReaL starts the vLLM servers: without it here every CPU run discarded its early process)
+LATE_ENV = frozenset({"PROJECT_TOKEN", "CUA_GYM_TOKEN", "CUA_AGENT_TOKEN", "VLLM_RPC_BASE_PATH"})
 # Set to "1" for a run that needs no Hugging Face Hub (launch._hub_access decides; predicted here)
 HUB_OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 

@@ -10,7 +10,8 @@ import sys
 from cua_rl.run.prewarm import Prewarmed
 
 CHILD = ("import os; from cua_rl.run.prewarm import read_hand_over; args = read_hand_over(); "
-         "print(args, os.environ.get('PROJECT_TOKEN'), os.environ.get('EARLY'))")
+         "print(args, os.environ.get('PROJECT_TOKEN'), os.environ.get('EARLY'), "
+         "os.environ.get('VLLM_RPC_BASE_PATH', '-'))")
 
 
 def _early(env: dict[str, str]) -> Prewarmed:
@@ -29,8 +30,18 @@ def test_the_hand_over_carries_the_arguments_and_the_monitor_token():
     assert proc is not None
     assert proc.wait(60) == 0
     out = proc.stdout.read()
-    assert out.decode().split() == ["['--config',", "'x.yaml',", "'a=1']", "tok", "1"], out
+    assert out.decode().split() == ["['--config',", "'x.yaml',", "'a=1']", "tok", "1", "-"], out
     assert early.hand_over(["again"], _env()) is None      # one hand-over only
+
+
+def test_the_runs_vllm_socket_folder_is_handed_over_not_a_difference():
+    """The launcher makes a socket folder per run for vLLM (launch._vllm_socket_dir) after the early process
+    started; vLLM reads it only when the trainer starts its servers. As a difference it discarded the early
+    process of every CPU run ("environment differs: ['VLLM_RPC_BASE_PATH']", seen in the newcomer bench)."""
+    early = _early(_env())
+    proc = early.hand_over([], _env(VLLM_RPC_BASE_PATH="/tmp/run-sockets"))
+    assert proc is not None and proc.wait(60) == 0
+    assert proc.stdout.read().decode().split()[-1] == "/tmp/run-sockets"
 
 
 def test_a_variable_read_at_import_that_changed_discards_the_early_process():
