@@ -15,7 +15,7 @@ When it applies: the embedded gym on a machine without GPUs (the CPU recipes), t
 the gated regimes (the multi-turn recipe, train.sh's default on the CPU); elsewhere the summary says why there
 is none (on your own gym: ``cua-eval``). ``verdict.enabled=false`` turns it off; ``verdict.instances`` held-out
 instances per regime and ``verdict.concurrency`` episodes at once (64 and 16, the learning gate's, so a gate run's
-verdict is the gate's evaluation; about 4 minutes a checkpoint on 2 cores, docs/learning.md).
+verdict is the gate's evaluation; about 2 minutes a checkpoint on 2 idle cores, docs/learning.md).
 
 The starting policy's score is kept (``<CUA_RL_HOME>/heldout-scores/verdict-<key>.json``) as its warm start is:
 the key hashes what decides it (the starting weights' files, the evaluation's code, ``SCORE_SOURCES``, the
@@ -53,7 +53,7 @@ BIG_FILE = 64 << 20                # starting-weight files above this are keyed 
 # What a checkpoint's held-out score depends on besides the checkpoint: the evaluation's own path (the episode,
 # the endpoint, the agent, the gym that renders and scores, the clients, vLLM's configuration, the config's
 # loading); not the trainer, the launcher, the monitor, the rows or SFT, whose edits would measure a kept
-# score again (about 4 minutes a checkpoint) for nothing.
+# score again (about 2 minutes a checkpoint) for nothing.
 SCORE_SOURCES = ("evaluate.py", "config.py", "deploy.py", "workflow", "policy", "local_agent", "local_gym", "genv", "mini_agent",
                  "wire", "local_model", "http", "areal_ext/vllm_config.py")
 PACKAGE = Path(__file__).resolve().parent
@@ -180,7 +180,8 @@ def judge(config: CUAConfig, start: Path, final: Path, logs: Path) -> dict:
                          "rise": rise["rise"], "ci95": rise["ci95"], "units": rise["units"],
                          "instances": rise["instances"]}
     summary, lines = describe(regimes)
-    played = ("the last step (the starting policy's score kept from an earlier run)" if before_kept else
+    source = "pinned in the repository" if found != kept else "kept from an earlier run"
+    played = (f"the last step (the starting policy's score {source})" if before_kept else
               "the starting policy and the last step (the starting policy's score now kept for the next run)")
     lines.append(f"measured in {time.monotonic() - started:.0f} s: {played}; verdict.json in the log directory")
     verdict = {"summary": summary, "lines": lines, "regimes": regimes, "instances": config.verdict.instances,

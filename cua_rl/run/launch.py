@@ -618,7 +618,7 @@ def give_verdict(config_file: str, overrides: list[str], start: Path, logs: Path
     cmd = [sys.executable, "-m", "cua_rl.verdict", "--config", config_file, "--start", str(start), *overrides]
     saved = logs / "config.yaml"
     kept = saved.read_bytes() if saved.is_file() else None
-    print(f"[cua-rl] verdict:     judging the run on held-out tasks (python -m cua_rl.verdict, about 4 minutes a "
+    print(f"[cua-rl] verdict:     judging the run on held-out tasks (python -m cua_rl.verdict, about 2 minutes a "
           f"checkpoint on 2 CPU cores; verdict.enabled=false skips it; log: {logs / 'verdict.log'})", flush=True)
     with open(logs / "verdict.log", "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
