@@ -18,7 +18,6 @@ NOT_ROOMS = {
     "e2e": "whole train.sh runs (the e2e marker): a run crosses every room",
     "bad_input": "the malformed-request corpora of every service, tallied together by the folder's conftest.py",
     "doubles": "stand-ins for services outside cua_rl (genv gyms, gbox-mini-agent, model servers, the monitor)",
-    "data": "pinned files the tests read (warm starts, held-out scores)",
 }
 
 
