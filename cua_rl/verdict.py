@@ -143,6 +143,14 @@ def kept_score(config: CUAConfig, tasks: list[str], start: Path) -> Path | None:
     return Path(cua_rl_home()) / "heldout-scores" / f"verdict-{h.hexdigest()[:16]}.json"
 
 
+def found_score(kept: Path | None) -> Path | None:
+    """The file holding the score kept under ``kept``'s key: this machine's, else the one pinned in the repository
+    (``PINNED_SCORES``); None when neither exists."""
+    if kept is None:
+        return None
+    return next((f for f in (kept, PINNED_SCORES / kept.name) if f.is_file()), None)
+
+
 def _evaluate(config: CUAConfig, tasks: list[str], checkpoints: list[str], logs: Path) -> list[dict]:
     from cua_rl.evaluate import evaluate_checkpoints
 
@@ -162,8 +170,8 @@ def judge(config: CUAConfig, start: Path, final: Path, logs: Path) -> dict:
         raise ValueError(f"no verdict for this run: {why_not}")
     started = time.monotonic()
     kept = kept_score(config, tasks, start)
-    found = kept if kept is None or kept.is_file() else PINNED_SCORES / kept.name
-    before = json.loads(found.read_text())["score"] if found is not None and found.is_file() else None
+    found = found_score(kept)
+    before = json.loads(found.read_text())["score"] if found is not None else None
     before_kept = before is not None
     scores = _evaluate(config, tasks, ([] if before else [str(start)]) + [str(final)], logs)
     if before is None:

@@ -99,8 +99,8 @@ def pin_score() -> Path:
     config, tasks, start = gate_verdict()
     kept = verdict.kept_score(config, tasks, start)
     started = time.monotonic()
-    found = kept if kept.is_file() else PINNED_SCORES / kept.name   # kept here, or pinned under the same key
-    if found.is_file():
+    found = verdict.found_score(kept)   # kept here, or pinned under the same key
+    if found is not None:
         record = json.loads(found.read_text())
     else:   # measured as the verdict measures it, on the config its key was computed from
         logs = Path(os.environ.get("TMPDIR", "/tmp")) / "pin-score"
@@ -122,12 +122,11 @@ def pin_score() -> Path:
 def restamp(recipe: str) -> Path:
     """Write this clone's ``sources`` and ``pin_key`` into the pin of ``recipe`` when this clone's demonstration
     rows score the same loss on the base model as the rows the pin was trained on (the module's docstring)."""
-    import subprocess
     import tempfile
 
     from cua_rl.local_model.tiny import ensure_embedded_model
     from cua_rl.run.launch import RECIPES as RECIPE_DIR, load_config
-    from cua_rl.sft.warm_start import PINNED, PINS, pin_key, sources_hash
+    from cua_rl.sft.warm_start import PINNED, PINS, _run_showing_progress, pin_key, sources_hash
 
     config_file = str(RECIPE_DIR / RECIPES[recipe])
     config = load_config(config_file, [])
@@ -136,13 +135,10 @@ def restamp(recipe: str) -> Path:
     record = json.loads(stamp.read_text())
     pinned_loss = record["sft"]["loss_before"]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as out:
-        proc = subprocess.run([sys.executable, "-m", "cua_rl.sft", "--config", config_file, "sft.steps=1",
-                               f"sft.output_dir={out}/ckpt", "sft.warm_start=false"], capture_output=True, text=True,
-                              env={**os.environ, "CUA_RL_DEVICE": "cpu", "PYTHONPATH": str(ROOT)})
-    if proc.returncode != 0:
-        raise SystemExit(f"recording the demonstrations failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith('{"demonstrations"')))
+    with tempfile.TemporaryDirectory() as out:   # the warm start's own runner: its log, its progress lines
+        result = _run_showing_progress([sys.executable, "-m", "cua_rl.sft", "--config", config_file, "sft.steps=1",
+                                        f"sft.output_dir={out}/ckpt", "sft.warm_start=false"], Path(out) / "sft.log",
+                                       {**os.environ, "CUA_RL_DEVICE": "cpu", "PYTHONPATH": str(ROOT)})
     loss = result["loss_before"]
     if abs(loss - pinned_loss) > LOSS_MATCH * abs(pinned_loss):
         raise SystemExit(f"{recipe}: this clone's rows score {loss!r} on the base model, the pin's {pinned_loss!r}: "

@@ -102,11 +102,11 @@ class TrainerConsole:
             return out
         warning = HEALTH_WARNING.match(stripped)
         if warning and self.quiet:
-            again = self.warned.get(warning.group(2))
-            self.warned.setdefault(warning.group(2), [])
-            if again is not None:
-                again.append(int(warning.group(1)))
+            name = warning.group(2)
+            if name in self.warned:   # said already: only its step is kept, for close()
+                self.warned[name].append(int(warning.group(1)))
                 return out
+            self.warned[name] = []
         step = read_step_line(stripped) if stripped.startswith("[cua-rl] step ") else None
         if step:
             self._step(step)

@@ -60,6 +60,13 @@ def _hash_tree(h, path: Path) -> None:
         h.update(f.read_bytes())
 
 
+def _hash_sources(h) -> None:
+    """Feed every file of ``SOURCES`` (path and bytes) into the hash ``h``."""
+    for rel in SOURCES:
+        if (PACKAGE / rel).exists():
+            _hash_tree(h, PACKAGE / rel)
+
+
 def _base_model_identity(model_dir: Path) -> dict:
     """What names the base weights without reading them: its config, the tiny builder's stamp when present,
     and the size and time of each weight file."""
@@ -85,9 +92,7 @@ def warm_start_key(config: CUAConfig) -> str:
     """16 hex digits naming what a warm start of ``config`` is built from."""
     base = _base_model_identity(Path(os.path.expanduser(config.actor.path)))
     h = hashlib.sha256(json.dumps(_inputs(config, base), sort_keys=True, default=str).encode())
-    for rel in SOURCES:
-        if (PACKAGE / rel).exists():
-            _hash_tree(h, PACKAGE / rel)
+    _hash_sources(h)
     for path in task_files(config.sft.tasks):
         h.update(path.name.encode())
         h.update(path.read_bytes())
@@ -110,9 +115,7 @@ def sources_hash(config: CUAConfig) -> str:
     """16 hex digits naming the code and task files a warm start of ``config`` is built from (``SOURCES`` and
     its tasks' files), the same in every clone: what a pin records, so a pin older than its sources is told."""
     h = hashlib.sha256()
-    for rel in SOURCES:
-        if (PACKAGE / rel).exists():
-            _hash_tree(h, PACKAGE / rel)
+    _hash_sources(h)
     for path in task_files(config.sft.tasks):
         h.update(str(path.relative_to(PACKAGE)).encode())
         h.update(path.read_bytes())
@@ -181,11 +184,10 @@ def ensure_warm_start(config: CUAConfig, config_file: str, overrides: list[str],
     shutil.rmtree(partial, ignore_errors=True)
     pin, why = find_pin(config)
     if pin is not None:
-        _copy_pin(pin, partial, key)
+        record = _copy_pin(pin, partial, key)
         os.replace(partial, out)
         logger.info("SFT warm start: the pinned one (%s, built %s) matches this run's settings and sources; "
-                    "copied to %s, nothing to build", pin,
-                    json.loads((pin / PINNED).read_text()).get("built"), out)
+                    "copied to %s, nothing to build", pin, record.get("built"), out)
         return out
     if why:
         print(f"[cua-rl] SFT warm start: building it (about 8 minutes on 2 cores): {why}", flush=True)
@@ -207,9 +209,9 @@ def ensure_warm_start(config: CUAConfig, config_file: str, overrides: list[str],
     return out
 
 
-def _copy_pin(pin: Path, dest: Path, key: str) -> None:
+def _copy_pin(pin: Path, dest: Path, key: str) -> dict:
     """The pin's checkpoint files into ``dest`` with a build stamp of its own (the pin's record, not its stamp:
-    the copy is what the verdict keys its kept score by, cua_rl.verdict.hash_weights)."""
+    the copy is what the verdict keys its kept score by, cua_rl.verdict.hash_weights); the pin's record."""
     dest.mkdir(parents=True)
     for f in pin.iterdir():
         if f.is_file() and f.name not in (STAMP, PINNED):
@@ -217,6 +219,7 @@ def _copy_pin(pin: Path, dest: Path, key: str) -> None:
     record = json.loads((pin / PINNED).read_text())
     (dest / STAMP).write_text(json.dumps({"key": key, "pinned": str(pin), "result": record.get("sft"),
                                           "seconds": record.get("build_seconds")}, indent=2))
+    return record
 
 
 def _run_showing_progress(cmd: list[str], log_file: Path, env: dict[str, str] | None) -> dict:
