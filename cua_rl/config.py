@@ -37,6 +37,8 @@ from cua_rl.trainer.health import HealthConfig
 from cua_rl.trajectory.config import TrajectoryConfig
 
 TASK_SOURCE_KINDS = ("gym", "file", "ids", "custom")
+# How a tree group picks its branch points among ``tree.branch_turns`` (cua_rl/workflow/tree.py)
+BRANCH_CHOICES = ("every", "unsure")
 SPLIT_TYPES = ("train", "eval", "all")
 # The gym ids the embedded gym serves: its suites (cua_rl/local_gym/manager.py SUITES; a test keeps them equal).
 EMBEDDED_GYM_IDS = ("desktop", "miniwob")
@@ -211,7 +213,8 @@ class TreeConfig:
     """Tree groups (cua_rl/workflow/tree.py; docs/learning.md "Tree groups"): a group's episodes branch on forked
     desktops. Off: plain GRPO groups. On, a group is a tree: its ``n_samples`` roots play the task's instance,
     and every path that reaches a turn of ``branch_turns`` has its desktop forked there (the call of that turn
-    held meanwhile) into ``branches`` continuations that play on from the same screen and history; each leaf is
+    held meanwhile; with ``choose`` unsure, only where the policy was unsure of its sampled action) into
+    ``branches`` continuations that play on from the same screen and history; each leaf is
     evaluated, and segments are credited against their siblings (cua_rl/trajectory/tree.py). Needs a gym with the
     fork route and an agent that continues another run's history (``startFrom``); a run is refused without them."""
 
@@ -223,8 +226,23 @@ class TreeConfig:
         "help": "forked continuations per branch point (the path's own goes on too)"})
     fork_wait_seconds: float = field(default=30.0, metadata={
         "help": "how long a fork waits for the gym's capacity (429) before that branch point is skipped (counted)"})
+    choose: str = field(default="every", metadata={
+        "help": "every: a path forks at each turn of branch_turns it reaches; unsure: those turns are candidates, "
+                "and a path forks at one only where the policy was unsure of the action it sampled there (its mean "
+                "surprisal per token at least min_surprisal), within fork_budget forks per group",
+        "choices": list(BRANCH_CHOICES)})
+    min_surprisal: float = field(default=0.5, metadata={
+        "help": "choose unsure: the least mean surprisal (-logprob per sampled token, nats) of a held call's "
+                "sampled action for its path to fork there"})
+    fork_budget: int = field(default=2, metadata={
+        "help": "choose unsure: at most this many forks per group (its roots' and their children's together)"})
 
     def __post_init__(self):
+        if self.choose not in BRANCH_CHOICES:
+            raise ValueError(f"tree.choose must be one of {BRANCH_CHOICES}, got {self.choose!r}")
+        if self.min_surprisal < 0 or self.fork_budget < 1:
+            raise ValueError(f"tree.min_surprisal must be >= 0 and tree.fork_budget >= 1, got {self.min_surprisal} "
+                             f"and {self.fork_budget}")
         turns = [int(t) for t in self.branch_turns]
         if not turns or any(t < 2 for t in turns) or sorted(set(turns)) != turns:
             raise ValueError(f"tree.branch_turns must be increasing turns >= 2 (a path forks before that turn's "

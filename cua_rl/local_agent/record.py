@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -41,13 +42,26 @@ def _ms(dt: datetime) -> datetime:
 class ResumePoint:
     """Where a run stood after one of its steps, what another run needs to continue its episode from there
     (``startFrom``): the prompt history (``formats.HistoryStep``s), the pointer position, the feedback the
-    next step's screenshot carries and the invalid replies in a row so far. Kept in memory only."""
+    next step's screenshot carries, the invalid replies in a row so far, and the seconds of ``maxRunTimeSec`` the
+    path had used. A continuation starts from a copy (``continued``) that also counts the time its parent has
+    spent on its next step meanwhile (a tree's held call): siblings have equal time. Kept in memory only."""
 
     steps: int
     history: tuple[Any, ...]
     pointer: tuple[float, float] | None
     feedback: str | None
     invalid_in_a_row: int
+    elapsed_s: float = 0.0
+    next_step_s: float = 0.0   # of ``maxStepTimeSec``: what the parent's next step had used when this copy was made
+
+    def continued(self, parent: "RunRecord") -> "ResumePoint":
+        """This point as a continuation starts from it: when ``parent`` is running the step after it, the seconds
+        it has spent on that step count against the continuation's run and first step too."""
+        running = parent.running_step
+        if parent.finished or running is None or running[0] != self.steps + 1:
+            return self
+        spent = max(time.monotonic() - running[1], 0.0)
+        return dataclasses.replace(self, elapsed_s=self.elapsed_s + spent, next_step_s=spent)
 
 
 @dataclass
@@ -68,7 +82,8 @@ class RunRecord:
     tokens: list[dict[str, Any]] = field(default_factory=list)
     screenshots: dict[str, str] = field(default_factory=dict)   # name -> data URL
     cancel_requested: bool = False
-    resume_points: list[ResumePoint] = field(default_factory=list, repr=False)   # one per finished step
+    running_step: tuple[int, float] | None = None   # (the step running now, when it began: time.monotonic)
+    resume_points: list[ResumePoint] = field(default_factory=list, repr=False)   # one per finished path step
     # SHA-256 of the model key the run was started with (b"": none): a continuation (startFrom) must show that key
     key_digest: bytes = field(default=b"", repr=False)
     _event_times: list[datetime] = field(default_factory=list, repr=False)

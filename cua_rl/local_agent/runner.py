@@ -144,6 +144,7 @@ class AgentRun:
         self.ctx.pointer = self.start.pointer
         self.end_reason = ""
         self.clock = GymClock()   # the current step's time inside gym calls
+        self.began = 0.0          # when the run began (time.monotonic)
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -151,7 +152,9 @@ class AgentRun:
         """Run to the end; never raises (the outcome is in the record and its ``run_end`` event)."""
         rec = self.record
         limit = self.req.max_run_time_s or self.settings.max_run_time_s
-        deadline = asyncio.timeout(limit)
+        # a continuation has the time its path has left (ResumePoint.elapsed_s: its parent's, equal for siblings)
+        deadline = asyncio.timeout(max(limit - self.start.elapsed_s, 0.0))
+        self.began = time.monotonic()
         try:
             async with deadline:
                 await self._loop(self.gym)
@@ -187,8 +190,11 @@ class AgentRun:
         feedback, consecutive_invalid = self.start.feedback, self.start.invalid_in_a_row
         for step in range(self.start.steps + 1, req.max_steps + 1):
             self.clock = GymClock()
+            rec.running_step = (step, time.monotonic())   # what a continuation started meanwhile shares
             if req.max_step_time_s:
-                step_limit = asyncio.timeout(req.max_step_time_s)
+                # the first step of a continuation started while its parent's ran has what that one has left
+                used = self.start.next_step_s if step == self.start.steps + 1 else 0.0
+                step_limit = asyncio.timeout(max(req.max_step_time_s - used, 0.0))
                 try:
                     async with step_limit:
                         outcome = await self._step(gym, step, model_name, feedback)
@@ -198,18 +204,23 @@ class AgentRun:
                     raise self._step_timeout(step, req.max_step_time_s) from None
             else:
                 outcome = await self._step(gym, step, model_name, feedback)
+            rec.running_step = None
             done, feedback = outcome
             if done:  # finished here, after the step's step_end, so run_end is the last event
                 rec.finish(True, self.end_reason)
                 return
             consecutive_invalid = consecutive_invalid + 1 if feedback else 0
             rec.resume_points.append(ResumePoint(step, tuple(self.history), self.ctx.pointer, feedback,
-                                                 consecutive_invalid))
+                                                 consecutive_invalid, self.elapsed_s()))
             if consecutive_invalid >= self.max_invalid:
                 raise RunFailed(f"{consecutive_invalid} invalid model replies in a row "
                                 f"(last: {rec.steps[-1].get('invalid')})")
         await self._final_screenshot(gym)
         rec.finish(False, f"maxSteps ({req.max_steps}) reached without terminate or answer")
+
+    def elapsed_s(self) -> float:
+        """The seconds of ``maxRunTimeSec`` this run's path has used: its parent's before it, then its own."""
+        return self.start.elapsed_s + time.monotonic() - self.began
 
     def _step_timeout(self, step: int, limit: float) -> RunFailed:
         """A step over its limit: the model server's failure when it was still to answer; else the gym's when the

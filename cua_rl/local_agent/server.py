@@ -87,11 +87,13 @@ class RunManager:
         if self.running >= self.settings.max_concurrent_runs:
             raise HTTPException(503, f"{self.running} runs in progress; this service allows "
                                      f"{self.settings.max_concurrent_runs} at once (retry later)")
-        start = self._resume_point(request)
+        path = self._path_so_far(request)
+        start = path[-1].continued(self.runs[request.start_from.run_id]) if path else None
         self._prune()
         run_id = uuid.uuid4().hex
         record = RunRecord(run_id=run_id, request=request.redacted(), agent=request.agent,
                            key_digest=_digest(request.model.api_key))
+        record.resume_points = path   # a continuation's points go on from its parent's: steps count path steps
         self.runs[run_id] = record
         assert self.http is not None, "RunManager.open() was not awaited"
         key = (request.env.gym_base_url, request.env.gym_id)
@@ -105,14 +107,16 @@ class RunManager:
                     request.env.execution_id, request.max_steps)
         return record
 
-    def _resume_point(self, request: RunRequest) -> ResumePoint | None:
-        """Where ``startFrom`` continues: the parent run's state after its first ``steps`` steps, refused (422, the
+    def _path_so_far(self, request: RunRequest) -> list[ResumePoint]:
+        """Where ``startFrom`` continues: the parent run's resume points up to its state after the first ``steps``
+        steps of its path ([] without ``startFrom``; a continuation's own points follow its parent's, so a
+        continuation forks again as a root does), refused (422, the
         field named) when this service has no such run or it has not finished that many steps yet, or when the
         continuation would build other prompts than the parent's (another task, prompt format or history size);
         403 when it does not show the parent's model key (``owns``)."""
         start = request.start_from
         if start is None:
-            return None
+            return []
         parent = self.runs.get(start.run_id)
         if parent is None:
             raise HTTPException(422, f"startFrom.runId: no run {start.run_id} on this agent service (finished runs "
@@ -121,14 +125,17 @@ class RunManager:
         owns(parent, request)
         if len(parent.resume_points) < start.steps:
             raise HTTPException(422, f"startFrom.steps: run {start.run_id} has finished "
-                                     f"{len(parent.resume_points)} steps that can be continued, not {start.steps}")
+                                     f"{len(parent.resume_points)} steps of its path that can be continued, "
+                                     f"not {start.steps}")
         asked = request.redacted()
         for name in ("task", "agent", "standardActionSpace", "historyImages"):
             if parent.request.get(name) != asked.get(name):
                 raise HTTPException(422, f"startFrom: {name} differs from run {start.run_id}'s "
                                          f"({parent.request.get(name)!r} there, {asked.get(name)!r} here): a "
                                          f"continuation must build the prompts its parent would")
-        return parent.resume_points[start.steps - 1]
+        path = parent.resume_points[:start.steps]
+        assert path[-1].steps == start.steps, f"run {start.run_id}'s resume points skip a step ({path[-1].steps})"
+        return path
 
     async def cancel(self, run_id: str) -> RunRecord:
         record = self.get(run_id)

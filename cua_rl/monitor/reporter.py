@@ -295,15 +295,17 @@ class RolloutReport:
             records += turn_view_records(self.uuid, rid, view, reward=turn_reward, last=view.turn == len(views))
         return records
 
-    def advantage(self, value: float, num_turns: int, discount: float = 1.0) -> None:
-        """The rollout's GRPO advantage (its group-normalised reward) and each turn's share of it."""
+    def advantage(self, value: float, num_turns: int, discount: float = 1.0, first_turn: int = 1) -> None:
+        """The rollout's GRPO advantage (its group-normalised reward) and each turn's share of it; ``first_turn``:
+        the rollout's turn the ``num_turns`` start at (a tree path's later segment; its value is then the
+        rollout's advantage until a later segment's comes)."""
         if not self.reporter.enabled or num_turns < 0:
             return
 
         def build() -> list[Record]:
             rid = self.remote_id if self.remote_id is not None else self.uuid
             out = [rollout_record(self.uuid, status=None, advantage=value, **self.identity)]  # keeps its status
-            out += [turn_record(self.uuid, i + 1, rollout_id=rid, advantage=a)
+            out += [turn_record(self.uuid, first_turn + i, rollout_id=rid, advantage=a)
                     for i, a in enumerate(turn_advantages(value, num_turns, discount))]
             return out
         self.reporter._chain(self.uuid, _async(build))

@@ -286,14 +286,16 @@ class PolicyEndpoint:
         finally:
             self.close_episode(ep)
 
-    def hold(self, ep: Episode, turn: int) -> "Hold":
+    def hold(self, ep: Episode, turn: int, sampled: bool = False) -> "Hold":
         """Hold the episode's model call for turn ``turn`` (1-based: the call made after ``turn - 1`` recorded
         turns) until ``release()``: a tree group forks the desktop while the parent's next call waits, so the
         parent and its continuations sample that turn from the same screen (docs/learning.md, "Tree groups").
-        The held call's time counts against the agent's step limit; closing the episode lets it go."""
+        ``sampled``: the call is held after its turn is sampled, before the answer goes out (the agent has not
+        acted yet), and ``Hold.sampled`` shows that turn: whoever forks can ask how sure the policy was. The
+        held call's time counts against the agent's step limit; closing the episode lets it go."""
         if turn < 1 or turn <= len(ep.turns):
             raise ValueError(f"episode {ep.id} has recorded {len(ep.turns)} turns: turn {turn} cannot be held")
-        ep.hold = Hold(turn)
+        ep.hold = Hold(turn, sampled)
         return ep.hold
 
     # ---- one chat completion --------------------------------------------------------------------
@@ -310,13 +312,24 @@ class PolicyEndpoint:
             return Answer(400, error_body(400, "n must be 1"))
         if ep.overflow:   # the episode ended at its overflow: nothing after it is the policy's
             return overflow_answer(ep.overflow)
-        held = ep.hold
-        if held is not None and held.turn == len(ep.turns) + 1:
-            await held.wait_released()
-            if ep.hold is held:   # the forker may have set the hold of a later turn on release
-                ep.hold = None
-            if ep.closed:
+        held = ep.hold if ep.hold is not None and ep.hold.turn == len(ep.turns) + 1 else None
+        if held is not None and not held.after_sampling:
+            if not await self._held(ep, held, None):
                 return Answer(503, error_body(503, "the episode ended while this call was held", "server_error"))
+            held = None
+        return await self._answer(ep, body, held)
+
+    async def _held(self, ep: Episode, held: "Hold", sampled: Turn | None) -> bool:
+        """Wait for ``held`` to be released (the fork made or given up; a later turn's hold set on release stays);
+        False when the episode was closed meanwhile."""
+        await held.wait_released(sampled)
+        if ep.hold is held:
+            ep.hold = None
+        return not ep.closed
+
+    async def _answer(self, ep: Episode, body: dict[str, Any], held: "Hold | None") -> Answer:
+        """``complete``'s answer: the prompt built, the turn sampled (then held, with ``held``, until released),
+        recorded once the answer is delivered."""
         started = time.perf_counter()
         try:
             parsed = parse_messages(body.get("messages"), self.settings.max_screenshots_in_history)
@@ -386,6 +399,8 @@ class PolicyEndpoint:
                          ep.id, type(exc).__name__, exc)
             return Answer(503, error_body(503, f"the policy's answer could not be built ({type(exc).__name__})",
                                           "server_error"))
+        if held is not None and not await self._held(ep, held, turn):   # not delivered: not recorded
+            return Answer(503, error_body(503, "the episode ended while this call was held", "server_error"))
         return Answer(200, answer, functools.partial(self._delivered, ep, turn))
 
     def _delivered(self, ep: Episode, turn: Turn, delivered: bool) -> None:
@@ -544,8 +559,10 @@ class Hold:
     """One held model call (``PolicyEndpoint.hold``): ``arrived`` is awaited by whoever forks (the call came
     and waits), ``release`` lets it generate."""
 
-    def __init__(self, turn: int) -> None:
+    def __init__(self, turn: int, after_sampling: bool = False) -> None:
         self.turn = turn
+        self.after_sampling = after_sampling   # held with its turn sampled, before the answer goes out
+        self.sampled: Turn | None = None       # that turn, once the call arrived (after_sampling)
         self._arrived, self._released = asyncio.Event(), asyncio.Event()
 
     async def arrived(self, timeout_s: float) -> bool:
@@ -556,7 +573,8 @@ class Hold:
             return False
         return True
 
-    async def wait_released(self) -> None:
+    async def wait_released(self, sampled: Turn | None = None) -> None:
+        self.sampled = sampled
         self._arrived.set()
         await self._released.wait()
 

@@ -283,9 +283,11 @@ class CUAAgentWorkflow(RolloutWorkflow):
         play = await player.play(self.group_size)
         roots, kept, lost = tree_segments(play), play.kept(), play.lost()
         rejected = len(roots) < self.min_group_size
-        # the forks' replayed actions are what they cost the gym, counted as environment steps
+        # the forks' replayed actions are what they cost the gym, counted as environment steps, as are the turns
+        # of children that were no branch (another first prompt than their parent's held one)
         self._counted(endpoint, kept, lost, rejected, tree_forks=play.forks, tree_forks_failed=play.forks_failed,
-                      env_steps=play.replayed_actions, env_steps_replayed=play.replayed_actions)
+                      tree_forks_unmatched=play.forks_unmatched, tree_forks_skipped=play.forks_skipped,
+                      env_steps=play.replayed_actions + play.unmatched_turns, env_steps_replayed=play.replayed_actions)
         if rejected:
             return self._rejected(data, "tree roots", len(roots), lost)
         t = self.trajectory
@@ -297,9 +299,10 @@ class CUAAgentWorkflow(RolloutWorkflow):
             self._worker.episodes["groups_zero_variance"] += 1
             self._dropped(data)
             return None
+        self._report_tree_advantages(kept, roots, values)
         batch = await asyncio.to_thread(tree_rows, roots, values, style=t.export_style, discount=t.turn_discount)
-        logger.info("task %s: tree of %d roots, %d forks (%d failed), %d leaves", task_id, len(roots), play.forks,
-                    play.forks_failed, len(kept))
+        logger.info("task %s: tree of %d roots, %d forks (%d failed, %d children no branch), %d leaves", task_id,
+                    len(roots), play.forks, play.forks_failed, play.forks_unmatched, len(kept))
         return self._returned(batch, data, group, kept, gym_url,
                               lambda n: tree_episode_columns(roots, t.export_style, n))
 
@@ -313,15 +316,15 @@ class CUAAgentWorkflow(RolloutWorkflow):
         unproved = endpoint is not None and endpoint.backend == "vllm" and not endpoint.proves_prompts
         for o in outcomes:
             scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
-                         num_turns=len(o.turns), episode_seconds=o.info["seconds"],
-                         no_policy_turn=float(not o.turns), at_max_turns=float(len(o.turns) >= self.limits.max_turns),
+                         num_turns=path_turns(o), episode_seconds=o.info["seconds"],
+                         no_policy_turn=float(not o.turns), at_max_turns=float(path_turns(o) >= self.limits.max_turns),
                          unproved_vllm_turns=float(len(o.turns) if unproved else 0), episode_lost=0.0,
                          rows_per_episode=float(rows_of(o.turns, self.trajectory.export_style)))
             if o.turns:   # outputs the engine cut at max_new_tokens (or aborted), not ended by the model
                 scope.scalar(truncated_turns=sum(t.stop_reason in ("length", "abort") for t in o.turns) / len(o.turns))
         for _ in lost:
             scope.scalar(episode_lost=1.0)
-        self._record_lost_by_length(scope, [len(o.turns) for o in outcomes], lost_turns)
+        self._record_lost_by_length(scope, [path_turns(o) for o in outcomes], lost_turns)
         if len(outcomes) >= 2:
             scope.scalar(zero_reward_variance=float(len({o.reward for o in outcomes}) == 1))
 
@@ -363,6 +366,16 @@ class CUAAgentWorkflow(RolloutWorkflow):
             report = outcome.info.get("monitor_report")
             if report is not None:
                 report.advantage(value, len(outcome.turns), self.trajectory.turn_discount)
+
+    def _report_tree_advantages(self, kept: list[EpisodeOutcome], roots, values) -> None:
+        """Each tree path's turns with the values their segments train with (a turn its discounted share of its
+        segment's), and as the rollout's advantage its last segment's (its leaf's) value."""
+        reports = {o.monitor_uuid: o.info.get("monitor_report") for o in kept}
+        for segment in walk(roots):   # a path's segments in turn order, its leaf's last
+            report = reports.get(segment.monitor_uuid)
+            if report is not None:
+                report.advantage(values[segment], len(segment.turns), self.trajectory.turn_discount,
+                                 first_turn=segment.first_turn)
 
     def episode_seeds(self, engine, data: dict) -> list[int | None]:
         """The instance seed of each episode of this group (``cua_rl.workflow.seeding``: one for a training
@@ -443,3 +456,7 @@ def _columns(blocks: list[tuple[int, float, float, float]], n_rows: int) -> dict
             EPISODE_SUCCESS: torch.tensor(success, dtype=torch.float64),
             EPISODE_SHARE: torch.tensor(share, dtype=torch.float64)}
 
+
+def path_turns(outcome: EpisodeOutcome) -> int:
+    """The turns of an episode's whole path: a tree child's own turns and those its parents played before it."""
+    return len(outcome.turns) + int(outcome.info.get("tree_first_turn", 1)) - 1

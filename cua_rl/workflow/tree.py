@@ -5,9 +5,14 @@ reaches a turn of ``tree.branch_turns`` is held there (its model call for that t
 ``PolicyEndpoint.hold``) while the gym forks its desktop (``GenvClient.fork``) into ``tree.branches`` children;
 each child's agent run continues the path's history on its own desktop (``startFrom``: the parent's run after
 ``turn - 1`` steps), and then the parent is let go. So the parent and its children sample that turn from the same
-screen and prompt, and play on to their own ends; every path's execution is evaluated (its leaf's reward) and
+screen and prompt, and play on to their own ends. With ``tree.choose`` unsure the turns are candidates: the call
+is held after its action is sampled (the agent has not acted yet), and the path forks only where the policy was
+unsure of that action (its mean surprisal per token at least ``tree.min_surprisal``), within
+``tree.fork_budget`` forks per group; the others are skipped (counted); every path's execution is evaluated (its leaf's reward) and
 terminated. A fork the gym refuses, or cannot fit within ``tree.fork_wait_seconds``, is no branch (counted), not a
-lost group.
+lost group; so is a child whose first prompt is not its parent's held prompt, token for token and pixel for pixel
+(a late paint, or a difference inside a task's masked regions, gave it another screen): it is played and counted,
+not trained. A child's seconds (its desktop time) count from the fork that made its desktop.
 
 ``TreePlayer.play`` returns the played paths (``TreePlay``); ``segments`` cuts them into the segments the credit
 is computed on (``cua_rl.trajectory.tree``): a path's turns are cut at each branch point that kept an evaluated
@@ -24,6 +29,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
+
+import torch
 
 from cua_rl.config import TreeConfig
 from cua_rl.genv import GenvClient, GenvError
@@ -54,6 +61,8 @@ class PlayedPath:
     # per forked turn, the turns its endpoint episode had recorded when the gym forked it (turn - first_turn:
     # its call for that turn was still held, so the children start from the screen the parent decides on)
     recorded_at_fork: dict[int, int] = field(default_factory=dict)
+    # ``tree.choose`` unsure: per candidate turn it reached, its held call's mean surprisal (nats per sampled token)
+    surprisal: dict[int, float] = field(default_factory=dict)
 
     @property
     def evaluated(self) -> bool:
@@ -67,6 +76,11 @@ class TreePlay:
     roots: list[PlayedPath]
     forks: int = 0
     forks_failed: int = 0
+    # children whose first prompt was not their parent's held one: no branch; their paths' turns were still played
+    forks_unmatched: int = 0
+    unmatched_turns: int = 0
+    # ``tree.choose`` unsure: candidate turns where no fork was made (the policy sure enough, or no budget left)
+    forks_skipped: int = 0
     # actions the gym played again to make the forked children (a replayed fork: X11 and browser desktops, each
     # child its parent's actions; a VM's snapshot replays none): environment steps a comparison must count
     replayed_actions: int = 0
@@ -151,6 +165,8 @@ class TreePlayer:
         self.gym_url, self.gym_id, self.report_for, self.seed = gym_url, gym_id, report_for, seed
         self._next_index = 0
         self._play = TreePlay([])
+        self._unsure = tree.choose == "unsure"
+        self._budget = tree.fork_budget   # forks this group may still make (choose unsure)
 
     def _index(self) -> int:
         self._next_index += 1
@@ -173,10 +189,10 @@ class TreePlayer:
             path.outcome = _dropped_by(exc, f"task {self.data['task_id']} tree path {path.index}", self.gym_url)
 
     async def _child(self, gym: GenvClient, path: PlayedPath, execution, start: StartFrom,
-                     parent: str | None) -> None:
+                     parent: str | None, began: float) -> None:
         try:
             try:
-                await self._path(gym, path, execution, start, parent)
+                await self._path(gym, path, execution, start, parent, began)
             finally:
                 try:
                     await asyncio.shield(gym.terminate(execution.execution_id))
@@ -198,7 +214,7 @@ class TreePlayer:
         def on_episode(episode) -> None:
             held["episode"] = episode
             if turns:
-                held["hold"] = self.endpoint.hold(episode, turns[0] - path.first_turn + 1)
+                held["hold"] = self.endpoint.hold(episode, turns[0] - path.first_turn + 1, sampled=self._unsure)
             opened.set()
 
         def on_started(rid: str) -> None:
@@ -219,18 +235,23 @@ class TreePlayer:
                 hold = held.get("hold")
                 if hold is None or not await _arrives(hold, play, self.setup.limits.max_task_time_seconds):
                     break
-                path.recorded_at_fork[turn] = len(held["episode"].turns)
-                fork_from = StartFrom(run_id=run_id.result(), steps=turn - 1, api_key=held["episode"].key)
-                kids = await self._fork(gym, execution, fork_from, turn, report.uuid if report is not None else None)
-                if kids:
-                    path.branches.append((turn, [kid for kid, _ in kids]))
-                    children += [task for _, task in kids]
+                if self._forks_at(path, turn, hold):
+                    path.recorded_at_fork[turn] = len(held["episode"].turns)
+                    fork_from = StartFrom(run_id=run_id.result(), steps=turn - 1, api_key=held["episode"].key)
+                    kids = await self._fork(gym, execution, fork_from, turn,
+                                            report.uuid if report is not None else None)
+                    if kids:
+                        path.branches.append((turn, [kid for kid, _ in kids]))
+                        children += [task for _, task in kids]
                 later = turns[n + 1] if n + 1 < len(turns) else None
-                held["hold"] = (self.endpoint.hold(held["episode"], later - path.first_turn + 1)
+                held["hold"] = (self.endpoint.hold(held["episode"], later - path.first_turn + 1, sampled=self._unsure)
                                 if later is not None else None)
                 hold.release()
             path.outcome = await play
+            if report is not None and path.evaluated:   # the workflow reports its advantages through it
+                path.outcome.info["monitor_report"] = report
             await asyncio.gather(*children, return_exceptions=True)
+            self._unmatched_out(path)
         finally:
             stray = [t for t in (play, *children) if not t.done()]
             for task in stray:   # this path failed or was cancelled: its subtree goes with it
@@ -238,10 +259,53 @@ class TreePlayer:
             if stray:
                 await asyncio.gather(*stray, return_exceptions=True)
 
+    def _forks_at(self, path: PlayedPath, turn: int, hold) -> bool:
+        """Whether ``path`` forks at ``turn``, its call held there: always with ``tree.choose`` every; with unsure,
+        when the action the policy sampled in the held call had a mean surprisal of at least
+        ``tree.min_surprisal`` and the group has forks left (``tree.fork_budget``), else counted as skipped."""
+        if not self._unsure:
+            return True
+        logprobs = hold.sampled.output_logprobs if hold.sampled is not None else []
+        if logprobs:
+            path.surprisal[turn] = -sum(logprobs) / len(logprobs)
+        if logprobs and path.surprisal[turn] >= self.tree.min_surprisal and self._budget > 0:
+            self._budget -= 1
+            return True
+        self._play.forks_skipped += 1
+        return False
+
+    def _unmatched_out(self, path: PlayedPath) -> None:
+        """Take out of ``path``'s branches each evaluated child whose first prompt is not the parent's held prompt
+        at the fork (``same_prompt``): no branch, counted (``forks_unmatched``), its subtree's turns counted as
+        played (``unmatched_turns``). Only an evaluated parent is checked (a dropped one takes its subtree)."""
+        if not path.evaluated:
+            return
+        kept = []
+        for turn, kids in path.branches:
+            at = path.recorded_at_fork.get(turn, turn - path.first_turn)
+            held = path.outcome.turns[at] if at < len(path.outcome.turns) else None
+            for kid in [k for k in kids if k.evaluated]:
+                first = kid.outcome.turns[0] if kid.outcome.turns else None
+                if held is not None and first is not None and same_prompt(held, first):
+                    continue
+                kids.remove(kid)
+                self._play.forks_unmatched += 1
+                self._play.unmatched_turns += sum(len(p.outcome.turns) for p in TreePlay([kid]).paths()
+                                                   if p.evaluated)
+                logger.warning("task %s: tree path %d's child %d at turn %d is no branch: %s", self.data["task_id"],
+                               path.index, kid.index, turn,
+                               "a first prompt other than its parent's held one (another screen or history)"
+                               if held is not None and first is not None else
+                               "its parent's held turn or its own first turn was not recorded")
+            if kids:
+                kept.append((turn, kids))
+        path.branches = kept
+
     async def _fork(self, gym: GenvClient, execution, start: StartFrom, turn: int, parent: str | None):
         """The forked children of ``execution`` before ``turn`` and the tasks playing them, each continuing the
         parent's run from ``start`` (its run, steps and model key); [] when the gym refused the fork or had no
-        room for it within ``tree.fork_wait_seconds`` (no branch, counted)."""
+        room for it within ``tree.fork_wait_seconds`` (no branch, counted). A child's seconds count from here."""
+        began = time.monotonic()
         try:
             fork = await gym.fork(execution.execution_id, self.tree.branches, busy_wait_s=self.tree.fork_wait_seconds)
         except GenvError as exc:
@@ -257,8 +321,17 @@ class TreePlayer:
             if child.instruction is None:   # the continuation must be told its parent's task, word for word
                 child = dataclasses.replace(child, instruction=execution.instruction)
             kid = PlayedPath(turn, self._index())
-            out.append((kid, asyncio.create_task(self._child(gym, kid, child, start, parent))))
+            out.append((kid, asyncio.create_task(self._child(gym, kid, child, start, parent, began))))
         return out
+
+
+def same_prompt(held, first) -> bool:
+    """Whether a child's first turn was sampled from its parent's held prompt: the same token ids and the same
+    images (every ``multi_modal_input`` tensor equal)."""
+    if held.prompt_ids != first.prompt_ids:
+        return False
+    a, b = held.multi_modal_input or {}, first.multi_modal_input or {}
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 async def _arrives(hold, play: asyncio.Task, timeout_s: float) -> bool:

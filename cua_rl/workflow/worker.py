@@ -34,8 +34,9 @@ logger = logging.getLogger(__name__)
 class WorkerState:
     kind: str
     # episodes_evaluated, episodes_lost (and episodes_lost_<cause>), groups_rejected, groups_zero_variance;
-    # tree_forks and tree_forks_failed (tree groups' branch points), env_steps_replayed (their forks' replayed
-    # actions, counted in env_steps too);
+    # tree_forks, tree_forks_failed, tree_forks_unmatched and tree_forks_skipped (tree groups' branch points;
+    # children no branch; candidate turns where the policy was sure enough or the budget was spent),
+    # env_steps_replayed (their forks' replayed actions, counted in env_steps too);
     # env_steps, desktop_ms and trained_tokens of the evaluated episodes (count_use); groups_drained and
     # episodes_drained (count_drained); per gym host (runs.host_key) its episodes, drains and drained groups
     episodes: collections.Counter[str] = field(default_factory=collections.Counter)

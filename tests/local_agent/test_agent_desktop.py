@@ -379,3 +379,45 @@ async def test_a_continuation_starts_from_its_parents_history(gym, model, agent)
     assert {name: r.status_code for name, r in refusals.items()} == dict.fromkeys(refusals, 422)
     for name in ("startFrom.runId", "startFrom.steps", "task", "maxSteps"):
         assert name.split(".")[0] in refusals[name].text, refusals[name].text
+
+
+
+async def test_tree_pays_2_a_continuation_has_the_time_its_parent_has_left(gym, model, agent):
+    """Issue 90, defect 2: a tree's continuations started a fresh ``maxRunTimeSec`` and ``maxStepTimeSec`` while
+    their held parent paid the fork out of its own limits, so whenever a limit bound, the comparison credited the
+    branch action with a time difference. Now a continuation has what its parent has left: of the run after the
+    steps it continues (``ResumePoint.elapsed_s``) and, when it starts while the parent's next step runs (a
+    tree's held call), of that step. Two children whose model takes longer than that, but less than the whole
+    limit, run out of time where their parent would have."""
+    scripted, base = model
+    parent_key = scripted.script("budget-parent", [
+        {"delay": 3.0, "content": qwen_call(action="wait", time=0)},
+        {"delay": 3.0, "content": qwen_call(action="wait", time=0)},
+        qwen_call(action="answer", text="parent")])
+    late_key = scripted.script("budget-late", [{"delay": STEP_LIMIT_S - 1.0, "content": qwen_call(action="answer",
+                                                                                                  text="x")}])
+    after_key = scripted.script("budget-after", [{"delay": 6.0, "content": qwen_call(action="answer", text="x")}])
+    run_limit_s = 30.0
+    async with gym_execution(gym, EDITOR.task_id) as (_c, parent_eid), gym_execution(gym, EDITOR.task_id) as (_c2, eid):
+        async with MiniAgentClient(agent.url) as client:
+            parent_id = await client.start_run(run_request(gym, parent_eid, base, parent_key, max_run_time_s=run_limit_s,
+                                                           max_step_time_s=STEP_LIMIT_S))
+            while len(await client.steps(parent_id)) < 2:   # its step 2 began
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(2.0)   # 2 s into the parent's step 2 (a held call): 3 s of its step limit left
+            start = StartFrom(run_id=parent_id, steps=1, api_key=parent_key)
+            t0 = time.monotonic()
+            late = await run_to_end(agent, run_request(gym, eid, base, late_key, max_run_time_s=run_limit_s,
+                                                       max_step_time_s=STEP_LIMIT_S, start_from=start))
+            took = time.monotonic() - t0
+            parent = await client.wait(parent_id, timeout_s=60, poll_interval_s=0.1)
+    assert parent.ok, parent.reason
+    # the child's 4 s model call fits a fresh 5 s step, not the 3 s its parent's step had left
+    assert not late.ok and "step 2 exceeded maxStepTimeSec" in late.reason, late.reason
+    assert took < STEP_LIMIT_S - 1.0, took
+    async with gym_execution(gym, EDITOR.task_id) as (_client, eid):
+        # after the parent ended: its path had used about 3 s of an 8 s run at step 1; a 6 s call does not fit
+        start = StartFrom(run_id=parent.run_id, steps=1, api_key=parent_key)
+        after = await run_to_end(agent, run_request(gym, eid, base, after_key, max_run_time_s=8.0,
+                                                    max_step_time_s=None, start_from=start))
+    assert not after.ok and "maxRunTimeSec" in after.reason, after.reason

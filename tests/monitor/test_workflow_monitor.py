@@ -147,3 +147,42 @@ def test_a_group_cancelled_in_flight_reports_its_rollouts_cancelled_not_failed(s
     statuses = [r["status"] for r in rollouts]
     assert len(statuses) == 2 and "cancelled" in statuses and set(statuses) <= {"cancelled", "completed"}, rollouts
     assert not stack["gym"].manager.executions, "a cancelled episode left its execution running"
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_tree_pays_4_tree_paths_send_their_advantages(stack, our_monitor, monkeypatch):
+    """Issue 90, defect 4 (the monitor's share; the counts are in tests/workflow/test_workflow_episode.py): a tree
+    group's paths sent no advantage to the monitor. Now every path's rollout has one (its leaf segment's value) and
+    each of its turns the value of the segment it trains in: a root's turn before the branch its value among the
+    roots, the turns after it their value against the children forked there."""
+    import httpx
+
+    monitor, token = our_monitor
+    monkeypatch.setenv("PROJECT_TOKEN", token)
+    row = {"task_id": "054", "instruction": "Press the key for the colour of each square as it appears.", "seed": 7}
+
+    async def tree_group(wf):
+        try:
+            batch = await wf.arun_episode(stack["engine"], dict(row))
+            await wf.monitor_flush(30)
+            return batch
+        finally:
+            await close_loop_servers()
+
+    with training_run(monitor.url, "p1", "cua", "e2e-tree", token=token) as training_id:
+        wf = make_workflow(stack, tree=dict(enabled=True, branch_turns=[2], branches=1),
+                           limits=dict(max_turns=3, max_task_time_seconds=120, max_turn_time_seconds=60),
+                           trajectory=dict(export_style="concat"),
+                           monitor=MonitorTarget(base_url=monitor.url, project_id="p1", training_id=training_id))
+        batch = asyncio.run(tree_group(wf))
+    assert batch is not None
+    [step] = httpx.get(f"{monitor.url}/api/trainings/{training_id}").json()["steps"]
+    [group] = httpx.get(f"{monitor.url}/api/steps/{step['id']}").json()["groups"]
+    members = group["members"]
+    assert len(members) > 2, "no root was forked (the tiny model ended both at once)"
+    assert all(m["status"] == "completed" and m["advantage"] is not None for m in members), \
+        [(m["status"], m["advantage"], m.get("num_turns")) for m in members]
+    for member in members:
+        rollout = httpx.get(f"{monitor.url}/api/rollouts/{member['id']}").json()
+        assert rollout["turns"] and all(t["advantage"] is not None for t in rollout["turns"]), rollout["turns"]
+        assert rollout["turns"][-1]["advantage"] == pytest.approx(member["advantage"])   # the leaf's, undiscounted

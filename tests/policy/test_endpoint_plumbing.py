@@ -531,6 +531,28 @@ async def test_a_held_call_waits_for_its_release_and_a_closed_episode_lets_it_go
     assert answer.status_code == 503 and "held" in answer.text and len(ep.turns) == 2
 
 
+async def test_a_call_held_after_sampling_shows_its_turn_and_answers_once_released(endpoint):
+    """``hold(..., sampled=True)`` (a tree group that forks where the policy is unsure, issue 90): the held call's
+    turn is sampled first and shown (``Hold.sampled``, its logprobs) while the answer waits, so the agent has not
+    acted; released, it answers and the turn is recorded; closed meanwhile, a 503 and nothing recorded."""
+    import asyncio
+
+    ep = await endpoint.open_episode()
+    msg = {"messages": [{"role": "user", "content": "hi"}]}
+    hold = endpoint.hold(ep, 1, sampled=True)
+    call = asyncio.create_task(_post(ep, msg, ep.key))
+    assert await hold.arrived(10.0)
+    assert hold.sampled is not None and hold.sampled.output_logprobs and not call.done() and ep.turns == []
+    hold.release()
+    assert (await call).status_code == 200 and ep.turns == [hold.sampled]
+    again = endpoint.hold(ep, 2, sampled=True)
+    call = asyncio.create_task(_post(ep, msg, ep.key))
+    assert await again.arrived(10.0) and again.sampled is not None
+    endpoint.close_episode(ep)
+    answer = await call
+    assert answer.status_code == 503 and "held" in answer.text and len(ep.turns) == 1
+
+
 async def test_gpu_first_try_3_an_image_host_outside_the_allow_list_is_refused_naming_it(endpoint):
     """``policy.allowed_image_hosts`` is AReaL's example's ``--allowed-media-domains``: a listed host's screenshot is
     fetched, any other host is refused without a request, the refusal naming it (``allow_http_images`` allowed

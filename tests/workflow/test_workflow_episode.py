@@ -9,6 +9,7 @@ rows' completion ids are the token ids the engine returned to the agent (``model
 
 import base64
 import io
+import time
 
 import pytest
 from PIL import Image
@@ -245,6 +246,145 @@ async def test_the_workflow_returns_a_trees_rows_and_counts_its_leaves(stack):
         assert 0 <= replayed <= forks   # counted in env_steps, which the learning bench's comparison reads
         assert round(float(batch[EPISODE_SHARE].sum())) == leaves_played   # the step counts leaves
         assert not stack["gym"].manager.executions
+    finally:
+        await close_loop_servers()
+
+
+def _same_turn_prompt(a, b) -> bool:
+    return a.prompt_ids == b.prompt_ids and \
+        tensor_sha256(a.multi_modal_input["pixel_values"]) == tensor_sha256(b.multi_modal_input["pixel_values"])
+
+
+async def test_tree_pays_1_a_forked_child_forks_again_and_its_grandchildren_train(stack):
+    """Issue 90, defect 1: ``startFrom`` counts path steps, but a continuation's resume points were its own, so with
+    two branch turns every grandchild was forked, replayed, then refused by the agent service (HTTP 422) and lost.
+    With ``branch_turns=[2, 3]`` every child that reaches turn 3 is forked again; each grandchild continues from its
+    parent's turn-3 prompt (token for token, pixel for pixel), is evaluated, and every kept path's turns train once."""
+    wf = make_workflow(stack, tree=dict(TREE, branch_turns=[2, 3]), limits=_limits(),
+                       trajectory=dict(export_style="concat"))
+    endpoint = wf.policy_endpoint(stack["engine"])
+    try:
+        player = TreePlayer(wf.episode_setup, wf.tree, endpoint, {**ROW, "gym_base_url": stack["gym"].url},
+                            stack["gym"].url, "desktop", lambda i: None, ROW["seed"])
+        play = await player.play(2)
+        assert play.lost() == [] and play.forks_failed == 0 and play.forks_unmatched == 0, \
+            [p.outcome for p in play.paths()]
+        children = [kid for root in play.roots for turn, kids in root.branches if turn == 2 for kid in kids]
+        reached = [kid for kid in children if len(kid.outcome.turns) >= 2]
+        assert reached, "no child reached turn 3 (the tiny model ended them at once)"
+        for kid in children:
+            grandchildren = [g for turn, kids in kid.branches for g in kids]
+            assert len(grandchildren) == (kid in reached), kid.branches
+            for grandchild in grandchildren:
+                assert kid.branches[0][0] == 3 and kid.recorded_at_fork == {3: 1}
+                assert grandchild.first_turn == 3 and grandchild.evaluated, grandchild.outcome
+                assert grandchild.outcome.info["tree_first_turn"] == 3
+                assert _same_turn_prompt(grandchild.outcome.turns[0], kid.outcome.turns[1])
+        assert not stack["gym"].manager.executions, "a desktop of the tree was left running"
+        roots = segments(play)
+        batch = tree_rows(roots, tree_values(roots), style="concat")
+        trained = sum(len(t.output_ids) for o in play.kept() for t in o.turns)   # grandchildren's turns included
+        assert int(batch["loss_mask"].sum()) == trained
+        assert len(leaves(roots)) == len(play.kept()) == sum(1 for _ in play.paths())
+    finally:
+        await close_loop_servers()
+
+
+async def test_tree_pays_3_a_child_whose_first_prompt_is_not_its_parents_is_no_branch(stack, monkeypatch):
+    """Issue 90, defect 3: nothing checked that a child's first prompt is its parent's held one (a late paint, or a
+    masked region, can give it another screen). Here each child's desktop is moved on after the fork (one key
+    press through the gym: the next square shows), so its first prompt differs: the child is played, ended and
+    counted (``forks_unmatched``, its turns in ``unmatched_turns``), and is no branch: its parent's path is one
+    leaf, trained as a plain episode."""
+    from cua_rl.genv import GenvClient
+
+    fork = GenvClient.fork
+
+    async def fork_then_press(self, execution_id, count=1, **kw):
+        made = await fork(self, execution_id, count, **kw)
+        for child in made.executions:
+            await self.act(child.execution_id, {"type": "key", "keys": ["r"]})
+        return made
+
+    monkeypatch.setattr(GenvClient, "fork", fork_then_press)
+    wf = make_workflow(stack, tree=TREE, limits=_limits(), trajectory=dict(export_style="concat"))
+    endpoint = wf.policy_endpoint(stack["engine"])
+    try:
+        player = TreePlayer(wf.episode_setup, wf.tree, endpoint, {**ROW, "gym_base_url": stack["gym"].url},
+                            stack["gym"].url, "desktop", lambda i: None, ROW["seed"])
+        play = await player.play(2)
+        assert all(r.evaluated for r in play.roots), [r.outcome for r in play.roots]
+        assert play.forks >= 1, "no root reached its second turn (the tiny model ended both at once)"
+        assert play.forks_unmatched == play.forks and play.unmatched_turns >= play.forks
+        assert all(not r.branches for r in play.roots)   # no branch: each root is one leaf
+        assert len(play.kept()) == 2 and play.lost() == []
+        assert not stack["gym"].manager.executions, "a desktop of the tree was left running"
+    finally:
+        await close_loop_servers()
+
+
+async def test_tree_pays_4_a_leaf_counts_its_whole_path_and_its_fork(stack, monkeypatch):
+    """Issue 90, defect 4: a tree leaf counted only its own turns in ``num_turns``/``at_max_turns`` and its seconds
+    (the desktop time the comparison counts) began after the fork that made its desktop. Now the step's
+    statistics count each leaf's whole path (a child's parents' turns before it), and a child's clock starts when
+    its fork began. (The monitor's share of defect 4, tree paths' advantages, is in
+    tests/monitor/test_workflow_monitor.py.)"""
+    from areal.utils import stats_tracker
+
+    from cua_rl.genv import GenvClient
+
+    fork, forked_at = GenvClient.fork, []
+
+    async def timed_fork(self, execution_id, count=1, **kw):
+        forked_at.append(time.time())
+        return await fork(self, execution_id, count, **kw)
+
+    monkeypatch.setattr(GenvClient, "fork", timed_fork)
+    wf = make_workflow(stack, tree=TREE, limits=_limits(), trajectory=dict(export_style="concat"))
+    endpoint = wf.policy_endpoint(stack["engine"])
+    try:
+        player = TreePlayer(wf.episode_setup, wf.tree, endpoint, {**ROW, "gym_base_url": stack["gym"].url},
+                            stack["gym"].url, "desktop", lambda i: None, ROW["seed"])
+        play = await player.play(2)
+        kids = [kid for root in play.roots for _, kids in root.branches for kid in kids]
+        assert kids and all(k.evaluated for k in kids), "no root was forked (the tiny model ended both at once)"
+        for kid in kids:   # its clock began when its fork did (before its desktop was made), not when it returned
+            began = kid.outcome.info["evaluated_at"] - kid.outcome.info["seconds"]
+            assert min(abs(began - at) for at in forked_at) < 0.05, (began, forked_at)
+        kept = play.kept()
+        stats_tracker.get("rollout").export()   # nothing left from earlier tests
+        wf._record_stats(endpoint, kept, [])
+        stats = stats_tracker.get("rollout").export()
+        paths = [len(o.turns) + o.info["tree_first_turn"] - 1 for o in kept]
+        assert stats["rollout/num_turns"] == pytest.approx(sum(paths) / len(paths))
+        assert stats["rollout/at_max_turns"] == pytest.approx(sum(n >= 3 for n in paths) / len(paths))
+    finally:
+        await close_loop_servers()
+
+
+async def test_a_tree_forks_where_the_policy_is_unsure_within_its_budget(stack):
+    """Issue 90, item 2: with ``tree.choose=unsure`` a branch turn is a candidate: the path's call is held after its
+    action is sampled (before the agent acts), and the path forks there only when that action's mean surprisal
+    reaches ``tree.min_surprisal``, within ``tree.fork_budget`` forks per group; the rest are skipped, counted. The
+    child still starts from the parent's held prompt (no unmatched fork)."""
+    async def play(**tree):
+        wf = make_workflow(stack, tree=dict(TREE, choose="unsure", **tree), limits=_limits(),
+                           trajectory=dict(export_style="concat"))
+        player = TreePlayer(wf.episode_setup, wf.tree, wf.policy_endpoint(stack["engine"]),
+                            {**ROW, "gym_base_url": stack["gym"].url}, stack["gym"].url, "desktop", lambda i: None,
+                            ROW["seed"])
+        return await player.play(2)
+
+    try:
+        unsure = await play(min_surprisal=0.0, fork_budget=1)   # every sampled action qualifies: the budget binds
+        reached = [r for r in unsure.roots if 2 in r.surprisal]
+        assert reached, "no root reached its second turn (the tiny model ended both at once)"
+        assert all(r.surprisal[2] > 0 for r in reached)   # a sampled action's surprisal, from its logprobs
+        assert unsure.forks == 1 and unsure.forks_skipped == len(reached) - 1 and unsure.forks_unmatched == 0
+        assert len(unsure.kept()) == 3 and unsure.lost() == []
+        sure = await play(min_surprisal=1e9, fork_budget=4)   # no action is that unsure: no fork
+        assert sure.forks == 0 and sure.forks_skipped == sum(2 in r.surprisal for r in sure.roots)
+        assert len(sure.kept()) == 2 and not stack["gym"].manager.executions
     finally:
         await close_loop_servers()
 
