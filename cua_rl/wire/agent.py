@@ -154,9 +154,10 @@ class StartFrom(_Wire):
     continuation on a forked execution: its first step is ``steps + 1``, its prompt history the parent's, and its
     time limits count from the episode's start as ``maxSteps`` does: it has the time its parent has left, of the
     run and, while the parent's next step runs (a tree's held call), of that step; docs/local_agent.md, "Starting
-    from another run's history"). ``apiKey``: the model key the parent run was started with, the proof that the caller started it, when the continuation's own ``model.apiKey`` is another
-    (a policy endpoint's key per episode); a continuation that shows neither is refused (the parent's
-    screenshots, replies and task would reach a stranger's model). Our agent service's extension."""
+    from another run's history"). ``apiKey``: the model key the parent run was started with, the proof that the
+    caller started it, when the continuation's own ``model.apiKey`` is another (a policy endpoint's key per
+    episode); a continuation that shows neither is refused (the parent's screenshots, replies and task would
+    reach a stranger's model). Our agent service's extension."""
 
     run_id: str = Field(alias="runId", min_length=1, max_length=128)
     steps: int = Field(ge=1, le=MAX_STEPS)

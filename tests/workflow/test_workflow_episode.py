@@ -190,13 +190,37 @@ def _limits():
     return dict(max_turns=3, max_task_time_seconds=120, max_turn_time_seconds=60)
 
 
-async def test_a_tree_forks_each_root_at_its_branch_turn_and_trains_each_turn_once(stack):
-    wf = make_workflow(stack, tree=TREE, limits=_limits(), trajectory=dict(export_style="concat"))
+async def _tree(stack, **tree):
+    """One tree of two roots on ROW's instance, played by ``TreePlayer`` on the stack (``TREE`` with ``tree``'s
+    changes): (the workflow, its endpoint, the play)."""
+    wf = make_workflow(stack, tree=dict(TREE, **tree), limits=_limits(), trajectory=dict(export_style="concat"))
     endpoint = wf.policy_endpoint(stack["engine"])
+    player = TreePlayer(wf.episode_setup, wf.tree, endpoint, {**ROW, "gym_base_url": stack["gym"].url},
+                        stack["gym"].url, "desktop", lambda i: None, ROW["seed"])
+    return wf, endpoint, await player.play(2)
+
+
+def _on_fork(monkeypatch, before=None, after=None):
+    """The gym's fork, seen by the test: ``before(client)`` as it is asked, ``after(client, fork)`` (awaited) once
+    the children are made and before they play."""
+    from cua_rl.genv import GenvClient
+
+    fork = GenvClient.fork
+
+    async def seen(self, execution_id, count=1, **kw):
+        if before is not None:
+            before(self)
+        made = await fork(self, execution_id, count, **kw)
+        if after is not None:
+            await after(self, made)
+        return made
+
+    monkeypatch.setattr(GenvClient, "fork", seen)
+
+
+async def test_a_tree_forks_each_root_at_its_branch_turn_and_trains_each_turn_once(stack):
     try:
-        player = TreePlayer(wf.episode_setup, wf.tree, endpoint, {**ROW, "gym_base_url": stack["gym"].url},
-                            stack["gym"].url, "desktop", lambda i: None, ROW["seed"])
-        play = await player.play(2)
+        _, _, play = await _tree(stack)
         assert all(r.evaluated for r in play.roots), [r.outcome for r in play.roots]
         reached = [r for r in play.roots if len(r.outcome.turns) >= 2]
         assert reached, "no root reached its second turn (the tiny model ended both at once)"
@@ -260,13 +284,8 @@ async def test_tree_pays_1_a_forked_child_forks_again_and_its_grandchildren_trai
     two branch turns every grandchild was forked, replayed, then refused by the agent service (HTTP 422) and lost.
     With ``branch_turns=[2, 3]`` every child that reaches turn 3 is forked again; each grandchild continues from its
     parent's turn-3 prompt (token for token, pixel for pixel), is evaluated, and every kept path's turns train once."""
-    wf = make_workflow(stack, tree=dict(TREE, branch_turns=[2, 3]), limits=_limits(),
-                       trajectory=dict(export_style="concat"))
-    endpoint = wf.policy_endpoint(stack["engine"])
     try:
-        player = TreePlayer(wf.episode_setup, wf.tree, endpoint, {**ROW, "gym_base_url": stack["gym"].url},
-                            stack["gym"].url, "desktop", lambda i: None, ROW["seed"])
-        play = await player.play(2)
+        _, _, play = await _tree(stack, branch_turns=[2, 3])
         assert play.lost() == [] and play.forks_failed == 0 and play.forks_unmatched == 0, \
             [p.outcome for p in play.paths()]
         children = [kid for root in play.roots for turn, kids in root.branches if turn == 2 for kid in kids]
@@ -296,23 +315,13 @@ async def test_tree_pays_3_a_child_whose_first_prompt_is_not_its_parents_is_no_b
     press through the gym: the next square shows), so its first prompt differs: the child is played, ended and
     counted (``forks_unmatched``, its turns in ``unmatched_turns``), and is no branch: its parent's path is one
     leaf, trained as a plain episode."""
-    from cua_rl.genv import GenvClient
+    async def press(gym, fork):
+        for child in fork.executions:
+            await gym.act(child.execution_id, {"type": "key", "keys": ["r"]})
 
-    fork = GenvClient.fork
-
-    async def fork_then_press(self, execution_id, count=1, **kw):
-        made = await fork(self, execution_id, count, **kw)
-        for child in made.executions:
-            await self.act(child.execution_id, {"type": "key", "keys": ["r"]})
-        return made
-
-    monkeypatch.setattr(GenvClient, "fork", fork_then_press)
-    wf = make_workflow(stack, tree=TREE, limits=_limits(), trajectory=dict(export_style="concat"))
-    endpoint = wf.policy_endpoint(stack["engine"])
+    _on_fork(monkeypatch, after=press)
     try:
-        player = TreePlayer(wf.episode_setup, wf.tree, endpoint, {**ROW, "gym_base_url": stack["gym"].url},
-                            stack["gym"].url, "desktop", lambda i: None, ROW["seed"])
-        play = await player.play(2)
+        _, _, play = await _tree(stack)
         assert all(r.evaluated for r in play.roots), [r.outcome for r in play.roots]
         assert play.forks >= 1, "no root reached its second turn (the tiny model ended both at once)"
         assert play.forks_unmatched == play.forks and play.unmatched_turns >= play.forks
@@ -331,21 +340,10 @@ async def test_tree_pays_4_a_leaf_counts_its_whole_path_and_its_fork(stack, monk
     tests/monitor/test_workflow_monitor.py.)"""
     from areal.utils import stats_tracker
 
-    from cua_rl.genv import GenvClient
-
-    fork, forked_at = GenvClient.fork, []
-
-    async def timed_fork(self, execution_id, count=1, **kw):
-        forked_at.append(time.time())
-        return await fork(self, execution_id, count, **kw)
-
-    monkeypatch.setattr(GenvClient, "fork", timed_fork)
-    wf = make_workflow(stack, tree=TREE, limits=_limits(), trajectory=dict(export_style="concat"))
-    endpoint = wf.policy_endpoint(stack["engine"])
+    forked_at = []
+    _on_fork(monkeypatch, before=lambda gym: forked_at.append(time.time()))
     try:
-        player = TreePlayer(wf.episode_setup, wf.tree, endpoint, {**ROW, "gym_base_url": stack["gym"].url},
-                            stack["gym"].url, "desktop", lambda i: None, ROW["seed"])
-        play = await player.play(2)
+        wf, endpoint, play = await _tree(stack)
         kids = [kid for root in play.roots for _, kids in root.branches for kid in kids]
         assert kids and all(k.evaluated for k in kids), "no root was forked (the tiny model ended both at once)"
         for kid in kids:   # its clock began when its fork did (before its desktop was made), not when it returned
@@ -367,22 +365,14 @@ async def test_a_tree_forks_where_the_policy_is_unsure_within_its_budget(stack):
     action is sampled (before the agent acts), and the path forks there only when that action's mean surprisal
     reaches ``tree.min_surprisal``, within ``tree.fork_budget`` forks per group; the rest are skipped, counted. The
     child still starts from the parent's held prompt (no unmatched fork)."""
-    async def play(**tree):
-        wf = make_workflow(stack, tree=dict(TREE, choose="unsure", **tree), limits=_limits(),
-                           trajectory=dict(export_style="concat"))
-        player = TreePlayer(wf.episode_setup, wf.tree, wf.policy_endpoint(stack["engine"]),
-                            {**ROW, "gym_base_url": stack["gym"].url}, stack["gym"].url, "desktop", lambda i: None,
-                            ROW["seed"])
-        return await player.play(2)
-
     try:
-        unsure = await play(min_surprisal=0.0, fork_budget=1)   # every sampled action qualifies: the budget binds
+        _, _, unsure = await _tree(stack, choose="unsure", min_surprisal=0.0, fork_budget=1)   # every sampled action qualifies: the budget binds
         reached = [r for r in unsure.roots if 2 in r.surprisal]
         assert reached, "no root reached its second turn (the tiny model ended both at once)"
         assert all(r.surprisal[2] > 0 for r in reached)   # a sampled action's surprisal, from its logprobs
         assert unsure.forks == 1 and unsure.forks_skipped == len(reached) - 1 and unsure.forks_unmatched == 0
         assert len(unsure.kept()) == 3 and unsure.lost() == []
-        sure = await play(min_surprisal=1e9, fork_budget=4)   # no action is that unsure: no fork
+        _, _, sure = await _tree(stack, choose="unsure", min_surprisal=1e9, fork_budget=4)   # no action is that unsure: no fork
         assert sure.forks == 0 and sure.forks_skipped == sum(2 in r.surprisal for r in sure.roots)
         assert len(sure.kept()) == 2 and not stack["gym"].manager.executions
     finally:
