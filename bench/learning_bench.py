@@ -722,10 +722,11 @@ def warm_start_failures(before: dict) -> list[str]:
 
 def method_comparison(a: str, a_runs: list[str], b: str, b_runs: list[str], per: dict, before: dict,
                       regimes: dict, use: dict, steps: dict[str, int]) -> dict:
-    """Two methods side by side over their seeds: held-out greedy success per regime, ``b`` - ``a`` with its
-    Welch interval across seeds, what each used per run (environment steps, desktop-seconds, trained tokens:
-    ``run_record``'s ``use``; ``steps``: each run's training steps) and whether ``b`` met the target against
-    ``a`` (``comparison_target``)."""
+    """Two methods side by side over their seeds: held-out greedy success per regime (its mean, and ``per_seed``:
+    one value per run), ``b`` - ``a`` with its Welch interval across seeds, what each used per run (environment
+    steps, desktop-seconds, trained tokens: ``run_record``'s ``use``, means; ``env_steps_per_run``: each run's
+    environment steps, replayed actions counted; ``steps``: each run's training steps) and whether ``b`` met the
+    target against ``a`` (``comparison_target``)."""
     def success(labels: list[str], r: str) -> list[float]:
         return [per[label]["greedy"]["regimes"][r]["success"] for label in labels]
 
@@ -736,10 +737,13 @@ def method_comparison(a: str, a_runs: list[str], b: str, b_runs: list[str], per:
     for r, info in regimes.items():
         sa, sb = success(a_runs, r), success(b_runs, r)
         out["regimes"][r] = {**info, "before": before["regimes"][r]["success"], a: mean(sa), b: mean(sb),
-                             "difference": round(mean(sb) - mean(sa), 4), "ci95_across_seeds": welch(sa, sb)}
+                             "difference": round(mean(sb) - mean(sa), 4), "ci95_across_seeds": welch(sa, sb),
+                             "per_seed": {a: sa, b: sb}}
     for key in ("env_steps", "desktop_seconds", "trained_tokens"):
         out[key] = {m: mean([use[label][key] for label in labels if label in use])
                     for m, labels in ((a, a_runs), (b, b_runs))}
+    out["env_steps_per_run"] = {m: [use[label]["env_steps"] for label in labels if label in use]
+                                for m, labels in ((a, a_runs), (b, b_runs))}
     out["steps"] = {a: steps[a_runs[0]], b: steps[b_runs[0]]}
     out["target"] = comparison_target(a, b, out)
     return out

@@ -133,6 +133,26 @@ def test_a_method_comparison_says_whether_the_target_was_met():
     assert not bench.comparison_target("grpo", "tree", compared(0.9, None))["met"]   # no count: not met
 
 
+def test_a_method_comparison_keeps_each_seeds_success_and_environment_steps():
+    """Issue 90: besides the means, ``method_comparison`` keeps per gated regime each run's held-out greedy success
+    (``per_seed``) and each run's environment steps (``env_steps_per_run``, replayed actions counted)."""
+    bench = _bench()
+    runs = {"grpo": ["grpo-s1", "grpo-s2"], "tree": ["tree-s1", "tree-s2", "tree-s3"]}
+    success = {"grpo-s1": 0.9, "grpo-s2": 0.8, "tree-s1": 0.7, "tree-s2": 0.9, "tree-s3": 1.0}
+    per = {label: {"greedy": {"regimes": {r: {"success": s} for r in bench.GATED}}} for label, s in success.items()}
+    use = {label: {"env_steps": 100 * (i + 1), "desktop_seconds": 1.0, "trained_tokens": 10}
+           for i, label in enumerate(success)}
+    before = {"regimes": {r: {"success": 0.5} for r in bench.GATED}}
+    out = bench.method_comparison("grpo", runs["grpo"], "tree", runs["tree"], per, before,
+                                  {r: {"gated": True} for r in bench.GATED}, use,
+                                  {label: 16 if label.startswith("grpo") else 9 for label in success})
+    for r in bench.GATED:
+        assert out["regimes"][r]["per_seed"] == {"grpo": [0.9, 0.8], "tree": [0.7, 0.9, 1.0]}
+        assert out["regimes"][r]["grpo"] == 0.85 and out["regimes"][r]["tree"] == 0.8667
+    assert out["env_steps_per_run"] == {"grpo": [100, 200], "tree": [300, 400, 500]}
+    assert out["env_steps"] == {"grpo": 150.0, "tree": 400.0} and not out["target"]["met"]
+
+
 def test_the_calibrations_bounds_and_fit():
     """bench/gate_calibration.py: Clopper-Pearson bounds (0 of 8 -> 1 - 0.025^(1/8); 5 of 5 -> 0.025^(1/5); 3 of
     10 -> the textbook [0.0667, 0.6525]) and the normal fit of the controls' gate statistic."""
