@@ -229,11 +229,11 @@ class TreeConfig:
     choose: str = field(default="every", metadata={
         "help": "every: a path forks at each turn of branch_turns it reaches; unsure: those turns are candidates, "
                 "and a path forks at one only where the policy was unsure of the action it sampled there (its mean "
-                "surprisal per token at least min_surprisal), within fork_budget forks per group",
+                "least sure sampled token's surprisal at least min_surprisal), within fork_budget forks per group",
         "choices": list(BRANCH_CHOICES)})
-    min_surprisal: float = field(default=0.5, metadata={
-        "help": "choose unsure: the least mean surprisal (-logprob per sampled token, nats) of a held call's "
-                "sampled action for its path to fork there"})
+    min_surprisal: float = field(default=0.6931, metadata={
+        "help": "choose unsure: a path forks where a token of its held call's sampled action had at least this "
+                "surprisal (-logprob, nats; the default ln 2: the policy gave the token it sampled at most even odds)"})
     fork_budget: int = field(default=2, metadata={
         "help": "choose unsure: at most this many forks per group (its roots' and their children's together)"})
 

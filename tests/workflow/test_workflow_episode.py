@@ -362,8 +362,8 @@ async def test_tree_pays_4_a_leaf_counts_its_whole_path_and_its_fork(stack, monk
 
 async def test_a_tree_forks_where_the_policy_is_unsure_within_its_budget(stack):
     """Issue 90, item 2: with ``tree.choose=unsure`` a branch turn is a candidate: the path's call is held after its
-    action is sampled (before the agent acts), and the path forks there only when that action's mean surprisal
-    reaches ``tree.min_surprisal``, within ``tree.fork_budget`` forks per group; the rest are skipped, counted. The
+    action is sampled (before the agent acts), and the path forks there only when a token of that action had a
+    surprisal of at least ``tree.min_surprisal``, within ``tree.fork_budget`` forks per group; the rest are skipped, counted. The
     child still starts from the parent's held prompt (no unmatched fork)."""
     try:
         _, _, unsure = await _tree(stack, choose="unsure", min_surprisal=0.0, fork_budget=1)   # every sampled action qualifies: the budget binds
