@@ -228,8 +228,8 @@ class TreeConfig:
         "help": "how long a fork waits for the gym's capacity (429) before that branch point is skipped (counted)"})
     choose: str = field(default="every", metadata={
         "help": "every: a path forks at each turn of branch_turns it reaches; unsure: those turns are candidates, "
-                "and a path forks at one only where the policy was unsure of the action it sampled there (its mean "
-                "least sure sampled token's surprisal at least min_surprisal), within fork_budget forks per group",
+                "and a path forks at one only where the policy was unsure of the action it sampled there (its least "
+                "sure sampled token's surprisal at least min_surprisal), within fork_budget forks per group",
         "choices": list(BRANCH_CHOICES)})
     min_surprisal: float = field(default=0.6931, metadata={
         "help": "choose unsure: a path forks where a token of its held call's sampled action had at least this "

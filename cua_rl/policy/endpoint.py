@@ -314,18 +314,19 @@ class PolicyEndpoint:
             return overflow_answer(ep.overflow)
         held = ep.hold if ep.hold is not None and ep.hold.turn == len(ep.turns) + 1 else None
         if held is not None and not held.after_sampling:
-            if not await self._held(ep, held, None):
-                return Answer(503, error_body(503, "the episode ended while this call was held", "server_error"))
+            if (closed := await self._held(ep, held, None)) is not None:
+                return closed
             held = None
         return await self._answer(ep, body, held)
 
-    async def _held(self, ep: Episode, held: "Hold", sampled: Turn | None) -> bool:
+    async def _held(self, ep: Episode, held: "Hold", sampled: Turn | None) -> Answer | None:
         """Wait for ``held`` to be released (the fork made or given up; a later turn's hold set on release stays);
-        False when the episode was closed meanwhile."""
+        the 503 to answer when the episode was closed meanwhile, else None."""
         await held.wait_released(sampled)
         if ep.hold is held:
             ep.hold = None
-        return not ep.closed
+        return Answer(503, error_body(503, "the episode ended while this call was held", "server_error")) \
+            if ep.closed else None
 
     async def _answer(self, ep: Episode, body: dict[str, Any], held: "Hold | None") -> Answer:
         """``complete``'s answer: the prompt built, the turn sampled (then held, with ``held``, until released),
@@ -399,8 +400,8 @@ class PolicyEndpoint:
                          ep.id, type(exc).__name__, exc)
             return Answer(503, error_body(503, f"the policy's answer could not be built ({type(exc).__name__})",
                                           "server_error"))
-        if held is not None and not await self._held(ep, held, turn):   # not delivered: not recorded
-            return Answer(503, error_body(503, "the episode ended while this call was held", "server_error"))
+        if held is not None and (closed := await self._held(ep, held, turn)) is not None:
+            return closed   # not delivered: not recorded
         return Answer(200, answer, functools.partial(self._delivered, ep, turn))
 
     def _delivered(self, ep: Episode, turn: Turn, delivered: bool) -> None:

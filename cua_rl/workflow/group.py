@@ -315,9 +315,10 @@ class CUAAgentWorkflow(RolloutWorkflow):
         scope = stats_tracker.get(workflow_context.stat_scope())
         unproved = endpoint is not None and endpoint.backend == "vllm" and not endpoint.proves_prompts
         for o in outcomes:
+            turns = path_turns(o)
             scope.scalar(reward=o.reward, task_success=float(bool(o.info.get("success"))),
-                         num_turns=path_turns(o), episode_seconds=o.info["seconds"],
-                         no_policy_turn=float(not o.turns), at_max_turns=float(path_turns(o) >= self.limits.max_turns),
+                         num_turns=turns, episode_seconds=o.info["seconds"],
+                         no_policy_turn=float(not o.turns), at_max_turns=float(turns >= self.limits.max_turns),
                          unproved_vllm_turns=float(len(o.turns) if unproved else 0), episode_lost=0.0,
                          rows_per_episode=float(rows_of(o.turns, self.trajectory.export_style)))
             if o.turns:   # outputs the engine cut at max_new_tokens (or aborted), not ended by the model

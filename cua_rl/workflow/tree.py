@@ -8,8 +8,8 @@ each child's agent run continues the path's history on its own desktop (``startF
 screen and prompt, and play on to their own ends. With ``tree.choose`` unsure the turns are candidates: the call
 is held after its action is sampled (the agent has not acted yet), and the path forks only where the policy was
 unsure of that action (the surprisal of its least sure sampled token at least ``tree.min_surprisal``), within
-``tree.fork_budget`` forks per group; the others are skipped (counted); every path's execution is evaluated (its leaf's reward) and
-terminated. A fork the gym refuses, or cannot fit within ``tree.fork_wait_seconds``, is no branch (counted), not a
+``tree.fork_budget`` forks per group; the others are skipped (counted). Every path's execution is evaluated (its
+leaf's reward) and terminated. A fork the gym refuses, or cannot fit within ``tree.fork_wait_seconds``, is no branch (counted), not a
 lost group; so is a child whose first prompt is not its parent's held prompt, token for token and pixel for pixel
 (a late paint, or a difference inside a task's masked regions, gave it another screen): it is played and counted,
 not trained. A child's seconds (its desktop time) count from the fork that made its desktop.
@@ -286,7 +286,7 @@ class TreePlayer:
             return
         kept = []
         for turn, kids in path.branches:
-            at = path.recorded_at_fork.get(turn, turn - path.first_turn)
+            at = path.recorded_at_fork[turn]   # set at every fork: the held turn's index among the path's
             held = path.outcome.turns[at] if at < len(path.outcome.turns) else None
             for kid in [k for k in kids if k.evaluated]:
                 first = kid.outcome.turns[0] if kid.outcome.turns else None
